@@ -1,0 +1,310 @@
+"""One pod on the process kubelet: its containers as local processes, its
+status, its GPUs and its graceful deletion.
+
+Created by :class:`devcluster.kubelet.ProcessKubelet` for each pod bound to
+one of its nodes; each :class:`PodWorker` is a thread that owns that pod until
+its final delete. Containers run in a private mount namespace (``unshare``)
+where volumes are bind-mounted at their ``mountPath`` and a per-container file
+at ``terminationMessagePath``, so the process cannot tell it is not in a
+container; the working directory is ``workingDir`` (``/`` by default).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import queue
+import shlex
+import subprocess
+import threading
+from pathlib import Path
+
+from kubernetes import client
+
+from . import podenv, procs
+
+log = logging.getLogger("devcluster.pod")
+GPU_RESOURCE = "nvidia.com/gpu"
+MESSAGE_LIMIT = 4096
+RESTART_BACKOFF = (1, 2, 4, 8, 10)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def can_isolate_mounts() -> bool:
+    """Whether ``unshare --mount`` works here (root, or unprivileged user namespaces)."""
+    try:
+        return subprocess.run(_unshare_prefix() + ["true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _unshare_prefix() -> list[str]:
+    prefix = ["unshare", "--mount", "--propagation", "private"]
+    return prefix if os.geteuid() == 0 else prefix[:1] + ["--user", "--map-root-user"] + prefix[1:]
+
+
+class GpuAllocator:
+    """Hands out a node's GPU ids to running pods, each id to one pod at a time."""
+
+    def __init__(self, count: int):
+        self._free = list(range(count))
+        self._lock = threading.Lock()
+
+    def allocate(self, n: int) -> list[int] | None:
+        """Take ``n`` free ids (lowest first), or None when fewer are free."""
+        with self._lock:
+            if n > len(self._free):
+                return None
+            taken, self._free = self._free[:n], self._free[n:]
+            return taken
+
+    def release(self, ids: list[int]) -> None:
+        with self._lock:
+            self._free = sorted(set(self._free) | set(ids))
+
+
+def gpu_request(pod: dict) -> int:
+    """Total ``nvidia.com/gpu`` the pod's containers ask for (limits win, as for extended resources)."""
+    total = 0
+    for c in pod["spec"]["containers"]:
+        res = c.get("resources") or {}
+        total += int((res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE) or 0)
+    return total
+
+
+class Container:
+    """One running (or finished) container process and its status."""
+
+    def __init__(self, spec: dict, pod_dir: Path):
+        self.spec = spec
+        self.name = spec["name"]
+        self.log_path = pod_dir / f"{self.name}.log"
+        self.message_path = pod_dir / f"{self.name}.termination-log"
+        self.proc: subprocess.Popen | None = None
+        self.started_at: str | None = None
+        self.restarts = 0
+        self.state: dict = {"waiting": {"reason": "ContainerCreating"}}
+        self.last_state: dict = {}
+
+    @property
+    def exited(self) -> bool:
+        return "terminated" in self.state
+
+    def start(self, argv: list[str], env: dict, mounts: list[tuple[Path, str, bool]], isolate: bool) -> None:
+        """Start ``argv`` with ``mounts`` (host path, mountPath, readOnly) in place."""
+        self.message_path.write_bytes(b"")
+        workdir = self.spec.get("workingDir") or "/"
+        target_msg = self.spec.get("terminationMessagePath") or "/dev/termination-log"
+        if isolate:
+            lines = ["set -e"]
+            for src, dst, ro in mounts + [(self.message_path, target_msg, False)]:
+                q_src, q_dst = shlex.quote(str(src)), shlex.quote(dst)
+                make = f"mkdir -p {q_dst}" if Path(src).is_dir() else f"mkdir -p $(dirname {q_dst}); [ -e {q_dst} ] || touch {q_dst}"
+                lines += [make, f"mount --bind {q_src} {q_dst}"]
+                if ro:
+                    lines.append(f"mount -o remount,bind,ro {q_dst}")
+            lines += [f"mkdir -p {shlex.quote(workdir)}", f"cd {shlex.quote(workdir)}", 'exec "$@"']
+            argv = _unshare_prefix() + ["/bin/sh", "-c", "\n".join(lines), "sh"] + argv
+            cwd = None
+        else:
+            cwd = workdir if os.path.isdir(workdir) else None
+        self.proc = procs.spawn(argv, self.log_path, env=env, cwd=cwd)
+        self.started_at = _now()
+        self.state = {"running": {"startedAt": self.started_at}}
+
+    def finish(self, returncode: int) -> None:
+        """Record the exit: code (128+signal when killed), reason and termination message."""
+        code = returncode if returncode >= 0 else 128 - returncode
+        message = self.message_path.read_bytes()[:MESSAGE_LIMIT].decode(errors="replace") \
+            if self.message_path.exists() else ""
+        if not message and code != 0 and self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            lines = self.log_path.read_bytes().decode(errors="replace").splitlines()[-80:]
+            message = "\n".join(lines)[-2048:]
+        term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                "startedAt": self.started_at, "finishedAt": _now(), "containerID": f"process://{self.proc.pid}"}
+        if message:
+            term["message"] = message
+        self.state = {"terminated": term}
+
+    def status(self, image: str) -> dict:
+        st = {"name": self.name, "image": image, "imageID": f"process://{image}", "restartCount": self.restarts,
+              "started": "running" in self.state, "ready": "running" in self.state, "state": self.state}
+        if self.proc is not None:
+            st["containerID"] = f"process://{self.proc.pid}"
+        if self.last_state:
+            st["lastState"] = self.last_state
+        return st
+
+
+class PodWorker(threading.Thread):
+    """Runs one pod from bind to final delete."""
+
+    def __init__(self, kubelet, pod: dict, gpus: GpuAllocator):
+        super().__init__(daemon=True, name=f"pod-{pod['metadata']['name']}")
+        self.kubelet = kubelet
+        self.pod = pod
+        self.meta = pod["metadata"]
+        self.gpus = gpus
+        self.gpu_ids: list[int] = []
+        self.pod_dir = kubelet.workdir / "pods" / f"{self.meta['namespace']}_{self.meta['name']}"
+        self.containers = [Container(c, self.pod_dir) for c in pod["spec"]["containers"]]
+        self.events: queue.Queue = queue.Queue()
+        self.deleting: float | None = None
+        self.phase = "Pending"
+        self.message = ""
+        self.reason = ""
+
+    # ----- called from the watch thread ----------------------------------------------------
+    def terminate(self, grace: float) -> None:
+        """Begin graceful deletion with ``grace`` seconds (once; a shorter grace later wins)."""
+        if self.deleting is None or grace < self.deleting:
+            self.deleting = grace
+            self.events.put(("delete", grace))
+
+    def kill_processes(self, grace: float) -> None:
+        for c in self.containers:
+            if c.proc is not None and c.proc.poll() is None:
+                procs.stop_pid(c.proc.pid, timeout=grace, group=True)
+
+    # ----- the pod's own thread ------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception:  # noqa: BLE001 - one broken pod must not take the kubelet down
+            log.exception("pod %s/%s: worker failed", self.meta["namespace"], self.meta["name"])
+            self.kill_processes(grace=1)
+        finally:
+            self.gpus.release(self.gpu_ids)
+            self.kubelet.forget(self.meta["uid"])
+
+    def _run(self) -> None:
+        self.pod_dir.mkdir(parents=True, exist_ok=True)
+        env_by_container = self._resolve_config()
+        if env_by_container is None:  # deleted while waiting for its config
+            self._final_delete()
+            return
+        needed = gpu_request(self.pod)
+        ids = self.gpus.allocate(needed)
+        if ids is None:
+            self.phase, self.reason = "Failed", "UnexpectedAdmissionError"
+            self.message = f"Allocate failed due to requested number of devices unavailable for {GPU_RESOURCE}"
+            self._write_status()
+            return
+        self.gpu_ids = ids
+        for c in self.containers:
+            self._start(c, env_by_container[c.name])
+        self.phase = "Running"
+        self._write_status()
+        self._supervise(env_by_container)
+        self.gpus.release(self.gpu_ids)
+        self.gpu_ids = []
+        self._write_status()
+        if self.deleting is not None:
+            self._final_delete()
+
+    def _resolve_config(self) -> dict[str, dict] | None:
+        """Resolve env and volumes, retrying while a reference is missing (CreateContainerConfigError)."""
+        base = {**podenv.image_env(), "HOSTNAME": self.meta["name"], "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_PORT": str(self.kubelet.api_port),
+                "KUBERNETES_SERVICE_PORT_HTTPS": str(self.kubelet.api_port)}
+        while self.deleting is None:
+            try:
+                self.volumes = podenv.prepare_volumes(self.kubelet.core, self.pod, self.pod_dir)
+                return {c.name: podenv.container_env(self.kubelet.core, self.pod, c.spec, base)
+                        for c in self.containers}
+            except podenv.ConfigError as exc:
+                for c in self.containers:
+                    c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+                self._write_status()
+                try:
+                    self.events.get(timeout=2)
+                except queue.Empty:
+                    pass
+        return None
+
+    def _start(self, c: Container, env: dict) -> None:
+        env = dict(env)
+        if self.gpu_ids:
+            env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpu_ids))
+        argv = [podenv._expand(a, env) for a in (c.spec.get("command") or []) + (c.spec.get("args") or [])]
+        if not argv:
+            raise RuntimeError(f"container {c.name}: the process kubelet needs an explicit command")
+        mounts = []
+        for m in c.spec.get("volumeMounts") or []:
+            src = self.volumes[m["name"]]
+            if m.get("subPath"):
+                src = src / m["subPath"]
+                src.mkdir(parents=True, exist_ok=True)
+            mounts.append((src, m["mountPath"], bool(m.get("readOnly"))))
+        c.start(argv, env, mounts, self.kubelet.isolate_mounts)
+        threading.Thread(target=lambda: self.events.put(("exit", c, c.proc.wait())), daemon=True).start()
+
+    def _supervise(self, env_by_container: dict) -> None:
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        while not all(c.exited for c in self.containers):
+            kind, *rest = self.events.get()
+            if kind == "delete":
+                grace = rest[0]
+                for c in self.containers:  # a container waiting to restart stays at its last exit
+                    if "waiting" in c.state and c.last_state:
+                        c.state = c.last_state
+                threading.Thread(target=self.kill_processes, args=(grace,), daemon=True).start()
+                continue
+            c, code = rest
+            c.finish(code)
+            if self.deleting is None and (policy == "Always" or (policy == "OnFailure" and code != 0)):
+                self._write_status()
+                delay = RESTART_BACKOFF[min(c.restarts, len(RESTART_BACKOFF) - 1)]
+                c.last_state, c.restarts = c.state, c.restarts + 1
+                c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {delay}s restarting"}}
+                self._write_status()
+                try:
+                    item = self.events.get(timeout=delay)
+                    self.events.put(item)
+                except queue.Empty:
+                    pass
+                if self.deleting is None:
+                    self._start(c, env_by_container[c.name])
+                    self._write_status()
+            elif not all(c.exited for c in self.containers):
+                self._write_status()
+        codes = [c.state["terminated"]["exitCode"] for c in self.containers]
+        self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+
+    def _write_status(self) -> None:
+        running = self.phase == "Running" and all("running" in c.state for c in self.containers)
+        now = _now()
+        conds = [c for c in (self.pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"]
+        started = self.phase != "Pending" or any(c.proc for c in self.containers)
+        for ctype, ok in (("PodReadyToStartContainers", started), ("Initialized", True),
+                          ("ContainersReady", running), ("Ready", running)):
+            conds.append({"type": ctype, "status": "True" if ok else "False", "lastTransitionTime": now})
+        status = {"phase": self.phase, "conditions": conds, "hostIP": "127.0.0.1", "podIP": "127.0.0.1",
+                  "hostIPs": [{"ip": "127.0.0.1"}], "podIPs": [{"ip": "127.0.0.1"}],
+                  "startTime": (self.pod.get("status") or {}).get("startTime") or now,
+                  "containerStatuses": [c.status(c.spec.get("image", "")) for c in self.containers]}
+        if self.reason:
+            status["reason"], status["message"] = self.reason, self.message
+        self.pod.setdefault("status", {})["startTime"] = status["startTime"]
+        try:
+            self.kubelet.core.patch_namespaced_pod_status(self.meta["name"], self.meta["namespace"],
+                                                          {"status": status}, _preload_content=False)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                log.warning("pod %s: status write failed: %s", self.meta["name"], exc.reason)
+
+    def _final_delete(self) -> None:
+        """Delete with grace 0 and a UID precondition, as the kubelet's status manager does."""
+        try:
+            self.kubelet.core.delete_namespaced_pod(
+                self.meta["name"], self.meta["namespace"], _preload_content=False,
+                body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.meta["uid"]}})  # a body wins over query
+            log.info("pod %s/%s: deleted", self.meta["namespace"], self.meta["name"])
+        except client.ApiException as exc:
+            if exc.status != 404:
+                log.warning("pod %s: final delete failed: %s %s", self.meta["name"], exc.status, exc.body)
+

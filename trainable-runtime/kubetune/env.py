@@ -1,0 +1,142 @@
+"""The environment contract between the operator and the in-pod runtime.
+
+The operator's pod builder (``kubetune_operator.builders``) writes these
+variables into every trial pod; the runtime (``kubetune.runtime``) reads them
+back with :func:`read_trial_env`. This module is the single place their names
+and encodings are defined, so the two sides cannot drift apart.
+
+Values are plain strings; structured values are JSON. Storage credentials are
+not part of the contract: they reach the pod through ``envFrom`` of the
+experiment's ``storage.credentialsSecret`` (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ...) or boto3's default chain (IRSA, workload
+identity), and are never copied into any other variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+NAMESPACE = "KUBETUNE_NAMESPACE"
+EXPERIMENT = "KUBETUNE_EXPERIMENT"
+TRIAL = "KUBETUNE_TRIAL"
+TRIAL_ID = "KUBETUNE_TRIAL_ID"
+ATTEMPT = "KUBETUNE_ATTEMPT"
+CONFIG = "KUBETUNE_CONFIG"
+TRAINABLE_ENTRYPOINT = "KUBETUNE_TRAINABLE_ENTRYPOINT"
+TRAINABLE_SOURCE = "KUBETUNE_TRAINABLE_SOURCE"
+TRAINABLE_NAME = "KUBETUNE_TRAINABLE_NAME"
+TRAINABLE_PICKLE_URI = "KUBETUNE_TRAINABLE_PICKLE_URI"
+STOP = "KUBETUNE_STOP"
+CHECKPOINT = "KUBETUNE_CHECKPOINT"
+METRIC = "KUBETUNE_METRIC"
+MODE = "KUBETUNE_MODE"
+STORAGE_URI = "KUBETUNE_STORAGE_URI"
+STORAGE_ENDPOINT = "KUBETUNE_STORAGE_ENDPOINT"
+STORAGE_REGION = "KUBETUNE_STORAGE_REGION"
+RESTORE_FROM = "KUBETUNE_RESTORE_FROM"
+COLLECTOR_URL = "KUBETUNE_COLLECTOR_URL"
+TOKEN = "KUBETUNE_TOKEN"
+POD_NAME = "KUBETUNE_POD_NAME"
+
+#: Where the runtime writes its termination message (Kubernetes' default path).
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+#: Path of the results endpoint on the operator's collector. The runtime POSTs
+#: JSON ``{"namespace", "experiment", "trial", "attempt": int, "results": [result, ...],
+#: "checkpoint": {"uri", "iteration"} | null, "done": bool}`` with header
+#: ``Authorization: Bearer <KUBETUNE_TOKEN>``; the reply is ``{"decision": one of DECISIONS}``
+#: (200), or 400 malformed, 401 bad token, 413 body over ``MAX_BATCH_BYTES``.
+COLLECTOR_RESULTS_PATH = "/v1alpha1/results"
+#: Decisions the collector may reply with.
+DECISIONS = ("continue", "stop", "pause", "checkpoint")
+#: Largest request body the collector accepts, in bytes.
+MAX_BATCH_BYTES = 1 << 20
+
+
+@dataclass
+class CheckpointPolicy:
+    """``spec.checkpoint`` of the Experiment.
+
+    Attributes:
+        frequency: checkpoint every this many iterations; 0 disables periodic checkpoints.
+        atEnd: checkpoint when the trial ends (stop criteria, ``done``, stop decision).
+        keep: how many committed checkpoints to keep; 0 keeps all. The newest is always kept.
+        scoreAttribute: result key ranking checkpoints for ``keep`` (higher is better;
+            prefix ``min-`` for lower is better, as Ray's ``checkpoint_score_attr``).
+    """
+
+    frequency: int = 0
+    atEnd: bool = True
+    keep: int = 0
+    scoreAttribute: str = "training_iteration"
+
+
+@dataclass
+class TrialEnv:
+    """Everything the runtime needs to run one trial attempt, as read from the env.
+
+    Attributes:
+        trial_dir_uri: ``<storage.uri>/<namespace>/<experiment>/<trial>`` (``s3://`` or ``file://``).
+        restore_from: checkpoint URI to restore first (``spec.restoreFrom``), or None for
+            the trial's latest committed checkpoint, if any.
+        collector_url: base URL of the operator's collector, or None to run without one.
+    """
+
+    namespace: str
+    experiment: str
+    trial: str
+    trial_id: str
+    attempt: int
+    config: dict
+    trial_dir_uri: str
+    entrypoint: str | None = None
+    source: str | None = None
+    name: str | None = None
+    pickle_uri: str | None = None
+    stop: dict = field(default_factory=dict)
+    checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    metric: str | None = None
+    mode: str | None = None
+    storage_endpoint: str | None = None
+    storage_region: str | None = None
+    restore_from: str | None = None
+    collector_url: str | None = None
+    token: str | None = None
+    pod_name: str | None = None
+
+
+def encode_trial_env(env: TrialEnv) -> dict[str, str]:
+    """Return the variables for ``env`` (None fields are left out), as the pod builder writes them."""
+    pairs: dict[str, Any] = {
+        NAMESPACE: env.namespace, EXPERIMENT: env.experiment, TRIAL: env.trial, TRIAL_ID: env.trial_id,
+        ATTEMPT: str(env.attempt), CONFIG: json.dumps(env.config, sort_keys=True),
+        STORAGE_URI: env.trial_dir_uri, TRAINABLE_ENTRYPOINT: env.entrypoint, TRAINABLE_SOURCE: env.source,
+        TRAINABLE_NAME: env.name, TRAINABLE_PICKLE_URI: env.pickle_uri,
+        STOP: json.dumps(env.stop, sort_keys=True), CHECKPOINT: json.dumps(env.checkpoint.__dict__, sort_keys=True),
+        METRIC: env.metric, MODE: env.mode, STORAGE_ENDPOINT: env.storage_endpoint,
+        STORAGE_REGION: env.storage_region, RESTORE_FROM: env.restore_from, COLLECTOR_URL: env.collector_url,
+        TOKEN: env.token, POD_NAME: env.pod_name,
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
+    """Parse the trial variables from ``environ`` (default ``os.environ``).
+
+    Raises:
+        KeyError: a required variable (namespace, experiment, trial, storage URI) is missing.
+        ValueError: a JSON variable does not parse.
+    """
+    e = os.environ if environ is None else environ
+    return TrialEnv(
+        namespace=e[NAMESPACE], experiment=e[EXPERIMENT], trial=e[TRIAL], trial_id=e.get(TRIAL_ID, e[TRIAL]),
+        attempt=int(e.get(ATTEMPT, "0")), config=json.loads(e.get(CONFIG, "{}")), trial_dir_uri=e[STORAGE_URI],
+        entrypoint=e.get(TRAINABLE_ENTRYPOINT), source=e.get(TRAINABLE_SOURCE), name=e.get(TRAINABLE_NAME),
+        pickle_uri=e.get(TRAINABLE_PICKLE_URI), stop=json.loads(e.get(STOP, "{}")),
+        checkpoint=CheckpointPolicy(**json.loads(e.get(CHECKPOINT, "{}"))), metric=e.get(METRIC),
+        mode=e.get(MODE), storage_endpoint=e.get(STORAGE_ENDPOINT), storage_region=e.get(STORAGE_REGION),
+        restore_from=e.get(RESTORE_FROM), collector_url=e.get(COLLECTOR_URL), token=e.get(TOKEN),
+        pod_name=e.get(POD_NAME),
+    )
