@@ -1,0 +1,224 @@
+"""Manifests of the objects the operator creates: Trials and their pods. Pure functions, dicts in and out.
+
+The reconcile loop calls :func:`build_trial` for each config the searcher
+suggests and :func:`build_pod` for each attempt of a trial, then creates the
+returned objects (409 AlreadyExists counts as success: the names are
+deterministic, see :func:`kubetune_operator.labels.trial_name`). Nothing here
+talks to the API server, so unit tests check every manifest without a cluster.
+The pod's environment is the contract of :mod:`kubetune.env`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Mapping
+
+from kubetune.env import TERMINATION_MESSAGE_PATH, CheckpointPolicy, TrialEnv, encode_trial_env
+
+from .labels import (
+    API_VERSION, EXPERIMENT_KIND, LABEL_ATTEMPT, LABEL_EXPERIMENT, LABEL_MANAGED_BY, LABEL_TRIAL, MANAGED_BY,
+    TRIAL_CONTAINER, TRIAL_KIND, label_value, pod_name, trial_name,
+)
+from .settings import Settings
+
+__all__ = ["build_pod", "build_trial", "owner_reference", "pod_name", "pod_resources", "trial_dir_uri",
+           "trial_name"]
+
+#: Command of the trial container: the in-pod runtime of the ``kubetune`` package.
+RUNTIME_COMMAND = ("python", "-m", "kubetune.runtime")
+#: Prefix of the variables the operator owns in trial pods; ``template.env`` may not set them.
+RESERVED_ENV_PREFIX = "KUBETUNE_"
+#: Longest ``spec.tag`` of a Trial; longer tags are cut (the tag is for display only).
+MAX_TAG_LENGTH = 256
+#: Ray's default CPUs per trial, used when ``resourcesPerTrial.cpu`` is absent (the CRD defaults it too).
+DEFAULT_CPU = "1"
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+
+# template fields copied as they are into the pod spec
+_POD_SPEC_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName",
+                    "serviceAccountName", "imagePullSecrets", "volumes")
+
+
+def owner_reference(obj: Mapping) -> dict:
+    """Return a controller owner reference to ``obj`` (an object read from the API server).
+
+    ``controller: true`` and ``blockOwnerDeletion: true``: the garbage collector
+    deletes the dependent with its owner, and foreground deletion of the owner
+    waits for it.
+
+    Raises:
+        ValueError: ``obj`` has no ``metadata.uid`` (it was not read from the API server).
+    """
+    meta = obj["metadata"]
+    if not meta.get("uid"):
+        raise ValueError(f"{obj.get('kind')} {meta.get('name')!r} has no metadata.uid")
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def trial_dir_uri(storage_uri: str, namespace: str, experiment: str, trial: str) -> str:
+    """Return ``<storage_uri>/<namespace>/<experiment>/<trial>`` (DESIGN.md, object storage layout)."""
+    return f"{storage_uri.rstrip('/')}/{namespace}/{experiment}/{trial}"
+
+
+def build_trial(experiment: Mapping, index: int, config: Mapping, tag: str | None = None) -> dict:
+    """Return the Trial manifest for trial ``index`` of ``experiment``.
+
+    Args:
+        experiment: the Experiment object (with ``metadata.uid``).
+        index: the trial's index within the experiment (0, 1, ...); names it, see
+            :func:`kubetune_operator.labels.trial_name`.
+        config: the resolved config the searcher suggested (JSON values).
+        tag: Ray's experiment tag, e.g. ``"3_lr=0.01,layers=2"``; cut to :data:`MAX_TAG_LENGTH`.
+
+    Returns:
+        A ``kubetune.io/v1alpha1`` Trial in the experiment's namespace, owned by it (controller),
+        labelled with the experiment's name and ``app.kubernetes.io/managed-by: kubetune``.
+
+    Raises:
+        ValueError: negative ``index``, or an experiment without ``metadata.uid``.
+    """
+    meta = experiment["metadata"]
+    spec = {"experiment": meta["name"], "index": index, "config": copy.deepcopy(dict(config))}
+    if tag:
+        spec["tag"] = tag[:MAX_TAG_LENGTH]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": TRIAL_KIND,
+        "metadata": {
+            "name": trial_name(meta["name"], index),
+            "namespace": meta["namespace"],
+            "labels": {LABEL_EXPERIMENT: label_value(meta["name"]), LABEL_MANAGED_BY: MANAGED_BY},
+            "ownerReferences": [owner_reference(experiment)],
+        },
+        "spec": spec,
+    }
+
+
+def pod_resources(resources_per_trial: Mapping | None) -> dict:
+    """Return the container ``resources`` for ``spec.resourcesPerTrial``.
+
+    CPU is a request only (no limit, so no CFS throttling; Ray's CPUs are logical
+    too). Memory is requested and limited to the same amount. GPUs are an
+    extended resource (``gpuResourceName``, default ``nvidia.com/gpu``), which
+    Kubernetes requires to have requests == limits; zero GPUs adds nothing.
+
+    Args:
+        resources_per_trial: ``{"cpu"?, "memory"?, "gpu"?, "gpuResourceName"?}``; quantities are
+            ints or Kubernetes quantity strings (``"500m"``, ``"4Gi"``).
+
+    Returns:
+        ``{"requests": {...}, "limits": {...}}`` with quantity strings (``limits`` left out when empty).
+    """
+    spec = resources_per_trial or {}
+    requests = {"cpu": str(spec.get("cpu", DEFAULT_CPU))}
+    limits = {}
+    if spec.get("memory") is not None:
+        requests["memory"] = limits["memory"] = str(spec["memory"])
+    gpus = int(spec.get("gpu") or 0)
+    if gpus:
+        name = spec.get("gpuResourceName") or DEFAULT_GPU_RESOURCE
+        requests[name] = limits[name] = str(gpus)
+    return {"requests": requests, "limits": limits} if limits else {"requests": requests}
+
+
+def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, settings: Settings,
+              restore_from: str | None = None) -> dict:
+    """Return the manifest of the pod running ``attempt`` of ``trial``.
+
+    The pod runs ``python -m kubetune.runtime`` in the experiment's image
+    (``settings.trials.default_image`` without one) with the variables of
+    :func:`kubetune.env.encode_trial_env`, the storage ``credentialsSecret`` (and
+    no other Secret of ours) through ``envFrom``, and the experiment's
+    ``template`` laid over it: its labels and annotations (our labels win), pod
+    fields, and ``env`` / ``envFrom`` / ``volumeMounts`` appended after ours.
+    It meets the *restricted* Pod Security Standard (non-root, UID
+    ``settings.trials.run_as_user`` unless ``template.securityContext`` says
+    otherwise, RuntimeDefault seccomp, no privilege escalation, all capabilities
+    dropped), has no service-account token (trial pods never call the API),
+    never restarts (a retry is a new attempt), and falls back to its log tail
+    for the termination message.
+
+    Args:
+        experiment: the Experiment object.
+        trial: the Trial object (with ``metadata.uid``), owner of the pod.
+        attempt: attempt number (0 for the first pod, +1 for each retry or resume).
+        token: the attempt's collector token (:func:`kubetune_operator.tokens.mint_token`).
+        settings: operator settings (collector URL, default image and storage, grace period, UID).
+        restore_from: checkpoint URI to restore first. None: ``spec.restoreFrom`` of the
+            trial while it has no checkpoint of its own in ``status.checkpoint``, else
+            nothing (the runtime restores the trial's latest committed checkpoint).
+
+    Raises:
+        ValueError: no storage URI (neither ``spec.storage.uri`` nor a default in settings),
+            ``template.env`` sets a ``KUBETUNE_`` variable, a negative attempt, or a Trial
+            without ``metadata.uid``.
+    """
+    spec = experiment["spec"]
+    template = copy.deepcopy(spec.get("template") or {})
+    namespace = experiment["metadata"]["namespace"]
+    exp_name = experiment["metadata"]["name"]
+    name_of_trial = trial["metadata"]["name"]
+    name = pod_name(name_of_trial, attempt)
+    storage_uri, endpoint, region = _storage(spec, settings)
+    if restore_from is None and not ((trial.get("status") or {}).get("checkpoint") or {}).get("uri"):
+        restore_from = trial["spec"].get("restoreFrom")
+    trainable = spec.get("trainable") or {}
+    checkpoint = spec.get("checkpoint") or {}
+    trial_env = TrialEnv(
+        namespace=namespace, experiment=exp_name, trial=name_of_trial, trial_id=name_of_trial, attempt=attempt,
+        config=trial["spec"].get("config") or {},
+        trial_dir_uri=trial_dir_uri(storage_uri, namespace, exp_name, name_of_trial),
+        entrypoint=trainable.get("entrypoint"), source=trainable.get("source"), name=trainable.get("name"),
+        pickle_uri=trainable.get("pickleURI"), stop=dict(spec.get("stop") or {}),
+        checkpoint=CheckpointPolicy(**{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy)
+                                       if f.name in checkpoint}),
+        metric=spec.get("metric"), mode=spec.get("mode"), storage_endpoint=endpoint, storage_region=region,
+        restore_from=restore_from, collector_url=settings.collector.base_url(), token=token, pod_name=name,
+    )
+    user_env = template.get("env") or []
+    reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
+    if reserved:
+        raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
+    container = {
+        "name": TRIAL_CONTAINER,
+        "image": spec.get("image") or settings.trials.default_image,
+        "command": list(RUNTIME_COMMAND),
+        "env": [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()] + user_env,
+        "resources": pod_resources(spec.get("resourcesPerTrial")),
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    secret = (spec.get("storage") or {}).get("credentialsSecret")
+    env_from = ([{"secretRef": {"name": secret}}] if secret else []) + (template.get("envFrom") or [])
+    if env_from:
+        container["envFrom"] = env_from
+    if template.get("volumeMounts"):
+        container["volumeMounts"] = template["volumeMounts"]
+    labels = {**(template.get("labels") or {}), LABEL_EXPERIMENT: label_value(exp_name),
+              LABEL_TRIAL: label_value(name_of_trial), LABEL_ATTEMPT: str(attempt), LABEL_MANAGED_BY: MANAGED_BY}
+    metadata = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_reference(trial)]}
+    if template.get("annotations"):
+        metadata["annotations"] = template["annotations"]
+    pod_spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": settings.trials.termination_grace_period_s,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": settings.trials.run_as_user,
+                            "seccompProfile": {"type": "RuntimeDefault"}, **(template.get("securityContext") or {})},
+        "containers": [container],
+    }
+    pod_spec.update({k: template[k] for k in _POD_SPEC_FIELDS if template.get(k)})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _storage(spec: Mapping, settings: Settings) -> tuple[str, str | None, str | None]:
+    """``(uri, endpoint, region)``: the experiment's ``spec.storage``, else the operator's default storage."""
+    storage = spec.get("storage") or {}
+    if storage.get("uri"):
+        return storage["uri"], storage.get("endpoint"), storage.get("region")
+    if settings.storage.default_uri:
+        return settings.storage.default_uri, settings.storage.default_endpoint, settings.storage.default_region
+    raise ValueError("spec.storage.uri is required: the operator has no default storage")

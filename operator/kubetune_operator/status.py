@@ -1,0 +1,437 @@
+"""Status math for Experiments and Trials: conditions, counts, the best trial, the phase, patches.
+
+Pure functions over plain dicts (the shapes in ``crds/``), called by the
+operator's reconcile loop and collector, which pass the current time in and
+write what :func:`status_patch` returns. Conditions follow Kubernetes'
+``metav1.Condition`` and Kueue's use of it: independent types with CamelCase
+reasons, ``lastTransitionTime`` moved only when the status flips, bounded
+messages. The Experiment status is bounded whatever the number of trials:
+counts and one best trial, never per-trial lists (Katib #1847 hit etcd's object
+size limit with them); :func:`experiment_status` enforces the bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+EXPERIMENT_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
+TRIAL_PHASES = ("Pending", "Running", "Paused", "Succeeded", "Failed")
+#: Condition types of an Experiment. ``Ready`` (spec accepted) is set by validation, the others by
+#: :func:`experiment_conditions`.
+CONDITION_TYPES = ("Ready", "Running", "Complete", "Failed", "Suspended")
+
+#: Longest condition message, in UTF-8 bytes.
+MAX_MESSAGE_BYTES = 512
+#: Longest Trial ``status.message`` (the CRD's maxLength), in UTF-8 bytes; cut with :func:`truncate_message`.
+MAX_TRIAL_MESSAGE_BYTES = 4096
+#: Longest ``bestTrial.config`` kept in the Experiment status, as JSON bytes; a larger config is
+#: left out (the Trial named by ``bestTrial.name`` has it).
+MAX_BEST_CONFIG_BYTES = 4096
+#: Longest ``searcherState``, as JSON bytes.
+MAX_SEARCHER_STATE_BYTES = 4096
+#: Longest ``lastResult`` of a Trial, as JSON bytes.
+MAX_RESULT_BYTES = 2048
+#: Longest string value kept in ``lastResult``.
+MAX_RESULT_STRING = 256
+#: Result keys kept in ``lastResult`` first, after the experiment's metric (Ray's auto-filled progress keys).
+PROGRESS_KEYS = ("training_iteration", "time_total_s", "time_this_iter_s", "timesteps_total",
+                 "episodes_total", "done")
+#: Auto-filled result keys left out of ``lastResult``: per-process details, or already in the Trial.
+BOOKKEEPING_KEYS = frozenset({
+    "config", "date", "experiment_id", "experiment_tag", "hostname", "node_ip", "pid", "timestamp",
+    "trial_id", "time_since_restore", "timesteps_since_restore", "iterations_since_restore", "warmup_time",
+})
+
+_REASON = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0}
+_INT64 = 2**63
+
+
+def format_time(now: datetime) -> str:
+    """Return ``now`` as a Kubernetes ``metav1.Time`` string (RFC 3339, UTC, seconds): ``2024-05-01T12:00:00Z``.
+
+    Raises:
+        ValueError: ``now`` is naive (no time zone).
+    """
+    if now.tzinfo is None:
+        raise ValueError("pass an aware datetime (e.g. datetime.now(timezone.utc))")
+    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """Return ``message`` cut to at most ``limit`` UTF-8 bytes, ending in ``...`` when cut."""
+    data = message.encode()
+    if len(data) <= limit:
+        return message
+    return data[: limit - 3].decode(errors="ignore") + "..."
+
+
+def get_condition(conditions: Iterable[Mapping] | None, type_: str) -> Mapping | None:
+    """Return the condition of type ``type_`` in ``conditions``, or None."""
+    return next((c for c in conditions or () if c.get("type") == type_), None)
+
+
+def set_condition(conditions: Iterable[Mapping] | None, type_: str, status: bool | str, reason: str,
+                  message: str, observed_generation: int | None, now: datetime) -> list[dict]:
+    """Return a new condition list with condition ``type_`` set; the input is not changed.
+
+    ``lastTransitionTime`` becomes ``now`` when the condition is new or its
+    status flips, and is kept otherwise (``meta.SetStatusCondition`` of
+    apimachinery). Other conditions keep their order; a new one is appended.
+
+    Args:
+        conditions: ``status.conditions`` (``metav1.Condition`` dicts) or None.
+        type_: condition type, e.g. ``"Running"``.
+        status: True/False, or ``"True"``, ``"False"``, ``"Unknown"``.
+        reason: CamelCase reason, e.g. ``"GoalReached"``.
+        message: human-readable detail; cut to :data:`MAX_MESSAGE_BYTES` bytes.
+        observed_generation: the ``metadata.generation`` the condition was computed from.
+        now: current time (aware datetime).
+
+    Raises:
+        ValueError: ``status`` is not one of the above or ``reason`` is not CamelCase.
+    """
+    if isinstance(status, bool):
+        status = "True" if status else "False"
+    if status not in ("True", "False", "Unknown"):
+        raise ValueError(f"condition status must be True, False or Unknown, got {status!r}")
+    if not _REASON.match(reason):
+        raise ValueError(f"condition reason must be CamelCase, got {reason!r}")
+    new = {"type": type_, "status": status, "reason": reason, "message": truncate_message(message),
+           "lastTransitionTime": format_time(now)}
+    if observed_generation is not None:
+        new["observedGeneration"] = observed_generation
+    result, found = [], False
+    for condition in conditions or ():
+        if condition.get("type") != type_:
+            result.append(dict(condition))
+            continue
+        found = True
+        if condition.get("status") == status and condition.get("lastTransitionTime"):
+            new["lastTransitionTime"] = condition["lastTransitionTime"]
+        result.append(new)
+    if not found:
+        result.append(new)
+    return result
+
+
+def trial_counts(trial_phases: Iterable[str | None]) -> dict[str, int]:
+    """Count trials per phase: ``{"total", "pending", "running", "paused", "succeeded", "failed"}``.
+
+    Args:
+        trial_phases: each Trial's ``status.phase``; None or ``""`` (no status yet) counts as Pending.
+
+    Raises:
+        ValueError: a phase not in :data:`TRIAL_PHASES`.
+    """
+    counts = dict.fromkeys(("total", "pending", "running", "paused", "succeeded", "failed"), 0)
+    for phase in trial_phases:
+        phase = phase or "Pending"
+        if phase not in TRIAL_PHASES:
+            raise ValueError(f"unknown trial phase {phase!r}")
+        counts[phase.lower()] += 1
+        counts["total"] += 1
+    return counts
+
+
+def metric_value(result: Mapping | None, metric: str) -> float | None:
+    """Return ``result[metric]`` as a float, or None when absent, not a number, NaN or infinite.
+
+    A metric ``a/b`` also finds ``result["a"]["b"]`` (Ray flattens nested results with ``/``).
+    Booleans are not numbers here.
+    """
+    value: Any = None
+    if result:
+        value = result.get(metric)
+        if value is None and "/" in metric:
+            value = result
+            for part in metric.split("/"):
+                value = value.get(part) if isinstance(value, Mapping) else None
+    return _finite(value)
+
+
+def trial_metric_value(trial: Mapping, metric: str) -> float | None:
+    """The metric value of a Trial object: ``status.metricValue``, else from ``status.lastResult``."""
+    status = trial.get("status") or {}
+    value = _finite(status.get("metricValue"))
+    return value if value is not None else metric_value(status.get("lastResult"), metric)
+
+
+def best_trial(trials: Iterable[Mapping], metric: str, mode: str) -> dict | None:
+    """Return ``status.bestTrial`` for ``trials``: the one whose last reported ``metric`` is best.
+
+    Like Ray's ``ExperimentAnalysis.get_best_trial(metric, mode, scope="last")``:
+    every trial with a finite metric value takes part, whatever its phase. Ties
+    go to the lowest ``spec.index`` (the earliest trial, as Ray keeps the first
+    of equal trials in creation order), then the name.
+
+    Args:
+        trials: Trial objects (dicts with ``metadata``, ``spec``, ``status``).
+        metric: the experiment's ``spec.metric``.
+        mode: ``"max"`` or ``"min"``.
+
+    Returns:
+        ``{"name", "metricValue", "iteration"?, "checkpoint"?, "config"?}``, or None when no
+        trial has reported the metric. ``config`` is left out above :data:`MAX_BEST_CONFIG_BYTES`.
+
+    Raises:
+        ValueError: ``mode`` is not ``"max"`` or ``"min"``.
+    """
+    sign = _sign(mode)
+    best, best_key = None, None
+    for trial in trials:
+        value = trial_metric_value(trial, metric)
+        if value is None:
+            continue
+        key = (-sign * value, (trial.get("spec") or {}).get("index", math.inf), trial["metadata"]["name"])
+        if best_key is None or key < best_key:
+            best, best_key = trial, key
+    if best is None:
+        return None
+    status = best.get("status") or {}
+    out = {"name": best["metadata"]["name"], "metricValue": -sign * best_key[0]}
+    if status.get("iteration") is not None:
+        out["iteration"] = status["iteration"]
+    if (status.get("checkpoint") or {}).get("uri"):
+        out["checkpoint"] = status["checkpoint"]["uri"]
+    config = (best.get("spec") or {}).get("config")
+    if config is not None and _json_size(config) <= MAX_BEST_CONFIG_BYTES:
+        out["config"] = config
+    return out
+
+
+def goal_reached(value: float | None, goal: float, mode: str) -> bool:
+    """True if the best metric ``value`` has reached ``goal``: ``>=`` for mode max, ``<=`` for min.
+
+    Raises:
+        ValueError: ``mode`` is not ``"max"`` or ``"min"``.
+    """
+    sign = _sign(mode)
+    return value is not None and sign * value >= sign * goal
+
+
+def parse_duration(text: str) -> float:
+    """Return the seconds of a ``spec.timeBudget``: numbers with units h, m, s, e.g. ``1h30m``, ``1.5h``, ``90s``.
+
+    Raises:
+        ValueError: ``text`` is not such a duration.
+    """
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration like 1h30m or 90s: {text!r}")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+@dataclass(frozen=True)
+class PhaseDecision:
+    """What :func:`experiment_phase` decided.
+
+    Attributes:
+        phase: one of :data:`EXPERIMENT_PHASES`.
+        reason: CamelCase reason for the conditions.
+        message: human-readable detail.
+        stop_remaining: the experiment is ending: create no trials and stop every non-terminal one.
+    """
+
+    phase: str
+    reason: str
+    message: str
+    stop_remaining: bool = False
+
+
+def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, search_finished: bool = False,
+                     goal_reached: bool = False, time_budget_exhausted: bool = False,
+                     max_failed_trials: int | None = None) -> PhaseDecision:
+    """Decide an Experiment's phase from its trial counts and the end criteria.
+
+    The experiment ends (DESIGN.md, data flow 7) when ``goal`` is reached, when
+    ``timeBudget`` ran out, when more than ``maxFailedTrials`` trials failed,
+    or when the searcher is finished and every trial is terminal. It keeps
+    phase Running with ``stop_remaining`` until its last Pending, Running or
+    Paused trial has stopped, then turns Succeeded (Failed when trials failed
+    beyond ``maxFailedTrials``, or every trial failed). Succeeded and Failed
+    are final: the caller stops reconciling the experiment. Otherwise it is
+    Suspended while ``spec.suspend`` is true, Pending until some trial has left
+    Pending, and Running after.
+
+    Args:
+        counts: :func:`trial_counts` of the experiment's trials.
+        suspended: ``spec.suspend``.
+        search_finished: the searcher will suggest no more configs.
+        goal_reached: :func:`goal_reached` of the best trial's value.
+        time_budget_exhausted: ``timeBudget`` has passed since ``status.startTime``.
+        max_failed_trials: ``spec.failure.maxFailedTrials`` (None: no limit).
+    """
+    active = counts["pending"] + counts["running"] + counts["paused"]
+    failed = counts["failed"]
+    end = None
+    if goal_reached:
+        end = ("Succeeded", "GoalReached", "the best trial reached spec.goal")
+    elif max_failed_trials is not None and failed > max_failed_trials:
+        end = ("Failed", "MaxFailedTrialsExceeded",
+               f"{failed} trials failed, more than maxFailedTrials={max_failed_trials}")
+    elif time_budget_exhausted:
+        end = ("Succeeded", "TimeBudgetExhausted", "spec.timeBudget has passed")
+    elif search_finished and active == 0:
+        if failed and not counts["succeeded"]:
+            end = ("Failed", "AllTrialsFailed", f"all {failed} trials failed")
+        else:
+            end = ("Succeeded", "AllTrialsCompleted",
+                   f"all {counts['total']} trials finished: {counts['succeeded']} succeeded, {failed} failed")
+    if end is not None:
+        phase, reason, message = end
+        if active:
+            return PhaseDecision("Running", reason, f"{message}; stopping {active} trials", True)
+        return PhaseDecision(phase, reason, message, True)
+    summary = (f"{counts['running']} running, {counts['pending']} pending, {counts['paused']} paused, "
+               f"{counts['succeeded']} succeeded, {failed} failed")
+    if suspended:
+        return PhaseDecision("Suspended", "ExperimentSuspended", f"spec.suspend is true; {summary}")
+    if counts["total"] == counts["pending"]:
+        return PhaseDecision("Pending", "TrialsPending", summary)
+    return PhaseDecision("Running", "TrialsRunning", summary)
+
+
+def experiment_conditions(conditions: Iterable[Mapping] | None, decision: PhaseDecision,
+                          observed_generation: int | None, now: datetime) -> list[dict]:
+    """Return ``conditions`` with Running, Suspended, Complete and Failed set from ``decision``.
+
+    Running and Suspended are always present (True or False, the decision's reason
+    explaining either); Complete and Failed are added once true, like a Job's.
+    ``Ready`` is left as it is.
+    """
+    result = set_condition(conditions, "Running", decision.phase == "Running", decision.reason,
+                           decision.message, observed_generation, now)
+    suspended = decision.phase == "Suspended"
+    result = set_condition(result, "Suspended", suspended, decision.reason if suspended else "NotSuspended",
+                           decision.message if suspended else "", observed_generation, now)
+    for type_, phase in (("Complete", "Succeeded"), ("Failed", "Failed")):
+        if decision.phase == phase:
+            result = set_condition(result, type_, True, decision.reason, decision.message, observed_generation, now)
+    return result
+
+
+def experiment_status(*, phase: str, conditions: list, observed_generation: int | None, counts: Mapping[str, int],
+                      best: Mapping | None = None, start_time: str | None = None,
+                      completion_time: str | None = None, searcher_state: Any = None) -> dict:
+    """Assemble an Experiment's ``status``; None fields are left out.
+
+    Every part is bounded (conditions: 5 types with :data:`MAX_MESSAGE_BYTES`
+    messages; ``bestTrial`` from :func:`best_trial`; ``searcherState`` at most
+    :data:`MAX_SEARCHER_STATE_BYTES`), so the status stays under 16 KiB however
+    many trials the experiment has.
+
+    Raises:
+        ValueError: ``phase`` is unknown, or ``searcher_state`` is larger than
+            :data:`MAX_SEARCHER_STATE_BYTES` as JSON (keep such state elsewhere).
+    """
+    if phase not in EXPERIMENT_PHASES:
+        raise ValueError(f"unknown experiment phase {phase!r}")
+    if searcher_state is not None and _json_size(searcher_state) > MAX_SEARCHER_STATE_BYTES:
+        raise ValueError(f"searcher state is over {MAX_SEARCHER_STATE_BYTES} bytes as JSON")
+    status = {"phase": phase, "conditions": conditions, "observedGeneration": observed_generation,
+              "trials": dict(counts), "bestTrial": dict(best) if best else None, "startTime": start_time,
+              "completionTime": completion_time, "searcherState": searcher_state}
+    return {k: v for k, v in status.items() if v is not None}
+
+
+def compact_result(result: Mapping, metric: str | None = None) -> dict:
+    """Return the part of a training result kept in a Trial's ``status.lastResult``.
+
+    Nested dicts are flattened with ``/`` (as Ray's ``progress.csv``);
+    :data:`BOOKKEEPING_KEYS` are dropped; only booleans, finite numbers and
+    strings up to :data:`MAX_RESULT_STRING` characters are kept. Keys are taken
+    in the order ``metric``, :data:`PROGRESS_KEYS`, then the rest sorted, while
+    the JSON stays within :data:`MAX_RESULT_BYTES`.
+    """
+    flat: dict[str, Any] = {}
+    _flatten(result, "", flat)
+    order = ([metric] if metric else []) + list(PROGRESS_KEYS) + sorted(flat)
+    out: dict[str, Any] = {}
+    size = 2  # "{}"
+    for key in order:
+        if key not in flat or key in out:
+            continue
+        item = _json_size({key: flat[key]}) - 2 + (1 if out else 0)
+        if size + item <= MAX_RESULT_BYTES:
+            out[key] = flat[key]
+            size += item
+    return out
+
+
+def status_patch(old: Mapping | None, new: Mapping | None) -> dict | None:
+    """Return the JSON merge patch (RFC 7386) that turns status ``old`` into ``new``, or None if equal.
+
+    ``new`` is the complete desired status: keys missing from it (or None) are
+    deleted (None in the patch). Nested dicts are patched key by key; lists and
+    other values are replaced whole. Apply it as ``{"status": patch}`` to the
+    status subresource (kopf's ``patch.status.update(patch)``).
+    """
+    patch = _merge_diff(old or {}, new or {})
+    return patch or None
+
+
+def _merge_diff(old: Mapping, new: Mapping) -> dict:
+    patch: dict[str, Any] = {}
+    for key, value in old.items():
+        if value is not None and new.get(key) is None:
+            patch[key] = None
+    for key, value in new.items():
+        if value is None:
+            continue
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = _merge_diff(before, value)
+            if sub:
+                patch[key] = sub
+        elif isinstance(value, Mapping):
+            patch[key] = _without_none(value)
+        elif before != value or isinstance(before, bool) != isinstance(value, bool):
+            patch[key] = value
+    return patch
+
+
+def _without_none(value: Mapping) -> dict:
+    return {k: _without_none(v) if isinstance(v, Mapping) else v for k, v in value.items() if v is not None}
+
+
+def _flatten(value: Mapping, prefix: str, out: dict) -> None:
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if not prefix and name in BOOKKEEPING_KEYS:
+            continue
+        if isinstance(item, Mapping):
+            _flatten(item, f"{name}/", out)
+        elif isinstance(item, bool) or (isinstance(item, int) and -_INT64 <= item < _INT64):
+            out[name] = item
+        elif isinstance(item, float) and math.isfinite(item):
+            out[name] = item
+        elif isinstance(item, str) and len(item) <= MAX_RESULT_STRING:
+            out[name] = item
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None (bools, non-numbers, NaN, infinities, ints beyond float range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _sign(mode: str) -> int:
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    return 1 if mode == "max" else -1
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode())

@@ -1,0 +1,88 @@
+"""Per-trial collector tokens: HMAC-SHA256 of (namespace, trial, attempt) under the operator's key.
+
+The reconcile loop mints a token for each trial pod (``KUBETUNE_TOKEN``, see
+:func:`kubetune_operator.builders.build_pod`); the collector verifies the
+``Authorization: Bearer`` header of every results request against the
+namespace, trial and attempt the request names. A token is worth one attempt of
+one trial: a pod of an earlier attempt, or of another trial, cannot report for
+this one. The key lives in a Secret only the operator reads
+(:func:`key_secret_data` / :func:`key_from_secret_data`); tokens carry no expiry
+because an attempt's pod is short-lived and a new attempt gets a new token.
+Never log keys or tokens.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+from typing import Mapping
+
+#: Bytes of key :func:`new_key` makes; shorter keys are refused (RFC 2104 §3: at least the hash's output length).
+KEY_BYTES = 32
+#: Key of the HMAC key in the Secret's ``data``.
+SECRET_DATA_KEY = "hmac-key"
+_DOMAIN = "kubetune.io/v1alpha1 collector token"
+
+
+def new_key() -> bytes:
+    """Return a fresh random key of :data:`KEY_BYTES` bytes from the OS's CSPRNG."""
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def _message(namespace: str, trial: str, attempt: int) -> bytes:
+    # JSON keeps the fields unambiguous whatever characters they hold.
+    return json.dumps([_DOMAIN, namespace, trial, int(attempt)]).encode()
+
+
+def mint_token(key: bytes, namespace: str, trial: str, attempt: int) -> str:
+    """Return the token of ``attempt`` of Trial ``namespace/trial``.
+
+    Returns:
+        64 lower-case hex digits (HMAC-SHA256, RFC 2104), safe in URLs and headers.
+
+    Raises:
+        ValueError: ``key`` is shorter than :data:`KEY_BYTES` bytes.
+    """
+    if len(key) < KEY_BYTES:
+        raise ValueError(f"HMAC key must have at least {KEY_BYTES} bytes")
+    return hmac.new(key, _message(namespace, trial, attempt), hashlib.sha256).hexdigest()
+
+
+def verify_token(key: bytes, token: object, namespace: str, trial: str, attempt: int) -> bool:
+    """True if ``token`` is the token of ``attempt`` of ``namespace/trial``; compared in constant time.
+
+    Any non-string or malformed ``token`` is False, never an exception.
+
+    Raises:
+        ValueError: ``key`` is shorter than :data:`KEY_BYTES` bytes (a configuration error).
+    """
+    expected = mint_token(key, namespace, trial, attempt)
+    if not isinstance(token, str):
+        return False
+    return hmac.compare_digest(expected.encode(), token.encode("utf-8", "surrogatepass"))
+
+
+def key_secret_data(key: bytes) -> dict[str, str]:
+    """Return the ``data`` of the key Secret for ``key`` (base64, as the API expects)."""
+    return {SECRET_DATA_KEY: base64.b64encode(key).decode()}
+
+
+def key_from_secret_data(data: Mapping[str, str] | None) -> bytes:
+    """Return the key stored in a Secret's ``data`` (as read from the API: base64 values).
+
+    Raises:
+        ValueError: the entry is missing, not base64, or shorter than :data:`KEY_BYTES` bytes.
+    """
+    encoded = (data or {}).get(SECRET_DATA_KEY)
+    if not encoded:
+        raise ValueError(f"the key Secret has no data[{SECRET_DATA_KEY!r}]")
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except ValueError:
+        raise ValueError(f"data[{SECRET_DATA_KEY!r}] of the key Secret is not base64") from None
+    if len(key) < KEY_BYTES:
+        raise ValueError(f"the key in the Secret has {len(key)} bytes, fewer than {KEY_BYTES}")
+    return key
