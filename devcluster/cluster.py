@@ -306,8 +306,13 @@ class Cluster:
         proc, log = self._spawn("kubelet", [
             sys.executable, "-m", "devcluster.kubelet", "--workdir", str(self.workdir),
             "--node-gpus", ",".join(map(str, c.gpus_by_node())), "--cpu", c.node_cpu, "--memory", c.node_memory,
-            "--pods", str(c.node_pods)], env={**os.environ, "PYTHONPATH": _package_parent()})
+            "--pods", str(c.node_pods)], env={**os.environ, "PYTHONPATH": _package_parent(), "PATH": _image_path()})
         procs.wait_until(ready.exists, timeout=60, what="process kubelet", proc=proc, log=log)
+
+
+def _image_path() -> str:
+    """PATH for pod processes: this interpreter's folder first, standing for the image's ``python``."""
+    return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def _package_parent() -> str:
