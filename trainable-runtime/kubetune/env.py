@@ -49,6 +49,15 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: ``Authorization: Bearer <KUBETUNE_TOKEN>``; the reply is ``{"decision": one of DECISIONS}``
 #: (200), or 400 malformed, 401 bad token, 413 body over ``MAX_BATCH_BYTES``.
 COLLECTOR_RESULTS_PATH = "/v1alpha1/results"
+#: On exit 0 the runtime writes ``{"outcome": ..., "iteration": int, "checkpoint": uri | null}`` as
+#: JSON to the termination message, so the operator knows how the attempt ended even after its own
+#: restart: the trial finished (``done``, stop criteria), the collector said stop, the collector said
+#: pause, or SIGTERM ended it (after a final checkpoint). On a non-zero exit the message is the
+#: traceback's tail instead.
+OUTCOME_COMPLETED = "completed"
+OUTCOME_STOPPED = "stopped"
+OUTCOME_PAUSED = "paused"
+OUTCOME_TERMINATED = "terminated"
 #: Decisions the collector may reply with.
 DECISIONS = ("continue", "stop", "pause", "checkpoint")
 #: Largest request body the collector accepts, in bytes.

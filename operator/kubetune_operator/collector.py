@@ -1,0 +1,102 @@
+"""The results collector: an aiohttp endpoint in the operator's own event loop
+where trial runtimes POST batches of results and get the scheduler's decision.
+
+Started by the operator's startup handler (``handlers.py``); it hands each
+authenticated batch to the Experiment's
+:class:`kubetune_operator.controller.ExperimentController` through the
+:class:`kubetune_operator.registry.Registry`. Protocol: ``kubetune.env``
+(``COLLECTOR_RESULTS_PATH``). Forged or stale tokens get 401, malformed bodies
+400, bodies over the limit 413, and none of them reaches trial state. Tokens
+and bodies are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from aiohttp import web
+
+from kubetune.env import COLLECTOR_RESULTS_PATH
+
+from .tokens import verify_token
+
+log = logging.getLogger("kubetune.collector")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _parse(body: bytes, max_results: int) -> dict:
+    """Validate the batch's shape; raises ValueError with a short reason."""
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise ValueError("body must be a JSON object")
+    for key in ("namespace", "experiment", "trial"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise ValueError(f"{key} must be a non-empty string")
+    if not isinstance(data.get("attempt"), int) or isinstance(data["attempt"], bool) or data["attempt"] < 0:
+        raise ValueError("attempt must be a non-negative integer")
+    results = data.get("results", [])
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        raise ValueError("results must be a list of objects")
+    if len(results) > max_results:
+        raise ValueError(f"at most {max_results} results per batch")
+    checkpoint = data.get("checkpoint")
+    if checkpoint is not None and not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("uri"), str)):
+        raise ValueError("checkpoint must be null or an object with a uri")
+    if not isinstance(data.get("done", False), bool):
+        raise ValueError("done must be a boolean")
+    return data
+
+
+def make_app(registry) -> web.Application:
+    """Return the collector's application for ``registry`` (which holds settings, key and controllers)."""
+    limits = registry.settings.collector
+
+    async def results(request: web.Request) -> web.Response:
+        if request.content_length is not None and request.content_length > limits.max_body_bytes:
+            return _error(413, f"body over {limits.max_body_bytes} bytes")
+        body = await request.content.read(limits.max_body_bytes + 1)
+        if len(body) > limits.max_body_bytes:
+            return _error(413, f"body over {limits.max_body_bytes} bytes")
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            return _error(401, "missing bearer token")
+        try:
+            data = _parse(body, limits.max_results_per_batch)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _error(400, f"malformed batch: {exc}")
+        ns, trial, attempt = data["namespace"], data["trial"], data["attempt"]
+        if not verify_token(registry.key, auth[len("Bearer "):], ns, trial, attempt):
+            return _error(401, "invalid token")
+        ctl = registry.get(ns, data["experiment"])
+        if ctl is None:
+            return _error(503, "experiment not loaded yet; retry")
+        decision = ctl.record_results(trial, attempt, data.get("results", []), data.get("checkpoint"),
+                                      data.get("done", False), time.time())
+        if decision is None:
+            return _error(401, "stale token: not the trial's current attempt")
+        registry.wake(ns, data["experiment"])
+        return web.json_response({"decision": decision})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=limits.max_body_bytes + 1)
+    app.router.add_post(COLLECTOR_RESULTS_PATH, results)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def start(registry) -> web.AppRunner:
+    """Start serving on the settings' bind address; returns the runner (``await runner.cleanup()`` stops it)."""
+    runner = web.AppRunner(make_app(registry), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, registry.settings.collector.bind_host, registry.settings.collector.bind_port)
+    await site.start()
+    log.info("collector listening on %s:%s", registry.settings.collector.bind_host,
+             registry.settings.collector.bind_port)
+    return runner

@@ -1,0 +1,514 @@
+"""The per-Experiment controller: in-memory trial state, result handling and
+the level-based plan of what to create, delete and write.
+
+One :class:`ExperimentController` per Experiment lives in the operator's
+:class:`kubetune_operator.registry.Registry`. The Experiment's daemon
+(``handlers.py``) calls :meth:`ExperimentController.plan` with the pods it
+observes and carries out the returned :class:`Plan`; the collector calls
+:meth:`ExperimentController.record_results`. Nothing here talks to the API
+server, so the whole lifecycle is unit-tested without a cluster.
+
+Trial lifecycle (DESIGN.md, data flow 2, 5-7): a Trial is Pending until its
+pod (``<trial>-<attempt>``) runs, Running while it runs, then by the pod's end:
+exit 0 with the runtime's outcome (termination message JSON, see
+:mod:`kubetune.env`) gives Succeeded (Completed, EarlyStopped) or Paused; a
+failed or vanished pod is retried as attempt+1 (restoring the latest committed
+checkpoint) until ``failure.maxFailures``, then the Trial is Failed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
+from kubetune.search import parse_space
+from kubetune.stopping import should_stop
+
+from . import status as st
+from .builders import build_pod, build_trial
+from .labels import LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, pod_name, trial_name
+from .schedulers import create_scheduler
+from .search import create_searcher
+from .settings import Settings
+from .tokens import mint_token
+
+TERMINAL = ("Succeeded", "Failed")
+DECISION_RANK = {"continue": 0, "checkpoint": 1, "pause": 2, "stop": 3}
+
+
+class InvalidSpec(ValueError):
+    """An Experiment spec the schema accepted but the operator cannot run (message says why)."""
+
+
+@dataclass
+class PodView:
+    """What the operator needs of one trial pod (the kopf index keeps these)."""
+
+    name: str
+    trial: str
+    attempt: int
+    phase: str
+    deleting: bool = False
+    reason: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+
+
+def pod_view(pod: Mapping) -> PodView:
+    """Summarise a pod body (dict) as a :class:`PodView`."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    view = PodView(name=meta["name"], trial=meta["labels"][LABEL_TRIAL], attempt=int(meta["labels"][LABEL_ATTEMPT]),
+                   phase=status.get("phase") or "Pending", deleting=bool(meta.get("deletionTimestamp")),
+                   reason=status.get("reason"), message=status.get("message"))
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") == TRIAL_CONTAINER and term:
+            view.exit_code, view.message = term.get("exitCode"), term.get("message") or view.message
+            view.reason = term.get("reason") if term.get("reason") not in (None, "Completed", "Error") else view.reason
+    return view
+
+
+@dataclass
+class Plan:
+    """What one reconcile pass wants done; the daemon carries it out (409 on create is success).
+
+    Attributes:
+        create_trials: Trial manifests.
+        create_pods: Pod manifests.
+        delete_pods: ``(pod name, grace seconds)`` to delete gracefully.
+        trial_status: ``{trial name: status merge patch}`` for trials whose status should be written now.
+        events: ``(trial name or None for the Experiment, type, reason, message)``.
+        experiment_status: the Experiment's status merge patch, or None if nothing need be written now.
+    """
+
+    create_trials: list[dict] = field(default_factory=list)
+    create_pods: list[dict] = field(default_factory=list)
+    delete_pods: list[tuple[str, int]] = field(default_factory=list)
+    trial_status: dict[str, dict] = field(default_factory=dict)
+    events: list[tuple[str | None, str, str, str]] = field(default_factory=list)
+    experiment_status: dict | None = None
+
+
+@dataclass
+class TrialState:
+    """The operator's view of one Trial: its spec essentials and the status it owns."""
+
+    name: str
+    index: int
+    config: dict
+    status: dict = field(default_factory=dict)
+    uid: str | None = None
+    dirty: bool = False
+    written_at: float = 0.0
+    phase_changed: bool = False
+    written: dict = field(default_factory=dict)
+
+    @property
+    def phase(self) -> str:
+        return self.status.get("phase") or "Pending"
+
+    @property
+    def attempt(self) -> int:
+        return int(self.status.get("attempt") or 0)
+
+    def as_object(self) -> dict:
+        return {"metadata": {"name": self.name}, "spec": {"index": self.index, "config": self.config},
+                "status": self.status}
+
+
+def _now_iso(now: float) -> str:
+    return st.format_time(datetime.fromtimestamp(now, timezone.utc))
+
+
+def parse_outcome(message: str | None) -> dict:
+    """The runtime's JSON outcome from a termination message, or ``{}`` when it is not one."""
+    try:
+        outcome = json.loads(message or "")
+    except ValueError:
+        return {}
+    return outcome if isinstance(outcome, dict) else {}
+
+
+class ExperimentController:
+    """Everything the operator knows and decides about one Experiment.
+
+    Args:
+        experiment: the Experiment object (dict).
+        settings: the operator's settings.
+        key: the collector's HMAC key (trial tokens).
+
+    Raises:
+        InvalidSpec: the spec cannot be run (bad parameter space, searcher or scheduler
+            parameters, missing storage, bad timeBudget).
+    """
+
+    def __init__(self, experiment: Mapping, settings: Settings, key: bytes):
+        self.settings = settings
+        self.key = key
+        self.trials: dict[str, TrialState] = {}
+        self.created_pods: dict[str, float] = {}
+        self.exp_written_at = 0.0
+        self.exp_status: dict = dict(experiment.get("status") or {})
+        self.update(experiment)
+
+    # ----- spec --------------------------------------------------------------------------
+    def update(self, experiment: Mapping) -> None:
+        """Take a new version of the Experiment (spec changes take effect on the next plan).
+
+        Raises:
+            InvalidSpec: as for the constructor; the previous spec stays in force.
+        """
+        spec = experiment.get("spec") or {}
+        metric, mode = spec.get("metric"), spec.get("mode")
+        try:
+            parse_space(spec.get("config") or {})
+            algo = spec.get("searchAlgorithm") or {}
+            searcher = create_searcher(algo.get("name", "basic"), spec.get("config") or {}, metric, mode,
+                                       num_samples=int(spec.get("numSamples", 1)), seed=algo.get("seed"),
+                                       **(algo.get("params") or {}))
+            sched = spec.get("scheduler") or {}
+            scheduler = create_scheduler(sched.get("name", "fifo"), metric, mode, **(sched.get("params") or {}))
+            budget = st.parse_duration(spec["timeBudget"]) if spec.get("timeBudget") else None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InvalidSpec(str(exc)) from exc
+        if not ((spec.get("storage") or {}).get("uri") or self.settings.storage.default_uri):
+            raise InvalidSpec("spec.storage.uri is required (the operator has no default storage)")
+        old = getattr(self, "searcher", None)
+        saved = old.get_state() if old is not None and type(old) is type(searcher) else \
+            self.exp_status.get("searcherState") if old is None else None
+        if saved and not hasattr(searcher, "variant"):
+            try:
+                searcher.set_state(saved)  # model-based searchers keep what they learned
+            except (ValueError, TypeError, KeyError) as exc:
+                raise InvalidSpec(f"the searcher cannot resume from its saved state: {exc}") from exc
+        if getattr(self, "scheduler", None) is None or type(self.scheduler) is not type(scheduler):
+            self.scheduler = scheduler
+        self.searcher, self.time_budget_s = searcher, budget
+        self.experiment = experiment
+        self.spec, self.metric, self.mode = spec, metric, mode
+        self.search_finished = False
+
+    @property
+    def name(self) -> str:
+        return self.experiment["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.experiment["metadata"]["namespace"]
+
+    # ----- observation -------------------------------------------------------------------
+    def observe_trial(self, trial: Mapping) -> None:
+        """Adopt a Trial seen in the API (after a restart, or created by us); our own status wins once known."""
+        name = trial["metadata"]["name"]
+        state = self.trials.get(name)
+        if state is None:
+            spec = trial.get("spec") or {}
+            status = dict(trial.get("status") or {})
+            self.trials[name] = TrialState(name, int(spec.get("index", 0)), dict(spec.get("config") or {}),
+                                           status, trial["metadata"].get("uid"), written=dict(status))
+            self.scheduler.on_trial_add(name)
+        elif state.uid is None:
+            state.uid = trial["metadata"].get("uid")
+
+    def trial_created(self, name: str, uid: str | None) -> None:
+        """The daemon created (or found) Trial ``name``; None ``uid`` means the create failed: forget it."""
+        if uid is None:
+            self.trials.pop(name, None)
+        else:
+            self.trials[name].uid = uid
+
+    def token(self, trial: str, attempt: int) -> str:
+        return mint_token(self.key, self.namespace, trial, attempt)
+
+    # ----- results from the collector ----------------------------------------------------
+    def record_results(self, trial: str, attempt: int, results: list[dict], checkpoint: dict | None,
+                       done: bool, now: float) -> str | None:
+        """Take a batch of results of ``trial``'s ``attempt``; return the decision for the runtime.
+
+        Returns:
+            ``continue``, ``checkpoint``, ``pause`` or ``stop``; None when ``attempt`` is not the
+            trial's current one (a stale token: the collector answers 401).
+        """
+        state = self.trials.get(trial)
+        if state is None or attempt != state.attempt:
+            return None
+        if state.phase in TERMINAL or self.stopping_reason() or self.spec.get("suspend"):
+            return "pause" if self.spec.get("suspend") and state.phase not in TERMINAL else "stop"
+        decision = "continue"
+        for result in results:
+            d = self.scheduler.on_trial_result(trial, result)
+            stop, _ = should_stop(result, self.spec.get("stop") or {})
+            if stop or result.get("done"):
+                d = "stop"
+            if DECISION_RANK[d] > DECISION_RANK[decision]:
+                decision = d
+        if results:
+            last = results[-1]
+            state.status["lastResult"] = st.compact_result(last, self.metric)
+            state.status["iteration"] = last.get("training_iteration")
+            value = st.metric_value(last, self.metric) if self.metric else None
+            if value is not None:
+                state.status["metricValue"] = value
+            state.dirty = True
+            if hasattr(self.searcher, "on_trial_result"):
+                self.searcher.on_trial_result(trial, last)
+        if checkpoint and checkpoint.get("uri"):
+            state.status["checkpoint"] = {"uri": checkpoint["uri"], "iteration": checkpoint.get("iteration")}
+            state.dirty = True
+        return decision
+
+    # ----- deciding --------------------------------------------------------------------
+    def best(self) -> dict | None:
+        if not self.metric or not self.mode:
+            return None
+        return st.best_trial((t.as_object() for t in self.trials.values()), self.metric, self.mode)
+
+    def stopping_reason(self, now: float | None = None) -> str | None:
+        """Why the whole experiment is ending early, or None: GoalReached, TimeBudgetExhausted,
+        MaxFailedTrialsExceeded (the reasons of :func:`status.experiment_phase`)."""
+        decision = self._phase_decision(now if now is not None else time.time())
+        return decision.reason if decision.stop_remaining else None
+
+    def _phase_decision(self, now: float) -> st.PhaseDecision:
+        counts = st.trial_counts(t.phase for t in self.trials.values())
+        best = self.best()
+        goal = self.spec.get("goal")
+        started = self.exp_status.get("startTime")
+        budget_over = bool(self.time_budget_s is not None and started and
+                           now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() >= self.time_budget_s)
+        max_failed = (self.spec.get("failure") or {}).get("maxFailedTrials")
+        return st.experiment_phase(
+            counts, suspended=bool(self.spec.get("suspend")), search_finished=self.search_finished,
+            goal_reached=goal is not None and best is not None and st.goal_reached(best["metricValue"], goal, self.mode),
+            time_budget_exhausted=budget_over, max_failed_trials=max_failed)
+
+    def _set(self, plan: Plan, trial: TrialState, now: float, **changes: Any) -> None:
+        if "phase" in changes and changes["phase"] != trial.phase:
+            trial.phase_changed = True
+            if changes["phase"] == "Running":
+                trial.status.setdefault("startTime", _now_iso(now))
+            if changes["phase"] in TERMINAL:
+                trial.status["completionTime"] = _now_iso(now)
+        for key, value in changes.items():
+            if value is None:
+                trial.status.pop(key, None)
+            else:
+                trial.status[key] = value
+        trial.dirty = True
+
+    def _fail_attempt(self, plan: Plan, trial: TrialState, reason: str, message: str, now: float) -> None:
+        failures = int(trial.status.get("failures") or 0) + 1
+        max_failures = int((self.spec.get("failure") or {}).get("maxFailures") or 0)
+        message = st.truncate_message(message or reason, st.MAX_TRIAL_MESSAGE_BYTES)
+        if failures > max_failures:
+            self._set(plan, trial, now, phase="Failed", reason=reason, message=message, failures=failures)
+            plan.events.append((trial.name, "Warning", "TrialFailed",
+                                f"attempt {trial.attempt} failed ({reason}); no retries left: {message[-300:]}"))
+            self.scheduler.on_trial_remove(trial.name)
+            if hasattr(self.searcher, "on_trial_complete"):
+                self.searcher.on_trial_complete(trial.name, trial.status.get("lastResult"), error=True)
+        else:
+            self._set(plan, trial, now, phase="Pending", reason="Retrying", message=message, failures=failures,
+                      attempt=trial.attempt + 1)
+            plan.events.append((trial.name, "Warning", "TrialRetried",
+                                f"attempt {trial.attempt - 1} failed ({reason}); retry {failures} of {max_failures} "
+                                "from the latest checkpoint"))
+
+    def _finish(self, plan: Plan, trial: TrialState, reason: str, now: float, message: str = "") -> None:
+        self._set(plan, trial, now, phase="Succeeded", reason=reason, message=message or None)
+        plan.events.append((trial.name, "Normal", "TrialSucceeded",
+                            f"{reason} at iteration {trial.status.get('iteration')}"))
+        if reason == "Completed":
+            self.scheduler.on_trial_complete(trial.name, trial.status.get("lastResult"))
+        else:
+            self.scheduler.on_trial_remove(trial.name)
+        if hasattr(self.searcher, "on_trial_complete"):
+            self.searcher.on_trial_complete(trial.name, trial.status.get("lastResult"))
+
+    def _pod_ended(self, plan: Plan, trial: TrialState, pod: PodView, stop_reason: str | None, now: float) -> None:
+        outcome = parse_outcome(pod.message) if pod.phase == "Succeeded" else {}
+        kind = outcome.get("outcome")
+        if pod.phase == "Succeeded" and kind == OUTCOME_COMPLETED:
+            self._finish(plan, trial, "Completed", now)
+        elif pod.phase == "Succeeded" and kind == OUTCOME_STOPPED and not stop_reason and not self.spec.get("suspend"):
+            self._finish(plan, trial, "EarlyStopped", now)
+        elif self.spec.get("suspend") and not stop_reason and (pod.phase == "Succeeded" or pod.deleting):
+            self._set(plan, trial, now, phase="Paused", reason="Suspended", message=None)
+        elif stop_reason and (pod.phase == "Succeeded" or pod.deleting):
+            self._finish(plan, trial, stop_reason, now)
+        elif pod.phase == "Succeeded" and kind == OUTCOME_PAUSED:
+            self._set(plan, trial, now, phase="Paused", reason="SchedulerPaused", message=None)
+        elif pod.phase == "Succeeded":
+            self._fail_attempt(plan, trial, "Terminated", "the trial process was terminated before it finished", now)
+        else:
+            self._fail_attempt(plan, trial, pod.reason or "Error", pod.message or f"exit code {pod.exit_code}", now)
+
+    def plan(self, pods: Mapping[str, PodView], now: float | None = None) -> Plan:
+        """Compare desired with observed state and return what to do (level-based, idempotent).
+
+        Args:
+            pods: the experiment's trial pods by name, as observed.
+            now: seconds since the epoch (default: the clock).
+        """
+        now = time.time() if now is None else now
+        plan = Plan()
+        self.exp_status.setdefault("startTime", _now_iso(now))
+        stop_reason = self.stopping_reason(now)
+        suspended = bool(self.spec.get("suspend"))
+        grace = self.settings.trials.termination_grace_period_s
+        for trial in sorted(self.trials.values(), key=lambda t: t.index):
+            if trial.phase in TERMINAL or trial.uid is None:
+                continue
+            pod = pods.get(pod_name(trial.name, trial.attempt))
+            if pod is not None:
+                self.created_pods.pop(pod.name, None)
+            pod_active = pod is not None and pod.phase in ("Pending", "Running")
+            if (stop_reason or suspended) and pod_active:
+                if not pod.deleting:
+                    plan.delete_pods.append((pod.name, grace))
+                continue
+            if pod is not None and pod.phase in TERMINAL:
+                self._pod_ended(plan, trial, pod, stop_reason, now)
+                pod = None
+                if trial.phase in TERMINAL or trial.phase == "Paused":
+                    continue
+            if stop_reason:
+                self._finish(plan, trial, stop_reason, now, "stopped before it ran" if trial.phase == "Pending" else "")
+                continue
+            if suspended:
+                if trial.phase != "Paused":
+                    self._set(plan, trial, now, phase="Paused", reason="Suspended", message=None)
+                continue
+            if trial.phase == "Paused":
+                if trial.status.get("reason") != "Suspended":
+                    continue  # scheduler-paused: resumed below when a slot frees
+                self._set(plan, trial, now, phase="Pending", reason="Resumed", attempt=trial.attempt + 1, message=None)
+                plan.events.append((trial.name, "Normal", "TrialResumed", "resuming from the latest checkpoint"))
+            if pod is None and trial.status.get("podName") == pod_name(trial.name, trial.attempt) and \
+                    trial.phase == "Running":
+                self._fail_attempt(plan, trial, "PodDeleted", "the trial's pod disappeared", now)
+            if pod is None:
+                self._create_pod(plan, trial, now)
+                if trial.phase != "Pending":
+                    self._set(plan, trial, now, phase="Pending")
+            elif pod.phase == "Running" and trial.phase != "Running" and not pod.deleting:
+                self._set(plan, trial, now, phase="Running", reason="Running", message=None)
+                plan.events.append((trial.name, "Normal", "TrialStarted", f"pod {pod.name} is running"))
+        stop_reason = self.stopping_reason(now)  # outcomes of this pass count too
+        self._resume_paused(plan, now, stop_reason, suspended)
+        self._new_trials(plan, now, stop_reason, suspended)
+        self._statuses(plan, now)
+        return plan
+
+    def _create_pod(self, plan: Plan, trial: TrialState, now: float) -> None:
+        """Ask for the pod of the trial's current attempt, unless asked for in the last 30 s (index lag)."""
+        name = pod_name(trial.name, trial.attempt)
+        if now - self.created_pods.get(name, -1e9) < 30:
+            return
+        self.created_pods[name] = now
+        plan.create_pods.append(self._pod(trial))
+        if trial.status.get("podName") != name:
+            self._set(plan, trial, now, podName=name)
+
+    def _pod(self, trial: TrialState) -> dict:
+        obj = {"apiVersion": "kubetune.io/v1alpha1", "kind": "Trial",
+               "metadata": {"name": trial.name, "namespace": self.namespace, "uid": trial.uid},
+               "spec": {"index": trial.index, "config": trial.config}}
+        return build_pod(self.experiment, obj, trial.attempt, self.token(trial.name, trial.attempt), self.settings)
+
+    def _active(self) -> int:
+        return sum(1 for t in self.trials.values() if t.phase in ("Pending", "Running"))
+
+    def _limit(self) -> int:
+        return int(self.spec.get("maxConcurrentTrials") or self.settings.trials.default_max_concurrent_trials)
+
+    def _scheduler_paused(self) -> list[str]:
+        return [t.name for t in sorted(self.trials.values(), key=lambda t: t.index)
+                if t.phase == "Paused" and t.status.get("reason") == "SchedulerPaused"]
+
+    def _resume_paused(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
+        """Resume the paused trials the scheduler picks for free slots; end those it gave up on."""
+        if stop_reason or suspended:
+            return
+        paused = self._scheduler_paused()
+        for name in self.scheduler.trials_to_stop(paused) if paused else []:
+            self._finish(plan, self.trials[name], "EarlyStopped", now)
+        while self._active() < self._limit():
+            paused = self._scheduler_paused()
+            chosen = self.scheduler.choose_trial_to_run(paused, self.search_finished) if paused else None
+            if chosen is None:
+                return
+            trial = self.trials[chosen]
+            self._set(plan, trial, now, phase="Pending", reason="Resumed", attempt=trial.attempt + 1, message=None)
+            self._create_pod(plan, trial, now)
+
+    def _new_trials(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
+        next_index = max((t.index for t in self.trials.values()), default=-1) + 1
+        total = getattr(self.searcher, "total", None)
+        while not stop_reason and not suspended and self._active() < self._limit():
+            if total is not None:  # random-access searcher: config i is a function of i alone
+                if next_index >= total:
+                    self.search_finished = True
+                    return
+                config, tag = self.searcher.variant(next_index)
+            else:
+                suggestion = self.searcher.suggest(trial_name(self.name, next_index))
+                if not isinstance(suggestion, dict):
+                    self.search_finished = suggestion is not None
+                    return
+                config, tag = suggestion, f"{next_index}"
+            manifest = build_trial(self.experiment, next_index, config, tag)
+            plan.create_trials.append(manifest)
+            name = manifest["metadata"]["name"]
+            trial = self.trials[name] = TrialState(name, next_index, config, {"phase": "Pending", "attempt": 0})
+            self.scheduler.on_trial_add(name)
+            trial.phase_changed = True
+            plan.events.append((None, "Normal", "TrialCreated", f"trial {name} created with {tag}"))
+            next_index += 1
+        if total is not None and next_index >= total:
+            self.search_finished = True
+
+    def _statuses(self, plan: Plan, now: float) -> None:
+        interval = self.settings.status.write_interval_s
+        for trial in self.trials.values():
+            if trial.uid is None and not trial.phase_changed:
+                continue
+            if trial.dirty and (trial.phase_changed or now - trial.written_at >= interval):
+                patch = st.status_patch(trial.written, trial.status)
+                if patch:
+                    plan.trial_status[trial.name] = patch
+                    trial.written = dict(trial.status)
+                trial.dirty = trial.phase_changed = False
+                trial.written_at = now
+        decision = self._phase_decision(now)
+        obs_gen = self.experiment["metadata"].get("generation")
+        conditions = st.experiment_conditions(self.exp_status.get("conditions"), decision, obs_gen,
+                                              datetime.fromtimestamp(now, timezone.utc))
+        conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", obs_gen,
+                                      datetime.fromtimestamp(now, timezone.utc))
+        completion = self.exp_status.get("completionTime")
+        if decision.phase in TERMINAL and not completion:
+            completion = _now_iso(now)
+        state = None if hasattr(self.searcher, "variant") else self.searcher.get_state()
+        new = st.experiment_status(
+            phase=decision.phase, conditions=conditions, observed_generation=obs_gen,
+            counts=st.trial_counts(t.phase for t in self.trials.values()), best=self.best(),
+            start_time=self.exp_status.get("startTime"), completion_time=completion, searcher_state=state)
+        changed_phase = new.get("phase") != self.exp_status.get("phase")
+        patch = st.status_patch(self.exp_status, new)
+        if patch and (changed_phase or now - self.exp_written_at >= 1.0):
+            if changed_phase:
+                kind = "Warning" if decision.phase == "Failed" else "Normal"
+                plan.events.append((None, kind, f"Experiment{decision.phase}", decision.message))
+            plan.experiment_status = patch
+            self.exp_status = new
+            self.exp_written_at = now
+
+    @property
+    def finished(self) -> bool:
+        """The Experiment reached Succeeded or Failed (nothing more to do)."""
+        return self.exp_status.get("phase") in TERMINAL

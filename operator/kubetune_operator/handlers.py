@@ -1,0 +1,153 @@
+"""Every kopf handler of the operator, and nothing else: each parses, calls a
+function, and maps errors (CONVENTIONS.md 1-2).
+
+Imported by ``python -m kubetune_operator`` (``__main__.py``). Pods and
+Trials are followed through kopf indices on the ``managed-by`` label; one
+daemon per Experiment runs the level-based loop of
+:class:`kubetune_operator.controller.ExperimentController`; create/resume/
+update handlers only validate; no handler, timer or daemon is put on pods (so
+pods get no finalizers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime, timezone
+
+import kopf
+
+from . import collector
+from . import status as st
+from .controller import InvalidSpec, pod_view
+from .kube import Kube
+from .labels import (
+    FINALIZER, GROUP, KOPF_ANNOTATION_PREFIX, LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, TRIAL_KIND,
+    TRIAL_PLURAL, VERSION,
+)
+from .registry import Registry
+from .settings import Settings
+
+log = logging.getLogger("kubetune.operator")
+MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+MIN_PASS_INTERVAL_S = 0.2
+IDLE_PASS_INTERVAL_S = 2.0
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+    cfg = Settings.from_env()
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_ANNOTATION_PREFIX)
+    settings.posting.level = logging.WARNING  # our own events are posted explicitly
+    settings.watching.server_timeout = 300
+    settings.batching.worker_limit = 1000
+    kube = Kube()
+    key = await kube.call(kube.load_or_create_key, cfg.collector.key_secret_namespace,
+                          cfg.collector.key_secret_name)
+    memo.kube, memo.registry = kube, Registry(cfg, key)
+    memo.collector = await collector.start(memo.registry)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_) -> None:
+    if getattr(memo, "collector", None) is not None:
+        await memo.collector.cleanup()
+
+
+@kopf.index(GROUP, VERSION, TRIAL_PLURAL, labels=MANAGED)
+def trials_by_experiment(namespace, labels, body, **_):
+    return {(namespace, labels.get(LABEL_EXPERIMENT)): {
+        "metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}}
+
+
+@kopf.index("pods", labels=MANAGED)
+def pods_by_experiment(namespace, labels, body, **_):
+    return {(namespace, labels.get(LABEL_EXPERIMENT)): pod_view(body)}
+
+
+@kopf.on.event("pods", labels=MANAGED)
+def pod_changed(namespace, labels, memo: kopf.Memo, **_) -> None:
+    if getattr(memo, "registry", None) is not None:
+        memo.registry.wake(namespace, labels.get(LABEL_EXPERIMENT))
+
+
+def _mark_invalid(kube: Kube, body, message: str) -> None:
+    now = datetime.now(timezone.utc)
+    gen = body.metadata.get("generation")
+    conditions = st.set_condition(body.status.get("conditions"), "Ready", False, "InvalidSpec", message, gen, now)
+    patch = st.status_patch(dict(body.status), {**dict(body.status), "conditions": conditions,
+                                                "phase": body.status.get("phase") or "Pending",
+                                                "observedGeneration": gen})
+    if patch:
+        kube.patch_experiment_status(body.metadata["namespace"], body.metadata["name"], patch)
+
+
+@kopf.on.create(GROUP, VERSION, "experiments", id="validate")
+@kopf.on.resume(GROUP, VERSION, "experiments", id="revalidate")
+@kopf.on.update(GROUP, VERSION, "experiments", field="spec", id="spec-changed")
+async def validate(body, namespace, name, memo: kopf.Memo, **_) -> None:
+    try:
+        memo.registry.load(dict(body))
+    except InvalidSpec as exc:
+        kopf.warn(body, reason="InvalidSpec", message=str(exc)[:1000])
+        await memo.kube.call(_mark_invalid, memo.kube, body, str(exc))
+        return
+    memo.registry.wake(namespace, name)
+
+
+def _event_target(ctl, trial: str | None) -> dict:
+    if trial is None:
+        return ctl.experiment
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": TRIAL_KIND,
+            "metadata": {"name": trial, "namespace": ctl.namespace, "uid": ctl.trials[trial].uid}}
+
+
+@kopf.daemon(GROUP, VERSION, "experiments", id="reconcile", cancellation_timeout=10,
+             when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"))
+async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: kopf.Memo,
+                    trials_by_experiment: kopf.Index, pods_by_experiment: kopf.Index, **_) -> None:
+    """One level-based loop per Experiment until it Succeeds or Fails."""
+    registry, kube = memo.registry, memo.kube
+    wake = registry.event(namespace, name)
+    while not stopped:
+        ctl = registry.get(namespace, name)
+        if ctl is None:
+            try:
+                ctl = registry.load(dict(body))
+            except InvalidSpec:  # marked by validate(); wait for a spec change
+                await _sleep(wake, 30)
+                continue
+        started = time.monotonic()
+        for trial in trials_by_experiment.get((namespace, name), []):
+            ctl.observe_trial(trial)
+        pods = {p.name: p for p in pods_by_experiment.get((namespace, name), [])}
+        plan = ctl.plan(pods)
+        errors = await kube.execute(ctl, plan)
+        for trial, kind, reason, message in plan.events:
+            if trial is None or ctl.trials.get(trial) and ctl.trials[trial].uid:
+                kopf.event(_event_target(ctl, trial), type=kind, reason=reason, message=message[:1000])
+        for error in errors[:5]:
+            log.warning("experiment %s/%s: %s", namespace, name, error)
+        if ctl.finished:
+            return
+        busy = bool(plan.create_trials or plan.create_pods)
+        await _sleep(wake, MIN_PASS_INTERVAL_S if busy or errors else IDLE_PASS_INTERVAL_S)
+        await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL_S - (time.monotonic() - started)))
+
+
+async def _sleep(wake: asyncio.Event, timeout: float) -> None:
+    """Wait until ``wake`` is set or ``timeout`` seconds pass, then clear it."""
+    try:
+        await asyncio.wait_for(wake.wait(), timeout=timeout)
+    except asyncio.TimeoutError:
+        pass
+    wake.clear()
+
+
+@kopf.on.delete(GROUP, VERSION, "experiments", id="forget", optional=True)
+def forget(namespace, name, memo: kopf.Memo, **_) -> None:
+    """Drop the in-memory controller; trials and pods go with their owner (garbage collector)."""
+    memo.registry.forget(namespace, name)

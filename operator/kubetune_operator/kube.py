@@ -1,0 +1,135 @@
+"""Kubernetes API calls of the operator, run in a thread pool off kopf's event loop.
+
+Called by the Experiment daemon (``handlers.py``) to carry out a
+:class:`kubetune_operator.controller.Plan`, and at startup for the collector's
+key Secret. Creates treat 409 AlreadyExists as success (names are
+deterministic); responses are read as plain JSON, not client models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from kubernetes import client, config
+
+from .controller import Plan
+from .labels import GROUP, TRIAL_PLURAL, VERSION
+from .tokens import key_from_secret_data, key_secret_data, new_key
+
+log = logging.getLogger("kubetune.kube")
+_FAILED = object()
+
+
+class Kube:
+    """A thread-pooled Kubernetes client (in-cluster config, else ``$KUBECONFIG``)."""
+
+    def __init__(self, workers: int = 16):
+        cfg = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)
+        cfg.connection_pool_maxsize = workers * 2
+        api = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
+
+    async def call(self, fn, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    # ----- trials and pods -----------------------------------------------------------------
+    def _create_trial(self, manifest: dict) -> str:
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        try:
+            resp = self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, TRIAL_PLURAL, manifest,
+                                                               _preload_content=False)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            resp = self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, TRIAL_PLURAL, name,
+                                                            _preload_content=False)
+        return json.loads(resp.data)["metadata"]["uid"]
+
+    def _create_pod(self, manifest: dict) -> None:
+        try:
+            self.core.create_namespaced_pod(manifest["metadata"]["namespace"], manifest, _preload_content=False)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def _delete_pod(self, namespace: str, name: str, grace: int) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body={"gracePeriodSeconds": grace},
+                                            _preload_content=False)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _patch_trial_status(self, namespace: str, name: str, patch: dict) -> None:
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, TRIAL_PLURAL, name,
+                                                          {"status": patch}, _preload_content=False)
+
+    def patch_experiment_status(self, namespace: str, name: str, patch: dict) -> None:
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "experiments", name,
+                                                          {"status": patch}, _preload_content=False)
+
+    async def execute(self, ctl, plan: Plan) -> list[str]:
+        """Carry out ``plan`` for controller ``ctl``: trials, then pods, deletions and statuses.
+
+        Returns:
+            Error messages of calls that failed (the next pass retries them); never raises for API errors.
+        """
+        ns, errors = ctl.namespace, []
+
+        async def attempt(what, fn, *args):
+            try:
+                return await self.call(fn, *args)
+            except Exception as exc:  # noqa: BLE001 - reported, then retried by the next pass
+                errors.append(f"{what}: {getattr(exc, 'reason', None) or exc}")
+                return _FAILED
+
+        uids = await asyncio.gather(*(attempt(f"create trial {m['metadata']['name']}", self._create_trial, m)
+                                      for m in plan.create_trials))
+        for manifest, uid in zip(plan.create_trials, uids):
+            ctl.trial_created(manifest["metadata"]["name"], None if uid is _FAILED else uid)
+        created = await asyncio.gather(*(attempt(f"create pod {m['metadata']['name']}", self._create_pod, m)
+                                         for m in plan.create_pods))
+        for manifest, outcome in zip(plan.create_pods, created):
+            if outcome is _FAILED:  # ask again on the next pass
+                ctl.created_pods.pop(manifest["metadata"]["name"], None)
+        await asyncio.gather(*(attempt(f"delete pod {name}", self._delete_pod, ns, name, grace)
+                               for name, grace in plan.delete_pods))
+        await asyncio.gather(*(attempt(f"status of trial {name}", self._patch_trial_status, ns, name, patch)
+                               for name, patch in plan.trial_status.items() if name in ctl.trials))
+        if plan.experiment_status:
+            await attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)
+        return errors
+
+    # ----- the collector's key -------------------------------------------------------------
+    def load_or_create_key(self, namespace: str, name: str) -> bytes:
+        """Read the HMAC key from Secret ``namespace/name``, creating the Secret with a new key if absent.
+
+        Raises:
+            kubernetes.client.ApiException: the Secret cannot be read or created (e.g. RBAC, no namespace).
+        """
+        try:
+            secret = json.loads(self.core.read_namespaced_secret(name, namespace, _preload_content=False).data)
+            return key_from_secret_data({k: v for k, v in (secret.get("data") or {}).items()})
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "namespace": namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "kubetune"}},
+                "data": key_secret_data(new_key())}
+        try:
+            self.core.create_namespaced_secret(namespace, body, _preload_content=False)
+        except client.ApiException as exc:
+            if exc.status != 409:  # another replica won the race: read theirs
+                raise
+        return self.load_or_create_key(namespace, name)
+

@@ -1,0 +1,81 @@
+"""The ``basic``/``random`` searcher: Ray's basic variant generation, restart-safe.
+
+Owns :class:`BasicVariantSearcher`, a :class:`~kubetune_operator.search.base.Searcher`
+over :class:`kubetune.search.BasicVariantGenerator`. Variant ``i`` depends only
+on ``(space, numSamples, seed, i)``, so the state is two integers and the
+operator may regenerate any trial's config with :meth:`BasicVariantSearcher.variant`.
+Created through ``kubetune_operator.search.create_searcher``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetune.search import BasicVariantGenerator
+from kubetune_operator.search.base import FINISHED, Searcher
+
+__all__ = ["BasicVariantSearcher"]
+
+
+class BasicVariantSearcher(Searcher):
+    """Grid cross product × ``num_samples`` random draws, in Ray's order (see ``kubetune.search.variants``).
+
+    Args:
+        space: ``spec.config`` (JSON) or an SDK space with domains.
+        metric, mode: accepted for a uniform interface; not used.
+        num_samples: passes over the grid.
+        seed: seed of every draw; None picks one (kept in the state).
+
+    Attributes:
+        total: number of variants (``num_samples`` × grid size).
+        next_index: index of the next variant :meth:`suggest` returns.
+
+    Raises:
+        ValueError: a bad space, ``num_samples``, seed or mode.
+    """
+
+    def __init__(self, space: Any, metric: str | None = None, mode: str | None = None, num_samples: int = 1,
+                 seed: int | None = None):
+        super().__init__(metric, mode)
+        self._space = space
+        self.generator = BasicVariantGenerator(space, num_samples, seed)
+        self.total = self.generator.total
+        self.next_index = 0
+
+    def next_variant(self) -> tuple[int, dict, str] | str:
+        """``(index, config, tag)`` of the next variant, or :data:`FINISHED`; advances :attr:`next_index`."""
+        if self.next_index >= self.total:
+            return FINISHED
+        index = self.next_index
+        config, tag = self.generator.variant(index)
+        self.next_index += 1
+        return index, config, tag
+
+    def suggest(self, trial_id: str) -> dict | str:
+        """The next variant's config, or :data:`FINISHED` after :attr:`total` suggestions."""
+        variant = self.next_variant()
+        return variant if variant == FINISHED else variant[1]
+
+    def variant(self, index: int) -> tuple[dict, str]:
+        """``(config, tag)`` of variant ``index``, as first suggested (no state change).
+
+        Raises:
+            IndexError: ``index`` outside ``[0, total)``.
+        """
+        return self.generator.variant(index)
+
+    def get_state(self) -> dict:
+        """``{"seed": int, "next_index": int}``."""
+        return {"seed": self.generator.seed, "next_index": self.next_index}
+
+    def set_state(self, state: dict) -> None:
+        """Resume: same seed (the stored one wins over the constructor's) and position.
+
+        Raises:
+            ValueError: ``next_index`` outside ``[0, total]``.
+        """
+        if state["seed"] != self.generator.seed:
+            self.generator = BasicVariantGenerator(self._space, self.generator.num_samples, state["seed"])
+        if not 0 <= state["next_index"] <= self.total:
+            raise ValueError(f"next_index {state['next_index']!r} outside [0, {self.total}]")
+        self.next_index = state["next_index"]

@@ -1,0 +1,39 @@
+"""Small trainables the integration tests run in trial pods (imported by the
+runtime as ``tests.integration.trainables:<Name>``; the process kubelet's
+``PYTHONPATH`` holds the repository root, standing for the trial image)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import kubetune
+
+
+class Counter(kubetune.Trainable):
+    """``score`` grows by ``config["x"]`` each step; ``sleep`` seconds per step.
+
+    ``fail_at``: raise in that iteration on the first attempt only (a crash to retry);
+    ``always_fail``: raise in every step (a trial that exhausts its retries).
+    """
+
+    def setup(self, config):
+        self.total = 0.0
+
+    def step(self):
+        time.sleep(self.config.get("sleep", 0))
+        if self.config.get("always_fail"):
+            raise ValueError("this trainable always fails")
+        if self.config.get("fail_at") == self.iteration + 1 and os.environ.get("KUBETUNE_ATTEMPT") == "0":
+            raise RuntimeError(f"injected failure at iteration {self.iteration + 1}")
+        self.total += self.config["x"]
+        return {"score": self.total}
+
+    def save_checkpoint(self, checkpoint_dir):
+        Path(checkpoint_dir, "state.json").write_text(json.dumps({"total": self.total}))
+        return checkpoint_dir
+
+    def load_checkpoint(self, checkpoint_dir):
+        self.total = json.loads(Path(checkpoint_dir, "state.json").read_text())["total"]

@@ -1,0 +1,218 @@
+"""The per-Experiment controller's lifecycle decisions, without a cluster:
+trial creation under concurrency limits, pod outcomes, retries, suspend,
+goal, collector decisions and the Experiment's status."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
+from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView
+from kubetune_operator.labels import pod_name
+from kubetune_operator.settings import Settings
+from kubetune_operator.tokens import verify_token
+
+KEY = b"k" * 32
+T0 = 1_800_000_000.0
+
+
+def experiment(**spec):
+    base = {"trainable": {"entrypoint": "m:T"}, "image": "img", "config": {"lr": {"grid_search": [1, 2, 3, 4]}},
+            "numSamples": 1, "metric": "acc", "mode": "max", "maxConcurrentTrials": 2,
+            "storage": {"uri": "s3://bucket/prefix"}, "failure": {"maxFailures": 1}}
+    base.update(spec)
+    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
+            "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": 1}, "spec": base}
+
+
+def adopt_created(ctl, plan):
+    for m in plan.create_trials:
+        ctl.trial_created(m["metadata"]["name"], "uid-" + m["metadata"]["name"])
+
+
+def pod(name, phase, outcome=None, exit_code=None, message=None, deleting=False):
+    trial, attempt = name.rsplit("-", 1)
+    if outcome is not None:
+        message = json.dumps({"outcome": outcome, "iteration": 3})
+    return PodView(name, trial, int(attempt), phase, deleting=deleting, exit_code=exit_code, message=message)
+
+
+@pytest.fixture
+def ctl():
+    return ExperimentController(experiment(), Settings(), KEY)
+
+
+def test_creates_trials_up_to_max_concurrent_then_their_pods(ctl):
+    plan = ctl.plan({}, T0)
+    assert [m["metadata"]["name"] for m in plan.create_trials] == ["exp-00000", "exp-00001"]
+    assert [m["spec"]["config"] for m in plan.create_trials] == [{"lr": 1}, {"lr": 2}]
+    assert plan.create_pods == []  # pods wait for the Trial's uid (their owner)
+    adopt_created(ctl, plan)
+    plan = ctl.plan({}, T0 + 1)
+    assert sorted(p["metadata"]["name"] for p in plan.create_pods) == ["exp-00000-0", "exp-00001-0"]
+    assert plan.create_trials == []
+    pod0 = plan.create_pods[0]
+    token = next(e["value"] for e in pod0["spec"]["containers"][0]["env"] if e["name"] == "KUBETUNE_TOKEN")
+    assert verify_token(KEY, token, "ns", "exp-00000", 0)
+    # asking again soon does not re-create what the index has not shown yet
+    assert ctl.plan({}, T0 + 2).create_pods == []
+
+
+def test_pod_outcomes_move_trials_through_their_phases(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    plan = ctl.plan({"exp-00000-0": pod("exp-00000-0", "Running")}, T0 + 2)
+    assert plan.trial_status["exp-00000"]["phase"] == "Running"
+    plan = ctl.plan({"exp-00000-0": pod("exp-00000-0", "Succeeded", OUTCOME_COMPLETED)}, T0 + 3)
+    assert ctl.trials["exp-00000"].status["phase"] == "Succeeded"
+    assert ctl.trials["exp-00000"].status["reason"] == "Completed"
+    # a slot freed: the third trial is created
+    assert [m["metadata"]["name"] for m in plan.create_trials] == ["exp-00002"]
+
+
+def test_collector_stop_gives_early_stopped_and_pause_gives_paused(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    ctl.plan({"exp-00000-0": pod("exp-00000-0", "Succeeded", OUTCOME_STOPPED),
+              "exp-00001-0": pod("exp-00001-0", "Succeeded", OUTCOME_PAUSED)}, T0 + 2)
+    assert ctl.trials["exp-00000"].status["reason"] == "EarlyStopped"
+    assert ctl.trials["exp-00001"].status["phase"] == "Paused"
+
+
+def test_failed_attempt_retries_then_fails_the_trial(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    plan = ctl.plan({"exp-00000-0": pod("exp-00000-0", "Failed", exit_code=1, message="Traceback: boom")}, T0 + 2)
+    trial = ctl.trials["exp-00000"]
+    assert (trial.phase, trial.attempt, trial.status["failures"]) == ("Pending", 1, 1)
+    assert "exp-00000-1" in [p["metadata"]["name"] for p in plan.create_pods]
+    assert any(e[2] == "TrialRetried" for e in plan.events)
+    ctl.plan({"exp-00000-1": pod("exp-00000-1", "Failed", exit_code=1, message="Traceback: boom again")}, T0 + 3)
+    assert trial.phase == "Failed" and trial.status["message"] == "Traceback: boom again"
+
+
+def test_running_pod_that_vanishes_counts_as_a_failure(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    ctl.plan({"exp-00000-0": pod("exp-00000-0", "Running")}, T0 + 2)
+    plan = ctl.plan({}, T0 + 3)
+    trial = ctl.trials["exp-00000"]
+    assert trial.attempt == 1 and trial.status["reason"] == "Retrying"
+    assert "exp-00000-1" in [p["metadata"]["name"] for p in plan.create_pods]
+
+
+def test_sigterm_not_asked_for_is_retried_from_the_checkpoint(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    ctl.plan({"exp-00000-0": pod("exp-00000-0", "Succeeded", OUTCOME_TERMINATED)}, T0 + 2)
+    assert ctl.trials["exp-00000"].attempt == 1
+
+
+def test_suspend_stops_pods_and_resume_restarts_from_checkpoint():
+    ctl = ExperimentController(experiment(), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    running = {n: pod(n, "Running") for n in ("exp-00000-0", "exp-00001-0")}
+    ctl.plan(running, T0 + 2)
+    ctl.update(experiment(suspend=True))
+    plan = ctl.plan(running, T0 + 3)
+    assert sorted(name for name, _ in plan.delete_pods) == ["exp-00000-0", "exp-00001-0"]
+    assert plan.create_trials == []
+    ended = {n: pod(n, "Succeeded", OUTCOME_TERMINATED) for n in running}
+    plan = ctl.plan(ended, T0 + 4)
+    assert {t.phase for t in ctl.trials.values()} == {"Paused"}
+    assert ctl.exp_status["phase"] == "Suspended"
+    ctl.update(experiment(suspend=False))
+    plan = ctl.plan(ended, T0 + 5)
+    assert sorted(p["metadata"]["name"] for p in plan.create_pods) == ["exp-00000-1", "exp-00001-1"]
+    assert all(t.status["failures"] if "failures" in t.status else 0 == 0 for t in ctl.trials.values())
+
+
+def test_results_update_status_and_decide(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.5, "training_iteration": 1}], None, False, T0) == "continue"
+    assert ctl.record_results("exp-00000", 1, [{"acc": 0.5}], None, False, T0) is None  # stale attempt
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.6, "training_iteration": 2, "done": True}],
+                              {"uri": "s3://b/c", "iteration": 2}, True, T0) == "stop"
+    status = ctl.trials["exp-00000"].status
+    assert status["metricValue"] == 0.6 and status["iteration"] == 2
+    assert status["checkpoint"] == {"uri": "s3://b/c", "iteration": 2}
+
+
+def test_stop_criteria_from_the_spec_stop_a_trial():
+    ctl = ExperimentController(experiment(stop={"training_iteration": 3}), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 2}], None, False, T0) == "continue"
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 3}], None, False, T0) == "stop"
+
+
+def test_goal_reached_stops_the_rest_and_succeeds_the_experiment():
+    ctl = ExperimentController(experiment(goal=0.9), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    running = {n: pod(n, "Running") for n in ("exp-00000-0", "exp-00001-0")}
+    ctl.plan(running, T0 + 2)
+    ctl.record_results("exp-00001", 0, [{"acc": 0.95, "training_iteration": 1}], None, False, T0 + 3)
+    plan = ctl.plan(running, T0 + 4)
+    assert sorted(n for n, _ in plan.delete_pods) == ["exp-00000-0", "exp-00001-0"]
+    assert plan.create_trials == []
+    ended = {n: pod(n, "Succeeded", OUTCOME_TERMINATED) for n in running}
+    ctl.plan(ended, T0 + 5)
+    assert {t.status["reason"] for t in ctl.trials.values()} == {"GoalReached"}
+    assert ctl.exp_status["phase"] == "Succeeded"
+    assert ctl.exp_status["bestTrial"]["name"] == "exp-00001"
+
+
+def test_experiment_succeeds_when_all_trials_finish_with_best_trial():
+    ctl = ExperimentController(experiment(maxConcurrentTrials=4), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    for i, name in enumerate(sorted(ctl.trials)):
+        ctl.record_results(name, 0, [{"acc": i / 10, "training_iteration": 5}], {"uri": f"s3://b/{i}", "iteration": 5},
+                           True, T0 + 2)
+    ended = {pod_name(n, 0): pod(pod_name(n, 0), "Succeeded", OUTCOME_COMPLETED) for n in ctl.trials}
+    plan = ctl.plan(ended, T0 + 3)
+    assert plan.experiment_status["phase"] == "Succeeded"
+    best = ctl.exp_status["bestTrial"]
+    assert best == {"name": "exp-00003", "metricValue": 0.3, "iteration": 5, "checkpoint": "s3://b/3",
+                    "config": {"lr": 4}}
+    assert ctl.exp_status["trials"] == {"total": 4, "pending": 0, "running": 0, "paused": 0, "succeeded": 4,
+                                        "failed": 0}
+    assert ctl.finished
+
+
+def test_max_failed_trials_fails_the_experiment():
+    ctl = ExperimentController(experiment(failure={"maxFailures": 0, "maxFailedTrials": 0}), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    running = {"exp-00001-0": pod("exp-00001-0", "Running")}
+    ctl.plan({**running, "exp-00000-0": pod("exp-00000-0", "Failed", exit_code=2, message="bad")}, T0 + 2)
+    assert ctl.trials["exp-00000"].phase == "Failed"
+    plan = ctl.plan(running, T0 + 3)
+    assert plan.delete_pods == [("exp-00001-0", Settings().trials.termination_grace_period_s)]
+    ctl.plan({"exp-00001-0": pod("exp-00001-0", "Failed", exit_code=143, deleting=True)}, T0 + 4)
+    assert ctl.exp_status["phase"] == "Failed"
+    assert any(c["reason"] == "MaxFailedTrialsExceeded" for c in ctl.exp_status["conditions"])
+
+
+def test_spec_changes_to_concurrency_and_samples_take_effect(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.update(experiment(maxConcurrentTrials=4, numSamples=2))
+    plan = ctl.plan({}, T0 + 1)
+    assert [m["metadata"]["name"] for m in plan.create_trials] == ["exp-00002", "exp-00003"]
+    assert ctl.searcher.total == 8
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"config": {"lr": {"loguniform": [0, 1]}}}, "loguniform"),
+    ({"searchAlgorithm": {"name": "nope"}}, "nope"),
+    ({"scheduler": {"name": "asha", "params": {"bogus": 1}}}, "bogus"),
+    ({"storage": {}}, "storage.uri"),
+    ({"timeBudget": "soon"}, "duration"),
+])
+def test_invalid_specs_raise_with_a_clear_message(spec, words):
+    with pytest.raises(InvalidSpec, match=words):
+        ExperimentController(experiment(**spec), Settings(), KEY)

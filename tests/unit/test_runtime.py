@@ -1,0 +1,302 @@
+"""``python -m kubetune.runtime`` as a real subprocess: loading, restore, result log, signals, failures, collector.
+
+Storage is file:// here (the S3 path of the same code runs in test_runtime_s3.py against moto).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from conftest_runtime import Collector, free_port, run_runtime, runtime_env, start_runtime, wait_for
+from kubetune.checkpoints import latest_committed, list_checkpoints
+from kubetune.env import CheckpointPolicy
+from kubetune.storage import open_storage
+
+#: The trainables of these tests; run as inline source, or imported as module ``kt_test_trainables``.
+TRAINABLES = '''
+import json, os, time
+import kubetune
+
+
+class Counter(kubetune.Trainable):
+    """Adds config["inc"] each step. Options: step_s (sleep per step), flag_at/flag (create the file flag
+    at that iteration), slow_at/slow_flag (one very slow step that first creates slow_flag),
+    fail_at/fail_flag (raise once, creating fail_flag)."""
+
+    def setup(self, config):
+        self.total = 0
+
+    def step(self):
+        c, it = self.config, self.iteration + 1
+        if c.get("fail_at") == it and not os.path.exists(c["fail_flag"]):
+            open(c["fail_flag"], "w").close()
+            raise RuntimeError(f"boom at iteration {it}")
+        if c.get("slow_at") == it:
+            open(c["slow_flag"], "w").close()
+            time.sleep(600)
+        if c.get("flag_at") == it:
+            open(c["flag"], "w").close()
+        time.sleep(c.get("step_s", 0))
+        self.total += c.get("inc", 1)
+        return {"total": self.total, "nested": {"score": self.total * 10}}
+
+    def save_checkpoint(self, checkpoint_dir):
+        path = os.path.join(checkpoint_dir, "state.json")
+        with open(path, "w") as f:
+            json.dump({"total": self.total}, f)
+        return path
+
+    def load_checkpoint(self, path):
+        with open(path) as f:
+            self.total = json.load(f)["total"]
+'''
+
+
+def _storage(tmp_path):
+    uri = f"file://{tmp_path / 'store'}/ns/exp/trial-0"
+    return open_storage(uri), uri
+
+
+def _lines(storage, trial_dir: str) -> list[dict]:
+    return [json.loads(line) for line in storage.get_bytes(f"{trial_dir}/result.json").decode().splitlines()]
+
+
+def _source(**kw):
+    return {"source": TRAINABLES, "name": "Counter", **kw}
+
+
+def test_inline_source_runs_to_the_stop_criterion_and_writes_the_trial_dir(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    env = runtime_env(tmp_path, trial_dir, config={"inc": 3}, stop={"nested": {"score": 150}},
+                      checkpoint=CheckpointPolicy(frequency=2, atEnd=True, keep=2), **_source())
+    code, output = run_runtime(env)
+    assert code == 0, output
+
+    lines = _lines(storage, trial_dir)
+    assert [r["training_iteration"] for r in lines] == [1, 2, 3, 4, 5]  # score 150 at iteration 5
+    assert lines[-1]["total"] == 15 and lines[-1]["config"] == {"inc": 3}
+    assert json.loads(storage.get_bytes(f"{trial_dir}/params.json")) == {"inc": 3}
+    csv_rows = storage.get_bytes(f"{trial_dir}/progress.csv").decode().splitlines()
+    assert "nested/score" in csv_rows[0].split(",") and len(csv_rows) == 6
+    committed, _ = list_checkpoints(storage, trial_dir)
+    assert [c.iteration for c in committed] == [4, 5]  # keep=2 by training_iteration, atEnd commits 5
+    assert "stop criterion nested/score reached" in output
+
+
+def test_import_path_and_restart_continue_from_the_latest_checkpoint(tmp_path):
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "kt_test_trainables.py").write_text(TRAINABLES)
+    storage, trial_dir = _storage(tmp_path)
+    common = dict(entrypoint="kt_test_trainables:Counter", checkpoint=CheckpointPolicy(frequency=0, atEnd=True))
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 3}, **common))
+    assert code == 0, output
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 6},
+                                           attempt=1, **common))
+    assert code == 0, output
+    assert "restored" in output and "at iteration 3" in output
+    assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [
+        (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]
+
+
+def test_cloudpickled_function_trainable(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+
+    def train_fn(config):  # a local function: cloudpickle sends it by value
+        import kubetune
+        for i in range(1, 4):
+            kubetune.report({"value": i * config["inc"]})
+
+    storage.put_bytes(f"file://{tmp_path / 'store'}/ns/exp/trainable.pkl", cloudpickle.dumps(train_fn))
+    env = runtime_env(tmp_path, trial_dir, config={"inc": 7},
+                      pickle_uri=f"file://{tmp_path / 'store'}/ns/exp/trainable.pkl")
+    code, output = run_runtime(env)
+    assert code == 0, output
+    lines = _lines(storage, trial_dir)
+    assert [(r["training_iteration"], r["value"]) for r in lines] == [(1, 7), (2, 14), (3, 21)]
+    assert lines[-1]["done"] is False  # the function's return ends the trial without a duplicate line
+
+
+def test_failure_exits_nonzero_and_a_retry_does_not_duplicate_results(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    config = {"fail_at": 6, "fail_flag": str(tmp_path / "failed-once")}
+    policy = CheckpointPolicy(frequency=4, atEnd=False)
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config=config, stop={"training_iteration": 8},
+                                           checkpoint=policy, **_source()))
+    assert code == 1, output
+    message = (tmp_path / "termination-log").read_text()
+    assert "RuntimeError: boom at iteration 6" in message and len(message.encode()) <= 4096
+    assert "boom at iteration 6" in storage.get_bytes(f"{trial_dir}/error.txt").decode()
+    assert 'raise RuntimeError(f"boom at iteration {it}")' in message  # inline source lines show
+    assert [r["training_iteration"] for r in _lines(storage, trial_dir)] == [1, 2, 3, 4, 5]
+
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config=config, stop={"training_iteration": 8},
+                                           checkpoint=policy, attempt=1, **_source()))
+    assert code == 0, output
+    assert "dropped 1 written after it" in output  # iteration 5 ran again after restoring 4
+    lines = _lines(storage, trial_dir)
+    assert [r["training_iteration"] for r in lines] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [r["total"] for r in lines] == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_sigterm_during_a_long_step_leaves_a_restorable_checkpoint(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    flag = tmp_path / "in-slow-step"
+    env = runtime_env(tmp_path, trial_dir, config={"slow_at": 3, "slow_flag": str(flag)},
+                      checkpoint=CheckpointPolicy(frequency=0, atEnd=False), **_source())
+    env["KUBETUNE_GRACE_PERIOD_S"] = "4"
+    proc = start_runtime(env)
+    wait_for(flag.exists, 30, "the slow step")
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, output
+    assert time.monotonic() - sent < 4, "exceeded the grace period"
+    assert latest_committed(storage, trial_dir) == (f"{trial_dir}/checkpoint_000002", 2)
+
+    env = runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 4}, attempt=1, **_source())
+    code, output = run_runtime(env)
+    assert code == 0, output
+    assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [
+        (1, 1), (2, 2), (3, 3), (4, 4)]
+
+
+def test_sigterm_between_steps_checkpoints_the_current_iteration(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    flag = tmp_path / "at-iteration-3"
+    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.05, "flag_at": 3, "flag": str(flag)},
+                      checkpoint=CheckpointPolicy(frequency=0, atEnd=False), **_source())
+    proc = start_runtime(env)
+    wait_for(flag.exists, 30, "iteration 3")
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, output
+    uri, iteration = latest_committed(storage, trial_dir)
+    assert iteration == len(_lines(storage, trial_dir)) >= 3
+
+
+def test_collector_down_then_back_gets_every_result_and_training_goes_on(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    collector = Collector(port=free_port())  # down at first
+    flag = tmp_path / "at-iteration-20"
+    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.02, "flag_at": 20, "flag": str(flag)},
+                      stop={"training_iteration": 150}, collector=collector, **_source())
+    proc = start_runtime(env)
+    wait_for(flag.exists, 30, "20 iterations while the collector is down")
+    collector.start()
+    output, _ = proc.communicate(timeout=60)
+    collector.stop()
+    assert proc.returncode == 0, output
+
+    assert [r["training_iteration"] for r in collector.results()] == list(range(1, 151))
+    first = collector.batches[0]["results"]
+    assert len(first) >= 19, "the results buffered while the collector was down come as one batch"
+    assert collector.batches[-1]["done"] is True
+    announced = [b["checkpoint"] for b in collector.batches if b["checkpoint"]]
+    assert announced == [{"uri": f"{trial_dir}/checkpoint_000150", "iteration": 150}]
+    assert "test-token" not in output
+
+
+@pytest.mark.parametrize("decision, at_end, expected", [
+    ("stop", True, 5), ("stop", False, None), ("pause", False, 5), ("checkpoint", False, 5)])
+def test_collector_decisions(tmp_path, decision, at_end, expected):
+    storage, trial_dir = _storage(tmp_path)
+
+    def decide(batch, batches):
+        iterations = [r["training_iteration"] for r in batch["results"]]
+        return decision if 5 in iterations else "continue"
+
+    collector = Collector(decide=decide).start()
+    stop = {"training_iteration": 40} if decision == "checkpoint" else {}
+    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.1}, stop=stop, collector=collector,
+                      checkpoint=CheckpointPolicy(frequency=0, atEnd=at_end), **_source())
+    code, output = run_runtime(env)
+    collector.stop()
+    assert code == 0, output
+    committed = [c.iteration for c in list_checkpoints(storage, trial_dir)[0]]
+    last = len(_lines(storage, trial_dir))
+    if decision == "checkpoint":
+        assert last == 40 and committed and committed[0] in (5, 6, 7)  # taken when the reply arrived
+    else:
+        assert 5 <= last <= 8  # the decision arrives a step or two later
+        assert committed == ([] if expected is None else [last])
+
+
+def test_invalid_environment_exits_2(tmp_path):
+    env = runtime_env(tmp_path, f"file://{tmp_path}/x", config={}, **_source())
+    del env["KUBETUNE_TRIAL"]
+    code, output = run_runtime(env)
+    assert code == 2
+    assert "KUBETUNE_TRIAL" in Path(tmp_path / "termination-log").read_text()
+
+
+FUNCTION_SOURCE = '''
+import json, os, tempfile
+import kubetune
+
+
+def train_fn(config):
+    """Counts to 6, checkpointing every second report; fails once after reporting 5."""
+    start = 0
+    checkpoint = kubetune.get_checkpoint()
+    if checkpoint is not None:
+        with open(os.path.join(checkpoint.path, "state.json")) as f:
+            start = json.load(f)["i"]
+    for i in range(start + 1, 7):
+        if i == 6 and not os.path.exists(config["fail_flag"]):
+            open(config["fail_flag"], "w").close()
+            raise RuntimeError("boom in the function")
+        if i % 2:
+            kubetune.report({"count": i})
+            continue
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"i": i}, f)
+        kubetune.report({"count": i}, checkpoint=kubetune.Checkpoint.from_directory(d))
+'''
+
+
+def test_function_trainable_checkpoints_and_a_retry_resumes_without_duplicates(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    common = dict(config={"fail_flag": str(tmp_path / "failed-once")}, source=FUNCTION_SOURCE, name="train_fn")
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, **common))
+    assert code == 1, output
+    assert "boom in the function" in (tmp_path / "termination-log").read_text()
+    assert latest_committed(storage, trial_dir)[1] == 4
+
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, attempt=1, **common))
+    assert code == 0, output
+    assert "dropped 1 written after it" in output  # result 5 of the failed attempt
+    assert [(r["training_iteration"], r["count"]) for r in _lines(storage, trial_dir)] == [
+        (i, i) for i in range(1, 7)]
+    assert [c.iteration for c in list_checkpoints(storage, trial_dir)[0]] == [2, 4, 6]
+
+
+def test_a_trainable_without_save_checkpoint_still_completes(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    source = "import kubetune\nclass T(kubetune.Trainable):\n    def step(self):\n        return {'x': 1}\n"
+    env = runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 3}, source=source, name="T",
+                      checkpoint=CheckpointPolicy(frequency=2, atEnd=True))
+    code, output = run_runtime(env)
+    assert code == 0, output
+    assert "no checkpoints for this trial" in output
+    assert len(_lines(storage, trial_dir)) == 3 and latest_committed(storage, trial_dir) is None
+
+
+def test_restore_from_an_older_checkpoint_discards_the_newer_lineage(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    policy = CheckpointPolicy(frequency=2, atEnd=True)
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 6},
+                                           checkpoint=policy, **_source()))
+    assert code == 0, output
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 3},
+                                           checkpoint=policy, attempt=1, **_source(),
+                                           restore_from=f"{trial_dir}/checkpoint_000002/state.json"))
+    assert code == 0, output
+    assert [c.iteration for c in list_checkpoints(storage, trial_dir)[0]] == [2, 3]
+    assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [(1, 1), (2, 2), (3, 12)]

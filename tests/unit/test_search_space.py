@@ -1,0 +1,268 @@
+"""Parameter-space domains: ranges, scales, quantization, JSON form and spec errors (kubetune.search.sample)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import statistics
+
+import pytest
+
+from kubetune.search import (
+    Categorical,
+    Domain,
+    Float,
+    Integer,
+    Normal,
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    parse_space,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
+
+N = 4000
+
+
+def draws(domain: Domain, n: int = N, seed: int = 0) -> list:
+    rng = random.Random(seed)
+    return [domain.sample(rng) for _ in range(n)]
+
+
+def on_grid(x: float, q: float) -> bool:
+    return math.isclose(x / q, round(x / q), abs_tol=1e-9)
+
+
+# ----------------------------------------------------------------------------- ranges and types
+
+
+def test_uniform_stays_in_half_open_range_and_spreads():
+    xs = draws(uniform(-2, 3))
+    assert all(-2 <= x < 3 for x in xs) and all(isinstance(x, float) for x in xs)
+    assert abs(statistics.fmean(xs) - 0.5) < 0.1
+    assert min(xs) < -1.9 and max(xs) > 2.9
+
+
+def test_quniform_rounds_to_multiples_and_reaches_upper_bound():
+    xs = draws(quniform(0, 1, 0.25))
+    assert set(round(x, 9) for x in xs) == {0.0, 0.25, 0.5, 0.75, 1.0}
+    assert all(isinstance(x, float) for x in xs)
+
+
+def test_loguniform_is_uniform_in_log_space():
+    xs = draws(loguniform(1e-4, 1e-1))
+    assert all(1e-4 <= x < 1e-1 for x in xs)
+    # Each decade holds about a third of the draws; a linear uniform would put ~90% in the top one.
+    decades = [sum(1 for x in xs if 10 ** (e - 1) <= x < 10**e) / N for e in (-3, -2, -1)]
+    assert all(abs(share - 1 / 3) < 0.04 for share in decades), decades
+
+
+def test_loguniform_base_does_not_change_the_distribution():
+    assert draws(loguniform(1e-3, 1.0, base=2), 200) == pytest.approx(draws(loguniform(1e-3, 1.0), 200))
+    assert loguniform(1e-3, 1.0, base=2).to_spec() == {"loguniform": [1e-3, 1.0, 2]}
+
+
+def test_qloguniform_is_quantized_on_a_log_scale():
+    xs = draws(qloguniform(1, 1000, 1))
+    assert all(1 <= x <= 1000 and x == int(x) for x in xs)
+    assert sum(1 for x in xs if x < 32) / N > 0.4  # log scale: half the mass below sqrt(1000)
+
+
+def test_randint_excludes_upper_bound_and_hits_every_value():
+    xs = draws(randint(3, 8))
+    assert set(xs) == {3, 4, 5, 6, 7}
+    assert all(type(x) is int for x in xs)
+
+
+def test_qrandint_multiples_with_upper_bound_included():
+    assert set(draws(qrandint(0, 10, 5))) == {0, 5, 10}
+    assert set(draws(qrandint(2, 12, 4))) == {4, 8, 12}  # bounds narrowed to multiples of q
+    assert all(type(x) is int for x in draws(qrandint(0, 10, 5), 50))
+
+
+def test_qrandint_with_q_1_is_randint():
+    xs = draws(qrandint(1, 5))
+    assert set(xs) == {1, 2, 3, 4}
+    assert xs == draws(randint(1, 5))
+
+
+def test_lograndint_log_scale_and_half_open():
+    xs = draws(lograndint(1, 1000))
+    assert all(1 <= x < 1000 and type(x) is int for x in xs)
+    assert abs(sum(1 for x in xs if x < 10) / N - 1 / 3) < 0.04
+
+
+def test_qlograndint_multiples_of_q():
+    xs = draws(qlograndint(10, 1000, 10))
+    assert all(10 <= x <= 1000 and x % 10 == 0 for x in xs)
+    assert 1000 in xs or max(xs) >= 900
+    assert sum(1 for x in xs if x < 100) / N > 0.4
+
+
+def test_randn_mean_and_sd():
+    xs = draws(randn(5.0, 2.0))
+    assert abs(statistics.fmean(xs) - 5.0) < 0.15
+    assert abs(statistics.stdev(xs) - 2.0) < 0.15
+    assert draws(randn(), 1)[0] != draws(randn(), 1, seed=1)[0]
+
+
+def test_qrandn_is_quantized():
+    xs = draws(qrandn(0, 1, 0.5))
+    assert all(on_grid(x, 0.5) for x in xs)
+    assert len(set(xs)) > 5
+
+
+def test_choice_keeps_element_types_and_covers_all():
+    categories = [1, "two", 3.0, None, True, [4], {"five": 5}]
+    xs = draws(choice(categories), 2000)
+    for category in categories:
+        assert any(x == category and type(x) is type(category) for x in xs), category
+
+
+def test_sampling_is_deterministic_for_a_seeded_rng():
+    for domain in (uniform(0, 1), loguniform(1, 10), randint(0, 100), choice(range(3)), randn()):
+        assert draws(domain, 20, seed=7) == draws(domain, 20, seed=7)
+        assert draws(domain, 20, seed=7) != draws(domain, 20, seed=8)
+
+
+# ----------------------------------------------------------------------------- JSON form
+
+
+ALL_DOMAINS = [
+    uniform(0, 1), quniform(0, 1, 0.1), loguniform(1e-4, 1e-1), qloguniform(1, 100, 1), randint(1, 10),
+    qrandint(0, 100, 10), lograndint(1, 1000), qlograndint(10, 1000, 10), randn(0.5, 2), qrandn(0, 1, 0.5),
+    choice([16, 32, 64]), choice(["a", {"b": 1}]),
+]
+
+
+@pytest.mark.parametrize("domain", ALL_DOMAINS, ids=repr)
+def test_to_spec_round_trips_through_parse_space(domain):
+    spec = domain.to_spec()
+    assert list(spec) == [domain.name] and isinstance(spec[domain.name], list)
+    assert parse_space({"x": spec})["x"] == domain
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ({"uniform": [0, 1]}, uniform(0, 1)),
+    ({"uniform": {"lower": 0, "upper": 1}}, uniform(0, 1)),
+    ({"quniform": [0, 1, 0.1]}, quniform(0, 1, 0.1)),
+    ({"loguniform": {"lower": 1e-4, "upper": 1e-1}}, loguniform(1e-4, 1e-1)),
+    ({"qloguniform": {"lower": 1, "upper": 100, "q": 1}}, qloguniform(1, 100, 1)),
+    ({"randint": [1, 10]}, randint(1, 10)),
+    ({"randint": [1.0, 1e3]}, randint(1, 1000)),  # YAML may give integral floats
+    ({"qrandint": [0, 10]}, qrandint(0, 10, 1)),
+    ({"qrandint": {"lower": 0, "upper": 10, "q": 5}}, qrandint(0, 10, 5)),
+    ({"lograndint": [1, 100]}, lograndint(1, 100)),
+    ({"qlograndint": [10, 100, 10]}, qlograndint(10, 100, 10)),
+    ({"randn": []}, randn()),
+    ({"randn": {"mean": 0, "sd": 1}}, randn(0, 1)),
+    ({"randn": {"sd": 3}}, randn(0, 3)),
+    ({"qrandn": [0, 1, 0.1]}, qrandn(0, 1, 0.1)),
+    ({"choice": [16, 32, 64]}, choice([16, 32, 64])),
+    ({"choice": {"categories": ["a", "b"]}}, choice(["a", "b"])),
+    ({"grid_search": [1, 2]}, {"grid_search": [1, 2]}),
+])
+def test_parse_space_reads_positional_and_keyword_forms(spec, expected):
+    assert parse_space({"p": spec})["p"] == expected
+
+
+def test_domain_classes_and_names():
+    assert isinstance(uniform(0, 1), Float) and isinstance(randint(0, 2), Integer)
+    assert isinstance(randn(), Normal) and isinstance(choice([1]), Categorical)
+    assert [d.name for d in ALL_DOMAINS[:10]] == [
+        "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint", "qlograndint",
+        "randn", "qrandn"]
+
+
+def test_parse_space_nested_constants_lists_and_no_mutation():
+    spec = {
+        "model": {"layers": [{"randint": [1, 4]}, 128], "act": {"choice": ["relu", "tanh"]}},
+        "lr": {"loguniform": [1e-4, 1e-1]},
+        "opt": {"name": "sgd", "momentum": 0.9},
+        "two_keys": {"uniform": [0, 1], "extra": 1},  # not a one-key dict: constant structure
+        "grid": {"grid_search": [{"a": 1}, {"a": 2}]},
+    }
+    before = copy.deepcopy(spec)
+    space = parse_space(spec)
+    assert spec == before
+    assert space["model"]["layers"] == [randint(1, 4), 128]
+    assert space["model"]["act"] == choice(["relu", "tanh"])
+    assert space["lr"] == loguniform(1e-4, 1e-1)
+    assert space["opt"] == {"name": "sgd", "momentum": 0.9}
+    assert space["two_keys"] == {"uniform": [0, 1], "extra": 1}
+    assert space["grid"] == {"grid_search": [{"a": 1}, {"a": 2}]}
+
+
+def test_parse_space_keeps_sdk_domains():
+    lr = loguniform(1e-3, 1)
+    assert parse_space({"lr": lr, "g": grid_search([1, 2])}) == {"lr": lr, "g": {"grid_search": [1, 2]}}
+
+
+def test_sample_from_is_not_json():
+    with pytest.raises(ValueError, match="sample_from"):
+        sample_from(lambda spec: 1).to_spec()
+    with pytest.raises(ValueError, match="0 or 1 arguments"):
+        sample_from(lambda a, b: 1)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"uniform": [1, 1]}, "config.a.b: uniform: lower must be < upper"),
+    ({"uniform": [2, 1]}, "lower must be < upper"),
+    ({"uniform": [0]}, "bad arguments"),
+    ({"uniform": [0, 1, 2]}, "bad arguments"),
+    ({"uniform": {"lower": 0, "high": 1}}, "bad arguments"),
+    ({"uniform": "0,1"}, "must be a list"),
+    ({"uniform": [0, "1"]}, "upper must be a finite number"),
+    ({"uniform": [0, float("inf")]}, "finite"),
+    ({"uniform": [True, 2]}, "lower must be a finite number"),
+    ({"loguniform": [0, 1]}, "config.a.b: loguniform: log scale needs lower > 0"),
+    ({"loguniform": [-1, 1]}, "lower > 0"),
+    ({"loguniform": [1e-3, 1, 1]}, "base"),
+    ({"quniform": [0, 1, 0]}, "q must be > 0"),
+    ({"quniform": [0, 1, -0.1]}, "q must be > 0"),
+    ({"quniform": [0.05, 1, 0.1]}, "lower=0.05 is not a multiple of q"),
+    ({"randint": [1.5, 4]}, "lower must be an integer"),
+    ({"randint": [5, 5]}, "lower must be < upper"),
+    ({"qrandint": [0, 10, 2.5]}, "q must be an integer"),
+    ({"qrandint": [1, 4, 5]}, "fewer than two multiples"),
+    ({"lograndint": [0, 10]}, "lower > 0"),
+    ({"randn": [0, 0]}, "sd must be > 0"),
+    ({"qrandn": [0, 1, 0]}, "q must be > 0"),
+    ({"choice": []}, "config.a.b: choice: choice needs a non-empty list"),
+    ({"choice": {"categories": "abc"}}, "non-empty list"),
+    ({"grid_search": []}, "config.a.b: grid_search: grid_search needs a non-empty list"),
+    ({"grid_search": {"x": 1}}, "non-empty list"),
+])
+def test_bad_domains_raise_value_error_naming_the_path(spec, message):
+    with pytest.raises(ValueError, match="^config.a.b: ") as info:
+        parse_space({"a": {"b": spec}})
+    assert message in str(info.value)
+
+
+def test_error_path_names_list_indices():
+    with pytest.raises(ValueError, match=r"^spec\.config\.layers\[1\]: randint"):
+        parse_space({"layers": [1, {"randint": [3, 2]}]}, path="spec.config")
+
+
+def test_sdk_factories_validate_too():
+    with pytest.raises(ValueError):
+        uniform(1, 0)
+    with pytest.raises(ValueError):
+        loguniform(0, 1)
+    with pytest.raises(ValueError):
+        choice([])
+    with pytest.raises(ValueError):
+        grid_search([])

@@ -1,0 +1,138 @@
+"""The searcher contract: every registered search algorithm passes these (one fixture per implementation).
+
+Modelled on Optuna's ``optuna/testing/pytest_storages.py``: a new algorithm
+adds its name to ``SEARCHERS`` (and, if needed, a space it supports).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kubetune_operator.search import FINISHED, SEARCH_ALGORITHMS, Searcher, create_searcher
+
+#: A space every algorithm supports: no grid_search, randn or sample_from.
+SPACE = {
+    "lr": {"loguniform": [1e-4, 1e-1]},
+    "momentum": {"uniform": [0.5, 0.99]},
+    "model": {"layers": {"randint": [1, 5]}, "width": {"qrandint": [32, 256, 32]},
+              "act": {"choice": ["relu", "tanh", {"name": "leaky", "slope": 0.1}]}},
+    "epochs": 3,
+    "tags": ["a", "b"],
+}
+NUM_SAMPLES = 12
+SEARCHERS = ["basic", "random", "optuna"]
+
+
+def make(name: str, seed: int = 3, num_samples: int = NUM_SAMPLES) -> Searcher:
+    return create_searcher(name, SPACE, metric="score", mode="max", num_samples=num_samples, seed=seed)
+
+
+@pytest.fixture(params=SEARCHERS)
+def name(request) -> str:
+    return request.param
+
+
+def score(config: dict) -> float:
+    return -abs(config["momentum"] - 0.9) - config["model"]["layers"] / 10
+
+
+def run(searcher: Searcher, ids: range) -> list[dict]:
+    configs = []
+    for i in ids:
+        config = searcher.suggest(f"trial-{i}")
+        assert config != FINISHED
+        configs.append(config)
+        searcher.on_trial_result(f"trial-{i}", {"score": score(config), "training_iteration": 1})
+        searcher.on_trial_complete(f"trial-{i}", {"score": score(config), "training_iteration": 2})
+    return configs
+
+
+def assert_in_space(config: dict) -> None:
+    assert 1e-4 <= config["lr"] < 1e-1
+    assert 0.5 <= config["momentum"] <= 0.99
+    assert 1 <= config["model"]["layers"] < 5
+    assert 32 <= config["model"]["width"] <= 256 and config["model"]["width"] % 32 == 0
+    assert config["model"]["act"] in SPACE["model"]["act"]["choice"]
+    assert config["epochs"] == 3 and config["tags"] == ["a", "b"]
+
+
+def test_every_registered_algorithm_is_covered():
+    assert set(SEARCHERS) == set(SEARCH_ALGORITHMS)
+
+
+def test_suggests_num_samples_configs_in_the_space_then_finished(name):
+    searcher = make(name)
+    configs = run(searcher, range(NUM_SAMPLES))
+    for config in configs:
+        assert_in_space(config)
+    assert searcher.suggest("one-more") == FINISHED
+    assert searcher.suggest("and-another") == FINISHED
+
+
+def test_configs_are_not_all_the_same(name):
+    configs = run(make(name), range(NUM_SAMPLES))
+    assert len({c["lr"] for c in configs}) == NUM_SAMPLES
+
+
+def test_same_seed_same_first_suggestions(name):
+    assert run(make(name, seed=5), range(4)) == run(make(name, seed=5), range(4))
+    assert run(make(name, seed=5), range(4)) != run(make(name, seed=6), range(4))
+
+
+def test_state_is_strict_json_and_resumes_in_a_new_instance(name):
+    original = make(name)
+    run(original, range(5))
+    running = original.suggest("running-at-restart")
+    state = json.loads(json.dumps(original.get_state(), allow_nan=False))
+
+    restored = make(name, seed=999)  # the constructor's seed loses to the state's
+    restored.set_state(state)
+    restored.on_trial_complete("running-at-restart", {"score": score(running)})
+    rest = run(restored, range(6, NUM_SAMPLES))
+    assert len(rest) == NUM_SAMPLES - 6
+    assert restored.suggest("extra") == FINISHED
+    assert json.loads(json.dumps(restored.get_state(), allow_nan=False))
+
+
+def test_restore_is_faithful_and_deterministic(name):
+    original = make(name)
+    run(original, range(4))
+    state = json.loads(json.dumps(original.get_state()))
+    clones = [make(name, seed=i) for i in (1, 2)]
+    for clone in clones:
+        clone.set_state(state)
+        assert json.loads(json.dumps(clone.get_state())) == state
+    # Two operators restarting from the same state hand out the same next config.
+    first, second = (clone.suggest("x") for clone in clones)
+    assert first == second
+    assert_in_space(first)
+
+
+def test_failed_and_incomplete_trials_do_not_break_it(name):
+    searcher = make(name, num_samples=6)
+    for i in range(6):
+        config = searcher.suggest(f"t{i}")
+        assert_in_space(config)
+        if i % 3 == 0:
+            searcher.on_trial_complete(f"t{i}", error=True)
+        elif i % 3 == 1:
+            searcher.on_trial_complete(f"t{i}", {"other": 1})  # metric missing
+        else:
+            searcher.on_trial_complete(f"t{i}", {"score": float("nan")})
+        searcher.on_trial_complete(f"t{i}", {"score": 1.0})  # a second completion is ignored
+    searcher.on_trial_complete("never-suggested", {"score": 1.0})
+    assert searcher.suggest("t6") == FINISHED
+    json.dumps(searcher.get_state(), allow_nan=False)
+
+
+def test_bad_mode_is_rejected(name):
+    with pytest.raises(ValueError, match="mode"):
+        create_searcher(name, SPACE, metric="score", mode="maximize", num_samples=2, seed=0)
+
+
+def test_bad_space_is_rejected_with_its_path(name):
+    with pytest.raises(ValueError, match=r"config\.model\.lr"):
+        create_searcher(name, {"model": {"lr": {"loguniform": [0, 1]}}}, metric="s", mode="min", num_samples=2,
+                        seed=0)

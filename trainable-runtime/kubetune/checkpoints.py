@@ -1,0 +1,205 @@
+"""The checkpoint commit protocol in object storage, and checkpoint retention.
+
+A checkpoint of a trial is the directory ``<trial_dir>/checkpoint_<iteration:06d>/`` (Ray 1.x's
+layout, DESIGN.md "Object storage layout"). It **exists only once its commit marker**
+(:data:`COMMIT_MARKER`) does: :func:`commit_checkpoint` uploads every file first and writes the
+marker last, and :func:`delete_checkpoint` removes the marker first, so an upload cut by a crash, a
+SIGKILL or a storage outage leaves a directory that every reader ignores. The marker is JSON::
+
+    {"format": 1, "committed_at": <unix seconds>, "files": {"<relative path>": <size in bytes>},
+     "metadata": {...caller's metadata...}}
+
+Callers: the in-pod runtime (``kubetune.runtime``) commits, restores and applies retention; the
+operator and SDK read :func:`latest_committed` and :func:`read_commit`; ``kubetune.Trainable`` commits
+when it has a ``remote_checkpoint_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from kubetune.storage import Storage, join_uri
+
+#: Name of the commit marker object inside a checkpoint directory.
+COMMIT_MARKER = ".kubetune_commit.json"
+_MARKER_FORMAT = 1
+_CHECKPOINT_DIR = re.compile(r"checkpoint_(\d+)")
+
+
+class CheckpointRef(NamedTuple):
+    """A checkpoint directory in storage: its URI and the iteration its name carries."""
+
+    uri: str
+    iteration: int
+
+
+def checkpoint_uri(trial_dir_uri: str, iteration: int) -> str:
+    """``<trial_dir_uri>/checkpoint_<iteration:06d>`` (Ray 1.x's zero-padded name)."""
+    return join_uri(trial_dir_uri, f"checkpoint_{iteration:06d}")
+
+
+def marker_uri(uri: str) -> str:
+    """URI of the commit marker of the checkpoint directory ``uri``."""
+    return join_uri(uri, COMMIT_MARKER)
+
+
+def commit_checkpoint(storage: Storage, local_dir: str | Path, uri: str, metadata: dict) -> str:
+    """Upload the checkpoint directory ``local_dir`` to ``uri`` and commit it.
+
+    Objects already under ``uri`` (a cut upload of an earlier attempt, or an older commit of the same
+    iteration) are removed first, marker first. Then every file is uploaded, then the marker.
+
+    Args:
+        storage: the trial's storage.
+        local_dir: the local checkpoint directory (``checkpoint_<iteration:06d>/`` as ``save`` wrote it).
+        uri: destination checkpoint directory, normally :func:`checkpoint_uri`.
+        metadata: JSON-serialisable facts kept in the marker (the runtime stores ``iteration``,
+            ``path`` relative to the directory, ``last_result``).
+
+    Returns:
+        ``uri``.
+
+    Raises:
+        ValueError: ``local_dir`` holds a file named like the marker.
+        NotADirectoryError: ``local_dir`` is not a directory.
+        Exception: whatever ``storage`` raises once its retries give up; the checkpoint stays uncommitted.
+    """
+    if (Path(local_dir) / COMMIT_MARKER).exists():
+        raise ValueError(f"{local_dir} holds a file named {COMMIT_MARKER}, which is kubetune's commit marker")
+    if storage.list(uri):
+        delete_checkpoint(storage, uri)
+    files = storage.upload_dir(local_dir, uri)
+    marker = {
+        "format": _MARKER_FORMAT,
+        "committed_at": time.time(),
+        "files": {rel: (Path(local_dir) / rel).stat().st_size for rel in files},
+        "metadata": metadata,
+    }
+    storage.put_bytes(marker_uri(uri), json.dumps(marker, default=repr).encode())
+    return uri
+
+
+def read_commit(storage: Storage, uri: str) -> dict | None:
+    """Return the commit marker of checkpoint ``uri`` (shape in the module docstring), or None if uncommitted."""
+    try:
+        return json.loads(storage.get_bytes(marker_uri(uri)))
+    except FileNotFoundError:
+        return None
+
+
+def is_committed(storage: Storage, uri: str) -> bool:
+    """Whether the checkpoint directory ``uri`` has its commit marker."""
+    return storage.exists(marker_uri(uri))
+
+
+def list_checkpoints(storage: Storage, trial_dir_uri: str) -> tuple[list[CheckpointRef], list[CheckpointRef]]:
+    """Return ``(committed, uncommitted)`` checkpoint directories directly under the trial dir, oldest first.
+
+    One recursive listing of the trial dir; a directory is committed when its marker is listed.
+    """
+    base = join_uri(trial_dir_uri)
+    seen: dict[int, bool] = {}
+    names: dict[int, str] = {}
+    for uri in storage.list(base):
+        parts = uri[len(base) + 1:].split("/")
+        match = _CHECKPOINT_DIR.fullmatch(parts[0])
+        if len(parts) < 2 or not match:
+            continue
+        iteration = int(match.group(1))
+        names[iteration] = parts[0]
+        seen[iteration] = seen.get(iteration, False) or parts[1:] == [COMMIT_MARKER]
+    committed = [CheckpointRef(join_uri(base, names[i]), i) for i in sorted(seen) if seen[i]]
+    uncommitted = [CheckpointRef(join_uri(base, names[i]), i) for i in sorted(seen) if not seen[i]]
+    return committed, uncommitted
+
+
+def latest_committed(storage: Storage, trial_dir_uri: str) -> tuple[str, int] | None:
+    """Return ``(uri, iteration)`` of the trial's newest committed checkpoint, or None if it has none.
+
+    A checkpoint directory without its marker does not exist for this function.
+    """
+    committed, _ = list_checkpoints(storage, trial_dir_uri)
+    return (committed[-1].uri, committed[-1].iteration) if committed else None
+
+
+def restore_checkpoint(storage: Storage, uri: str, local_dir: str | Path) -> dict:
+    """Download the committed checkpoint ``uri`` into ``local_dir`` and check it is complete.
+
+    Returns:
+        The caller's ``metadata`` from the marker.
+
+    Raises:
+        FileNotFoundError: ``uri`` is not a committed checkpoint.
+        ValueError: a file listed in the marker is missing or has another size locally.
+    """
+    marker = read_commit(storage, uri)
+    if marker is None:
+        raise FileNotFoundError(f"{uri} is not a committed checkpoint (no {COMMIT_MARKER})")
+    storage.download_dir(uri, local_dir)
+    (Path(local_dir) / COMMIT_MARKER).unlink(missing_ok=True)
+    for rel, size in marker.get("files", {}).items():
+        path = Path(local_dir) / rel
+        if not path.is_file() or path.stat().st_size != size:
+            raise ValueError(f"checkpoint {uri} is incomplete in storage: {rel} missing or not {size} bytes")
+    return marker.get("metadata", {})
+
+
+def delete_checkpoint(storage: Storage, uri: str) -> None:
+    """Delete the checkpoint directory ``uri``: its marker first, so it is never half-committed."""
+    storage.delete(marker_uri(uri))
+    storage.delete_prefix(uri)
+
+
+def _score(metadata: dict, score_attribute: str) -> float:
+    """The checkpoint's score, higher is better; -inf when the attribute is absent or not a number."""
+    from kubetune.stopping import flatten
+
+    lower_is_better = score_attribute.startswith("min-")
+    attribute = score_attribute[4:] if lower_is_better else score_attribute
+    result = metadata.get("last_result") or {}
+    value: Any = result[attribute] if attribute in result else flatten(result).get(attribute)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return -math.inf
+    return -value if lower_is_better else value
+
+
+def apply_retention(storage: Storage, trial_dir_uri: str, keep: int, score_attribute: str) -> list[str]:
+    """Delete checkpoints beyond the ``keep`` best; return the deleted URIs.
+
+    Ray's ``keep_checkpoints_num`` / ``checkpoint_score_attr`` (Ray 1.x ``CheckpointManager``): the
+    ``keep`` best checkpoints by ``metadata["last_result"][score_attribute]`` stay (higher is better;
+    a ``min-`` prefix means lower is better; ties go to the newer), and so does the newest, even when
+    it is not among them. Checkpoints whose result lacks the attribute rank last. Uncommitted
+    directories older than the newest committed one are cut uploads and are deleted too.
+
+    Args:
+        keep: how many best checkpoints to keep; 0 keeps every committed checkpoint.
+        score_attribute: result key (flattened ``a/b`` keys allowed), optionally prefixed ``min-``.
+
+    Raises:
+        ValueError: ``keep`` is negative.
+    """
+    if keep < 0:
+        raise ValueError(f"keep must be >= 0, got {keep}")
+    committed, uncommitted = list_checkpoints(storage, trial_dir_uri)
+    if not committed:
+        return []
+    newest = committed[-1]
+    doomed = [ref for ref in uncommitted if ref.iteration < newest.iteration]
+    if keep and len(committed) > keep:
+        ranked = []
+        for ref in committed:
+            marker = read_commit(storage, ref.uri)
+            if marker is not None:  # a concurrent deletion may have taken it already
+                ranked.append((_score(marker.get("metadata", {}), score_attribute), ref.iteration, ref))
+        ranked.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        kept = {item[2] for item in ranked[:keep]} | {newest}
+        doomed.extend(item[2] for item in ranked if item[2] not in kept)
+    for ref in doomed:
+        delete_checkpoint(storage, ref.uri)
+    return [ref.uri for ref in doomed]

@@ -1,0 +1,304 @@
+"""Results from the trial pod to the operator's collector, posted in the background.
+
+The in-pod runtime (``kubetune.runtime``) hands every result to :meth:`Reporter.report`, which only
+appends to a bounded in-memory buffer: training never waits on the network. A daemon thread posts
+the buffer in batches to ``<collector>/v1alpha1/results`` (protocol in :mod:`kubetune.env`), retries
+with exponential backoff while the collector is unreachable or answers 5xx, and reads the
+scheduler's decision from each reply (``continue``, ``stop``, ``pause``, ``checkpoint``), which the
+runtime polls with :meth:`Reporter.take_decision`.
+
+Delivery rules:
+    * results are sent in order, each at most once after its batch was acknowledged (200);
+    * when more than ``max_buffer`` results wait, the oldest are dropped, never the newest
+      (the scheduler decides on the newest);
+    * the latest committed checkpoint rides on the next batch (a batch with no results is sent for it);
+    * a 413 halves the batch; a result alone larger than ``MAX_BATCH_BYTES`` is dropped; a 400 drops
+      the batch (it would never be accepted); other failures are retried;
+    * :meth:`Reporter.close` sends what is left with ``done: true`` on the last batch.
+
+Results go out without their ``config`` key: the operator holds each trial's config already, and it
+would otherwise dominate the batch size. The bearer token is never logged.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import random
+import ssl
+import threading
+import time
+from collections import deque
+from itertools import islice
+from typing import Any
+from urllib.parse import urlparse
+
+from kubetune.env import COLLECTOR_RESULTS_PATH, DECISIONS, MAX_BATCH_BYTES
+
+log = logging.getLogger(__name__)
+
+#: How often, at most, the reporter logs that the collector is still unreachable, in seconds.
+_LOG_EVERY_S = 30.0
+
+
+def json_default(obj: Any) -> Any:
+    """``json.dumps`` fallback for results: numpy scalars and arrays, sets, then ``str`` (Ray's SafeFallbackEncoder)."""
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars (a scalar's tolist() is its Python value)
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    return str(obj)
+
+
+class _Retry(Exception):
+    """The batch was not delivered and may be sent again."""
+
+
+class _Rejected(Exception):
+    """The collector refused the batch for good (400)."""
+
+
+class _TooLarge(Exception):
+    """The collector answered 413."""
+
+
+class Reporter:
+    """Posts results of one trial attempt to the collector from a daemon thread.
+
+    Args:
+        url: the collector's base URL (``KUBETUNE_COLLECTOR_URL``), ``http://`` or ``https://``.
+        token: the per-trial bearer token (``KUBETUNE_TOKEN``), or None.
+        namespace, experiment, trial, attempt: the batch envelope's identity fields.
+        max_buffer: how many results may wait for delivery; beyond it the oldest are dropped.
+        max_batch: most results in one batch.
+        timeout_s: socket timeout of one POST, in seconds.
+        backoff_s: ``(first, cap)`` of the retry backoff, in seconds (full jitter).
+
+    Attributes:
+        dropped: results dropped because the buffer was full or a result was too large.
+        delivered: results acknowledged by the collector.
+    """
+
+    def __init__(self, url: str, token: str | None, *, namespace: str, experiment: str, trial: str,
+                 attempt: int, max_buffer: int = 10_000, max_batch: int = 1000, timeout_s: float = 10.0,
+                 backoff_s: tuple[float, float] = (0.2, 10.0)):
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"collector URL must be http(s)://host[:port][/path], got {url!r}")
+        self._https = parsed.scheme == "https"
+        self._host = parsed.hostname
+        self._port = parsed.port
+        self._path = parsed.path.rstrip("/") + COLLECTOR_RESULTS_PATH
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._envelope = json.dumps({"namespace": namespace, "experiment": experiment, "trial": trial,
+                                     "attempt": int(attempt)})[:-1]
+        self.max_buffer = max_buffer
+        self._batch_limit = self._max_batch = max_batch
+        self.timeout_s = timeout_s
+        self.backoff_s = backoff_s
+
+        self._cond = threading.Condition()
+        self._buffer: deque[tuple[int, dict]] = deque()
+        self._seq = 0
+        self._checkpoint: dict | None = None
+        self._checkpoint_version = 0
+        self._checkpoint_sent = 0
+        self._closing = False
+        self._done_sent = False
+        self._final_decision: str | None = None
+        self._checkpoint_requested = False
+        self._conn: http.client.HTTPConnection | None = None
+        self.dropped = 0
+        self.delivered = 0
+        self._thread = threading.Thread(target=self._run, name="kubetune-reporter", daemon=True)
+
+    # -- called by the training loop (never blocks on the network) -------------------------------
+
+    def start(self) -> None:
+        """Start the sender thread."""
+        self._thread.start()
+
+    def report(self, result: dict) -> None:
+        """Queue ``result`` for delivery. O(1); drops the oldest queued result when the buffer is full."""
+        with self._cond:
+            self._seq += 1
+            self._buffer.append((self._seq, result))
+            if len(self._buffer) > self.max_buffer:
+                self._buffer.popleft()
+                self.dropped += 1
+            self._cond.notify()
+
+    def set_checkpoint(self, uri: str, iteration: int) -> None:
+        """Announce a newly committed checkpoint; it rides on the next batch."""
+        with self._cond:
+            self._checkpoint = {"uri": uri, "iteration": int(iteration)}
+            self._checkpoint_version += 1
+            self._cond.notify()
+
+    def take_decision(self) -> str | None:
+        """Return the pending decision other than ``continue``, or None.
+
+        ``stop`` and ``pause`` stay pending once received (the first one wins); ``checkpoint`` is
+        returned once per request.
+        """
+        if self._final_decision is not None:
+            return self._final_decision
+        if self._checkpoint_requested:
+            self._checkpoint_requested = False
+            return "checkpoint"
+        return None
+
+    @property
+    def pending(self) -> int:
+        """Results waiting for delivery."""
+        return len(self._buffer)
+
+    def close(self, timeout_s: float) -> bool:
+        """Send what is left, the last batch with ``done: true``; wait at most ``timeout_s`` seconds.
+
+        Returns:
+            Whether the final batch was acknowledged in time.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            while not self._done_sent:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    break
+                self._cond.wait(left)
+            if not self._done_sent:
+                log.warning("collector did not acknowledge the final batch within %.0f s; %d results undelivered",
+                            timeout_s, len(self._buffer))
+            return self._done_sent
+
+    # -- sender thread ---------------------------------------------------------------------------
+
+    def _has_work(self) -> bool:
+        return bool(self._buffer) or self._checkpoint_version != self._checkpoint_sent or (
+            self._closing and not self._done_sent)
+
+    def _run(self) -> None:
+        failures = 0
+        down_since: float | None = None
+        last_log = 0.0
+        while True:
+            with self._cond:
+                while not self._has_work():
+                    if self._closing and self._done_sent:
+                        return
+                    self._cond.wait()
+                entries = list(islice(self._buffer, self._batch_limit))
+                version = self._checkpoint_version
+                checkpoint = self._checkpoint if version != self._checkpoint_sent else None
+                final = self._closing and len(entries) == len(self._buffer)
+            body, covered, sent = self._encode(entries, checkpoint, final)
+            try:
+                decision = self._post(body)
+            except _TooLarge:
+                if covered > 1:
+                    self._batch_limit = max(1, covered // 2)
+                    continue
+                log.error("collector answered 413 to a single result; dropping it")
+                decision, sent = "continue", 0
+            except _Rejected as exc:
+                log.error("collector rejected a batch of %d results (%s); dropping it", covered, exc)
+                decision, sent = "continue", 0
+            except _Retry as exc:
+                failures += 1
+                now = time.monotonic()
+                down_since = down_since or now
+                if now - last_log >= _LOG_EVERY_S:
+                    last_log = now
+                    log.warning("collector unreachable for %.0f s (%s); %d results buffered, %d dropped",
+                                now - down_since, exc, len(self._buffer), self.dropped)
+                first, cap = self.backoff_s
+                time.sleep(random.uniform(first / 2, min(cap, first * 2 ** min(failures, 30))))
+                continue
+            if down_since is not None:
+                log.info("collector reachable again after %.0f s", time.monotonic() - down_since)
+            failures, down_since = 0, None
+            self._batch_limit = min(self._max_batch, self._batch_limit * 2)
+            with self._cond:
+                last_seq = entries[covered - 1][0] if covered else 0
+                while self._buffer and self._buffer[0][0] <= last_seq:
+                    self._buffer.popleft()
+                self.delivered += sent
+                self.dropped += covered - sent
+                if checkpoint is not None:
+                    self._checkpoint_sent = version
+                if final and covered == len(entries) and not self._buffer:
+                    self._done_sent = True
+                self._cond.notify_all()
+            self._apply(decision)
+
+    def _encode(self, entries: list[tuple[int, dict]], checkpoint: dict | None,
+                final: bool) -> tuple[bytes, int, int]:
+        """Return the batch body, how many ``entries`` it covers, and how many results it holds.
+
+        Entries that do not fit under ``MAX_BATCH_BYTES`` are left for the next batch (then ``done``
+        stays false); a result too large for any batch is covered but dropped.
+        """
+        head = (self._envelope + ',"results":[').encode()
+        budget = MAX_BATCH_BYTES - len(head) - 200 - len(json.dumps(checkpoint))
+        parts: list[bytes] = []
+        covered = 0
+        for _, result in entries:
+            part = json.dumps({k: v for k, v in result.items() if k != "config"}, default=json_default).encode()
+            if len(part) + 1 > budget:
+                if parts:
+                    break
+                log.error("a result of %d bytes exceeds the collector's limit of %d bytes; dropping it",
+                          len(part), MAX_BATCH_BYTES)
+            else:
+                parts.append(part)
+                budget -= len(part) + 1
+            covered += 1
+        done = final and covered == len(entries)
+        tail = f'],"checkpoint":{json.dumps(checkpoint)},"done":{"true" if done else "false"}}}'.encode()
+        return head + b",".join(parts) + tail, covered, len(parts)
+
+    def _post(self, body: bytes) -> str:
+        try:
+            if self._conn is None:
+                if self._https:
+                    self._conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout_s,
+                                                             context=ssl.create_default_context())
+                else:
+                    self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
+            self._conn.request("POST", self._path, body=body, headers=self._headers)
+            response = self._conn.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            raise _Retry(f"{type(exc).__name__}: {exc}") from exc
+        if response.status == 413:
+            raise _TooLarge()
+        if response.status == 400:
+            raise _Rejected(data[:200].decode(errors="replace"))
+        if response.status != 200:
+            raise _Retry(f"HTTP {response.status}")
+        try:
+            decision = json.loads(data).get("decision", "continue")
+        except (ValueError, AttributeError):
+            log.warning("collector reply is not JSON with a decision; continuing")
+            return "continue"
+        return decision
+
+    def _apply(self, decision: str) -> None:
+        if decision not in DECISIONS:
+            log.warning("collector sent unknown decision %r; continuing", decision)
+        elif decision in ("stop", "pause") and self._final_decision is None:
+            log.info("collector decision: %s", decision)
+            self._final_decision = decision
+        elif decision == "checkpoint":
+            log.info("collector decision: checkpoint")
+            self._checkpoint_requested = True

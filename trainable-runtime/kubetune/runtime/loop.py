@@ -1,0 +1,295 @@
+"""The training loop of one trial attempt: restore, ``train()``, stop criteria, decisions, checkpoints.
+
+:class:`TrialRunner` is driven by :mod:`kubetune.runtime.main` from a worker thread (so the main
+thread stays free to react to SIGTERM during a long ``step()``), and by ``bench/bench_runtime.py``.
+It follows Ray Tune's trial runner for a single trial:
+
+* **Stop**: a result with ``done: True`` or meeting ``spec.stop`` (``kubetune.stopping.should_stop``)
+  ends the trial; so do the collector's ``stop`` and ``pause`` decisions and SIGTERM.
+* **Checkpoint** after a result when ``checkpoint.frequency`` divides the iteration, when the result
+  has ``should_checkpoint``, or when the collector replied ``checkpoint``; at the end when
+  ``checkpoint.atEnd`` (done, stop criteria, ``stop``), and always on ``pause`` and SIGTERM. Each
+  checkpoint is saved locally, the result log is synced, the directory is committed
+  (``kubetune.checkpoints.commit_checkpoint``: files, then the marker), retention runs, and the
+  collector hears of it on the next batch. A checkpoint whose iteration is already committed is not
+  taken again.
+* **Restore**: ``restoreFrom`` when set, else the trial's latest committed checkpoint. The trial's
+  committed checkpoints newer than the restored iteration belong to a discarded lineage (a rollback,
+  or PBT cloning a trial that was behind) and are deleted, like their lines in ``result.json``
+  (:mod:`kubetune.runtime.results`), so that a retry resumes from this lineage.
+
+The checkpoint's iteration is the one ``Trainable.get_state()`` records (for function trainables,
+the iteration of the function's newest checkpoint), so a checkpoint always names what it restores to.
+A trainable that does not implement ``save_checkpoint`` (``NotImplementedError``) runs without
+checkpoints after one warning: ``atEnd`` defaults to true in kubetune (Ray's ``checkpoint_at_end``
+defaults to false), and a trial that trained to its end must not fail for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from kubetune.checkpoint import find_checkpoint_dir
+from kubetune.checkpoints import (
+    apply_retention, commit_checkpoint, delete_checkpoint, latest_committed, list_checkpoints, restore_checkpoint,
+)
+from kubetune.env import TrialEnv
+from kubetune.reporter import Reporter, json_default
+from kubetune.runtime.loader import load_trainable_class
+from kubetune.runtime.results import ResultLog
+from kubetune.stopping import flatten, should_stop
+from kubetune.storage import Storage, join_uri
+
+log = logging.getLogger(__name__)
+
+#: Reasons a trial attempt ends normally (all exit 0).
+DONE, STOP_CRITERIA, STOP, PAUSE, TERMINATED = "done", "stop criteria", "stop", "pause", "terminated"
+_ALWAYS_CHECKPOINT = (PAUSE, TERMINATED)
+_CHECKPOINT_IN_URI = re.compile(r"^(.*?/checkpoint_\d+)(?:/.*)?$")
+
+
+class Abandoned(Exception):
+    """The step finished after the main thread had already checkpointed and ended the attempt."""
+
+
+class TrialRunner:
+    """Runs one trial attempt in this process.
+
+    Args:
+        env: the trial environment (``kubetune.env.read_trial_env``).
+        storage: storage of ``env.trial_dir_uri``.
+        workdir: local scratch directory for the trainable's logdir, saves and restores.
+        reporter: the collector reporter (started by :meth:`setup`), or None without a collector.
+        sync_period_s: how often the result log is uploaded in the background, in seconds.
+        progress_every_s: how often a progress line is logged, in seconds (the first result always is).
+    """
+
+    def __init__(self, env: TrialEnv, storage: Storage, *, workdir: Path, reporter: Reporter | None,
+                 sync_period_s: float = 10.0, progress_every_s: float = 5.0):
+        self.env = env
+        self.storage = storage
+        self.workdir = Path(workdir)
+        self.reporter = reporter
+        self.results = ResultLog(storage, env.trial_dir_uri, self.workdir / "results", sync_period_s)
+        self.progress_every_s = progress_every_s
+        self._stop_keys = list(flatten(env.stop)) if env.stop else []
+        self.trainable = None
+        self.committed_iteration = 0
+        self._last_progress = float("-inf")
+        self._checkpoint_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._in_train = False
+        self._abandoned = False
+        self._terminate = threading.Event()
+        self._can_checkpoint = True
+
+    # -- setup -----------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Load and construct the trainable, restore it, resume the result log, write ``params.json``.
+
+        Raises:
+            Exception: loading, constructing (``setup()``) or restoring failed.
+        """
+        env = self.env
+        if self.reporter is not None:
+            self.reporter.start()  # first, so that even a failing setup ends with a done batch
+        cls = load_trainable_class(env, self.storage)
+        self.trainable = cls(config=env.config, trial_id=env.trial_id, trial_name=env.trial,
+                             logdir=str(self.workdir / "logdir"))
+        restored = self._restore()
+        kept, dropped = self.results.resume(restored)
+        if kept or dropped:
+            log.info("result.json: kept %d results up to iteration %d, dropped %d written after it",
+                     kept, restored, dropped)
+        params = json.dumps(env.config, indent=2, sort_keys=True, default=json_default).encode()
+        self.storage.put_bytes(join_uri(env.trial_dir_uri, "params.json"), params)
+        self.results.start_background_sync()
+
+    def _restore(self) -> int:
+        """Restore ``restoreFrom`` or the latest committed checkpoint; return the restored iteration."""
+        if self.env.restore_from:
+            match = _CHECKPOINT_IN_URI.match(self.env.restore_from.rstrip("/"))
+            uri = match.group(1) if match else self.env.restore_from.rstrip("/")
+        else:
+            latest = latest_committed(self.storage, self.env.trial_dir_uri)
+            if latest is None:
+                log.info("no committed checkpoint; starting at iteration 0")
+                return 0
+            uri = latest[0]
+        local = self.workdir / "restore" / uri.rsplit("/", 1)[-1]
+        shutil.rmtree(local, ignore_errors=True)
+        metadata = restore_checkpoint(self.storage, uri, local)
+        self.trainable.restore(os.path.join(local, metadata.get("path", "")))
+        shutil.rmtree(local, ignore_errors=True)
+        iteration = self.trainable.iteration
+        if uri.startswith(join_uri(self.env.trial_dir_uri) + "/"):
+            self.committed_iteration = iteration
+        log.info("restored %s at iteration %d", uri, iteration)
+        for ref in list_checkpoints(self.storage, self.env.trial_dir_uri)[0]:
+            if ref.iteration > iteration:  # a discarded lineage: a retry must not resume from it
+                delete_checkpoint(self.storage, ref.uri)
+                log.info("deleted %s: newer than the restored checkpoint", ref.uri)
+        return iteration
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def request_termination(self) -> None:
+        """Ask the loop to end after the current ``train()`` (SIGTERM)."""
+        self._terminate.set()
+
+    def run(self) -> str:
+        """Call :meth:`iterate` until the trial ends; return the reason."""
+        while True:
+            reason = self.iterate()
+            if reason is not None:
+                return reason
+
+    def iterate(self) -> str | None:
+        """Run one ``train()`` and act on its result; return why the trial ends, or None to go on.
+
+        Raises:
+            Abandoned: the main thread took over while ``train()`` ran.
+            Exception: whatever the user's code or a checkpoint commit raised.
+        """
+        with self._state_lock:
+            if self._terminate.is_set():
+                return TERMINATED
+            self._in_train = True
+        try:
+            result = self.trainable.train()
+        finally:
+            with self._state_lock:
+                self._in_train = False
+                if self._abandoned:
+                    raise Abandoned()
+        if result.get("__duplicate__"):  # a function trainable returned: its last result is logged already
+            if result.get("should_checkpoint"):
+                self.checkpoint("final function checkpoint", force=True)
+            return DONE
+        self.results.append(result)
+        if self.reporter is not None:
+            self.reporter.report(result)
+        self._log_progress(result)
+        decision = self.reporter.take_decision() if self.reporter is not None else None
+        frequency = self.env.checkpoint.frequency
+        if result.get("should_checkpoint"):
+            self.checkpoint("should_checkpoint")
+        elif frequency and self.trainable.iteration % frequency == 0:
+            self.checkpoint("frequency")
+        elif decision == "checkpoint":
+            self.checkpoint("collector decision")
+        if result.get("done"):
+            return DONE
+        stop, key = should_stop(self._stop_view(result), self.env.stop) if self._stop_keys else (False, None)
+        if stop:
+            log.info("stop criterion %s reached: %s", key, self._stop_view(result).get(key))
+            return STOP_CRITERIA
+        if decision in (STOP, PAUSE):
+            return decision
+        if self._terminate.is_set():
+            return TERMINATED
+        return None
+
+    def _stop_view(self, result: dict) -> dict:
+        """The values of the stop keys in ``result``, by flattened key (flattening whole results is slow)."""
+        view = {}
+        for key in self._stop_keys:
+            if key in result:
+                view[key] = result[key]
+                continue
+            node = result
+            for part in key.split("/"):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is not None:
+                view[key] = node
+        return view
+
+    def _log_progress(self, result: dict) -> None:
+        now = time.monotonic()
+        if now - self._last_progress < self.progress_every_s:
+            return
+        self._last_progress = now
+        metric = self.env.metric
+        shown = f", {metric}={result.get(metric)}" if metric and metric in result else ""
+        log.info("iteration %s, time_total_s %.1f%s", result.get("training_iteration"),
+                 result.get("time_total_s") or 0.0, shown)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def checkpoint(self, why: str, force: bool = False) -> str | None:
+        """Save, commit and announce a checkpoint; return its URI, or None when there was nothing new.
+
+        Safe to call from the main thread while ``train()`` runs in the worker (SIGTERM during a long
+        step): the saved state is the one ``get_state()`` and ``save_checkpoint`` see at that moment.
+
+        Args:
+            why: logged.
+            force: commit even when this iteration is committed already (the function trainable's
+                final checkpoint may replace one of the same iteration).
+        """
+        with self._checkpoint_lock:
+            state = self.trainable.get_state()
+            iteration = state["iteration"]
+            if not self._can_checkpoint or iteration == 0 or (iteration == self.committed_iteration and not force):
+                return None
+            save_root = self.workdir / "save"
+            shutil.rmtree(save_root, ignore_errors=True)
+            try:
+                try:
+                    path = self.trainable.save(str(save_root))
+                except NotImplementedError as exc:
+                    self._can_checkpoint = False
+                    log.warning("no checkpoints for this trial: %s", exc)
+                    return None
+                local_dir = find_checkpoint_dir(path)
+                self.results.sync()  # every result up to this checkpoint is in storage before it exists
+                uri = join_uri(self.env.trial_dir_uri, Path(local_dir).name)
+                last_result = {k: v for k, v in (state.get("last_result") or {}).items() if k != "config"}
+                commit_checkpoint(self.storage, local_dir, uri, {
+                    "iteration": iteration, "path": path[len(local_dir) + 1:].replace(os.sep, "/"),
+                    "last_result": json.loads(json.dumps(last_result, default=json_default)),
+                    "experiment_id": state.get("experiment_id"), "attempt": self.env.attempt,
+                })
+            finally:
+                shutil.rmtree(save_root, ignore_errors=True)
+            self.committed_iteration = iteration
+            log.info("checkpoint %s committed (%s)", uri, why)
+            if self.reporter is not None:
+                self.reporter.set_checkpoint(uri, iteration)
+            policy = self.env.checkpoint
+            for deleted in apply_retention(self.storage, self.env.trial_dir_uri, policy.keep, policy.scoreAttribute):
+                log.info("retention: deleted %s", deleted)
+            return uri
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def abandon_step(self) -> bool:
+        """Called by the main thread: if ``train()`` is still running, mark it abandoned and return True."""
+        with self._state_lock:
+            if self._in_train:
+                self._abandoned = True
+            return self._abandoned
+
+    def finish(self, reason: str, *, stop_trainable: bool = True, reporter_timeout_s: float = 10.0) -> None:
+        """End the attempt: final checkpoint as the policy says, last result sync, final batch.
+
+        Raises:
+            Exception: the final checkpoint or result upload failed.
+        """
+        log.info("trial ends: %s at iteration %d", reason, self.trainable.iteration if self.trainable else 0)
+        if self.trainable is not None and (reason in _ALWAYS_CHECKPOINT or self.env.checkpoint.atEnd):
+            self.checkpoint(f"end: {reason}")
+        self.results.sync()
+        self.results.close()
+        if stop_trainable and self.trainable is not None:
+            self.trainable.stop()
+        if self.reporter is not None:
+            self.reporter.close(reporter_timeout_s)

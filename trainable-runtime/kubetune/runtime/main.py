@@ -1,0 +1,191 @@
+"""Process entry of the trial pod (``python -m kubetune.runtime``): threads, signals, exit codes.
+
+The operator's pod builder runs this as the trial container's command. :func:`main` reads the trial
+environment (``kubetune.env``), opens storage and the collector reporter, and runs
+:class:`kubetune.runtime.loop.TrialRunner` in a worker thread while the main thread waits for it and
+handles SIGTERM/SIGINT:
+
+* on the signal the loop ends after the current ``train()`` and checkpoints (exit 0);
+* if ``train()`` is still running ``grace/2`` seconds later (a long ``step()``), the main thread
+  checkpoints the state as it stands (``get_state()``/``save_checkpoint``, iteration of the last
+  finished step), delivers the final batch and exits 0 without waiting for the step;
+* ``grace`` is ``KUBETUNE_GRACE_PERIOD_S`` (default 30, Kubernetes' default
+  ``terminationGracePeriodSeconds``).
+
+Exit codes: 0 when the trial ends (done, stop criteria, ``stop``/``pause`` decision, SIGTERM), 1 when
+user code or the runtime fails, 2 when the environment is invalid. On failure the tail of the
+traceback (last 4 KiB, Kubernetes' limit) goes to the termination message file
+(``KUBETUNE_TERMINATION_MESSAGE_PATH``, default ``/dev/termination-log``) and the traceback to
+``error.txt`` in the trial dir (Ray's file). Logs go to stdout; the token and credentials never do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from kubetune import env as trial_env
+from kubetune.reporter import Reporter
+from kubetune.runtime.loop import TERMINATED, Abandoned, TrialRunner
+from kubetune.storage import join_uri, open_storage
+
+log = logging.getLogger("kubetune.runtime")
+
+#: Overrides for runs outside a pod (tests, local debugging); the operator does not set them.
+TERMINATION_MESSAGE_PATH_VAR = "KUBETUNE_TERMINATION_MESSAGE_PATH"
+GRACE_PERIOD_VAR = "KUBETUNE_GRACE_PERIOD_S"
+WORKDIR_VAR = "KUBETUNE_WORKDIR"
+#: Kubernetes keeps at most 4096 bytes of a termination message.
+TERMINATION_MESSAGE_BYTES = 4096
+_ERROR_TXT_BYTES = 64 << 10
+
+
+def tail_bytes(text: str, limit: int) -> str:
+    """The last ``limit`` bytes of ``text`` in UTF-8, cut at a character boundary."""
+    data = text.encode()
+    return data[-limit:].decode(errors="ignore") if len(data) > limit else text
+
+
+def write_termination_message(message: str) -> None:
+    """Write the tail of ``message`` to the termination message file; log (not raise) when impossible."""
+    path = os.environ.get(TERMINATION_MESSAGE_PATH_VAR) or trial_env.TERMINATION_MESSAGE_PATH
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(tail_bytes(message, TERMINATION_MESSAGE_BYTES))
+    except OSError as exc:
+        log.warning("could not write the termination message to %s: %s", path, exc)
+
+
+class Supervisor:
+    """Runs a :class:`TrialRunner` in a worker thread; the calling (main) thread handles signals.
+
+    Args:
+        runner: the trial attempt.
+        grace_period_s: seconds between SIGTERM and SIGKILL.
+    """
+
+    def __init__(self, runner: TrialRunner, grace_period_s: float):
+        self.runner = runner
+        self.grace_period_s = grace_period_s
+        self.exit_code = 1
+        self.abandoned = False
+        self._signal_at: float | None = None
+        self._done = threading.Event()
+
+    def run(self) -> int:
+        """Run the attempt; return the exit code (``abandoned`` says a step was left running)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        worker = threading.Thread(target=self._work, name="kubetune-trial", daemon=True)
+        worker.start()
+        while not self._done.wait(0.1):
+            if self._signal_at is None or time.monotonic() - self._signal_at < self.grace_period_s / 2:
+                continue
+            if self.runner.abandon_step():
+                self.abandoned = True
+                return self._take_over()
+        return self.exit_code
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self._signal_at is None:
+            self._signal_at = time.monotonic()
+            log.info("received %s: checkpointing and exiting", signal.Signals(signum).name)
+            self.runner.request_termination()
+
+    def _deadline_left(self) -> float:
+        assert self._signal_at is not None
+        return max(1.0, self._signal_at + self.grace_period_s - 2.0 - time.monotonic())
+
+    def _work(self) -> None:
+        try:
+            self.runner.setup()
+            reason = self.runner.run()
+            timeout = self._deadline_left() if reason == TERMINATED and self._signal_at else 10.0
+            self.runner.finish(reason, reporter_timeout_s=timeout)
+            self.exit_code = 0
+        except Abandoned:
+            return  # the main thread has ended the attempt
+        except BaseException:  # noqa: BLE001 - user code may raise anything; reported, exit 1
+            self.exit_code = 1
+            self._fail(traceback.format_exc())
+        self._done.set()
+
+    def _take_over(self) -> int:
+        """SIGTERM during a long ``train()``: checkpoint and end from the main thread."""
+        log.warning("train() still running %.0f s after the signal; checkpointing without waiting for it",
+                    self.grace_period_s / 2)
+        try:
+            self.runner.finish(TERMINATED, stop_trainable=False, reporter_timeout_s=self._deadline_left())
+            return 0
+        except Exception:  # noqa: BLE001 - reported, exit 1
+            self._fail(traceback.format_exc())
+            return 1
+
+    def _fail(self, text: str) -> None:
+        log.error("trial failed:\n%s", text)
+        write_termination_message(text)
+        runner = self.runner
+        try:
+            header = f"Failure in attempt {runner.env.attempt} of trial {runner.env.trial} at {time.ctime()}:\n"
+            runner.storage.put_bytes(join_uri(runner.env.trial_dir_uri, "error.txt"),
+                                     (header + tail_bytes(text, _ERROR_TXT_BYTES)).encode())
+            runner.results.sync()
+        except Exception as exc:  # noqa: BLE001 - the pod is failing already; keep the first error
+            log.warning("could not upload error.txt or the result log: %s", type(exc).__name__)
+        if runner.trainable is not None:
+            try:
+                runner.trainable.stop()
+            except Exception:  # noqa: BLE001
+                log.warning("trainable.stop() failed too", exc_info=True)
+        if runner.reporter is not None:
+            runner.reporter.close(10.0)
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    for noisy in ("botocore", "boto3", "s3transfer", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main() -> int:
+    """Run the trial attempt described by the environment; return the process exit code."""
+    _configure_logging()
+    try:
+        env = trial_env.read_trial_env()
+        grace = float(os.environ.get(GRACE_PERIOD_VAR, "30"))
+        storage = open_storage(env.trial_dir_uri, env.storage_endpoint, env.storage_region)
+        reporter = None
+        if env.collector_url:
+            reporter = Reporter(env.collector_url, env.token, namespace=env.namespace,
+                                experiment=env.experiment, trial=env.trial, attempt=env.attempt)
+    except (KeyError, ValueError) as exc:
+        message = f"invalid trial environment: {type(exc).__name__}: {exc}"
+        log.error(message)
+        write_termination_message(message)
+        return 2
+    log.info("trial %s/%s/%s attempt %d, storage %s", env.namespace, env.experiment, env.trial, env.attempt,
+             env.trial_dir_uri)
+    base = os.environ.get(WORKDIR_VAR) or None
+    if base:
+        Path(base).mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=f"kubetune-{env.trial}-", dir=base))
+    supervisor = Supervisor(TrialRunner(env, storage, workdir=workdir, reporter=reporter), grace)
+    code = supervisor.run()
+    if supervisor.abandoned:  # a step is still running in the worker thread: do not wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return code

@@ -1,0 +1,481 @@
+"""Parameter-space domains: the SDK's ``tune.uniform(...)`` family and their JSON form.
+
+Owns the :class:`Domain` classes, the Ray-Tune-compatible factory functions
+(:func:`uniform`, :func:`choice`, ...), the CRD/JSON encoding of a domain
+(``{"loguniform": [1e-4, 1e-1]}``) and :func:`parse_space`, which turns an
+Experiment's ``spec.config`` back into domains. Callers: the SDK (building
+``spec.config`` with :meth:`Domain.to_spec`), :mod:`kubetune.search.variants`
+(sampling), the operator's searchers (``kubetune_operator.search``) and its
+spec validation (:func:`parse_space` errors name the offending path).
+
+Semantics follow Ray Tune's ``tune/search/sample.py`` (2.x): bounds,
+quantization (round to a multiple of ``q``, which makes the upper bound
+reachable) and log scales behave as there. Sampling uses a caller-supplied
+:class:`random.Random`, so the variant generator controls reproducibility.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+from typing import Any, Callable, Sequence
+
+__all__ = [
+    "Domain", "Float", "Integer", "Normal", "Categorical", "Function",
+    "grid_search", "choice", "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint",
+    "lograndint", "qlograndint", "randn", "qrandn", "sample_from", "parse_space", "is_grid", "DOMAIN_NAMES",
+]
+
+GRID_SEARCH = "grid_search"
+
+
+class Domain:
+    """A set of values and how to draw one of them (Ray's ``Domain`` plus its sampler).
+
+    Attributes:
+        name: the domain's key in the JSON form (``"uniform"``, ``"choice"``, ...).
+    """
+
+    name: str = ""
+
+    def sample(self, rng: random.Random) -> Any:
+        """Draw one value using ``rng`` (the only source of randomness)."""
+        raise NotImplementedError
+
+    def args(self) -> list:
+        """Ray's positional arguments of this domain, as :meth:`to_spec` writes them."""
+        raise NotImplementedError
+
+    def to_spec(self) -> dict:
+        """The CRD/JSON form: ``{name: [positional args]}`` (``choice``: the categories list).
+
+        Raises:
+            ValueError: the domain cannot be written as JSON (``sample_from``).
+        """
+        return {self.name: self.args()}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.name == self.name and other.args() == self.args()
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(repr(a) for a in self.args())})"
+
+
+def _quantize(value: float, q: float) -> float:
+    # Python's round() rounds halves to even, as numpy's np.round does in Ray.
+    return round(value / q) * q
+
+
+def _uniform_float(rng: random.Random, lower: float, upper: float) -> float:
+    """A float in [lower, upper): upper is excluded even when rounding would reach it."""
+    x = lower + (upper - lower) * rng.random()
+    return x if x < upper else math.nextafter(upper, lower)
+
+
+class Float(Domain):
+    """Floats in [lower, upper), uniform or log-uniform, optionally rounded to multiples of ``q``.
+
+    With ``q`` the bounds are first narrowed to the multiples of ``q`` inside them
+    and the draw is rounded, so the (narrowed) upper bound can be returned.
+
+    Attributes:
+        lower, upper: bounds; ``log`` needs ``0 < lower``.
+        q: quantization step, or None.
+        log: sample ``exp(U(log lower, log upper))`` instead of ``U(lower, upper)``.
+        base: accepted for compatibility with Ray's ``base`` argument; the
+            distribution does not depend on it.
+    """
+
+    def __init__(self, lower: float, upper: float, q: float | None = None, log: bool = False, base: float = 10):
+        self.lower, self.upper, self.q, self.log, self.base = lower, upper, q, log, base
+        self.name = ("q" if q is not None else "") + ("loguniform" if log else "uniform")
+
+    def args(self) -> list:
+        out = [self.lower, self.upper] + ([self.q] if self.q is not None else [])
+        return out + ([self.base] if self.log and self.base != 10 else [])
+
+    def sample(self, rng: random.Random) -> float:
+        lower, upper = self.lower, self.upper
+        if self.q is not None:
+            lower, upper = math.ceil(lower / self.q) * self.q, math.floor(upper / self.q) * self.q
+        if self.log:
+            x = math.exp(_uniform_float(rng, math.log(lower), math.log(upper)))
+        else:
+            x = _uniform_float(rng, lower, upper)
+        return float(_quantize(x, self.q)) if self.q is not None else x
+
+
+class Integer(Domain):
+    """Integers in [lower, upper), uniform or log-uniform, optionally multiples of ``q``.
+
+    With ``q > 1`` the bounds narrow to the multiples of ``q`` inside them and the
+    draw is rounded to a multiple of ``q``, so the upper bound is included (Ray's
+    ``qrandint``); ``q == 1`` behaves exactly as the unquantized domain.
+
+    Attributes:
+        lower, upper: bounds; ``log`` needs ``0 < lower``.
+        q: quantization step (a positive int), or None for ``randint``/``lograndint``.
+        log: ``floor(exp(U(log lower, log upper)))`` instead of a uniform integer.
+        base: accepted for compatibility with Ray; the distribution does not depend on it.
+    """
+
+    def __init__(self, lower: int, upper: int, q: int | None = None, log: bool = False, base: float = 10):
+        self.lower, self.upper, self.q, self.log, self.base = lower, upper, q, log, base
+        self.name = ("q" if q is not None else "") + ("lograndint" if log else "randint")
+
+    def args(self) -> list:
+        out = [self.lower, self.upper] + ([self.q] if self.q is not None else [])
+        return out + ([self.base] if self.log and self.base != 10 else [])
+
+    def bounds(self) -> tuple[int, int]:
+        """The bounds the draw uses: narrowed to multiples of ``q`` when ``q > 1``."""
+        if self.q is None or self.q == 1:
+            return self.lower, self.upper
+        return -(-self.lower // self.q) * self.q, (self.upper // self.q) * self.q
+
+    def sample(self, rng: random.Random) -> int:
+        lower, upper = self.bounds()
+        if self.log:
+            # exp() can round up to ``upper`` itself; the draw stays below it.
+            x = min(math.floor(math.exp(_uniform_float(rng, math.log(lower), math.log(upper)))), upper - 1)
+        else:
+            x = rng.randrange(lower, upper)
+        if self.q is not None and self.q > 1:
+            x = _quantize(x, self.q)
+        return int(x)
+
+
+class Normal(Domain):
+    """Normally distributed floats (Ray's ``randn``/``qrandn``).
+
+    Attributes:
+        mean, sd: parameters of the normal distribution (``sd > 0``).
+        q: round the draw to a multiple of ``q``, or None.
+    """
+
+    def __init__(self, mean: float = 0.0, sd: float = 1.0, q: float | None = None):
+        self.mean, self.sd, self.q = mean, sd, q
+        self.name = "qrandn" if q is not None else "randn"
+
+    def args(self) -> list:
+        return [self.mean, self.sd] + ([self.q] if self.q is not None else [])
+
+    def sample(self, rng: random.Random) -> float:
+        x = rng.normalvariate(self.mean, self.sd)
+        return float(_quantize(x, self.q)) if self.q is not None else x
+
+
+class Categorical(Domain):
+    """One of ``categories``, uniformly; elements keep their types (Ray's ``choice``)."""
+
+    name = "choice"
+
+    def __init__(self, categories: Sequence):
+        self.categories = list(categories)
+
+    def args(self) -> list:
+        return list(self.categories)
+
+    def sample(self, rng: random.Random) -> Any:
+        return self.categories[rng.randrange(len(self.categories))]
+
+
+class Function(Domain):
+    """A value computed by a user function (Ray's ``sample_from``); SDK only, never JSON.
+
+    The function takes no argument or one: the config resolved so far, which
+    also answers Ray's older spec style (``spec.config.a``). It runs after all
+    other domains of the variant are drawn.
+    """
+
+    name = "sample_from"
+
+    def __init__(self, func: Callable):
+        try:
+            inspect.signature(func).bind({})
+            self.pass_config = True
+        except TypeError:
+            try:
+                inspect.signature(func).bind()
+            except TypeError as exc:
+                raise ValueError("sample_from needs a function taking 0 or 1 arguments") from exc
+            self.pass_config = False
+        self.func = func
+
+    def args(self) -> list:
+        return [self.func]
+
+    def to_spec(self) -> dict:
+        raise ValueError("sample_from cannot be written to spec.config (JSON); use a built-in domain")
+
+    def sample(self, rng: random.Random) -> Any:
+        raise TypeError("sample_from values depend on the config: resolve them with the variant generator")
+
+    def call(self, config: Any) -> Any:
+        """Run the function, passing ``config`` when it takes an argument."""
+        return self.func(config) if self.pass_config else self.func()
+
+
+# --------------------------------------------------------------------------- validation helpers
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
+def _integer(name: str, value: Any) -> int:
+    _number(name, value)
+    if value != int(value):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _bounds(lower: Any, upper: Any, log: bool, integer: bool) -> tuple:
+    check = _integer if integer else _number
+    lower, upper = check("lower", lower), check("upper", upper)
+    if lower >= upper:
+        raise ValueError(f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
+    if log and lower <= 0:
+        raise ValueError(f"log scale needs lower > 0, got lower={lower!r}")
+    return lower, upper
+
+
+def _step(q: Any, integer: bool) -> Any:
+    q = _integer("q", q) if integer else _number("q", q)
+    if q <= 0:
+        raise ValueError(f"q must be > 0, got {q!r}")
+    return q
+
+
+def _base(base: Any) -> float:
+    base = _number("base", base)
+    if base <= 0 or base == 1:
+        raise ValueError(f"base must be > 0 and != 1, got {base!r}")
+    return base
+
+
+def _float_domain(lower: Any, upper: Any, q: Any, log: bool, base: Any) -> Float:
+    lower, upper = _bounds(lower, upper, log, integer=False)
+    if q is not None:
+        q = _step(q, integer=False)
+        for label, bound in (("lower", lower), ("upper", upper)):
+            if not math.isclose(bound / q, round(bound / q)):
+                raise ValueError(f"{label}={bound!r} is not a multiple of q={q!r}")
+    return Float(lower, upper, q, log, _base(base))
+
+
+def _int_domain(lower: Any, upper: Any, q: Any, log: bool, base: Any) -> Integer:
+    lower, upper = _bounds(lower, upper, log, integer=True)
+    domain = Integer(lower, upper, None if q is None else _step(q, integer=True), log, _base(base))
+    low, high = domain.bounds()
+    if low >= high:
+        raise ValueError(f"[{lower}, {upper}] holds fewer than two multiples of q={q!r}")
+    return domain
+
+
+# --------------------------------------------------------------------------- the SDK's factory functions
+
+
+def grid_search(values: Sequence) -> dict:
+    """Every value in ``values`` once per sample pass: ``{"grid_search": values}``, like Ray.
+
+    Raises:
+        ValueError: ``values`` is empty or not a list/tuple.
+    """
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"grid_search needs a non-empty list, got {values!r}")
+    return {GRID_SEARCH: list(values)}
+
+
+def choice(categories: Sequence) -> Categorical:
+    """One of ``categories``, uniformly; element types are kept.
+
+    Raises:
+        ValueError: ``categories`` is empty or not a sequence (a string is not accepted).
+    """
+    if not isinstance(categories, Sequence) or isinstance(categories, (str, bytes)) or not categories:
+        raise ValueError(f"choice needs a non-empty list of categories, got {categories!r}")
+    return Categorical(categories)
+
+
+def uniform(lower: float, upper: float) -> Float:
+    """A float in [lower, upper).
+
+    Raises:
+        ValueError: a bound is not a finite number, or ``lower >= upper``.
+    """
+    return _float_domain(lower, upper, None, False, 10)
+
+
+def quniform(lower: float, upper: float, q: float) -> Float:
+    """``round(x / q) * q`` for x uniform in [lower, upper]; the upper bound is reachable.
+
+    Raises:
+        ValueError: bad bounds, ``q <= 0``, or a bound that is not a multiple of ``q`` (as Ray).
+    """
+    return _float_domain(lower, upper, q, False, 10)
+
+
+def loguniform(lower: float, upper: float, base: float = 10) -> Float:
+    """``exp(U(log lower, log upper))``: every order of magnitude equally likely.
+
+    Raises:
+        ValueError: ``lower <= 0``, ``lower >= upper`` or a bad ``base``.
+    """
+    return _float_domain(lower, upper, None, True, base)
+
+
+def qloguniform(lower: float, upper: float, q: float, base: float = 10) -> Float:
+    """:func:`loguniform` rounded to a multiple of ``q``; the upper bound is reachable.
+
+    Raises:
+        ValueError: as :func:`loguniform`, plus ``q <= 0`` or bounds not multiples of ``q``.
+    """
+    return _float_domain(lower, upper, q, True, base)
+
+
+def randint(lower: int, upper: int) -> Integer:
+    """An integer in [lower, upper).
+
+    Raises:
+        ValueError: a bound is not an integer, or ``lower >= upper``.
+    """
+    return _int_domain(lower, upper, None, False, 10)
+
+
+def qrandint(lower: int, upper: int, q: int = 1) -> Integer:
+    """A multiple of ``q`` in [lower, upper], upper included (with ``q == 1``: as :func:`randint`).
+
+    Raises:
+        ValueError: bad bounds, ``q`` not a positive integer, or fewer than two multiples of ``q`` in range.
+    """
+    return _int_domain(lower, upper, q, False, 10)
+
+
+def lograndint(lower: int, upper: int, base: float = 10) -> Integer:
+    """``floor(exp(U(log lower, log upper)))``: an integer in [lower, upper) on a log scale.
+
+    Raises:
+        ValueError: ``lower <= 0``, ``lower >= upper``, non-integer bounds or a bad ``base``.
+    """
+    return _int_domain(lower, upper, None, True, base)
+
+
+def qlograndint(lower: int, upper: int, q: int, base: float = 10) -> Integer:
+    """:func:`lograndint` rounded to a multiple of ``q``; the upper bound is reachable.
+
+    Raises:
+        ValueError: as :func:`lograndint`, plus a bad ``q``.
+    """
+    return _int_domain(lower, upper, q, True, base)
+
+
+def randn(mean: float = 0.0, sd: float = 1.0) -> Normal:
+    """A float from the normal distribution N(mean, sd²).
+
+    Raises:
+        ValueError: ``sd <= 0`` or a non-finite argument.
+    """
+    return _normal(mean, sd, None)
+
+
+def qrandn(mean: float, sd: float, q: float) -> Normal:
+    """:func:`randn` rounded to a multiple of ``q``.
+
+    Raises:
+        ValueError: ``sd <= 0``, ``q <= 0`` or a non-finite argument.
+    """
+    return _normal(mean, sd, q)
+
+
+def _normal(mean: Any, sd: Any, q: Any) -> Normal:
+    mean, sd = _number("mean", mean), _number("sd", sd)
+    if sd <= 0:
+        raise ValueError(f"sd must be > 0, got {sd!r}")
+    return Normal(mean, sd, None if q is None else _step(q, integer=False))
+
+
+def sample_from(func: Callable) -> Function:
+    """A value computed by ``func(config)`` (or ``func()``) after the other domains are drawn.
+
+    Raises:
+        ValueError: ``func`` cannot be called with 0 or 1 arguments.
+    """
+    return Function(func)
+
+
+_FACTORIES: dict[str, Callable[..., Domain]] = {
+    f.__name__: f for f in (choice, uniform, quniform, loguniform, qloguniform, randint, qrandint, lograndint,
+                            qlograndint, randn, qrandn)
+}
+#: Keys that make a one-key dict in ``spec.config`` a domain (``grid_search`` included).
+DOMAIN_NAMES = frozenset(_FACTORIES) | {GRID_SEARCH}
+
+
+# --------------------------------------------------------------------------- JSON -> domains
+
+
+def is_grid(value: Any) -> bool:
+    """Whether ``value`` is a grid-search marker ``{"grid_search": [...]}``."""
+    return isinstance(value, dict) and len(value) == 1 and GRID_SEARCH in value
+
+
+def _domain_from_spec(name: str, args: Any) -> Any:
+    if name == GRID_SEARCH:
+        return grid_search(args)
+    factory = _FACTORIES[name]
+    if name == "choice" and isinstance(args, (list, tuple)):
+        return choice(args)
+    try:
+        if isinstance(args, (list, tuple)):
+            bound = inspect.signature(factory).bind(*args)
+        elif isinstance(args, dict):
+            bound = inspect.signature(factory).bind(**args)
+        else:
+            raise ValueError(f"arguments must be a list (positional) or an object (keyword), got {args!r}")
+    except TypeError as exc:
+        params = ", ".join(inspect.signature(factory).parameters)
+        raise ValueError(f"bad arguments {args!r} for {name}({params}): {exc}") from None
+    return factory(*bound.args, **bound.kwargs)
+
+
+def parse_space(spec: Any, path: str = "config") -> Any:
+    """Turn a JSON parameter space (``spec.config``) into one holding :class:`Domain` objects.
+
+    A one-key dict whose key is in :data:`DOMAIN_NAMES` is a domain; its value is
+    Ray's positional arguments as a list (``{"quniform": [0, 1, 0.1]}``) or its
+    keyword arguments as an object (``{"uniform": {"lower": 0, "upper": 1}}``);
+    ``choice`` takes the categories list itself. ``grid_search`` stays a
+    ``{"grid_search": [...]}`` dict (its values are constants). Other dicts and
+    lists are walked recursively; anything else is a constant. Domain objects
+    already present (SDK input) are kept as they are. The input is not modified.
+
+    Args:
+        spec: the parameter space, JSON-shaped.
+        path: name of the root used in error messages.
+
+    Returns:
+        A new structure of the same shape with domains in place of their JSON form.
+
+    Raises:
+        ValueError: a domain has bad arguments; the message starts with its path,
+            e.g. ``"config.optimizer.lr: loguniform: log scale needs lower > 0, ..."``.
+    """
+    if isinstance(spec, dict):
+        if len(spec) == 1:
+            name, args = next(iter(spec.items()))
+            if name in DOMAIN_NAMES:
+                try:
+                    return _domain_from_spec(name, args)
+                except ValueError as exc:
+                    raise ValueError(f"{path}: {name}: {exc}") from None
+        return {k: parse_space(v, f"{path}.{k}") for k, v in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(parse_space(v, f"{path}[{i}]") for i, v in enumerate(spec))
+    return spec
