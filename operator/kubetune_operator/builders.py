@@ -176,6 +176,7 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, set
                                        if f.name in checkpoint}),
         metric=spec.get("metric"), mode=spec.get("mode"), storage_endpoint=endpoint, storage_region=region,
         restore_from=restore_from, collector_url=settings.collector.base_url(), token=token, pod_name=name,
+        grace_period_s=settings.trials.termination_grace_period_s,
     )
     user_env = template.get("env") or []
     reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))

@@ -7,19 +7,16 @@ controllers start, and moto's S3 server. Each test gets its own namespace.
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from devcluster import Cluster, ClusterConfig, procs
+from devcluster import Cluster, ClusterConfig
+from devcluster.operator import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-OPERATOR_NAMESPACE = "kubetune-system"
 
 
 def pytest_collection_modifyitems(items):
@@ -53,44 +50,12 @@ def namespace(core):
     core.delete_namespace(name)
 
 
-class OperatorProcess:
-    """The real operator (``python -m kubetune_operator``) as a child process of the test run."""
-
-    def __init__(self, cluster, workdir: Path):
-        self.cluster = cluster
-        self.port = procs.free_port()
-        self.log = workdir / "operator.log"
-        self.env = {**os.environ, **cluster.env(),
-                    "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "127.0.0.1",
-                    "KUBETUNE_OPERATOR_COLLECTOR_BIND_PORT": str(self.port),
-                    "KUBETUNE_OPERATOR_COLLECTOR_KEY_SECRET_NAMESPACE": OPERATOR_NAMESPACE,
-                    "KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S": "0.5",
-                    "KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S": "20"}
-        self.proc = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = procs.spawn([sys.executable, "-m", "kubetune_operator"], self.log, env=self.env)
-        procs.wait_until(lambda: procs.http_ok(f"{self.url}/healthz"), timeout=60, what="operator",
-                         proc=self.proc, log=self.log)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crashed or evicted operator."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            procs.stop_pid(self.proc.pid, timeout=15)
-
-
 @pytest.fixture(scope="session")
-def operator(cluster, core, tmp_path_factory):
-    core.create_namespace({"metadata": {"name": OPERATOR_NAMESPACE}})
-    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator"))
+def operator(cluster, tmp_path_factory):
+    """The real operator for the whole run (status written every 0.5 s, 20 s trial grace period)."""
+    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log",
+                         KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S="0.5",
+                         KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S="20")
     op.start()
     yield op
     op.stop()

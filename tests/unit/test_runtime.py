@@ -221,9 +221,9 @@ def test_collector_decisions(tmp_path, decision, at_end, expected):
     committed = [c.iteration for c in list_checkpoints(storage, trial_dir)[0]]
     last = len(_lines(storage, trial_dir))
     if decision == "checkpoint":
-        assert last == 40 and committed and committed[0] in (5, 6, 7)  # taken when the reply arrived
+        assert last == 40 and committed and 5 <= committed[0] <= 10  # taken when the reply arrived
     else:
-        assert 5 <= last <= 8  # the decision arrives a step or two later
+        assert 5 <= last <= 10  # the decision arrives a step or a few later
         assert committed == ([] if expected is None else [last])
 
 
@@ -288,15 +288,41 @@ def test_a_trainable_without_save_checkpoint_still_completes(tmp_path):
     assert len(_lines(storage, trial_dir)) == 3 and latest_committed(storage, trial_dir) is None
 
 
-def test_restore_from_an_older_checkpoint_discards_the_newer_lineage(tmp_path):
-    storage, trial_dir = _storage(tmp_path)
+def test_restore_from_seeds_the_first_attempt_and_the_trials_own_checkpoint_wins_after(tmp_path):
+    storage, donor_dir = _storage(tmp_path)
     policy = CheckpointPolicy(frequency=2, atEnd=True)
-    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 6},
+    code, output = run_runtime(runtime_env(tmp_path, donor_dir, config={}, stop={"training_iteration": 4},
                                            checkpoint=policy, **_source()))
     assert code == 0, output
-    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 3},
-                                           checkpoint=policy, attempt=1, **_source(),
-                                           restore_from=f"{trial_dir}/checkpoint_000002/state.json"))
+    trial_dir = donor_dir.replace("/trial-0", "/trial-1")
+    seeded = runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 4}, checkpoint=policy,
+                         **_source(), restore_from=f"{donor_dir}/checkpoint_000002/state.json")
+    code, output = run_runtime(seeded)
     assert code == 0, output
-    assert [c.iteration for c in list_checkpoints(storage, trial_dir)[0]] == [2, 3]
-    assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [(1, 1), (2, 2), (3, 12)]
+    assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [(3, 12), (4, 22)]
+    assert json.loads((tmp_path / "termination-log").read_text()) == {
+        "outcome": "completed", "iteration": 4, "checkpoint": f"{trial_dir}/checkpoint_000004"}
+    retry = runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 5}, checkpoint=policy,
+                        attempt=1, **_source(), restore_from=f"{donor_dir}/checkpoint_000002/state.json")
+    code, output = run_runtime(retry)
+    assert code == 0, output
+    assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [(3, 12), (4, 22), (5, 32)]
+
+
+def test_a_failing_trial_still_sends_its_results_and_a_final_done_batch(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    collector = Collector().start()
+    env = runtime_env(tmp_path, trial_dir, config={"fail_at": 4, "fail_flag": str(tmp_path / "flag")},
+                      collector=collector, **_source())
+    code, output = run_runtime(env)
+    collector.stop()
+    assert code == 1, output
+    assert [r["training_iteration"] for r in collector.results()] == [1, 2, 3]
+    assert collector.batches[-1]["done"] is True
+
+
+def test_a_trainable_that_cannot_be_loaded_fails_with_the_reason(tmp_path):
+    _, trial_dir = _storage(tmp_path)
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, entrypoint="no_such_module_kt:Thing"))
+    assert code == 1, output
+    assert "ModuleNotFoundError: No module named 'no_such_module_kt'" in (tmp_path / "termination-log").read_text()

@@ -40,6 +40,7 @@ RESTORE_FROM = "KUBETUNE_RESTORE_FROM"
 COLLECTOR_URL = "KUBETUNE_COLLECTOR_URL"
 TOKEN = "KUBETUNE_TOKEN"
 POD_NAME = "KUBETUNE_POD_NAME"
+GRACE_PERIOD = "KUBETUNE_GRACE_PERIOD_S"
 
 #: Where the runtime writes its termination message (Kubernetes' default path).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -88,9 +89,10 @@ class TrialEnv:
 
     Attributes:
         trial_dir_uri: ``<storage.uri>/<namespace>/<experiment>/<trial>`` (``s3://`` or ``file://``).
-        restore_from: checkpoint URI to restore first (``spec.restoreFrom``), or None for
-            the trial's latest committed checkpoint, if any.
+        restore_from: checkpoint URI to start from (``spec.restoreFrom``) while the trial has no
+            committed checkpoint of its own; its own latest committed checkpoint always wins.
         collector_url: base URL of the operator's collector, or None to run without one.
+        grace_period_s: the pod's ``terminationGracePeriodSeconds``: time between SIGTERM and SIGKILL.
     """
 
     namespace: str
@@ -114,6 +116,7 @@ class TrialEnv:
     collector_url: str | None = None
     token: str | None = None
     pod_name: str | None = None
+    grace_period_s: float = 30.0
 
 
 def encode_trial_env(env: TrialEnv) -> dict[str, str]:
@@ -126,7 +129,7 @@ def encode_trial_env(env: TrialEnv) -> dict[str, str]:
         STOP: json.dumps(env.stop, sort_keys=True), CHECKPOINT: json.dumps(env.checkpoint.__dict__, sort_keys=True),
         METRIC: env.metric, MODE: env.mode, STORAGE_ENDPOINT: env.storage_endpoint,
         STORAGE_REGION: env.storage_region, RESTORE_FROM: env.restore_from, COLLECTOR_URL: env.collector_url,
-        TOKEN: env.token, POD_NAME: env.pod_name,
+        TOKEN: env.token, POD_NAME: env.pod_name, GRACE_PERIOD: f"{env.grace_period_s:g}",
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
@@ -147,5 +150,5 @@ def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
         checkpoint=CheckpointPolicy(**json.loads(e.get(CHECKPOINT, "{}"))), metric=e.get(METRIC),
         mode=e.get(MODE), storage_endpoint=e.get(STORAGE_ENDPOINT), storage_region=e.get(STORAGE_REGION),
         restore_from=e.get(RESTORE_FROM), collector_url=e.get(COLLECTOR_URL), token=e.get(TOKEN),
-        pod_name=e.get(POD_NAME),
+        pod_name=e.get(POD_NAME), grace_period_s=float(e.get(GRACE_PERIOD, "30")),
     )

@@ -8,7 +8,9 @@ scheduler's decision from each reply (``continue``, ``stop``, ``pause``, ``check
 runtime polls with :meth:`Reporter.take_decision`.
 
 Delivery rules:
-    * results are sent in order, each at most once after its batch was acknowledged (200);
+    * results are sent in order and leave the buffer when their batch is acknowledged (200); a batch
+      whose reply was lost is sent again, so delivery is at least once (``training_iteration``
+      identifies a repeat);
     * when more than ``max_buffer`` results wait, the oldest are dropped, never the newest
       (the scheduler decides on the newest);
     * the latest committed checkpoint rides on the next batch (a batch with no results is sent for it);

@@ -200,7 +200,8 @@ class SysUsageMonitor:
             self._sample()
         with self._lock:
             if self._counts:
-                self._latest = {k: self._sums[k] / self._counts[k] for k in self._counts}
+                # clamped: differences of cumulative counters can round a hair below 0
+                self._latest = {k: min(100.0, max(0.0, self._sums[k] / self._counts[k])) for k in self._counts}
                 self._sums, self._counts = {}, {}
             latest = dict(self._latest)
         return {"perf": latest} if latest else {}

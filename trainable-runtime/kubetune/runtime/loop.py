@@ -38,7 +38,7 @@ from pathlib import Path
 
 from kubetune.checkpoint import find_checkpoint_dir
 from kubetune.checkpoints import (
-    apply_retention, commit_checkpoint, delete_checkpoint, latest_committed, list_checkpoints, restore_checkpoint,
+    apply_retention, commit_checkpoint, latest_committed, restore_checkpoint,
 )
 from kubetune.env import TrialEnv
 from kubetune.reporter import Reporter, json_default
@@ -82,6 +82,7 @@ class TrialRunner:
         self._stop_keys = list(flatten(env.stop)) if env.stop else []
         self.trainable = None
         self.committed_iteration = 0
+        self.checkpoint_uri: str | None = None
         self._last_progress = float("-inf")
         self._checkpoint_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -114,16 +115,20 @@ class TrialRunner:
         self.results.start_background_sync()
 
     def _restore(self) -> int:
-        """Restore ``restoreFrom`` or the latest committed checkpoint; return the restored iteration."""
-        if self.env.restore_from:
+        """Restore the trial's latest committed checkpoint, else ``restoreFrom``; return the iteration.
+
+        The trial's own checkpoint wins: a retry or resume continues where this trial got to, and
+        ``restoreFrom`` only seeds its first attempt.
+        """
+        latest = latest_committed(self.storage, self.env.trial_dir_uri)
+        if latest is not None:
+            uri = latest[0]
+        elif self.env.restore_from:
             match = _CHECKPOINT_IN_URI.match(self.env.restore_from.rstrip("/"))
             uri = match.group(1) if match else self.env.restore_from.rstrip("/")
         else:
-            latest = latest_committed(self.storage, self.env.trial_dir_uri)
-            if latest is None:
-                log.info("no committed checkpoint; starting at iteration 0")
-                return 0
-            uri = latest[0]
+            log.info("no committed checkpoint; starting at iteration 0")
+            return 0
         local = self.workdir / "restore" / uri.rsplit("/", 1)[-1]
         shutil.rmtree(local, ignore_errors=True)
         metadata = restore_checkpoint(self.storage, uri, local)
@@ -131,12 +136,8 @@ class TrialRunner:
         shutil.rmtree(local, ignore_errors=True)
         iteration = self.trainable.iteration
         if uri.startswith(join_uri(self.env.trial_dir_uri) + "/"):
-            self.committed_iteration = iteration
+            self.committed_iteration, self.checkpoint_uri = iteration, uri
         log.info("restored %s at iteration %d", uri, iteration)
-        for ref in list_checkpoints(self.storage, self.env.trial_dir_uri)[0]:
-            if ref.iteration > iteration:  # a discarded lineage: a retry must not resume from it
-                delete_checkpoint(self.storage, ref.uri)
-                log.info("deleted %s: newer than the restored checkpoint", ref.uri)
         return iteration
 
     # -- the loop --------------------------------------------------------------------------------
@@ -260,7 +261,7 @@ class TrialRunner:
                 })
             finally:
                 shutil.rmtree(save_root, ignore_errors=True)
-            self.committed_iteration = iteration
+            self.committed_iteration, self.checkpoint_uri = iteration, uri
             log.info("checkpoint %s committed (%s)", uri, why)
             if self.reporter is not None:
                 self.reporter.set_checkpoint(uri, iteration)

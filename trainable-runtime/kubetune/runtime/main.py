@@ -9,10 +9,10 @@ handles SIGTERM/SIGINT:
 * if ``train()`` is still running ``grace/2`` seconds later (a long ``step()``), the main thread
   checkpoints the state as it stands (``get_state()``/``save_checkpoint``, iteration of the last
   finished step), delivers the final batch and exits 0 without waiting for the step;
-* ``grace`` is ``KUBETUNE_GRACE_PERIOD_S`` (default 30, Kubernetes' default
-  ``terminationGracePeriodSeconds``).
+* ``grace`` is the pod's ``terminationGracePeriodSeconds`` (``kubetune.env.GRACE_PERIOD``, default 30).
 
-Exit codes: 0 when the trial ends (done, stop criteria, ``stop``/``pause`` decision, SIGTERM), 1 when
+Exit codes: 0 when the trial ends (done, stop criteria, ``stop``/``pause`` decision, SIGTERM), with the
+outcome as JSON in the termination message (``kubetune.env.OUTCOME_*``), 1 when
 user code or the runtime fails, 2 when the environment is invalid. On failure the tail of the
 traceback (last 4 KiB, Kubernetes' limit) goes to the termination message file
 (``KUBETUNE_TERMINATION_MESSAGE_PATH``, default ``/dev/termination-log``) and the traceback to
@@ -21,6 +21,7 @@ traceback (last 4 KiB, Kubernetes' limit) goes to the termination message file
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -34,18 +35,20 @@ from pathlib import Path
 
 from kubetune import env as trial_env
 from kubetune.reporter import Reporter
-from kubetune.runtime.loop import TERMINATED, Abandoned, TrialRunner
+from kubetune.runtime.loop import DONE, PAUSE, STOP, STOP_CRITERIA, TERMINATED, Abandoned, TrialRunner
 from kubetune.storage import join_uri, open_storage
 
 log = logging.getLogger("kubetune.runtime")
 
 #: Overrides for runs outside a pod (tests, local debugging); the operator does not set them.
 TERMINATION_MESSAGE_PATH_VAR = "KUBETUNE_TERMINATION_MESSAGE_PATH"
-GRACE_PERIOD_VAR = "KUBETUNE_GRACE_PERIOD_S"
 WORKDIR_VAR = "KUBETUNE_WORKDIR"
 #: Kubernetes keeps at most 4096 bytes of a termination message.
 TERMINATION_MESSAGE_BYTES = 4096
 _ERROR_TXT_BYTES = 64 << 10
+#: How each way of ending reads in the termination message.
+OUTCOMES = {DONE: trial_env.OUTCOME_COMPLETED, STOP_CRITERIA: trial_env.OUTCOME_COMPLETED,
+            STOP: trial_env.OUTCOME_STOPPED, PAUSE: trial_env.OUTCOME_PAUSED, TERMINATED: trial_env.OUTCOME_TERMINATED}
 
 
 def tail_bytes(text: str, limit: int) -> str:
@@ -110,6 +113,7 @@ class Supervisor:
             reason = self.runner.run()
             timeout = self._deadline_left() if reason == TERMINATED and self._signal_at else 10.0
             self.runner.finish(reason, reporter_timeout_s=timeout)
+            self._succeed(reason)
             self.exit_code = 0
         except Abandoned:
             return  # the main thread has ended the attempt
@@ -124,10 +128,18 @@ class Supervisor:
                     self.grace_period_s / 2)
         try:
             self.runner.finish(TERMINATED, stop_trainable=False, reporter_timeout_s=self._deadline_left())
+            self._succeed(TERMINATED)
             return 0
         except Exception:  # noqa: BLE001 - reported, exit 1
             self._fail(traceback.format_exc())
             return 1
+
+    def _succeed(self, reason: str) -> None:
+        """Tell the operator how the attempt ended: the outcome JSON in the termination message."""
+        runner = self.runner
+        write_termination_message(json.dumps({
+            "outcome": OUTCOMES[reason], "iteration": runner.trainable.iteration if runner.trainable else 0,
+            "checkpoint": runner.checkpoint_uri}))
 
     def _fail(self, text: str) -> None:
         log.error("trial failed:\n%s", text)
@@ -164,7 +176,7 @@ def main() -> int:
     _configure_logging()
     try:
         env = trial_env.read_trial_env()
-        grace = float(os.environ.get(GRACE_PERIOD_VAR, "30"))
+        grace = env.grace_period_s
         storage = open_storage(env.trial_dir_uri, env.storage_endpoint, env.storage_region)
         reporter = None
         if env.collector_url:

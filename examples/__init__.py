@@ -1,0 +1,1 @@
+"""Runnable kubetune examples on real data; each subpackage is one experiment with its demo."""

@@ -1,0 +1,97 @@
+{{/*
+Names, labels and computed values shared by the chart's templates.
+*/}}
+
+{{/* The chart name (nameOverride wins), cut to 63 characters. */}}
+{{- define "kubetune.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The base of object names: fullnameOverride, else the release name, plus the chart name unless the release name holds it. */}}
+{{- define "kubetune.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the Deployment, Service and (cluster) roles of the operator. */}}
+{{- define "kubetune.operatorName" -}}
+{{- printf "%s-operator" (include "kubetune.fullname" .) }}
+{{- end }}
+
+{{- define "kubetune.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubetune.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "kubetune.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kubetune.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kubetune
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kubetune.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubetune.operatorName" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kubetune.keySecretName" -}}
+{{- default (printf "%s-collector-key" (include "kubetune.fullname" .)) .Values.collector.keySecret.name }}
+{{- end }}
+
+{{/* The URL trial pods report results to: collector.url, else this chart's Service. */}}
+{{- define "kubetune.collectorURL" -}}
+{{- default (printf "http://%s.%s.svc:%d" (include "kubetune.operatorName" .) .Release.Namespace (int .Values.collector.port)) .Values.collector.url }}
+{{- end }}
+
+{{- define "kubetune.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "kubetune.trialImage" -}}
+{{- printf "%s:%s" .Values.trials.image.repository (default .Chart.AppVersion .Values.trials.image.tag) }}
+{{- end }}
+
+{{/*
+Rules for the Experiments, Trials, pods and events the operator works on, each with the calls
+that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itself).
+*/}}
+{{- define "kubetune.workloadRules" -}}
+# kopf watches Experiments and patches its finalizer and progress annotations onto them.
+- apiGroups: [kubetune.io]
+  resources: [experiments]
+  verbs: [list, watch, patch]
+# Kube.patch_experiment_status (and handlers._mark_invalid).
+- apiGroups: [kubetune.io]
+  resources: [experiments/status]
+  verbs: [patch]
+# kopf's index of Trials (list, watch); Kube._create_trial (create, then get after a 409).
+- apiGroups: [kubetune.io]
+  resources: [trials]
+  verbs: [get, list, watch, create]
+# Kube._patch_trial_status.
+- apiGroups: [kubetune.io]
+  resources: [trials/status]
+  verbs: [patch]
+# kopf's index and event handler of trial pods (list, watch); Kube._create_pod, Kube._delete_pod.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, create, delete]
+# kopf.event / kopf.warn on Experiments and Trials.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}

@@ -1,0 +1,177 @@
+"""The digits example end to end on the local cluster: ``examples/digits/experiment.yaml`` (class API)
+and ``experiment-function.yaml`` (function API) applied as a user would, with real training on
+scikit-learn's bundled digits in trial pods, checkpoints in moto's S3, and the best checkpoint
+restored here into a fresh trainable."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+from kubernetes import client
+
+import kubetune
+from devcluster.cluster import S3_BUCKET
+from examples.digits import model as digits
+from examples.digits.demo import load_experiment
+from examples.digits.function_trainable import train_digits
+from examples.digits.trainable import DigitsTrainable
+from kubetune.checkpoints import COMMIT_MARKER, restore_checkpoint
+from kubetune.storage import open_storage
+
+GROUP, VERSION = "kubetune.io", "v1alpha1"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
+#: The 4-GPU node of the test cluster; GPU ids are per node, so the GPU check pins the trials there.
+GPU_NODE = "devcluster-node-0"
+
+
+@pytest.fixture
+def custom(api):
+    return client.CustomObjectsApi(api)
+
+
+@pytest.fixture
+def s3(cluster):
+    env = cluster.env()
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
+
+
+@pytest.fixture
+def storage(cluster):
+    """kubetune's own S3 storage with the cluster's credentials, for restoring checkpoints here."""
+    env = cluster.env()
+    return open_storage(f"s3://{S3_BUCKET}", endpoint=cluster.s3_endpoint, region=env["AWS_DEFAULT_REGION"],
+                        access_key_id=env["AWS_ACCESS_KEY_ID"], secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+
+
+def run_to_end(custom, namespace: str, body: dict, timeout_s: float = 300) -> dict:
+    """Create the Experiment, wait until it is Succeeded or Failed, and return it."""
+    name = body["metadata"]["name"]
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", body)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        exp = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
+        if (exp.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return exp
+        time.sleep(0.5)
+    raise AssertionError(f"experiment {name} did not finish within {timeout_s} s")
+
+
+def trials_of(custom, namespace: str) -> dict[str, dict]:
+    items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trials")["items"]
+    return {t["metadata"]["name"]: t for t in items}
+
+
+def result_lines(s3, key_prefix: str) -> list[dict]:
+    body = s3.get_object(Bucket=S3_BUCKET, Key=f"{key_prefix}/result.json")["Body"].read().decode()
+    return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def committed_checkpoints(s3, key_prefix: str) -> list[str]:
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=key_prefix + "/")
+            for o in page.get("Contents", [])]
+    return sorted(k.split("/")[-2] for k in keys if k.endswith("/" + COMMIT_MARKER))
+
+
+def when(stamp: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def check_counts_and_best(exp: dict, trials: dict[str, dict], finals: dict[str, float]) -> dict:
+    """The Experiment's counts and bestTrial agree with its Trials; return bestTrial."""
+    status = exp["status"]
+    assert status["trials"] == {"total": len(trials), "pending": 0, "running": 0, "paused": 0,
+                                "succeeded": len(trials), "failed": 0}
+    for name, trial in trials.items():
+        assert trial["status"]["phase"] == "Succeeded", (name, trial["status"])
+        assert trial["status"]["metricValue"] == finals[name]
+    best = status["bestTrial"]
+    assert best["metricValue"] == max(finals.values()) == finals[best["name"]]
+    assert best["config"] == trials[best["name"]]["spec"]["config"]
+    assert best["iteration"] == trials[best["name"]]["status"]["iteration"]
+    assert best["checkpoint"] == trials[best["name"]]["status"]["checkpoint"]["uri"]
+    return best
+
+
+def test_digits_experiment_trains_every_trial_on_its_own_gpu_and_the_best_checkpoint_restores(
+        cluster, operator, custom, s3, storage, namespace, storage_secret):
+    body = load_experiment(EXAMPLE / "experiment.yaml", cluster.s3_endpoint)
+    spec = body["spec"]
+    spec.setdefault("template", {})["nodeSelector"] = {"kubernetes.io/hostname": GPU_NODE}
+    name, iterations = body["metadata"]["name"], spec["stop"]["training_iteration"]
+    exp = run_to_end(custom, namespace, body)
+    assert exp["status"]["phase"] == "Succeeded", exp["status"]
+    trials = trials_of(custom, namespace)
+    assert len(trials) == spec["numSamples"]
+
+    prefix = f"experiments/{namespace}/{name}"
+    lines = {t: result_lines(s3, f"{prefix}/{t}") for t in trials}
+    for trial, results in lines.items():
+        assert [r["training_iteration"] for r in results] == list(range(1, iterations + 1)), trial
+        assert all(0 <= r["mean_accuracy"] <= 1 and r["mean_loss"] > 0 for r in results)
+        every = spec["checkpoint"]["frequency"]
+        assert committed_checkpoints(s3, f"{prefix}/{trial}") == [
+            f"checkpoint_{i:06d}" for i in range(every, iterations + 1, every)]
+    finals = {t: results[-1]["mean_accuracy"] for t, results in lines.items()}
+    best = check_counts_and_best(exp, trials, finals)
+    assert best["metricValue"] > 0.9 and best["iteration"] == iterations
+
+    # Trials that ran at the same time had different GPUs (each trial keeps its one GPU).
+    gpus = {}
+    for trial, results in lines.items():
+        ids = {r["gpu_ids"] for r in results}
+        assert len(ids) == 1 and len(next(iter(ids)).split(",")) == spec["resourcesPerTrial"]["gpu"], (trial, ids)
+        gpus[trial] = next(iter(ids))
+    spans = {t: (when(tr["status"]["startTime"]), when(tr["status"]["completionTime"])) for t, tr in trials.items()}
+    overlapping = [(a, b) for a, b in itertools.combinations(sorted(trials), 2)
+                   if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+    assert overlapping, spans  # maxConcurrentTrials > 1: some trials did run together
+    assert all(gpus[a] != gpus[b] for a, b in overlapping), {t: (gpus[t], spans[t]) for t in trials}
+
+    # The best checkpoint, restored into a fresh trainable, gives the accuracy the trial reported,
+    # and training goes on from there.
+    restored = DigitsTrainable(best["config"], storage=storage)
+    restored.restore(best["checkpoint"])
+    assert restored.iteration == best["iteration"]
+    scores = restored.evaluate()
+    assert scores["mean_accuracy"] == best["metricValue"]
+    assert scores["mean_loss"] == pytest.approx(lines[best["name"]][-1]["mean_loss"], rel=1e-9)
+    assert restored.train()["training_iteration"] == iterations + 1
+    restored.stop()
+
+
+def test_digits_function_experiment_succeeds_and_its_checkpoints_resume(
+        cluster, operator, custom, s3, storage, namespace, storage_secret, tmp_path):
+    body = load_experiment(EXAMPLE / "experiment-function.yaml", cluster.s3_endpoint)
+    spec = body["spec"]
+    name, iterations = body["metadata"]["name"], spec["stop"]["training_iteration"]
+    exp = run_to_end(custom, namespace, body)
+    assert exp["status"]["phase"] == "Succeeded", exp["status"]
+    trials = trials_of(custom, namespace)
+    assert len(trials) == spec["numSamples"]
+    prefix = f"experiments/{namespace}/{name}"
+    lines = {t: result_lines(s3, f"{prefix}/{t}") for t in trials}
+    for trial, results in lines.items():
+        assert [r["training_iteration"] for r in results] == list(range(1, iterations + 1)), trial
+        # the function reports a checkpoint with every result, and each one is committed
+        assert committed_checkpoints(s3, f"{prefix}/{trial}") == [
+            f"checkpoint_{i:06d}" for i in range(1, iterations + 1)]
+    best = check_counts_and_best(exp, trials, {t: r[-1]["mean_accuracy"] for t, r in lines.items()})
+
+    local = tmp_path / "best"
+    restore_checkpoint(storage, best["checkpoint"], local)
+    model_dirs = [p.parent for p in local.rglob(digits.MODEL_FILE)]
+    assert len(model_dirs) == 1
+    assert digits.evaluate(digits.load_model(str(model_dirs[0])), digits.load_split())["mean_accuracy"] == \
+        best["metricValue"]
+    resumed = kubetune.wrap_function(train_digits)(best["config"], storage=storage)
+    resumed.restore(best["checkpoint"])
+    result = resumed.train()
+    assert result["training_iteration"] == iterations + 1 and result["iterations_since_restore"] == 1
+    resumed.stop()

@@ -1,0 +1,254 @@
+"""The operator end to end on the local cluster: real kube-apiserver, scheduler,
+garbage collector, process kubelet, moto S3, the operator as its own process
+and trial pods running ``python -m kubetune.runtime``."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import boto3
+import pytest
+from kubernetes import client
+
+from devcluster.cluster import S3_BUCKET
+
+GROUP, VERSION = "kubetune.io", "v1alpha1"
+TRAINABLE = "tests.integration.trainables:Counter"
+
+
+def wait_for(fn, timeout=120, interval=0.25, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture
+def custom(api):
+    return client.CustomObjectsApi(api)
+
+
+@pytest.fixture
+def s3(cluster):
+    env = cluster.env()
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
+
+
+def experiment(name, cluster, secret, *, config, **spec):
+    body = {"trainable": {"entrypoint": TRAINABLE}, "image": "kubetune/runtime:test", "config": config,
+            "metric": "score", "mode": "max", "stop": {"training_iteration": 3},
+            "checkpoint": {"frequency": 1, "atEnd": True},
+            "storage": {"uri": f"s3://{S3_BUCKET}/experiments", "endpoint": cluster.s3_endpoint,
+                        "region": "us-east-1", "credentialsSecret": secret}}
+    body.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "metadata": {"name": name}, "spec": body}
+
+
+def get(custom, ns, plural, name):
+    try:
+        return custom.get_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise
+
+
+def trials(custom, ns):
+    return {t["metadata"]["name"]: t for t in custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trials")["items"]}
+
+
+def phase_is(custom, ns, name, *phases):
+    return get(custom, ns, "experiments", name).get("status", {}).get("phase") in phases
+
+
+def result_lines(s3, ns, exp, trial):
+    key = f"experiments/{ns}/{exp}/{trial}/result.json"
+    body = s3.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read().decode()
+    return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def events(core, ns, reason):
+    return [e for e in core.list_namespaced_event(ns).items if e.reason == reason]
+
+
+def test_happy_path_runs_every_trial_and_reports_the_best(cluster, operator, custom, core, s3, namespace,
+                                                          storage_secret):
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "happy", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3]}}, maxConcurrentTrials=2))
+    wait_for(lambda: phase_is(custom, namespace, "happy", "Succeeded", "Failed"), what="experiment to finish")
+    exp = get(custom, namespace, "experiments", "happy")
+    assert exp["status"]["phase"] == "Succeeded", exp["status"]
+    assert exp["status"]["trials"] == {"total": 3, "pending": 0, "running": 0, "paused": 0, "succeeded": 3,
+                                       "failed": 0}
+    best = exp["status"]["bestTrial"]
+    assert best["config"] == {"x": 3} and best["metricValue"] == 9.0 and best["iteration"] == 3
+    assert best["checkpoint"].startswith(f"s3://{S3_BUCKET}/experiments/{namespace}/happy/")
+    found = trials(custom, namespace)
+    assert sorted(found) == ["happy-00000", "happy-00001", "happy-00002"]
+    for name, trial in found.items():
+        assert trial["status"]["phase"] == "Succeeded" and trial["status"]["reason"] == "Completed"
+        assert [r["training_iteration"] for r in result_lines(s3, namespace, "happy", name)] == [1, 2, 3]
+    conditions = {c["type"]: c for c in exp["status"]["conditions"]}
+    assert conditions["Complete"]["status"] == "True"
+    assert conditions["Ready"]["observedGeneration"] == exp["metadata"]["generation"]
+    assert len(events(core, namespace, "TrialCreated")) == 3
+    table = cluster.kubectl("get", "trials", "-n", namespace).stdout
+    assert "Succeeded" in table and "ITERATION" in table.upper()
+
+
+def test_gpu_limited_concurrency_never_exceeds_free_gpus(cluster, operator, custom, core, namespace, storage_secret):
+    spec = experiment("gpus", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3]}, "sleep": 0.5},
+                      maxConcurrentTrials=3, resourcesPerTrial={"cpu": "100m", "gpu": 1},
+                      template={"nodeSelector": {"kubernetes.io/hostname": "devcluster-node-1"}})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+    most, done = 0, threading.Event()
+
+    def sample():
+        nonlocal most
+        while not done.is_set():
+            pods = core.list_namespaced_pod(namespace).items
+            most = max(most, sum(1 for p in pods if p.status.phase == "Running"))
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        wait_for(lambda: phase_is(custom, namespace, "gpus", "Succeeded", "Failed"), what="experiment to finish")
+    finally:
+        done.set()
+        sampler.join()
+    assert get(custom, namespace, "experiments", "gpus")["status"]["trials"]["succeeded"] == 3
+    assert most == 1  # the node has one GPU; the other trials' pods waited in Pending
+
+
+def test_retry_after_a_crash_and_failure_after_max_failures(cluster, operator, custom, core, s3, namespace,
+                                                           storage_secret):
+    spec = experiment("flaky", cluster, storage_secret, config={"x": 1, "fail_at": 3},
+                      stop={"training_iteration": 4}, failure={"maxFailures": 1})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+    bad = experiment("broken", cluster, storage_secret, config={"x": 1, "always_fail": True},
+                     failure={"maxFailures": 1})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", bad)
+    wait_for(lambda: phase_is(custom, namespace, "flaky", "Succeeded", "Failed"), what="flaky to finish")
+    trial = get(custom, namespace, "trials", "flaky-00000")
+    assert trial["status"]["phase"] == "Succeeded" and trial["status"]["failures"] == 1
+    assert trial["status"]["attempt"] == 1
+    lines = result_lines(s3, namespace, "flaky", "flaky-00000")
+    assert [r["training_iteration"] for r in lines] == [1, 2, 3, 4]  # resumed from checkpoint 2, no line twice
+    assert lines[-1]["score"] == 4.0
+    assert events(core, namespace, "TrialRetried")
+    wait_for(lambda: phase_is(custom, namespace, "broken", "Succeeded", "Failed"), what="broken to finish")
+    broken = get(custom, namespace, "trials", "broken-00000")
+    assert broken["status"]["phase"] == "Failed" and broken["status"]["failures"] == 2
+    assert "this trainable always fails" in broken["status"]["message"]
+    assert "Traceback" in broken["status"]["message"] or "ValueError" in broken["status"]["message"]
+    assert get(custom, namespace, "experiments", "broken")["status"]["phase"] == "Failed"
+
+
+def test_a_killed_pod_resumes_at_its_checkpoint(cluster, operator, custom, core, s3, namespace, storage_secret):
+    spec = experiment("resume", cluster, storage_secret, config={"x": 1, "sleep": 0.3},
+                      stop={"training_iteration": 12}, failure={"maxFailures": 2})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+
+    def checkpointed():
+        status = get(custom, namespace, "trials", "resume-00000").get("status", {})
+        return (status.get("checkpoint") or {}).get("iteration", 0) >= 3
+
+    wait_for(checkpointed, what="a committed checkpoint at iteration >= 3")
+    core.delete_namespaced_pod("resume-00000-0", namespace, grace_period_seconds=0)
+    wait_for(lambda: phase_is(custom, namespace, "resume", "Succeeded", "Failed"), what="resume to finish")
+    trial = get(custom, namespace, "trials", "resume-00000")
+    assert trial["status"]["phase"] == "Succeeded" and trial["status"]["attempt"] == 1
+    lines = result_lines(s3, namespace, "resume", "resume-00000")
+    iterations = [r["training_iteration"] for r in lines]
+    assert iterations == list(range(1, 13))
+    assert lines[-1]["score"] == 12.0  # the state came back from the checkpoint, not from zero
+    restored = [r for r in lines if r.get("iterations_since_restore") == 1]
+    assert len(restored) == 2  # the first attempt's first result, and the second attempt's first after restore
+
+
+def test_invalid_specs_are_rejected_or_marked(cluster, operator, custom, core, namespace, storage_secret):
+    bad_schema = experiment("noschema", cluster, storage_secret, config={"x": 1})
+    del bad_schema["spec"]["mode"]
+    with pytest.raises(client.ApiException) as exc:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", bad_schema)
+    assert exc.value.status == 422 and "mode" in exc.value.body
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "badspace", cluster, storage_secret, config={"lr": {"loguniform": [0, 1]}}))
+
+    def marked():
+        conds = get(custom, namespace, "experiments", "badspace").get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "False" and c["reason"] == "InvalidSpec" for c in conds)
+
+    wait_for(marked, what="the InvalidSpec condition")
+    assert events(core, namespace, "InvalidSpec")
+    assert trials(custom, namespace) == {}
+    # the operator still serves other experiments
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "fine", cluster, storage_secret, config={"x": 2}))
+    wait_for(lambda: phase_is(custom, namespace, "fine", "Succeeded"), what="the valid experiment to succeed")
+
+
+def test_suspend_and_resume_continue_from_checkpoints(cluster, operator, custom, core, s3, namespace,
+                                                      storage_secret):
+    spec = experiment("pausable", cluster, storage_secret, config={"x": 1, "sleep": 0.3},
+                      stop={"training_iteration": 10})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+    wait_for(lambda: (get(custom, namespace, "trials", "pausable-00000").get("status", {}).get("iteration") or 0) >= 2,
+             what="some progress")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "pausable",
+                                          {"spec": {"suspend": True}})
+    wait_for(lambda: phase_is(custom, namespace, "pausable", "Suspended"), what="Suspended")
+    wait_for(lambda: get(custom, namespace, "trials", "pausable-00000")["status"]["phase"] == "Paused",
+             what="the trial to pause")
+    assert not [p for p in core.list_namespaced_pod(namespace).items if p.status.phase in ("Running", "Pending")]
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "pausable",
+                                          {"spec": {"suspend": False}})
+    wait_for(lambda: phase_is(custom, namespace, "pausable", "Succeeded", "Failed"), what="finish after resume")
+    trial = get(custom, namespace, "trials", "pausable-00000")
+    assert trial["status"]["phase"] == "Succeeded" and trial["status"].get("failures", 0) == 0
+    lines = result_lines(s3, namespace, "pausable", "pausable-00000")
+    assert [r["training_iteration"] for r in lines] == list(range(1, 11))
+    assert lines[-1]["score"] == 10.0
+
+
+def test_deleting_an_experiment_removes_its_trials_and_pods(cluster, operator, custom, core, namespace,
+                                                           storage_secret):
+    spec = experiment("doomed", cluster, storage_secret, config={"x": {"grid_search": [1, 2]}, "sleep": 1},
+                      stop={"training_iteration": 100})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+    wait_for(lambda: sum(1 for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running") == 2,
+             what="two running trial pods")
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "doomed")
+    wait_for(lambda: not trials(custom, namespace) and not core.list_namespaced_pod(namespace).items, timeout=90,
+             what="trials and pods to be garbage-collected")
+
+
+def test_operator_killed_mid_experiment_finishes_without_duplicates(cluster, operator, custom, core, s3,
+                                                                   namespace, storage_secret):
+    spec = experiment("survivor", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3, 4, 5, 6]},
+                                                                   "sleep": 0.3},
+                      stop={"training_iteration": 5}, maxConcurrentTrials=2)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+    wait_for(lambda: (get(custom, namespace, "experiments", "survivor").get("status", {}).get("trials") or {})
+             .get("succeeded", 0) >= 2, what="two trials done")
+    operator.kill()
+    time.sleep(2)
+    operator.start()
+    wait_for(lambda: phase_is(custom, namespace, "survivor", "Succeeded", "Failed"), timeout=180,
+             what="the experiment to finish after the restart")
+    exp = get(custom, namespace, "experiments", "survivor")
+    assert exp["status"]["phase"] == "Succeeded"
+    assert exp["status"]["trials"]["total"] == 6 and exp["status"]["trials"]["succeeded"] == 6
+    found = trials(custom, namespace)
+    assert sorted(found) == [f"survivor-{i:05d}" for i in range(6)]
+    assert sorted(t["spec"]["config"]["x"] for t in found.values()) == [1, 2, 3, 4, 5, 6]
+    for name in found:
+        assert [r["training_iteration"] for r in result_lines(s3, namespace, "survivor", name)] == [1, 2, 3, 4, 5]
+    assert exp["status"]["bestTrial"]["metricValue"] == 30.0
