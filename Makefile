@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: venv binaries test unit demo bench clean
+.PHONY: venv binaries test unit demo clean
 
 venv: $(VENV)/.installed
 
@@ -24,6 +24,9 @@ test: binaries
 
 unit: venv
 	$(PYTHON) -m pytest tests/unit
+
+demo: binaries
+	$(PYTHON) -m examples.digits.demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -30,7 +30,6 @@ from rich.table import Table
 from rich.text import Text
 
 from devcluster import Cluster, ClusterConfig, build
-from devcluster.cluster import S3_BUCKET
 from devcluster.operator import OperatorProcess
 from kubetune.checkpoints import COMMIT_MARKER
 from kubetune.search import DOMAIN_NAMES
@@ -102,8 +101,11 @@ class Snapshot:
     """The Experiment and its Trials as read at one moment.
 
     Attributes:
-        experiment: the Experiment object (dict), or None before it exists.
+        experiment: the Experiment object (dict).
         trials: its Trials, ordered by name.
+
+    Raises:
+        kubernetes.client.ApiException: reading failed (404: no such Experiment).
     """
 
     def __init__(self, custom: client.CustomObjectsApi, namespace: str, name: str):
@@ -148,15 +150,16 @@ def status_table(snap: Snapshot, keys: list[str], elapsed: float) -> Group:
     table = Table(show_edge=False, header_style="bold")
     for column in ("Trial", "Phase", "GPU", *keys):
         table.add_column(column)
-    for column in ("Iter", "Time", *metrics):
+    for column in ("Iter", "Time (s)", *metrics):
         table.add_column(column, justify="right")
     for trial in snap.trials:
         status = trial.get("status") or {}
         last = status.get("lastResult") or {}
         phase = status.get("phase") or "Pending"
+        config = trial["spec"].get("config") or {}
         table.add_row(trial["metadata"]["name"], Text(phase, style=PHASE_STYLES.get(phase, "")),
-                      fmt(last.get("gpu_ids")), *(fmt(lookup(trial["spec"].get("config") or {}, k)) for k in keys),
-                      fmt(status.get("iteration")), fmt_seconds(last.get("time_total_s")), *(fmt(last.get(m)) for m in metrics))
+                      fmt(last.get("gpu_ids")), *(fmt(lookup(config, k)) for k in keys), fmt(status.get("iteration")),
+                      fmt_seconds(last.get("time_total_s")), *(fmt(last.get(m)) for m in metrics))
     return Group(Text(snap.headline(elapsed), style="bold"), table)
 
 
@@ -276,11 +279,11 @@ def run(experiment_path: Path, timeout_s: float, console: Console) -> int:
         core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": SECRET}, "stringData": {
             "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
         body = load_experiment(experiment_path, cluster.s3_endpoint)
-        name, keys = body["metadata"]["name"], searched_keys(body["spec"].get("config") or {})
+        name, spec = body["metadata"]["name"], body["spec"]
+        keys = searched_keys(spec.get("config") or {})
         custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "experiments", body)
-        spec = body["spec"]
-        console.print(f"Applied {experiment_path.name} as {NAMESPACE}/{name}: "
-                      f"{spec.get('numSamples', 1)} samples, {spec.get('maxConcurrentTrials')} at a time, "
+        console.print(f"Applied {experiment_path.name} as {NAMESPACE}/{name}: {spec.get('numSamples', 1)} samples, "
+                      f"{spec.get('maxConcurrentTrials', 'the default number')} at a time, "
                       f"{(spec.get('resourcesPerTrial') or {}).get('gpu', 0)} GPU each\n")
         try:
             snap = watch(custom, NAMESPACE, name, keys, console, timeout_s)
@@ -290,12 +293,13 @@ def run(experiment_path: Path, timeout_s: float, console: Console) -> int:
         print_outcome(console, snap)
         s3 = boto3.client("s3", endpoint_url=cluster.s3_endpoint, aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                           aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
-        bucket, _, root = spec["storage"]["uri"].removeprefix("s3://").partition("/")
-        print_storage(console, s3, bucket, "/".join(p for p in (root.strip("/"), NAMESPACE, name) if p))
+        if spec["storage"]["uri"].startswith("s3://"):
+            bucket, _, root = spec["storage"]["uri"].removeprefix("s3://").partition("/")
+            print_storage(console, s3, bucket, "/".join(p for p in (root.strip("/"), NAMESPACE, name) if p))
         if snap.phase != "Succeeded":
+            console.print("\n[bold]Operator log (last lines):[/bold]")
             tail = operator.log.read_text(errors="replace").splitlines()[-20:]
-            console.print("\n[bold]Operator log (last lines):[/bold]\n" + "\n".join(tail), highlight=False,
-                          markup=False)
+            console.print("\n".join(tail), highlight=False, markup=False)
         console.print("\nTearing down the cluster")
     console.print(f"Done in {fmt_duration(time.monotonic() - started)}")
     return 0 if snap.phase == "Succeeded" else 1

@@ -236,7 +236,7 @@ class ExperimentController:
         state = self.trials.get(trial)
         if state is None or attempt != state.attempt:
             return None
-        if state.phase in TERMINAL or self.stopping_reason() or self.spec.get("suspend"):
+        if state.phase in TERMINAL or self.stopping_reason(now) or self.spec.get("suspend"):
             return "pause" if self.spec.get("suspend") and state.phase not in TERMINAL else "stop"
         decision = "continue"
         for result in results:
@@ -275,8 +275,8 @@ class ExperimentController:
 
     def _phase_decision(self, now: float) -> st.PhaseDecision:
         counts = st.trial_counts(t.phase for t in self.trials.values())
-        best = self.best()
         goal = self.spec.get("goal")
+        best = self.best() if goal is not None else None  # O(trials): only when a goal needs it
         started = self.exp_status.get("startTime")
         budget_over = bool(self.time_budget_s is not None and started and
                            now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() >= self.time_budget_s)
@@ -413,6 +413,7 @@ class ExperimentController:
         plan.create_pods.append(self._pod(trial))
         if trial.status.get("podName") != name:
             self._set(plan, trial, now, podName=name)
+        trial.phase_changed |= not trial.written  # a new Trial's first status goes out with its first pod
 
     def _pod(self, trial: TrialState) -> dict:
         obj = {"apiVersion": "kubetune.io/v1alpha1", "kind": "Trial",
@@ -464,18 +465,20 @@ class ExperimentController:
             manifest = build_trial(self.experiment, next_index, config, tag)
             plan.create_trials.append(manifest)
             name = manifest["metadata"]["name"]
-            trial = self.trials[name] = TrialState(name, next_index, config, {"phase": "Pending", "attempt": 0})
+            self.trials[name] = TrialState(name, next_index, config, {"phase": "Pending", "attempt": 0})
             self.scheduler.on_trial_add(name)
-            trial.phase_changed = True
-            plan.events.append((None, "Normal", "TrialCreated", f"trial {name} created with {tag}"))
             next_index += 1
         if total is not None and next_index >= total:
             self.search_finished = True
+        if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial
+            names = [m["metadata"]["name"] for m in plan.create_trials]
+            span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+            plan.events.append((None, "Normal", "TrialsCreated", f"created {len(names)} trials: {span}"))
 
     def _statuses(self, plan: Plan, now: float) -> None:
         interval = self.settings.status.write_interval_s
         for trial in self.trials.values():
-            if trial.uid is None and not trial.phase_changed:
+            if trial.uid is None:
                 continue
             if trial.dirty and (trial.phase_changed or now - trial.written_at >= interval):
                 patch = st.status_patch(trial.written, trial.status)

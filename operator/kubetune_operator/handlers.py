@@ -133,7 +133,9 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
             log.warning("experiment %s/%s: %s", namespace, name, error)
         if ctl.finished:
             return
-        busy = bool(plan.create_trials or plan.create_pods)
+        if plan.create_trials and not errors:
+            continue  # the new Trials' uids are known now: create their pods at once
+        busy = bool(plan.create_pods)
         await _sleep(wake, MIN_PASS_INTERVAL_S if busy or errors else IDLE_PASS_INTERVAL_S)
         await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL_S - (time.monotonic() - started)))
 

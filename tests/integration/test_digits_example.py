@@ -50,7 +50,7 @@ def storage(cluster):
                         access_key_id=env["AWS_ACCESS_KEY_ID"], secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
 
 
-def run_to_end(custom, namespace: str, body: dict, timeout_s: float = 300) -> dict:
+def run_to_end(custom, namespace: str, body: dict, timeout_s: float = 480) -> dict:
     """Create the Experiment, wait until it is Succeeded or Failed, and return it."""
     name = body["metadata"]["name"]
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", body)

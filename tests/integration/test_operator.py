@@ -97,7 +97,9 @@ def test_happy_path_runs_every_trial_and_reports_the_best(cluster, operator, cus
     conditions = {c["type"]: c for c in exp["status"]["conditions"]}
     assert conditions["Complete"]["status"] == "True"
     assert conditions["Ready"]["observedGeneration"] == exp["metadata"]["generation"]
-    assert len(events(core, namespace, "TrialCreated")) == 3
+    created = events(core, namespace, "TrialsCreated")
+    assert sum(int(e.message.split()[1]) for e in created) == 3
+    assert events(core, namespace, "TrialSucceeded")
     table = cluster.kubectl("get", "trials", "-n", namespace).stdout
     assert "Succeeded" in table and "ITERATION" in table.upper()
 

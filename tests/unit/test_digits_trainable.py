@@ -123,7 +123,8 @@ def test_a_restored_function_trainable_resumes_after_its_checkpoint(function_tra
 def test_the_manifests_fit_the_crd_and_name_loadable_trainables(manifest):
     body = yaml.safe_load((EXAMPLE / manifest).read_text())
     assert body["apiVersion"] == "kubetune.io/v1alpha1" and body["kind"] == "Experiment"
-    assert validate(body["spec"], node_at(root_schema("Experiment"), ".spec"), ".spec") == []  # metadata is the API server's
+    # metadata is the API server's to check; the spec is ours
+    assert validate(body["spec"], node_at(root_schema("Experiment"), ".spec"), ".spec") == []
     spec = body["spec"]
     assert issubclass(as_trainable_class(import_entrypoint(spec["trainable"]["entrypoint"])), kubetune.Trainable)
     assert (spec["metric"], spec["mode"]) == ("mean_accuracy", "max")

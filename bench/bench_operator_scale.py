@@ -1,0 +1,167 @@
+"""Benchmark of the operator at scale: an Experiment of N trials whose trainable
+finishes at once, on its own local cluster.
+
+Prints the time from apply to all Trials and to all pods created (pods/s, goal
+>= 50; the node is cordoned until every pod exists, because on this one machine
+trial processes would otherwise take the operator's CPU, which they never share
+in a real cluster), the Experiment object's size at the end (goal < 16 KiB), the
+operator's peak RSS, and, as the baseline measured in the same invocation, the
+rate at which a plain client with the same thread-pool size creates the same
+Trial and pod manifests (the API server's own ceiling on this machine).
+
+Run: ``.venv/bin/python bench/bench_operator_scale.py [--trials 1000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kubernetes import client  # noqa: E402
+
+from devcluster import Cluster, ClusterConfig  # noqa: E402
+from devcluster.cluster import S3_BUCKET  # noqa: E402
+from devcluster.operator import OperatorProcess  # noqa: E402
+from kubetune_operator.builders import build_pod, build_trial  # noqa: E402
+from kubetune_operator.settings import Settings  # noqa: E402
+
+GROUP, VERSION = "kubetune.io", "v1alpha1"
+NODE = "devcluster-node-0"
+SOURCE = "import kubetune\nclass Quick(kubetune.Trainable):\n    def step(self):\n        return {'score': self.config['x'], 'done': True}\n"
+
+
+def experiment(name: str, trials: int, cluster: Cluster) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "metadata": {"name": name}, "spec": {
+        "trainable": {"source": SOURCE, "name": "Quick"}, "image": "bench", "numSamples": trials,
+        "config": {"x": {"uniform": [0, 1]}}, "metric": "score", "mode": "max", "maxConcurrentTrials": trials,
+        "checkpoint": {"atEnd": False}, "resourcesPerTrial": {"cpu": "10m"},
+        "storage": {"uri": f"s3://{S3_BUCKET}/bench", "endpoint": cluster.s3_endpoint, "credentialsSecret": "s3"}}}
+
+
+def count_added(api: client.ApiClient, namespace: str, plural: str | None, target: int, started: float,
+                out: dict, ready: threading.Event) -> None:
+    """Watch ``namespace`` and record when the ``target``-th object was added (seconds since ``started``)."""
+    if plural is None:
+        resp = client.CoreV1Api(api).list_namespaced_pod(namespace, watch=True, _preload_content=False,
+                                                         timeout_seconds=900)
+    else:
+        resp = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, watch=True, _preload_content=False, timeout_seconds=900)
+    ready.set()
+    seen: set[str] = set()
+    for line in resp:
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        if event["type"] == "ADDED":
+            seen.add(event["object"]["metadata"]["name"])
+            if len(seen) == 1:
+                out["first"] = time.monotonic() - started
+            if len(seen) >= target:
+                out["all"] = time.monotonic() - started
+                break
+    resp.release_conn()
+
+
+def baseline(api: client.ApiClient, cluster: Cluster, trials: int) -> float:
+    """Seconds for a plain 16-thread client to create ``trials`` Trials and their pods (pods never scheduled)."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    core.create_namespace({"metadata": {"name": "baseline"}})
+    exp = custom.create_namespaced_custom_object(GROUP, VERSION, "baseline", "experiments",
+                                                 {**experiment("base", trials, cluster),
+                                                  "spec": {**experiment("base", trials, cluster)["spec"],
+                                                           "suspend": True}})
+    settings = Settings()
+
+    def one(i: int) -> None:
+        trial = custom.create_namespaced_custom_object(GROUP, VERSION, "baseline", "trials",
+                                                       build_trial(exp, i, {"x": 0.5}, str(i)))
+        pod = build_pod(exp, trial, 0, "token", settings)
+        pod["spec"]["nodeSelector"] = {"kubetune.io/bench": "nowhere"}
+        core.create_namespaced_pod("baseline", pod, _preload_content=False)
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(trials)))
+    took = time.monotonic() - started
+    core.delete_namespace("baseline")
+    return took
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--node-pods", type=int, default=24, help="pods running at once (each is a Python process)")
+    args = parser.parse_args()
+    n = args.trials
+    crds = [str(p) for p in sorted((ROOT / "crds").glob("*.yaml"))]
+    with Cluster(ClusterConfig(nodes=1, gpus_per_node=0, node_pods=args.node_pods, crds=crds)) as cluster:
+        api = cluster.api_client()
+        base_s = baseline(api, cluster, n)
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        core.create_namespace({"metadata": {"name": "scale"}})
+        env = cluster.env()
+        core.create_namespaced_secret("scale", {"metadata": {"name": "s3"}, "stringData": {
+            "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
+        operator = OperatorProcess(cluster, Path(tempfile.mkdtemp()) / "operator.log")
+        operator.start()
+        try:
+            trials_at, pods_at = {}, {}
+            ready = [threading.Event(), threading.Event()]
+            started = time.monotonic()
+            watchers = [threading.Thread(target=count_added, args=(api, "scale", "trials", n, started, trials_at,
+                                                                   ready[0])),
+                        threading.Thread(target=count_added, args=(api, "scale", None, n, started, pods_at, ready[1]))]
+            for w in watchers:
+                w.start()
+            for r in ready:
+                r.wait()
+            core.patch_node(NODE, {"spec": {"unschedulable": True}})
+            started_apply = time.monotonic()
+            custom.create_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", experiment("scale", n, cluster))
+            for w in watchers:
+                w.join()
+            core.patch_node(NODE, {"spec": {"unschedulable": False}})
+            offset = started_apply - started
+            print(f"{n} trials: all Trials created {trials_at['all'] - offset:.1f} s after apply, "
+                  f"all pods {pods_at['all'] - offset:.1f} s after apply")
+            deadline = time.monotonic() + 1800
+            while time.monotonic() < deadline:
+                exp = custom.get_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", "scale")
+                if exp.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                    break
+                time.sleep(2)
+            finished = time.monotonic() - started_apply
+            size = len(json.dumps(exp, separators=(",", ":")))
+            rss = peak_rss_mib(operator.proc.pid)
+        finally:
+            operator.stop()
+    pods_per_s = n / (pods_at["all"] - offset)
+    base_per_s = n / base_s
+    print(f"experiment {exp['status']['phase']} after {finished:.0f} s: {exp['status']['trials']}")
+    print(f"operator: {pods_per_s:.0f} pods/s (Trial + pod each; goal >= 50)")
+    print(f"baseline: plain 16-thread client creating the same Trials and pods: {base_per_s:.0f} pods/s")
+    print(f"ratio operator / baseline: {pods_per_s / base_per_s:.2f}")
+    print(f"Experiment object at the end: {size} bytes (goal < 16384)")
+    print(f"operator peak RSS: {rss:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
