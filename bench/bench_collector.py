@@ -5,22 +5,29 @@ Stand-alone script (no pytest). The collector under test is the operator's real 
 with one loaded Experiment: ``--trials`` trials (random search over ``lr``, ASHA scheduler on
 ``loss``/``min``), created and marked Running through ``ExperimentController.plan`` and
 ``trial_created`` exactly as the operator's daemon does, so every request goes through token
-verification, ``record_results`` and the scheduler. It runs in a separate process (spawn); the load
-generator runs in this one. The baseline is the same generator against a trivial aiohttp process
-that reads the body and answers ``{"decision": "continue"}``: the HTTP stack alone.
+verification, ``record_results`` and the scheduler. As in the operator, the Experiment daemon's
+reconcile passes (``ExperimentController.plan`` on the observed pods, at most every
+``handlers.MIN_PASS_INTERVAL_S``, woken by each batch) share the collector's event loop; only the
+API calls a pass would make are left out (``--without-reconcile`` leaves the passes out too). The
+server runs in a separate process (spawn); the load generator runs in this one. The baseline is the
+same generator against a trivial aiohttp process that reads the body and answers
+``{"decision": "continue"}``: the HTTP stack alone.
 
 Load: ``--connections`` workers, each with its share of the trials, POST batches of ``--batch``
 results of one trial at a time (``training_iteration`` increasing per trial, a ``loss`` that falls
 with the iteration and depends on the trial's ``lr``, ``time_total_s``; a checkpoint every tenth
 batch) with that trial's token, as ``kubetune.reporter`` does. A simulated trial keeps reporting after
 a ``stop`` (a real one would end and a new trial take its slot); the controller's work per result is
-the same either way, since a trial's phase only changes when its pod ends. Two phases per server,
-each ``--duration`` seconds after ``--warmup``:
+the same either way, since a trial's phase only changes when its pod ends. Two kinds of phase:
 
 * **saturated**: each worker sends its next batch as soon as the reply arrives (closed loop);
   gives the most results/s, and latencies that are mostly queueing behind ``--connections``.
 * **paced**: the workers together offer ``--rate`` results/s; each latency is taken from the
   request's scheduled send time, so a server that falls behind shows it (no coordinated omission).
+
+Both servers run for the whole benchmark; each (server, phase) gets ``--duration`` measured seconds,
+split into ``--rounds`` slices (each after ``--warmup`` unmeasured seconds) that alternate between
+the two servers, so a shared machine's changing load hits both sides alike.
 
 Figures: results/s, requests/s, per-request latency p50/p90/p99 (POST to decision parsed, as the
 runtime sees it), CPU µs per request of the server and of this client (from ``/proc``), and the
@@ -30,7 +37,8 @@ that the replies are real decisions (ASHA stops > 0, consistent with the schedul
 and that a forged token and another trial's token both get 401; it exits 1 if a check fails.
 
 Run: ``.venv/bin/python bench/bench_collector.py [--duration S] [--connections N] [--batch B]
-[--trials T] [--rate R] [--warmup S]``.
+[--trials T] [--rate R] [--rounds K] [--warmup S] [--without-reconcile]`` (about 45 s with the
+defaults).
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from aiohttp import web
 from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator.collector import make_app
 from kubetune_operator.controller import PodView
+from kubetune_operator.handlers import IDLE_PASS_INTERVAL_S, MIN_PASS_INTERVAL_S
 from kubetune_operator.labels import pod_name
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
@@ -60,7 +69,7 @@ from kubetune_operator.tokens import mint_token, new_key
 
 NAMESPACE, EXPERIMENT = "bench", "asha-bench"
 GOAL_RESULTS_PER_S, GOAL_P99_MS = 5000, 20.0
-#: ASHA's rungs at 1, 4, 16, ..., 4**7; max_t = 4**8 is beyond what a trial reaches in a run.
+#: ASHA with rungs at 1, 4, 16, ..., 4**8 = max_t: far more iterations than a trial reaches in a run.
 ASHA_PARAMS = {"max_t": 4 ** 8, "grace_period": 1, "reduction_factor": 4}
 
 
@@ -76,11 +85,15 @@ def experiment(trials: int) -> dict:
                      "storage": {"uri": "s3://bench/results"}}}
 
 
-def load_registry(key: bytes, trials: int) -> tuple[Registry, list[dict]]:
+def load_registry(key: bytes, trials: int) -> tuple[Registry, dict[str, PodView], list[dict]]:
     """A registry holding the Experiment with all its trials created and their pods Running.
 
     Returns:
-        The registry and ``[{"name", "attempt", "lr"}]`` per trial.
+        The registry, the pods by name (as the daemon observes them), and
+        ``[{"name", "attempt", "lr"}]`` per trial.
+
+    Raises:
+        RuntimeError: the controller did not bring every trial to Running.
     """
     registry = Registry(Settings(), key)
     ctl = registry.load(experiment(trials))
@@ -96,7 +109,25 @@ def load_registry(key: bytes, trials: int) -> tuple[Registry, list[dict]]:
     running = [t for t in ctl.trials.values() if t.phase == "Running"]
     if len(running) != trials or any(pod_name(t.name, t.attempt) not in pods for t in running):
         raise RuntimeError(f"expected {trials} running trials, got {len(running)}")
-    return registry, [{"name": t.name, "attempt": t.attempt, "lr": t.config["lr"]} for t in running]
+    return registry, pods, [{"name": t.name, "attempt": t.attempt, "lr": t.config["lr"]} for t in running]
+
+
+async def reconcile_passes(registry: Registry, pods: dict[str, PodView], timings: list[float]) -> None:
+    """The Experiment daemon's pass cadence (``handlers.reconcile``) without its API calls; runs until cancelled.
+
+    Appends each ``plan`` call's duration (seconds) to ``timings``.
+    """
+    ctl, wake = registry.get(NAMESPACE, EXPERIMENT), registry.event(NAMESPACE, EXPERIMENT)
+    while True:
+        started = time.monotonic()
+        ctl.plan(pods)
+        timings.append(time.monotonic() - started)
+        try:
+            await asyncio.wait_for(wake.wait(), timeout=IDLE_PASS_INTERVAL_S)
+        except asyncio.TimeoutError:
+            pass
+        wake.clear()
+        await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL_S - (time.monotonic() - started)))
 
 
 def baseline_app() -> web.Application:
@@ -110,17 +141,19 @@ def baseline_app() -> web.Application:
     return app
 
 
-def serve(kind: str, key: bytes, trials: int, conn) -> None:
+def serve(kind: str, key: bytes, trials: int, reconcile: bool, conn) -> None:
     """Child process: serve ``kind`` ("collector" or "baseline") on 127.0.0.1.
 
     Sends ``(port, trials info or None)`` on ``conn``, serves until it receives anything, then
-    replies with the scheduler's counters (``{}`` for the baseline) and exits.
+    replies with the scheduler's counters and the reconcile passes' timings (``{}`` for the baseline), exits.
     """
     async def main() -> None:
-        registry = None
+        registry, passes, timings = None, None, []
         if kind == "collector":
-            registry, info = load_registry(key, trials)
+            registry, pods, info = load_registry(key, trials)
             app = make_app(registry)
+            if reconcile:
+                passes = asyncio.create_task(reconcile_passes(registry, pods, timings))
         else:
             app, info = baseline_app(), None
         runner = web.AppRunner(app, access_log=None)
@@ -130,10 +163,12 @@ def serve(kind: str, key: bytes, trials: int, conn) -> None:
         conn.send((runner.addresses[0][1], info))
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)
         stats = {}
+        if passes is not None:
+            passes.cancel()
         if registry is not None:
             scheduler = registry.get(NAMESPACE, EXPERIMENT).scheduler
             stats = {"asha_stops": scheduler.num_stopped,
-                     "rung_sizes": [len(recorded) for _, recorded in scheduler.rungs[0]]}
+                     "rung_sizes": [len(recorded) for _, recorded in scheduler.rungs[0]], "plan_s": timings}
         conn.send(stats)
         await runner.cleanup()
 
@@ -187,14 +222,14 @@ class PhaseStats:
     """What one load phase measured (latencies in seconds)."""
 
     label: str
-    duration: float
+    duration: float = 0.0
     requests: int = 0
     results: int = 0
     latencies: list[float] = field(default_factory=list)
     decisions: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
-    server_cpu: float = math.nan
-    client_cpu: float = math.nan
+    server_cpu: float = 0.0
+    client_cpu: float = 0.0
 
     def percentile(self, q: float) -> float:
         """Latency percentile ``q`` (0..100, nearest rank) in milliseconds."""
@@ -212,21 +247,68 @@ class PhaseStats:
         return self.requests / self.duration
 
 
-async def run_phase(label: str, url: str, server_pid: int, feeds: list[TrialFeed], connections: int, batch: int,
-                    warmup: float, duration: float, rate: float | None) -> PhaseStats:
-    """Drive ``url`` for ``warmup + duration`` seconds; measure the last ``duration`` seconds.
+@dataclass
+class Server:
+    """A server process and what the load generator needs of it."""
+
+    kind: str
+    proc: multiprocessing.Process
+    conn: object
+    url: str
+    feeds: list[TrialFeed]
+
+
+def start_server(kind: str, key: bytes, trials: int, reconcile: bool) -> Server:
+    """Start the ``kind`` server process ("collector" or "baseline") and wait until it listens.
+
+    Raises:
+        RuntimeError: it exited or did not listen within 60 s.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=serve, args=(kind, key, trials, reconcile, child), daemon=True)
+    proc.start()
+    deadline = time.monotonic() + 60
+    while not parent.poll(0.1):
+        if not proc.is_alive() or time.monotonic() > deadline:
+            proc.terminate()
+            raise RuntimeError(f"the {kind} server did not start (exit code {proc.exitcode})")
+    port, info = parent.recv()
+    if info is None:  # the baseline checks nothing: any names and tokens do
+        info = [{"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / trials)} for i in range(trials)]
+    feeds = [TrialFeed(t["name"], t["attempt"], t["lr"], mint_token(key, NAMESPACE, t["name"], t["attempt"]),
+                       rng=random.Random(i)) for i, t in enumerate(info)]
+    return Server(kind, proc, parent, f"http://127.0.0.1:{port}{COLLECTOR_RESULTS_PATH}", feeds)
+
+
+def stop_server(server: Server) -> dict:
+    """Stop the server; return its counters (``{}`` if it did not answer)."""
+    counters = {}
+    try:
+        server.conn.send("stop")
+        counters = server.conn.recv() if server.conn.poll(30) else {}
+        server.proc.join(10)
+    finally:
+        if server.proc.is_alive():
+            server.proc.terminate()
+            server.proc.join()
+    return counters
+
+
+async def run_slice(stats: PhaseStats, server: Server, connections: int, batch: int, warmup: float,
+                    duration: float, rate: float | None) -> None:
+    """Drive ``server`` for ``warmup + duration`` seconds; add the last ``duration`` seconds to ``stats``.
 
     ``rate`` None: closed loop; else the workers together offer ``rate`` results/s, on a schedule.
     Throughput counts replies received within the window; latencies are of requests sent in it.
     """
-    stats = PhaseStats(label, duration)
     clock = time.perf_counter
     start = clock()
     measure_from, end = start + warmup, start + warmup + duration
     interval = connections * batch / rate if rate else 0.0
 
     async def worker(w: int, session: aiohttp.ClientSession) -> None:
-        own = feeds[w::connections]
+        own = server.feeds[w::connections]
         next_send = start + w * interval / connections
         k = 0
         while True:
@@ -242,8 +324,8 @@ async def run_phase(label: str, url: str, server_pid: int, feeds: list[TrialFeed
             feed = own[k % len(own)]
             k += 1
             body = feed.next_body(batch)
-            async with session.post(url, data=body, headers={"Authorization": f"Bearer {feed.token}",
-                                                             "Content-Type": "application/json"}) as resp:
+            async with session.post(server.url, data=body, headers={"Authorization": f"Bearer {feed.token}",
+                                                                    "Content-Type": "application/json"}) as resp:
                 payload, status = await resp.read(), resp.status
             done = clock()
             if sent >= measure_from:
@@ -258,19 +340,20 @@ async def run_phase(label: str, url: str, server_pid: int, feeds: list[TrialFeed
 
     async def cpu_marks() -> None:
         await asyncio.sleep(measure_from - clock())
-        server0, client0 = cpu_seconds(server_pid), time.process_time()
+        server0, client0 = cpu_seconds(server.proc.pid), time.process_time()
         await asyncio.sleep(end - clock())
-        stats.server_cpu, stats.client_cpu = cpu_seconds(server_pid) - server0, time.process_time() - client0
+        stats.server_cpu += cpu_seconds(server.proc.pid) - server0
+        stats.client_cpu += time.process_time() - client0
 
     connector = aiohttp.TCPConnector(limit=connections)
     async with aiohttp.ClientSession(connector=connector) as session:
         await asyncio.gather(cpu_marks(), *(worker(w, session) for w in range(connections)))
-    return stats
+    stats.duration += duration
 
 
-async def auth_checks(url: str, key: bytes, feeds: list[TrialFeed]) -> dict[str, int]:
+async def auth_checks(server: Server, key: bytes) -> dict[str, int]:
     """Status codes for a batch with a forged token and one with another trial's valid token."""
-    victim, other = feeds[0], feeds[1]
+    victim, other = server.feeds[0], server.feeds[1]
     body = json.dumps({"namespace": NAMESPACE, "experiment": EXPERIMENT, "trial": victim.name,
                        "attempt": victim.attempt, "results": [{"loss": -1e9, "training_iteration": 1}],
                        "checkpoint": None, "done": False}).encode()
@@ -279,92 +362,55 @@ async def auth_checks(url: str, key: bytes, feeds: list[TrialFeed]) -> dict[str,
     codes = {}
     async with aiohttp.ClientSession() as session:
         for what, token in tokens.items():
-            async with session.post(url, data=body, headers={"Authorization": f"Bearer {token}"}) as resp:
+            async with session.post(server.url, data=body, headers={"Authorization": f"Bearer {token}"}) as resp:
                 codes[what] = resp.status
     return codes
 
 
-def bench_server(kind: str, args: argparse.Namespace, key: bytes) -> tuple[list[PhaseStats], dict, dict]:
-    """Start the ``kind`` server process, run the saturated and paced phases, stop it.
-
-    Returns:
-        The two phases' stats, the server's counters, and the auth check codes (collector only).
-    """
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=serve, args=(kind, key, args.trials, child), daemon=True)
-    proc.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not parent.poll(0.1):
-            if not proc.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the {kind} server did not start (exit code {proc.exitcode})")
-        port, info = parent.recv()
-        url = f"http://127.0.0.1:{port}{COLLECTOR_RESULTS_PATH}"
-        if info is None:  # the baseline checks nothing: any names and tokens do
-            info = [{"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / args.trials)}
-                    for i in range(args.trials)]
-        feeds = [TrialFeed(t["name"], t["attempt"], t["lr"], mint_token(key, NAMESPACE, t["name"], t["attempt"]),
-                           rng=random.Random(i)) for i, t in enumerate(info)]
-        phases = []
-        for label, rate in (("saturated", None), (f"paced {args.rate:g}/s", args.rate)):
-            phases.append(asyncio.run(run_phase(f"{kind} {label}", url, proc.pid, feeds, args.connections,
-                                                args.batch, args.warmup, args.duration, rate)))
-        codes = asyncio.run(auth_checks(url, key, feeds)) if kind == "collector" else {}
-        parent.send("stop")
-        counters = parent.recv() if parent.poll(30) else {}
-        proc.join(10)
-        return phases, counters, codes
-    finally:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
+async def measure(servers: dict[str, Server], args: argparse.Namespace) -> dict[tuple[str, str], PhaseStats]:
+    """All slices, alternating servers; returns the stats by ``(server kind, "saturated" | "paced")``."""
+    modes = {"saturated": None, "paced": args.rate}
+    stats = {(kind, mode): PhaseStats(f"{kind} {mode if rate is None else f'paced {rate:g}/s'}")
+             for kind in servers for mode, rate in modes.items()}
+    kinds = list(servers)
+    for r in range(args.rounds):
+        for mode, rate in modes.items():
+            for kind in kinds if r % 2 == 0 else reversed(kinds):
+                await run_slice(stats[kind, mode], servers[kind], args.connections, args.batch, args.warmup,
+                                args.duration / args.rounds, rate)
+    return stats
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=8.0, help="measured seconds per phase (default 8)")
-    parser.add_argument("--warmup", type=float, default=1.5, help="unmeasured seconds before each phase")
-    parser.add_argument("--connections", type=int, default=32, help="concurrent connections (default 32)")
-    parser.add_argument("--batch", type=int, default=10, help="results per request (default 10)")
-    parser.add_argument("--trials", type=int, default=64, help="trials in the Experiment (default 64)")
-    parser.add_argument("--rate", type=float, default=GOAL_RESULTS_PER_S,
-                        help=f"results/s offered in the paced phase (default {GOAL_RESULTS_PER_S})")
-    args = parser.parse_args(argv)
-    if args.connections > args.trials or args.trials < 2 or args.batch < 1:
-        parser.error("need --trials >= 2, --connections <= --trials, --batch >= 1")
-
-    key = new_key()
-    print(f"collector benchmark: {args.trials} trials (ASHA {ASHA_PARAMS}, loss/min), {args.connections} "
-          f"connections, {args.batch} results per request, {args.warmup:g} s warm-up + {args.duration:g} s "
-          f"per phase; CPUs here: {os.cpu_count()}")
-    base_phases, _, _ = bench_server("baseline", args, key)
-    coll_phases, counters, codes = bench_server("collector", args, key)
-
-    header = (f"{'phase':<28}{'results/s':>11}{'requests/s':>12}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
-              f"{'server µs/req':>15}{'client µs/req':>15}")
-    print(header)
-    for s in base_phases + coll_phases:
+def report(stats: dict[tuple[str, str], PhaseStats], counters: dict, codes: dict[str, int],
+           args: argparse.Namespace) -> list[str]:
+    """Print the figures and verdicts; return the failed sanity checks."""
+    print(f"{'phase':<28}{'results/s':>11}{'requests/s':>12}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
+          f"{'server µs/req':>15}{'client µs/req':>15}")
+    for s in stats.values():
         per_req = 1e6 / max(s.requests, 1)
         print(f"{s.label:<28}{s.results_per_s:>11.0f}{s.requests_per_s:>12.0f}{s.percentile(50):>9.2f}"
               f"{s.percentile(90):>9.2f}{s.percentile(99):>9.2f}{s.server_cpu * per_req:>15.0f}"
               f"{s.client_cpu * per_req:>15.0f}")
-    (base_sat, base_paced), (coll_sat, coll_paced) = base_phases, coll_phases
-    print(f"ratio collector/baseline, saturated: throughput {coll_sat.results_per_s / base_sat.results_per_s:.2f}, "
-          f"p99 {coll_sat.percentile(99) / base_sat.percentile(99):.2f}; paced: p99 "
-          f"{coll_paced.percentile(99) / base_paced.percentile(99):.2f}")
-
+    base_sat, base_paced = stats["baseline", "saturated"], stats["baseline", "paced"]
+    coll_sat, coll_paced = stats["collector", "saturated"], stats["collector", "paced"]
+    print(f"ratio collector/baseline: saturated throughput {coll_sat.results_per_s / base_sat.results_per_s:.2f}, "
+          f"saturated p99 {coll_sat.percentile(99) / base_sat.percentile(99):.2f}, "
+          f"paced p99 {coll_paced.percentile(99) / base_paced.percentile(99):.2f}")
     capacity = {s.label: args.batch * s.requests / s.server_cpu for s in (base_sat, coll_sat) if s.server_cpu > 0}
-    print("server CPU-bound capacity (batch * requests / server CPU seconds, saturated): "
-          + ", ".join(f"{label} {value:.0f} results/s per core" for label, value in capacity.items()))
+    print("server CPU-bound capacity (results per server CPU second, saturated): "
+          + ", ".join(f"{label.split()[0]} {value:.0f}/s" for label, value in capacity.items()))
 
     decisions = coll_sat.decisions + coll_paced.decisions
-    errors = coll_sat.errors + coll_paced.errors + base_sat.errors + base_paced.errors
     print(f"collector decisions (measured requests): {dict(decisions)}; ASHA stops over the whole run: "
-          f"{counters.get('asha_stops')}; rung sizes (1, 4, 16, ...): {list(reversed(counters.get('rung_sizes', [])))}")
+          f"{counters.get('asha_stops')}; trials recorded per rung (1, 4, 16, ...): "
+          f"{list(reversed(counters.get('rung_sizes', [])))}")
+    plan_ms = sorted(t * 1000 for t in counters.get("plan_s", []))
+    if plan_ms:
+        print(f"reconcile passes on the collector's loop: {len(plan_ms)}, plan() median "
+              f"{plan_ms[len(plan_ms) // 2]:.2f} ms, max {plan_ms[-1]:.2f} ms")
     print(f"auth: {', '.join(f'{what} -> {code}' for what, code in codes.items())}")
-
     failures = []
+    errors = sum((s.errors for s in stats.values()), Counter())
     if errors:
         failures.append(f"non-200 replies under load: {dict(errors)}")
     if not decisions["stop"] or not decisions["continue"]:
@@ -373,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         failures.append("more stop replies than ASHA stop decisions")
     if set(decisions) - {"continue", "stop"}:
         failures.append(f"unexpected decisions {set(decisions) - {'continue', 'stop'}}")
-    if any(code != 401 for code in codes.values()) or len(codes) != 2:
+    if len(codes) != 2 or any(code != 401 for code in codes.values()):
         failures.append(f"bad tokens were not refused with 401: {codes}")
 
     sat_ok = coll_sat.results_per_s >= GOAL_RESULTS_PER_S
@@ -382,6 +428,40 @@ def main(argv: list[str] | None = None) -> int:
           f"({coll_sat.results_per_s:.0f}/s)")
     print(f"goal p99 < {GOAL_P99_MS:g} ms at {args.rate:g} results/s (paced): {'MET' if paced_ok else 'MISSED'} "
           f"(p99 {coll_paced.percentile(99):.2f} ms, {coll_paced.results_per_s:.0f} results/s delivered)")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=8.0,
+                        help="measured seconds per server and phase kind (default 8)")
+    parser.add_argument("--rounds", type=int, default=4, help="slices the duration is split into (default 4)")
+    parser.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds before each slice")
+    parser.add_argument("--connections", type=int, default=32, help="concurrent connections (default 32)")
+    parser.add_argument("--batch", type=int, default=10, help="results per request (default 10)")
+    parser.add_argument("--trials", type=int, default=64, help="trials in the Experiment (default 64)")
+    parser.add_argument("--rate", type=float, default=GOAL_RESULTS_PER_S,
+                        help=f"results/s offered in the paced phase (default {GOAL_RESULTS_PER_S})")
+    parser.add_argument("--without-reconcile", action="store_true",
+                        help="leave the daemon's reconcile passes out of the collector's event loop")
+    args = parser.parse_args(argv)
+    if args.trials < 2 or args.connections > args.trials or args.batch < 1 or args.rounds < 1:
+        parser.error("need --trials >= 2, --connections <= --trials, --batch >= 1, --rounds >= 1")
+
+    key = new_key()
+    print(f"collector benchmark: {args.trials} trials (ASHA {ASHA_PARAMS}, loss/min), {args.connections} "
+          f"connections, {args.batch} results per request, reconcile passes "
+          f"{'off' if args.without_reconcile else 'on'}, {args.duration:g} s measured per server and phase "
+          f"in {args.rounds} alternating slices, each after {args.warmup:g} s warm-up; CPUs here: {os.cpu_count()}")
+    servers: dict[str, Server] = {}
+    try:
+        for kind in ("baseline", "collector"):
+            servers[kind] = start_server(kind, key, args.trials, not args.without_reconcile)
+        stats = asyncio.run(measure(servers, args))
+        codes = asyncio.run(auth_checks(servers["collector"], key))
+    finally:
+        counters = {kind: stop_server(server) for kind, server in servers.items()}
+    failures = report(stats, counters["collector"], codes, args)
     for failure in failures:
         print(f"CHECK FAILED: {failure}")
     return 1 if failures else 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
 from aiohttp import web
 
@@ -75,8 +74,7 @@ def make_app(registry) -> web.Application:
         ctl = registry.get(ns, data["experiment"])
         if ctl is None:
             return _error(503, "experiment not loaded yet; retry")
-        decision = ctl.record_results(trial, attempt, data.get("results", []), data.get("checkpoint"),
-                                      data.get("done", False), time.time())
+        decision = ctl.record_results(trial, attempt, data.get("results", []), data.get("checkpoint"))
         if decision is None:
             return _error(401, "stale token: not the trial's current attempt")
         registry.wake(ns, data["experiment"])

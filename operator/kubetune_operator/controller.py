@@ -150,6 +150,7 @@ class ExperimentController:
         self.settings = settings
         self.key = key
         self.trials: dict[str, TrialState] = {}
+        self.stop_reason: str | None = None  # as of the last plan(); the collector answers by it
         self.created_pods: dict[str, float] = {}
         self.exp_written_at = 0.0
         self.exp_status: dict = dict(experiment.get("status") or {})
@@ -225,8 +226,7 @@ class ExperimentController:
         return mint_token(self.key, self.namespace, trial, attempt)
 
     # ----- results from the collector ----------------------------------------------------
-    def record_results(self, trial: str, attempt: int, results: list[dict], checkpoint: dict | None,
-                       done: bool, now: float) -> str | None:
+    def record_results(self, trial: str, attempt: int, results: list[dict], checkpoint: dict | None) -> str | None:
         """Take a batch of results of ``trial``'s ``attempt``; return the decision for the runtime.
 
         Returns:
@@ -236,7 +236,7 @@ class ExperimentController:
         state = self.trials.get(trial)
         if state is None or attempt != state.attempt:
             return None
-        if state.phase in TERMINAL or self.stopping_reason(now) or self.spec.get("suspend"):
+        if state.phase in TERMINAL or self.stop_reason or self.spec.get("suspend"):
             return "pause" if self.spec.get("suspend") and state.phase not in TERMINAL else "stop"
         decision = "continue"
         for result in results:
@@ -398,7 +398,7 @@ class ExperimentController:
             elif pod.phase == "Running" and trial.phase != "Running" and not pod.deleting:
                 self._set(plan, trial, now, phase="Running", reason="Running", message=None)
                 plan.events.append((trial.name, "Normal", "TrialStarted", f"pod {pod.name} is running"))
-        stop_reason = self.stopping_reason(now)  # outcomes of this pass count too
+        stop_reason = self.stop_reason = self.stopping_reason(now)  # outcomes of this pass count too
         self._resume_paused(plan, now, stop_reason, suspended)
         self._new_trials(plan, now, stop_reason, suspended)
         self._statuses(plan, now)

@@ -104,6 +104,13 @@ def test_happy_path_runs_every_trial_and_reports_the_best(cluster, operator, cus
     assert "Succeeded" in table and "ITERATION" in table.upper()
 
 
+def test_kubectl_explains_the_api(cluster):
+    out = cluster.kubectl("explain", "experiment.spec.scheduler").stdout
+    assert "DESCRIPTION" in out.upper() and "asha" in out
+    out = cluster.kubectl("explain", "trial.status.phase").stdout
+    assert "Succeeded" in out
+
+
 def test_gpu_limited_concurrency_never_exceeds_free_gpus(cluster, operator, custom, core, namespace, storage_secret):
     spec = experiment("gpus", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3]}, "sleep": 0.5},
                       maxConcurrentTrials=3, resourcesPerTrial={"cpu": "100m", "gpu": 1},

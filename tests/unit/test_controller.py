@@ -133,10 +133,10 @@ def test_suspend_stops_pods_and_resume_restarts_from_checkpoint():
 def test_results_update_status_and_decide(ctl):
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
-    assert ctl.record_results("exp-00000", 0, [{"acc": 0.5, "training_iteration": 1}], None, False, T0) == "continue"
-    assert ctl.record_results("exp-00000", 1, [{"acc": 0.5}], None, False, T0) is None  # stale attempt
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.5, "training_iteration": 1}], None) == "continue"
+    assert ctl.record_results("exp-00000", 1, [{"acc": 0.5}], None) is None  # stale attempt
     assert ctl.record_results("exp-00000", 0, [{"acc": 0.6, "training_iteration": 2, "done": True}],
-                              {"uri": "s3://b/c", "iteration": 2}, True, T0) == "stop"
+                              {"uri": "s3://b/c", "iteration": 2}) == "stop"
     status = ctl.trials["exp-00000"].status
     assert status["metricValue"] == 0.6 and status["iteration"] == 2
     assert status["checkpoint"] == {"uri": "s3://b/c", "iteration": 2}
@@ -145,8 +145,8 @@ def test_results_update_status_and_decide(ctl):
 def test_stop_criteria_from_the_spec_stop_a_trial():
     ctl = ExperimentController(experiment(stop={"training_iteration": 3}), Settings(), KEY)
     adopt_created(ctl, ctl.plan({}, T0))
-    assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 2}], None, False, T0) == "continue"
-    assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 3}], None, False, T0) == "stop"
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 2}], None) == "continue"
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 3}], None) == "stop"
 
 
 def test_goal_reached_stops_the_rest_and_succeeds_the_experiment():
@@ -155,7 +155,7 @@ def test_goal_reached_stops_the_rest_and_succeeds_the_experiment():
     ctl.plan({}, T0 + 1)
     running = {n: pod(n, "Running") for n in ("exp-00000-0", "exp-00001-0")}
     ctl.plan(running, T0 + 2)
-    ctl.record_results("exp-00001", 0, [{"acc": 0.95, "training_iteration": 1}], None, False, T0 + 3)
+    ctl.record_results("exp-00001", 0, [{"acc": 0.95, "training_iteration": 1}], None)
     plan = ctl.plan(running, T0 + 4)
     assert sorted(n for n, _ in plan.delete_pods) == ["exp-00000-0", "exp-00001-0"]
     assert plan.create_trials == []
@@ -171,8 +171,7 @@ def test_experiment_succeeds_when_all_trials_finish_with_best_trial():
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
     for i, name in enumerate(sorted(ctl.trials)):
-        ctl.record_results(name, 0, [{"acc": i / 10, "training_iteration": 5}], {"uri": f"s3://b/{i}", "iteration": 5},
-                           True, T0 + 2)
+        ctl.record_results(name, 0, [{"acc": i / 10, "training_iteration": 5}], {"uri": f"s3://b/{i}", "iteration": 5})
     ended = {pod_name(n, 0): pod(pod_name(n, 0), "Succeeded", OUTCOME_COMPLETED) for n in ctl.trials}
     plan = ctl.plan(ended, T0 + 3)
     assert plan.experiment_status["phase"] == "Succeeded"
@@ -216,3 +215,17 @@ def test_spec_changes_to_concurrency_and_samples_take_effect(ctl):
 def test_invalid_specs_raise_with_a_clear_message(spec, words):
     with pytest.raises(InvalidSpec, match=words):
         ExperimentController(experiment(**spec), Settings(), KEY)
+
+
+def test_time_budget_stops_running_trials_and_ends_the_experiment():
+    ctl = ExperimentController(experiment(timeBudget="30s"), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    running = {n: pod(n, "Running") for n in ("exp-00000-0", "exp-00001-0")}
+    assert ctl.plan(running, T0 + 29).delete_pods == []
+    plan = ctl.plan(running, T0 + 31)
+    assert sorted(n for n, _ in plan.delete_pods) == ["exp-00000-0", "exp-00001-0"]
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 9}], None) == "stop"
+    ctl.plan({n: pod(n, "Succeeded", OUTCOME_TERMINATED) for n in running}, T0 + 32)
+    assert {t.status["reason"] for t in ctl.trials.values()} == {"TimeBudgetExhausted"}
+    assert ctl.exp_status["phase"] == "Succeeded"
