@@ -15,7 +15,6 @@ import json
 import logging
 import signal
 import threading
-import time
 from pathlib import Path
 
 from kubernetes import client, config

@@ -1,5 +1,6 @@
 """The results collector: an aiohttp endpoint in the operator's own event loop
-where trial runtimes POST batches of results and get the scheduler's decision.
+where trial runtimes POST batches of results and get the scheduler's decision;
+the same server answers ``/healthz`` and ``/metrics`` (Prometheus).
 
 Started by the operator's startup handler (``handlers.py``); it hands each
 authenticated batch to the Experiment's
@@ -19,6 +20,7 @@ from aiohttp import web
 
 from kubetune.env import COLLECTOR_RESULTS_PATH
 
+from . import metrics
 from .tokens import verify_token
 
 log = logging.getLogger("kubetune.collector")
@@ -55,6 +57,13 @@ def make_app(registry) -> web.Application:
     """Return the collector's application for ``registry`` (which holds settings, key and controllers)."""
     limits = registry.settings.collector
 
+    @web.middleware
+    async def count(request: web.Request, handler) -> web.StreamResponse:
+        response = await handler(request)
+        if request.path == COLLECTOR_RESULTS_PATH:
+            metrics.COLLECTOR_REQUESTS.labels(str(response.status)).inc()
+        return response
+
     async def results(request: web.Request) -> web.Response:
         if request.content_length is not None and request.content_length > limits.max_body_bytes:
             return _error(413, f"body over {limits.max_body_bytes} bytes")
@@ -78,14 +87,17 @@ def make_app(registry) -> web.Application:
         if decision is None:
             return _error(401, "stale token: not the trial's current attempt")
         registry.wake(ns, data["experiment"])
+        metrics.RESULTS.inc(len(data.get("results", [])))
+        metrics.DECISIONS.labels(decision).inc()
         return web.json_response({"decision": decision})
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application(client_max_size=limits.max_body_bytes + 1)
+    app = web.Application(client_max_size=limits.max_body_bytes + 1, middlewares=[count])
     app.router.add_post(COLLECTOR_RESULTS_PATH, results)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics.handle_metrics)
     return app
 
 

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 
 import kopf
 
-from . import collector
+from . import collector, metrics
 from . import status as st
 from .controller import InvalidSpec, pod_view
 from .kube import Kube
@@ -126,6 +126,8 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
         pods = {p.name: p for p in pods_by_experiment.get((namespace, name), [])}
         plan = ctl.plan(pods)
         errors = await kube.execute(ctl, plan)
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+        metrics.set_trial_counts(namespace, name, ctl.exp_status.get("trials") or {})
         for trial, kind, reason, message in plan.events:
             if trial is None or ctl.trials.get(trial) and ctl.trials[trial].uid:
                 kopf.event(_event_target(ctl, trial), type=kind, reason=reason, message=message[:1000])
@@ -153,3 +155,4 @@ async def _sleep(wake: asyncio.Event, timeout: float) -> None:
 def forget(namespace, name, memo: kopf.Memo, **_) -> None:
     """Drop the in-memory controller; trials and pods go with their owner (garbage collector)."""
     memo.registry.forget(namespace, name)
+    metrics.forget(namespace, name)

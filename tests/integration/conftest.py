@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import boto3
 import pytest
 from kubernetes import client
 
@@ -40,6 +41,19 @@ def api(cluster):
 @pytest.fixture(scope="session")
 def core(api):
     return client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="session")
+def custom(api):
+    return client.CustomObjectsApi(api)
+
+
+@pytest.fixture(scope="session")
+def s3(cluster):
+    """A plain boto3 client on the cluster's S3 endpoint, to look at what trials wrote."""
+    env = cluster.env()
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
 
 
 @pytest.fixture

@@ -15,18 +15,10 @@ import pytest
 from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig, build, procs
+from tests.integration.support import wait_for
 
 PY = sys.executable
 
-
-def wait_for(fn, timeout=60, interval=0.1, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def pod_manifest(name, script, *, node=None, gpus=0, restart="Never", grace=30, **container_extra):

@@ -11,9 +11,7 @@ import json
 import time
 from pathlib import Path
 
-import boto3
 import pytest
-from kubernetes import client
 
 import kubetune
 from devcluster.cluster import S3_BUCKET
@@ -28,18 +26,6 @@ GROUP, VERSION = "kubetune.io", "v1alpha1"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
 #: The 4-GPU node of the test cluster; GPU ids are per node, so the GPU check pins the trials there.
 GPU_NODE = "devcluster-node-0"
-
-
-@pytest.fixture
-def custom(api):
-    return client.CustomObjectsApi(api)
-
-
-@pytest.fixture
-def s3(cluster):
-    env = cluster.env()
-    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
 
 
 @pytest.fixture

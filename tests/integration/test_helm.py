@@ -32,6 +32,7 @@ from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig, build, procs
 from devcluster.cluster import S3_BUCKET
+from tests.integration.support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kubetune"
@@ -44,15 +45,6 @@ GROUP, VERSION = "kubetune.io", "v1alpha1"
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
 
-
-def wait_for(fn, timeout=90, interval=0.25, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Helm:

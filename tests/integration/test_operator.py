@@ -8,36 +8,15 @@ import json
 import threading
 import time
 
-import boto3
 import pytest
 from kubernetes import client
 
 from devcluster.cluster import S3_BUCKET
+from tests.integration.support import wait_for
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 TRAINABLE = "tests.integration.trainables:Counter"
 
-
-def wait_for(fn, timeout=120, interval=0.25, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@pytest.fixture
-def custom(api):
-    return client.CustomObjectsApi(api)
-
-
-@pytest.fixture
-def s3(cluster):
-    env = cluster.env()
-    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
 
 
 def experiment(name, cluster, secret, *, config, **spec):

@@ -1,0 +1,143 @@
+"""The collector over real HTTP on loopback: authentication, validation, size
+limits and the decisions it returns; nothing rejected reaches trial state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestServer
+
+from kubetune.env import COLLECTOR_RESULTS_PATH
+from kubetune_operator.collector import make_app
+from kubetune_operator.registry import Registry
+from kubetune_operator.settings import CollectorSettings, Settings
+from kubetune_operator.tokens import mint_token
+
+KEY = b"k" * 32
+OTHER_KEY = b"o" * 32
+
+
+def experiment():
+    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
+            "metadata": {"name": "exp", "namespace": "ns", "uid": "u", "generation": 1},
+            "spec": {"trainable": {"entrypoint": "m:T"}, "config": {"x": {"grid_search": [1, 2]}},
+                     "metric": "acc", "mode": "max", "stop": {"training_iteration": 5},
+                     "storage": {"uri": "s3://b/p"}}}
+
+
+def batch(trial="exp-00000", attempt=0, results=None, **extra):
+    return {"namespace": "ns", "experiment": "exp", "trial": trial, "attempt": attempt,
+            "results": results if results is not None else [{"acc": 0.5, "training_iteration": 1}], **extra}
+
+
+@pytest.fixture
+def registry():
+    settings = Settings(collector=CollectorSettings(max_body_bytes=4096, max_results_per_batch=10))
+    reg = Registry(settings, KEY)
+    ctl = reg.load(experiment())
+    plan = ctl.plan({}, 0.0)
+    for manifest in plan.create_trials:
+        ctl.trial_created(manifest["metadata"]["name"], "uid")
+    return reg
+
+
+def post(registry, body, token):
+    async def go():
+        server = TestServer(make_app(registry))
+        await server.start_server()
+        try:
+            async with ClientSession() as session:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                async with session.post(server.make_url(COLLECTOR_RESULTS_PATH), data=data, headers=headers) as r:
+                    return r.status, await r.json()
+        finally:
+            await server.close()
+
+    return asyncio.run(go())
+
+
+def token(trial="exp-00000", attempt=0, key=KEY):
+    return mint_token(key, "ns", trial, attempt)
+
+
+def test_a_good_batch_gets_a_decision_and_updates_the_trial(registry):
+    status, reply = post(registry, batch(), token())
+    assert (status, reply) == (200, {"decision": "continue"})
+    trial = registry.get("ns", "exp").trials["exp-00000"]
+    assert trial.status["metricValue"] == 0.5 and trial.status["iteration"] == 1
+    status, reply = post(registry, batch(results=[{"acc": 0.6, "training_iteration": 5}]), token())
+    assert reply == {"decision": "stop"}  # spec.stop reached
+
+
+@pytest.mark.parametrize("bad_token", [
+    token(key=OTHER_KEY),  # forged with another key
+    token(trial="exp-00001"),  # another trial's token
+    token(attempt=1),  # another attempt's token
+    "",  # none
+])
+def test_forged_or_foreign_tokens_get_401_and_change_nothing(registry, bad_token):
+    status, reply = post(registry, batch(), bad_token)
+    assert status == 401 and "error" in reply
+    assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
+
+
+def test_a_stale_attempt_gets_401(registry):
+    ctl = registry.get("ns", "exp")
+    ctl.trials["exp-00000"].status["attempt"] = 1  # the trial was retried
+    status, reply = post(registry, batch(attempt=0), token(attempt=0))
+    assert status == 401 and "stale" in reply["error"]
+
+
+@pytest.mark.parametrize("body", [
+    b"not json",
+    b"[1, 2]",
+    batch(attempt=-1),
+    batch(attempt="0"),
+    batch(results={"acc": 1}),
+    batch(results=[{"acc": 1}] * 11),  # over max_results_per_batch
+    batch(checkpoint="s3://nowhere"),
+    {"namespace": "ns", "trial": "exp-00000", "attempt": 0},  # no experiment
+])
+def test_malformed_batches_get_400_and_change_nothing(registry, body):
+    status, reply = post(registry, body, token())
+    assert status == 400 and reply["error"].startswith("malformed batch")
+    assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
+
+
+def test_oversized_bodies_get_413(registry):
+    big = batch(results=[{"acc": 0.5, "note": "x" * 5000}])
+    status, reply = post(registry, big, token())
+    assert status == 413
+    assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
+
+
+def test_an_unknown_experiment_asks_the_runtime_to_retry(registry):
+    status, _ = post(registry, {**batch(), "experiment": "later"}, token())
+    assert status == 503
+
+
+def test_metrics_count_requests_results_and_decisions(registry):
+    async def go():
+        server = TestServer(make_app(registry))
+        await server.start_server()
+        try:
+            async with ClientSession() as session:
+                body = json.dumps(batch(results=[{"acc": 0.1, "training_iteration": 1}] * 3)).encode()
+                async with session.post(server.make_url(COLLECTOR_RESULTS_PATH), data=body,
+                                        headers={"Authorization": f"Bearer {token()}"}) as r:
+                    assert r.status == 200
+                async with session.get(server.make_url("/metrics")) as r:
+                    return await r.text()
+        finally:
+            await server.close()
+
+    from prometheus_client import REGISTRY
+    before = REGISTRY.get_sample_value("kubetune_results_total") or 0
+    text = asyncio.run(go())
+    assert REGISTRY.get_sample_value("kubetune_results_total") == before + 3
+    assert 'kubetune_collector_requests_total{code="200"}' in text
+    assert 'kubetune_decisions_total{decision="continue"}' in text
