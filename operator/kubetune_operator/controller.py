@@ -153,6 +153,7 @@ class ExperimentController:
         self.stop_reason: str | None = None  # as of the last plan(); the collector answers by it
         self.created_pods: dict[str, float] = {}
         self.exp_written_at = 0.0
+        self.exp_write_failed = False
         self.exp_status: dict = dict(experiment.get("status") or {})
         self.update(experiment)
 
@@ -221,6 +222,14 @@ class ExperimentController:
             self.trials.pop(name, None)
         else:
             self.trials[name].uid = uid
+
+    def status_write_failed(self, trial: str | None) -> None:
+        """A status patch of ``trial`` (None: the Experiment) failed: write the whole status next pass."""
+        if trial is None:
+            self.exp_write_failed = True
+        elif trial in self.trials:
+            state = self.trials[trial]
+            state.written, state.dirty, state.phase_changed = {}, True, True
 
     def token(self, trial: str, attempt: int) -> str:
         return mint_token(self.key, self.namespace, trial, attempt)
@@ -502,8 +511,9 @@ class ExperimentController:
             counts=st.trial_counts(t.phase for t in self.trials.values()), best=self.best(),
             start_time=self.exp_status.get("startTime"), completion_time=completion, searcher_state=state)
         changed_phase = new.get("phase") != self.exp_status.get("phase")
-        patch = st.status_patch(self.exp_status, new)
-        if patch and (changed_phase or now - self.exp_written_at >= 1.0):
+        patch = st.status_patch({} if self.exp_write_failed else self.exp_status, new)
+        if patch and (changed_phase or self.exp_write_failed or now - self.exp_written_at >= 1.0):
+            self.exp_write_failed = False
             if changed_phase:
                 kind = "Warning" if decision.phase == "Failed" else "Normal"
                 plan.events.append((None, kind, f"Experiment{decision.phase}", decision.message))

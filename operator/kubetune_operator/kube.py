@@ -78,7 +78,7 @@ class Kube:
                                                           {"status": patch}, _preload_content=False)
 
     async def execute(self, ctl, plan: Plan) -> list[str]:
-        """Carry out ``plan`` for controller ``ctl``: trials, then pods, deletions and statuses.
+        """Carry out ``plan`` for controller ``ctl``: trials first (pods need their uids), then the rest at once.
 
         Returns:
             Error messages of calls that failed (the next pass retries them); never raises for API errors.
@@ -96,17 +96,23 @@ class Kube:
                                       for m in plan.create_trials))
         for manifest, uid in zip(plan.create_trials, uids):
             ctl.trial_created(manifest["metadata"]["name"], None if uid is _FAILED else uid)
-        created = await asyncio.gather(*(attempt(f"create pod {m['metadata']['name']}", self._create_pod, m)
-                                         for m in plan.create_pods))
-        for manifest, outcome in zip(plan.create_pods, created):
+        # pods, deletions and statuses are independent of one another: one round of calls
+        pods = [attempt(f"create pod {m['metadata']['name']}", self._create_pod, m) for m in plan.create_pods]
+        deletes = [attempt(f"delete pod {name}", self._delete_pod, ns, name, grace) for name, grace in plan.delete_pods]
+        statuses = [(name, attempt(f"status of trial {name}", self._patch_trial_status, ns, name, patch))
+                    for name, patch in plan.trial_status.items() if name in ctl.trials]
+        exp = [attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)] \
+            if plan.experiment_status else []
+        outcomes = await asyncio.gather(*pods, *deletes, *(c for _, c in statuses), *exp)
+        for manifest, outcome in zip(plan.create_pods, outcomes):
             if outcome is _FAILED:  # ask again on the next pass
                 ctl.created_pods.pop(manifest["metadata"]["name"], None)
-        await asyncio.gather(*(attempt(f"delete pod {name}", self._delete_pod, ns, name, grace)
-                               for name, grace in plan.delete_pods))
-        await asyncio.gather(*(attempt(f"status of trial {name}", self._patch_trial_status, ns, name, patch)
-                               for name, patch in plan.trial_status.items() if name in ctl.trials))
-        if plan.experiment_status:
-            await attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)
+        status_outcomes = outcomes[len(pods) + len(deletes):]
+        for (name, _), outcome in zip(statuses, status_outcomes):
+            if outcome is _FAILED:
+                ctl.status_write_failed(name)
+        if exp and status_outcomes[-1] is _FAILED:
+            ctl.status_write_failed(None)
         return errors
 
     # ----- the collector's key -------------------------------------------------------------

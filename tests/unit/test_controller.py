@@ -229,3 +229,15 @@ def test_time_budget_stops_running_trials_and_ends_the_experiment():
     ctl.plan({n: pod(n, "Succeeded", OUTCOME_TERMINATED) for n in running}, T0 + 32)
     assert {t.status["reason"] for t in ctl.trials.values()} == {"TimeBudgetExhausted"}
     assert ctl.exp_status["phase"] == "Succeeded"
+
+
+def test_failed_status_writes_are_written_whole_on_the_next_pass(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    plan = ctl.plan({}, T0 + 1)
+    assert plan.trial_status["exp-00000"]["podName"] == "exp-00000-0"
+    ctl.status_write_failed("exp-00000")
+    ctl.status_write_failed(None)
+    plan = ctl.plan({}, T0 + 1.1)
+    assert plan.trial_status["exp-00000"] == {"phase": "Pending", "attempt": 0, "podName": "exp-00000-0"}
+    assert plan.experiment_status["phase"] == "Pending" and "conditions" in plan.experiment_status
+    assert ctl.plan({}, T0 + 1.2).trial_status == {}
