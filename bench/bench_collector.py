@@ -97,6 +97,7 @@ def load_registry(key: bytes, trials: int) -> tuple[Registry, dict[str, PodView]
     """
     registry = Registry(Settings(), key)
     ctl = registry.load(experiment(trials))
+    ctl.adopted = True  # no Trials existed before: what the daemon's first pass finds
     now = time.time()
     for manifest in ctl.plan({}, now).create_trials:
         ctl.trial_created(manifest["metadata"]["name"], "uid-" + manifest["metadata"]["name"])

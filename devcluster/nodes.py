@@ -13,6 +13,8 @@ import datetime
 
 from kubernetes import client
 
+from .podenv import drain
+
 GPU_RESOURCE = "nvidia.com/gpu"
 LEASE_SECONDS = 40
 
@@ -60,11 +62,11 @@ def register_node(core: client.CoreV1Api, manifest: dict) -> None:
     """Create the Node, replacing a stale one of the same name (status is only settable at create)."""
     name = manifest["metadata"]["name"]
     try:
-        core.delete_node(name, grace_period_seconds=0, _preload_content=False)
+        drain(core.delete_node(name, grace_period_seconds=0, _preload_content=False))
     except client.ApiException as exc:
         if exc.status != 404:
             raise
-    core.create_node(manifest, _preload_content=False)
+    drain(core.create_node(manifest, _preload_content=False))
 
 
 def renew_lease(coord: client.CoordinationV1Api, node: str) -> None:
@@ -73,8 +75,8 @@ def renew_lease(coord: client.CoordinationV1Api, node: str) -> None:
             "metadata": {"name": node, "namespace": "kube-node-lease"},
             "spec": {"holderIdentity": node, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": _micro_now()}}
     try:
-        coord.patch_namespaced_lease(node, "kube-node-lease", {"spec": body["spec"]}, _preload_content=False)
+        drain(coord.patch_namespaced_lease(node, "kube-node-lease", {"spec": body["spec"]}, _preload_content=False))
     except client.ApiException as exc:
         if exc.status != 404:
             raise
-        coord.create_namespaced_lease("kube-node-lease", body, _preload_content=False)
+        drain(coord.create_namespaced_lease("kube-node-lease", body, _preload_content=False))

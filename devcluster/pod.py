@@ -291,8 +291,8 @@ class PodWorker(threading.Thread):
             status["reason"], status["message"] = self.reason, self.message
         self.pod.setdefault("status", {})["startTime"] = status["startTime"]
         try:
-            self.kubelet.core.patch_namespaced_pod_status(self.meta["name"], self.meta["namespace"],
-                                                          {"status": status}, _preload_content=False)
+            podenv.drain(self.kubelet.core.patch_namespaced_pod_status(
+                self.meta["name"], self.meta["namespace"], {"status": status}, _preload_content=False))
         except client.ApiException as exc:
             if exc.status != 404:
                 log.warning("pod %s: status write failed: %s", self.meta["name"], exc.reason)
@@ -300,9 +300,9 @@ class PodWorker(threading.Thread):
     def _final_delete(self) -> None:
         """Delete with grace 0 and a UID precondition, as the kubelet's status manager does."""
         try:
-            self.kubelet.core.delete_namespaced_pod(
+            podenv.drain(self.kubelet.core.delete_namespaced_pod(
                 self.meta["name"], self.meta["namespace"], _preload_content=False,
-                body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.meta["uid"]}})  # a body wins over query
+                body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.meta["uid"]}}))  # a body wins over query
             log.info("pod %s/%s: deleted", self.meta["namespace"], self.meta["name"])
         except client.ApiException as exc:
             if exc.status != 404:

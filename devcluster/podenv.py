@@ -22,6 +22,12 @@ IMAGE_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "VIRTUAL_ENV")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
+def drain(response) -> None:
+    """Read a raw (``_preload_content=False``) response to its end, so urllib3 returns the connection to
+    its pool (an unread one is dropped, and the next call pays a new TLS handshake)."""
+    response.data
+
+
 class ConfigError(Exception):
     """A referenced Secret, ConfigMap or key is missing (the kubelet's CreateContainerConfigError)."""
 

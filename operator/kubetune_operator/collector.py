@@ -81,7 +81,7 @@ def make_app(registry) -> web.Application:
         if not verify_token(registry.key, auth[len("Bearer "):], ns, trial, attempt):
             return _error(401, "invalid token")
         ctl = registry.get(ns, data["experiment"])
-        if ctl is None:
+        if ctl is None or not ctl.adopted:
             return _error(503, "experiment not loaded yet; retry")
         decision = ctl.record_results(trial, attempt, data.get("results", []), data.get("checkpoint"))
         if decision is None:

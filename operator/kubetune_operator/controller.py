@@ -151,6 +151,7 @@ class ExperimentController:
         self.key = key
         self.trials: dict[str, TrialState] = {}
         self.stop_reason: str | None = None  # as of the last plan(); the collector answers by it
+        self.adopted = False  # the Trials that exist in the API have been read (the daemon does it first)
         self.created_pods: dict[str, float] = {}
         self.exp_written_at = 0.0
         self.exp_write_failed = False
@@ -462,14 +463,13 @@ class ExperimentController:
         while not stop_reason and not suspended and self._active() < self._limit():
             if total is not None:  # random-access searcher: config i is a function of i alone
                 if next_index >= total:
-                    self.search_finished = True
-                    return
+                    break
                 config, tag = self.searcher.variant(next_index)
             else:
                 suggestion = self.searcher.suggest(trial_name(self.name, next_index))
                 if not isinstance(suggestion, dict):
-                    self.search_finished = suggestion is not None
-                    return
+                    self.search_finished = suggestion is not None  # None: nothing to suggest yet
+                    break
                 config, tag = suggestion, f"{next_index}"
             manifest = build_trial(self.experiment, next_index, config, tag)
             plan.create_trials.append(manifest)
@@ -482,7 +482,7 @@ class ExperimentController:
         if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial
             names = [m["metadata"]["name"] for m in plan.create_trials]
             span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
-            plan.events.append((None, "Normal", "TrialsCreated", f"created {len(names)} trials: {span}"))
+            plan.events.append((None, "Normal", "TrialsCreated", f"created {len(names)} trial{'s' * (len(names) > 1)}: {span}"))
 
     def _statuses(self, plan: Plan, now: float) -> None:
         interval = self.settings.status.write_interval_s

@@ -1,8 +1,8 @@
 """Every kopf handler of the operator, and nothing else: each parses, calls a
 function, and maps errors (CONVENTIONS.md 1-2).
 
-Imported by ``python -m kubetune_operator`` (``__main__.py``). Pods and
-Trials are followed through kopf indices on the ``managed-by`` label; one
+Imported by ``python -m kubetune_operator`` (``__main__.py``). Pods are
+followed through a kopf index on the ``managed-by`` label; one
 daemon per Experiment runs the level-based loop of
 :class:`kubetune_operator.controller.ExperimentController`; create/resume/
 update handlers only validate; no handler, timer or daemon is put on pods (so
@@ -23,8 +23,7 @@ from . import status as st
 from .controller import InvalidSpec, pod_view
 from .kube import Kube
 from .labels import (
-    FINALIZER, GROUP, KOPF_ANNOTATION_PREFIX, LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, TRIAL_KIND,
-    TRIAL_PLURAL, VERSION,
+    FINALIZER, GROUP, KOPF_ANNOTATION_PREFIX, LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, TRIAL_KIND, VERSION,
 )
 from .registry import Registry
 from .settings import Settings
@@ -57,21 +56,12 @@ async def cleanup(memo: kopf.Memo, **_) -> None:
         await memo.collector.cleanup()
 
 
-@kopf.index(GROUP, VERSION, TRIAL_PLURAL, labels=MANAGED)
-def trials_by_experiment(namespace, labels, body, **_):
-    return {(namespace, labels.get(LABEL_EXPERIMENT)): {
-        "metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}}
-
-
 @kopf.index("pods", labels=MANAGED)
-def pods_by_experiment(namespace, labels, body, **_):
-    return {(namespace, labels.get(LABEL_EXPERIMENT)): pod_view(body)}
-
-
-@kopf.on.event("pods", labels=MANAGED)
-def pod_changed(namespace, labels, memo: kopf.Memo, **_) -> None:
+def pods_by_experiment(namespace, labels, body, memo: kopf.Memo, **_):
+    """Trial pods by Experiment; every change also wakes that Experiment's daemon."""
     if getattr(memo, "registry", None) is not None:
         memo.registry.wake(namespace, labels.get(LABEL_EXPERIMENT))
+    return {(namespace, labels.get(LABEL_EXPERIMENT)): pod_view(body)}
 
 
 def _mark_invalid(kube: Kube, body, message: str) -> None:
@@ -108,8 +98,13 @@ def _event_target(ctl, trial: str | None) -> dict:
 @kopf.daemon(GROUP, VERSION, "experiments", id="reconcile", cancellation_timeout=10,
              when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"))
 async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: kopf.Memo,
-                    trials_by_experiment: kopf.Index, pods_by_experiment: kopf.Index, **_) -> None:
-    """One level-based loop per Experiment until it Succeeds or Fails."""
+                    pods_by_experiment: kopf.Index, **_) -> None:
+    """One level-based loop per Experiment until it Succeeds or Fails.
+
+    Trials are the operator's own objects: it keeps their state in memory and reads them from the
+    API once, when it (re)starts, instead of watching them (a watch would cost an event per status
+    write). Pods are watched through the ``pods_by_experiment`` index.
+    """
     registry, kube = memo.registry, memo.kube
     wake = registry.event(namespace, name)
     while not stopped:
@@ -121,8 +116,10 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                 await _sleep(wake, 30)
                 continue
         started = time.monotonic()
-        for trial in trials_by_experiment.get((namespace, name), []):
-            ctl.observe_trial(trial)
+        if not ctl.adopted:
+            for trial in await kube.call(kube.list_trials, namespace, name):
+                ctl.observe_trial(trial)
+            ctl.adopted = True
         pods = {p.name: p for p in pods_by_experiment.get((namespace, name), [])}
         plan = ctl.plan(pods)
         errors = await kube.execute(ctl, plan)

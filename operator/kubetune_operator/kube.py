@@ -16,11 +16,17 @@ from concurrent.futures import ThreadPoolExecutor
 from kubernetes import client, config
 
 from .controller import Plan
-from .labels import GROUP, TRIAL_PLURAL, VERSION
+from .labels import GROUP, LABEL_EXPERIMENT, TRIAL_PLURAL, VERSION, label_value
 from .tokens import key_from_secret_data, key_secret_data, new_key
 
 log = logging.getLogger("kubetune.kube")
 _FAILED = object()
+
+
+def _drain(response) -> None:
+    """Read a raw response to its end, so urllib3 returns the connection to its pool (an unread one is
+    dropped, and the next call pays a new TLS handshake)."""
+    response.data
 
 
 class Kube:
@@ -54,28 +60,35 @@ class Kube:
                                                             _preload_content=False)
         return json.loads(resp.data)["metadata"]["uid"]
 
+    def list_trials(self, namespace: str, experiment: str) -> list[dict]:
+        """The Trials of ``experiment`` (by the experiment label), as dicts."""
+        resp = self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, TRIAL_PLURAL, label_selector=f"{LABEL_EXPERIMENT}={label_value(experiment)}",
+            _preload_content=False)
+        return json.loads(resp.data)["items"]
+
     def _create_pod(self, manifest: dict) -> None:
         try:
-            self.core.create_namespaced_pod(manifest["metadata"]["namespace"], manifest, _preload_content=False)
+            _drain(self.core.create_namespaced_pod(manifest["metadata"]["namespace"], manifest, _preload_content=False))
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
 
     def _delete_pod(self, namespace: str, name: str, grace: int) -> None:
         try:
-            self.core.delete_namespaced_pod(name, namespace, body={"gracePeriodSeconds": grace},
-                                            _preload_content=False)
+            _drain(self.core.delete_namespaced_pod(name, namespace, body={"gracePeriodSeconds": grace},
+                                                   _preload_content=False))
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
 
     def _patch_trial_status(self, namespace: str, name: str, patch: dict) -> None:
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, TRIAL_PLURAL, name,
-                                                          {"status": patch}, _preload_content=False)
+        _drain(self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, TRIAL_PLURAL, name,
+                                                                 {"status": patch}, _preload_content=False))
 
     def patch_experiment_status(self, namespace: str, name: str, patch: dict) -> None:
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "experiments", name,
-                                                          {"status": patch}, _preload_content=False)
+        _drain(self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "experiments", name,
+                                                                 {"status": patch}, _preload_content=False))
 
     async def execute(self, ctl, plan: Plan) -> list[str]:
         """Carry out ``plan`` for controller ``ctl``: trials first (pods need their uids), then the rest at once.
@@ -133,7 +146,7 @@ class Kube:
                              "labels": {"app.kubernetes.io/managed-by": "kubetune"}},
                 "data": key_secret_data(new_key())}
         try:
-            self.core.create_namespaced_secret(namespace, body, _preload_content=False)
+            _drain(self.core.create_namespaced_secret(namespace, body, _preload_content=False))
         except client.ApiException as exc:
             if exc.status != 409:  # another replica won the race: read theirs
                 raise

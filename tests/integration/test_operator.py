@@ -77,7 +77,7 @@ def test_happy_path_runs_every_trial_and_reports_the_best(cluster, operator, cus
     assert conditions["Complete"]["status"] == "True"
     assert conditions["Ready"]["observedGeneration"] == exp["metadata"]["generation"]
     created = events(core, namespace, "TrialsCreated")
-    assert sum(int(e.message.split()[1]) for e in created) == 3
+    assert sum(int(e.message.split()[1]) for e in created) == 3, [(e.message, e.count) for e in created]
     assert events(core, namespace, "TrialSucceeded")
     table = cluster.kubectl("get", "trials", "-n", namespace).stdout
     assert "Succeeded" in table and "ITERATION" in table.upper()

@@ -41,6 +41,7 @@ def registry():
     plan = ctl.plan({}, 0.0)
     for manifest in plan.create_trials:
         ctl.trial_created(manifest["metadata"]["name"], "uid")
+    ctl.adopted = True  # as the daemon's first pass does
     return reg
 
 
@@ -115,8 +116,11 @@ def test_oversized_bodies_get_413(registry):
     assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
 
 
-def test_an_unknown_experiment_asks_the_runtime_to_retry(registry):
+def test_an_unknown_or_not_yet_adopted_experiment_asks_the_runtime_to_retry(registry):
     status, _ = post(registry, {**batch(), "experiment": "later"}, token())
+    assert status == 503
+    registry.get("ns", "exp").adopted = False  # restarted operator, Trials not read yet
+    status, _ = post(registry, batch(), token())
     assert status == 503
 
 

@@ -241,3 +241,17 @@ def test_failed_status_writes_are_written_whole_on_the_next_pass(ctl):
     assert plan.trial_status["exp-00000"] == {"phase": "Pending", "attempt": 0, "podName": "exp-00000-0"}
     assert plan.experiment_status["phase"] == "Pending" and "conditions" in plan.experiment_status
     assert ctl.plan({}, T0 + 1.2).trial_status == {}
+
+
+def test_every_created_trial_is_announced_in_an_event(ctl):
+    plan = ctl.plan({}, T0)
+    adopt_created(ctl, plan)
+    announced = [e[3] for e in plan.events if e[2] == "TrialsCreated"]
+    ctl.plan({}, T0 + 1)
+    for step, name in enumerate(["exp-00000", "exp-00001"]):
+        plan = ctl.plan({pod_name(name, 0): pod(pod_name(name, 0), "Succeeded", OUTCOME_COMPLETED)}, T0 + 2 + step)
+        adopt_created(ctl, plan)
+        announced += [e[3] for e in plan.events if e[2] == "TrialsCreated"]
+    assert announced == ["created 2 trials: exp-00000 .. exp-00001", "created 1 trial: exp-00002",
+                         "created 1 trial: exp-00003"]
+    assert ctl.search_finished
