@@ -61,7 +61,7 @@ def _log(msg: str) -> None:
     print(f"[devcluster build {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _go_env(workdir: Path) -> dict:
+def _go_env() -> dict:
     env = dict(os.environ)
     env.update(GOFLAGS="-mod=mod", GOTOOLCHAIN="local", CGO_ENABLED="0", GOWORK="off")
     return env
@@ -71,7 +71,7 @@ def _run_go(args: list[str], cwd: Path, label: str) -> str:
     """Run a go command, echoing a heartbeat every 30 s so a cold build shows it is alive."""
     started = time.monotonic()
     _log(f"{label}: go {' '.join(args[:3])}{' ...' if len(args) > 3 else ''}")
-    proc = subprocess.Popen(["go", *args], cwd=cwd, env=_go_env(cwd), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(["go", *args], cwd=cwd, env=_go_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     last_beat = started
@@ -169,7 +169,8 @@ def ensure_binaries(names=ALL_BINARIES) -> dict[str, Path]:
         out = bin_dir()
         out.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        _log(f"building {', '.join(missing)} into {out} (a cold build takes 15-40 minutes on 2 cores)")
+        _log(f"building {', '.join(missing)} into {out} "
+             "(a cold build takes about 10 minutes on 2 cores; later runs reuse the cache)")
         if "etcd" in missing:
             _build_etcd(out)
         kube = [n for n in missing if n in KUBE_COMMANDS]

@@ -111,6 +111,7 @@ class Cluster:
         return env
 
     def pod_log_dir(self) -> Path:
+        """Where the process kubelet keeps each pod's folder (``<namespace>_<name>``: logs, volumes)."""
         return self.workdir / "pods"
 
     # ----- lifecycle ---------------------------------------------------------------------

@@ -47,6 +47,7 @@ class ProcessKubelet:
         self.isolate_mounts = can_isolate_mounts()
 
     def heartbeat(self) -> None:
+        """Renew every node's Lease each 10 s until :meth:`shutdown` (runs on its own thread)."""
         while not self.stopping.wait(10):
             for node in self.node_names:
                 try:
@@ -79,6 +80,7 @@ class ProcessKubelet:
             worker.terminate(30 if grace is None else grace)
 
     def forget(self, uid: str) -> None:
+        """Drop the worker of pod ``uid`` (called by the worker when it ends)."""
         with self.lock:
             self.workers.pop(uid, None)
 

@@ -4,8 +4,9 @@ status, its GPUs and its graceful deletion.
 Created by :class:`devcluster.kubelet.ProcessKubelet` for each pod bound to
 one of its nodes; each :class:`PodWorker` is a thread that owns that pod until
 its final delete. Containers run in a private mount namespace (``unshare``)
-where volumes are bind-mounted at their ``mountPath`` and a per-container file
-at ``terminationMessagePath``, so the process cannot tell it is not in a
+where volumes are bind-mounted at their ``mountPath`` (parents first, each
+host path held open from before the first mount) and a per-container file at
+``terminationMessagePath``, so the process cannot tell it is not in a
 container; the working directory is ``workingDir`` (``/`` by default).
 """
 
@@ -23,9 +24,9 @@ from pathlib import Path
 from kubernetes import client
 
 from . import podenv, procs
+from .nodes import GPU_RESOURCE
 
 log = logging.getLogger("devcluster.pod")
-GPU_RESOURCE = "nvidia.com/gpu"
 MESSAGE_LIMIT = 4096
 RESTART_BACKOFF = (1, 2, 4, 8, 10)
 
@@ -47,6 +48,26 @@ def _unshare_prefix() -> list[str]:
     return prefix if os.geteuid() == 0 else prefix[:1] + ["--user", "--map-root-user"] + prefix[1:]
 
 
+def _mount_script(mounts: list[tuple[Path, str, bool]], workdir: str) -> str:
+    """Bash script that bind-mounts each (host path, mountPath, readOnly) and then ``cd workdir; exec "$@"``.
+
+    Every host path is opened as a file descriptor before the first mount and bound through
+    ``/proc/self/fd/N``, so a mountPath that covers another mount's host path (an emptyDir at ``/tmp``
+    while the cluster's folder is under ``/tmp``) cannot hide or replace it. Mounts go shallowest
+    mountPath first, so a parent volume never covers a child mounted inside it (as containerd orders them).
+    """
+    ordered = sorted(mounts, key=lambda m: len(Path(m[1]).parts))
+    lines = ["set -e"] + [f"exec {{src{i}}}<{shlex.quote(str(src))}" for i, (src, _, _) in enumerate(ordered)]
+    for i, (src, dst, ro) in enumerate(ordered):
+        q_dst = shlex.quote(dst)
+        make = f"mkdir -p {q_dst}" if os.path.isdir(src) else \
+            f'mkdir -p "$(dirname {q_dst})"; [ -e {q_dst} ] || touch {q_dst}'
+        lines += [make, f"mount --bind /proc/self/fd/$src{i} {q_dst}", f"exec {{src{i}}}<&-"]
+        if ro:
+            lines.append(f"mount -o remount,bind,ro {q_dst}")
+    return "\n".join(lines + [f"mkdir -p {shlex.quote(workdir)}", f"cd {shlex.quote(workdir)}", 'exec "$@"'])
+
+
 class GpuAllocator:
     """Hands out a node's GPU ids to running pods, each id to one pod at a time."""
 
@@ -63,6 +84,7 @@ class GpuAllocator:
             return taken
 
     def release(self, ids: list[int]) -> None:
+        """Give ``ids`` back (an empty list is a no-op)."""
         with self._lock:
             self._free = sorted(set(self._free) | set(ids))
 
@@ -95,20 +117,17 @@ class Container:
         return "terminated" in self.state
 
     def start(self, argv: list[str], env: dict, mounts: list[tuple[Path, str, bool]], isolate: bool) -> None:
-        """Start ``argv`` with ``mounts`` (host path, mountPath, readOnly) in place."""
+        """Start ``argv`` with ``mounts`` (host path, mountPath, readOnly) in place.
+
+        With ``isolate``, ``argv`` runs under ``unshare --mount`` behind a bash script from :func:`_mount_script`;
+        without it, the mounts are not made and only the working directory is honoured (when it exists).
+        """
         self.message_path.write_bytes(b"")
         workdir = self.spec.get("workingDir") or "/"
         target_msg = self.spec.get("terminationMessagePath") or "/dev/termination-log"
         if isolate:
-            lines = ["set -e"]
-            for src, dst, ro in mounts + [(self.message_path, target_msg, False)]:
-                q_src, q_dst = shlex.quote(str(src)), shlex.quote(dst)
-                make = f"mkdir -p {q_dst}" if Path(src).is_dir() else f"mkdir -p $(dirname {q_dst}); [ -e {q_dst} ] || touch {q_dst}"
-                lines += [make, f"mount --bind {q_src} {q_dst}"]
-                if ro:
-                    lines.append(f"mount -o remount,bind,ro {q_dst}")
-            lines += [f"mkdir -p {shlex.quote(workdir)}", f"cd {shlex.quote(workdir)}", 'exec "$@"']
-            argv = _unshare_prefix() + ["/bin/sh", "-c", "\n".join(lines), "sh"] + argv
+            script = _mount_script(mounts + [(self.message_path, target_msg, False)], workdir)
+            argv = _unshare_prefix() + ["bash", "-c", script, "bash"] + argv
             cwd = None
         else:
             cwd = workdir if os.path.isdir(workdir) else None
@@ -130,7 +149,9 @@ class Container:
             term["message"] = message
         self.state = {"terminated": term}
 
-    def status(self, image: str) -> dict:
+    def status(self) -> dict:
+        """This container's entry of the pod's ``status.containerStatuses``."""
+        image = self.spec.get("image", "")
         st = {"name": self.name, "image": image, "imageID": f"process://{image}", "restartCount": self.restarts,
               "started": "running" in self.state, "ready": "running" in self.state, "state": self.state}
         if self.proc is not None:
@@ -166,6 +187,7 @@ class PodWorker(threading.Thread):
             self.events.put(("delete", grace))
 
     def kill_processes(self, grace: float) -> None:
+        """Stop every running container's process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
         for c in self.containers:
             if c.proc is not None and c.proc.poll() is None:
                 procs.stop_pid(c.proc.pid, timeout=grace, group=True)
@@ -230,7 +252,7 @@ class PodWorker(threading.Thread):
         env = dict(env)
         if self.gpu_ids:
             env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpu_ids))
-        argv = [podenv._expand(a, env) for a in (c.spec.get("command") or []) + (c.spec.get("args") or [])]
+        argv = [podenv.expand(a, env) for a in (c.spec.get("command") or []) + (c.spec.get("args") or [])]
         if not argv:
             raise RuntimeError(f"container {c.name}: the process kubelet needs an explicit command")
         mounts = []
@@ -286,7 +308,7 @@ class PodWorker(threading.Thread):
         status = {"phase": self.phase, "conditions": conds, "hostIP": "127.0.0.1", "podIP": "127.0.0.1",
                   "hostIPs": [{"ip": "127.0.0.1"}], "podIPs": [{"ip": "127.0.0.1"}],
                   "startTime": (self.pod.get("status") or {}).get("startTime") or now,
-                  "containerStatuses": [c.status(c.spec.get("image", "")) for c in self.containers]}
+                  "containerStatuses": [c.status() for c in self.containers]}
         if self.reason:
             status["reason"], status["message"] = self.reason, self.message
         self.pod.setdefault("status", {})["startTime"] = status["startTime"]

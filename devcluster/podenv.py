@@ -19,7 +19,6 @@ from kubernetes import client
 
 #: Variables of the kubelet's own environment that stand for the image's (where ``python`` is).
 IMAGE_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "VIRTUAL_ENV")
-SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def drain(response) -> None:
@@ -64,8 +63,9 @@ def _field(pod: dict, path: str) -> str:
     return values[path] or status.get(path, "")
 
 
-def _expand(value: str, env: dict[str, str]) -> str:
-    """Kubernetes' ``$(VAR)`` expansion; ``$$(VAR)`` escapes."""
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of ``value`` from ``env`` (unknown names stay as written);
+    ``$$`` is a literal ``$``."""
     return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)",
                   lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
 
@@ -84,7 +84,7 @@ def container_env(core: client.CoreV1Api, pod: dict, container: dict, base: dict
         env.update({src.get("prefix", "") + k: v.decode() for k, v in data.items()})
     for var in container.get("env") or []:
         if "valueFrom" not in var:
-            env[var["name"]] = _expand(var.get("value", ""), env)
+            env[var["name"]] = expand(var.get("value", ""), env)
             continue
         vf = var["valueFrom"]
         if "fieldRef" in vf:

@@ -30,7 +30,7 @@ from kubetune.stopping import should_stop
 
 from . import status as st
 from .builders import build_pod, build_trial
-from .labels import LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, pod_name, trial_name
+from .labels import API_VERSION, LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, TRIAL_KIND, pod_name, trial_name
 from .schedulers import create_scheduler
 from .search import create_searcher
 from .settings import Settings
@@ -233,6 +233,7 @@ class ExperimentController:
             state.written, state.dirty, state.phase_changed = {}, True, True
 
     def token(self, trial: str, attempt: int) -> str:
+        """The collector bearer token of ``trial``'s ``attempt`` (see :func:`kubetune_operator.tokens.mint_token`)."""
         return mint_token(self.key, self.namespace, trial, attempt)
 
     # ----- results from the collector ----------------------------------------------------
@@ -273,6 +274,8 @@ class ExperimentController:
 
     # ----- deciding --------------------------------------------------------------------
     def best(self) -> dict | None:
+        """The best Trial by ``metric``/``mode`` as :func:`status.best_trial` gives it; None without a metric
+        and mode or before any Trial reports the metric."""
         if not self.metric or not self.mode:
             return None
         return st.best_trial((t.as_object() for t in self.trials.values()), self.metric, self.mode)
@@ -296,7 +299,8 @@ class ExperimentController:
             goal_reached=goal is not None and best is not None and st.goal_reached(best["metricValue"], goal, self.mode),
             time_budget_exhausted=budget_over, max_failed_trials=max_failed)
 
-    def _set(self, plan: Plan, trial: TrialState, now: float, **changes: Any) -> None:
+    def _set(self, trial: TrialState, now: float, **changes: Any) -> None:
+        """Apply ``changes`` to the trial's status (None removes a key), stamping start/completion times."""
         if "phase" in changes and changes["phase"] != trial.phase:
             trial.phase_changed = True
             if changes["phase"] == "Running":
@@ -315,21 +319,21 @@ class ExperimentController:
         max_failures = int((self.spec.get("failure") or {}).get("maxFailures") or 0)
         message = st.truncate_message(message or reason, st.MAX_TRIAL_MESSAGE_BYTES)
         if failures > max_failures:
-            self._set(plan, trial, now, phase="Failed", reason=reason, message=message, failures=failures)
+            self._set(trial, now, phase="Failed", reason=reason, message=message, failures=failures)
             plan.events.append((trial.name, "Warning", "TrialFailed",
                                 f"attempt {trial.attempt} failed ({reason}); no retries left: {message[-300:]}"))
             self.scheduler.on_trial_remove(trial.name)
             if hasattr(self.searcher, "on_trial_complete"):
                 self.searcher.on_trial_complete(trial.name, trial.status.get("lastResult"), error=True)
         else:
-            self._set(plan, trial, now, phase="Pending", reason="Retrying", message=message, failures=failures,
+            self._set(trial, now, phase="Pending", reason="Retrying", message=message, failures=failures,
                       attempt=trial.attempt + 1)
             plan.events.append((trial.name, "Warning", "TrialRetried",
                                 f"attempt {trial.attempt - 1} failed ({reason}); retry {failures} of {max_failures} "
                                 "from the latest checkpoint"))
 
     def _finish(self, plan: Plan, trial: TrialState, reason: str, now: float, message: str = "") -> None:
-        self._set(plan, trial, now, phase="Succeeded", reason=reason, message=message or None)
+        self._set(trial, now, phase="Succeeded", reason=reason, message=message or None)
         plan.events.append((trial.name, "Normal", "TrialSucceeded",
                             f"{reason} at iteration {trial.status.get('iteration')}"))
         if reason == "Completed":
@@ -347,11 +351,11 @@ class ExperimentController:
         elif pod.phase == "Succeeded" and kind == OUTCOME_STOPPED and not stop_reason and not self.spec.get("suspend"):
             self._finish(plan, trial, "EarlyStopped", now)
         elif self.spec.get("suspend") and not stop_reason and (pod.phase == "Succeeded" or pod.deleting):
-            self._set(plan, trial, now, phase="Paused", reason="Suspended", message=None)
+            self._set(trial, now, phase="Paused", reason="Suspended", message=None)
         elif stop_reason and (pod.phase == "Succeeded" or pod.deleting):
             self._finish(plan, trial, stop_reason, now)
         elif pod.phase == "Succeeded" and kind == OUTCOME_PAUSED:
-            self._set(plan, trial, now, phase="Paused", reason="SchedulerPaused", message=None)
+            self._set(trial, now, phase="Paused", reason="SchedulerPaused", message=None)
         elif pod.phase == "Succeeded":
             self._fail_attempt(plan, trial, "Terminated", "the trial process was terminated before it finished", now)
         else:
@@ -391,12 +395,12 @@ class ExperimentController:
                 continue
             if suspended:
                 if trial.phase != "Paused":
-                    self._set(plan, trial, now, phase="Paused", reason="Suspended", message=None)
+                    self._set(trial, now, phase="Paused", reason="Suspended", message=None)
                 continue
             if trial.phase == "Paused":
                 if trial.status.get("reason") != "Suspended":
                     continue  # scheduler-paused: resumed below when a slot frees
-                self._set(plan, trial, now, phase="Pending", reason="Resumed", attempt=trial.attempt + 1, message=None)
+                self._set(trial, now, phase="Pending", reason="Resumed", attempt=trial.attempt + 1, message=None)
                 plan.events.append((trial.name, "Normal", "TrialResumed", "resuming from the latest checkpoint"))
             if pod is None and trial.status.get("podName") == pod_name(trial.name, trial.attempt) and \
                     trial.phase == "Running":
@@ -404,9 +408,9 @@ class ExperimentController:
             if pod is None:
                 self._create_pod(plan, trial, now)
                 if trial.phase != "Pending":
-                    self._set(plan, trial, now, phase="Pending")
+                    self._set(trial, now, phase="Pending")
             elif pod.phase == "Running" and trial.phase != "Running" and not pod.deleting:
-                self._set(plan, trial, now, phase="Running", reason="Running", message=None)
+                self._set(trial, now, phase="Running", reason="Running", message=None)
                 plan.events.append((trial.name, "Normal", "TrialStarted", f"pod {pod.name} is running"))
         stop_reason = self.stop_reason = self.stopping_reason(now)  # outcomes of this pass count too
         self._resume_paused(plan, now, stop_reason, suspended)
@@ -422,11 +426,11 @@ class ExperimentController:
         self.created_pods[name] = now
         plan.create_pods.append(self._pod(trial))
         if trial.status.get("podName") != name:
-            self._set(plan, trial, now, podName=name)
+            self._set(trial, now, podName=name)
         trial.phase_changed |= not trial.written  # a new Trial's first status goes out with its first pod
 
     def _pod(self, trial: TrialState) -> dict:
-        obj = {"apiVersion": "kubetune.io/v1alpha1", "kind": "Trial",
+        obj = {"apiVersion": API_VERSION, "kind": TRIAL_KIND,
                "metadata": {"name": trial.name, "namespace": self.namespace, "uid": trial.uid},
                "spec": {"index": trial.index, "config": trial.config}}
         return build_pod(self.experiment, obj, trial.attempt, self.token(trial.name, trial.attempt), self.settings)
@@ -454,7 +458,7 @@ class ExperimentController:
             if chosen is None:
                 return
             trial = self.trials[chosen]
-            self._set(plan, trial, now, phase="Pending", reason="Resumed", attempt=trial.attempt + 1, message=None)
+            self._set(trial, now, phase="Pending", reason="Resumed", attempt=trial.attempt + 1, message=None)
             self._create_pod(plan, trial, now)
 
     def _new_trials(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:

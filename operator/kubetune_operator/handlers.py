@@ -23,7 +23,8 @@ from . import status as st
 from .controller import InvalidSpec, pod_view
 from .kube import Kube
 from .labels import (
-    FINALIZER, GROUP, KOPF_ANNOTATION_PREFIX, LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, TRIAL_KIND, VERSION,
+    API_VERSION, EXPERIMENT_PLURAL, FINALIZER, GROUP, KOPF_ANNOTATION_PREFIX, LABEL_EXPERIMENT, LABEL_MANAGED_BY,
+    MANAGED_BY, TRIAL_KIND, VERSION,
 )
 from .registry import Registry
 from .settings import Settings
@@ -75,9 +76,9 @@ def _mark_invalid(kube: Kube, body, message: str) -> None:
         kube.patch_experiment_status(body.metadata["namespace"], body.metadata["name"], patch)
 
 
-@kopf.on.create(GROUP, VERSION, "experiments", id="validate")
-@kopf.on.resume(GROUP, VERSION, "experiments", id="revalidate")
-@kopf.on.update(GROUP, VERSION, "experiments", field="spec", id="spec-changed")
+@kopf.on.create(GROUP, VERSION, EXPERIMENT_PLURAL, id="validate")
+@kopf.on.resume(GROUP, VERSION, EXPERIMENT_PLURAL, id="revalidate")
+@kopf.on.update(GROUP, VERSION, EXPERIMENT_PLURAL, field="spec", id="spec-changed")
 async def validate(body, namespace, name, memo: kopf.Memo, **_) -> None:
     try:
         memo.registry.load(dict(body))
@@ -91,11 +92,11 @@ async def validate(body, namespace, name, memo: kopf.Memo, **_) -> None:
 def _event_target(ctl, trial: str | None) -> dict:
     if trial is None:
         return ctl.experiment
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": TRIAL_KIND,
+    return {"apiVersion": API_VERSION, "kind": TRIAL_KIND,
             "metadata": {"name": trial, "namespace": ctl.namespace, "uid": ctl.trials[trial].uid}}
 
 
-@kopf.daemon(GROUP, VERSION, "experiments", id="reconcile", cancellation_timeout=10,
+@kopf.daemon(GROUP, VERSION, EXPERIMENT_PLURAL, id="reconcile", cancellation_timeout=10,
              when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"))
 async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: kopf.Memo,
                     pods_by_experiment: kopf.Index, **_) -> None:
@@ -148,7 +149,7 @@ async def _sleep(wake: asyncio.Event, timeout: float) -> None:
     wake.clear()
 
 
-@kopf.on.delete(GROUP, VERSION, "experiments", id="forget", optional=True)
+@kopf.on.delete(GROUP, VERSION, EXPERIMENT_PLURAL, id="forget", optional=True)
 def forget(namespace, name, memo: kopf.Memo, **_) -> None:
     """Drop the in-memory controller; trials and pods go with their owner (garbage collector)."""
     memo.registry.forget(namespace, name)

@@ -16,7 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from kubernetes import client, config
 
 from .controller import Plan
-from .labels import GROUP, LABEL_EXPERIMENT, TRIAL_PLURAL, VERSION, label_value
+from .labels import (
+    EXPERIMENT_PLURAL, GROUP, LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, TRIAL_PLURAL, VERSION, label_value,
+)
 from .tokens import key_from_secret_data, key_secret_data, new_key
 
 log = logging.getLogger("kubetune.kube")
@@ -45,6 +47,7 @@ class Kube:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
 
     async def call(self, fn, *args, **kwargs):
+        """Run the blocking ``fn(*args, **kwargs)`` on the pool and return its result (or raise its error)."""
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
 
     # ----- trials and pods -----------------------------------------------------------------
@@ -87,7 +90,12 @@ class Kube:
                                                                  {"status": patch}, _preload_content=False))
 
     def patch_experiment_status(self, namespace: str, name: str, patch: dict) -> None:
-        _drain(self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "experiments", name,
+        """Merge-patch the Experiment's status subresource.
+
+        Raises:
+            kubernetes.client.ApiException: the patch was refused.
+        """
+        _drain(self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name,
                                                                  {"status": patch}, _preload_content=False))
 
     async def execute(self, ctl, plan: Plan) -> list[str]:
@@ -137,13 +145,13 @@ class Kube:
         """
         try:
             secret = json.loads(self.core.read_namespaced_secret(name, namespace, _preload_content=False).data)
-            return key_from_secret_data({k: v for k, v in (secret.get("data") or {}).items()})
+            return key_from_secret_data(secret.get("data") or {})
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "kubetune"}},
+                             "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
                 "data": key_secret_data(new_key())}
         try:
             _drain(self.core.create_namespaced_secret(namespace, body, _preload_content=False))

@@ -9,6 +9,8 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
+from .status import TRIAL_PHASES
+
 COLLECTOR_REQUESTS = Counter("kubetune_collector_requests_total", "Result batches received, by HTTP status.",
                              ["code"])
 RESULTS = Counter("kubetune_results_total", "Training results accepted by the collector.")
@@ -27,12 +29,13 @@ def set_trial_counts(namespace: str, experiment: str, counts: dict[str, int]) ->
 
 def forget(namespace: str, experiment: str) -> None:
     """Drop the series of a deleted Experiment."""
-    for phase in ("pending", "running", "paused", "succeeded", "failed"):
+    for phase in TRIAL_PHASES:
         try:
-            TRIALS.remove(namespace, experiment, phase)
+            TRIALS.remove(namespace, experiment, phase.lower())
         except KeyError:
             pass
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: every metric in the Prometheus text format."""
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

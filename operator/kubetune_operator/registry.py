@@ -25,6 +25,7 @@ class Registry:
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
 
     def get(self, namespace: str, name: str) -> ExperimentController | None:
+        """The loaded controller of the Experiment, or None."""
         return self._controllers.get((namespace, name))
 
     def load(self, experiment: Mapping) -> ExperimentController:
@@ -42,10 +43,12 @@ class Registry:
         return ctl
 
     def forget(self, namespace: str, name: str) -> None:
+        """Drop the Experiment's controller and wake-up event (it was deleted)."""
         self._controllers.pop((namespace, name), None)
         self._wake.pop((namespace, name), None)
 
     def event(self, namespace: str, name: str) -> asyncio.Event:
+        """The Experiment's wake-up event (created on first use); its daemon waits on it between passes."""
         return self._wake.setdefault((namespace, name), asyncio.Event())
 
     def wake(self, namespace: str, name: str) -> None:

@@ -174,6 +174,35 @@ def test_env_volumes_and_working_dir_are_what_a_container_sees(cluster, core, na
     assert (cluster.workdir / "pods" / f"{namespace}_envy" / "volumes" / "scratch" / "sub" / "file").exists()
 
 
+def test_an_emptydir_at_tmp_leaves_later_mounts_and_the_termination_message_working(cluster, core, namespace):
+    # The cluster's work folder (every volume's host folder, the termination-message file) is under /tmp, so a
+    # volume mounted at /tmp covers the host paths of the mounts made after it; the child mountPath is listed
+    # before its parent to check that parents are mounted first.
+    assert str(cluster.workdir).startswith("/tmp/")
+    script = """
+        import json, os
+        seen = {'tmp': os.listdir('/tmp'), 'inner': os.listdir('/tmp/inner'), 'data': os.listdir('/data')}
+        open('/tmp/t', 'w').write('t')
+        open('/tmp/inner/i', 'w').write('i')
+        open('/data/d', 'w').write('d')
+        open('/dev/termination-log', 'w').write(json.dumps(seen))
+    """
+    mounts = [{"name": "inner", "mountPath": "/tmp/inner"}, {"name": "tmp", "mountPath": "/tmp"},
+              {"name": "data", "mountPath": "/data"}]
+    manifest = pod_manifest("tmpdir", script, volumeMounts=mounts)
+    manifest["spec"]["volumes"] = [{"name": n, "emptyDir": {}} for n in ("tmp", "inner", "data")]
+    core.create_namespaced_pod(namespace, manifest)
+    wait_for(lambda: phase(core, namespace, "tmpdir") in ("Succeeded", "Failed"), what="tmpdir to finish")
+    pod_dir = cluster.workdir / "pods" / f"{namespace}_tmpdir"
+    assert phase(core, namespace, "tmpdir") == "Succeeded", (pod_dir / "main.log").read_text()
+    term = get_pod(core, namespace, "tmpdir")["status"]["containerStatuses"][0]["state"]["terminated"]
+    # each volume starts empty (/tmp holds only the mount point of /tmp/inner) and keeps what was written
+    assert json.loads(term["message"]) == {"tmp": ["inner"], "inner": [], "data": []}
+    volumes = pod_dir / "volumes"
+    assert sorted(p.name for p in (volumes / "tmp").iterdir()) == ["inner", "t"]
+    assert (volumes / "inner" / "i").read_text() == "i" and (volumes / "data" / "d").read_text() == "d"
+
+
 def test_missing_secret_keeps_pod_pending_until_it_exists(core, namespace):
     env = [{"name": "C", "valueFrom": {"secretKeyRef": {"name": "later", "key": "k"}}}]
     core.create_namespaced_pod(namespace, pod_manifest("waits", "import os; assert os.environ['C'] == 'v'", env=env))

@@ -78,15 +78,16 @@ that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itsel
 - apiGroups: [kubetune.io]
   resources: [experiments/status]
   verbs: [patch]
-# kopf's index of Trials (list, watch); Kube._create_trial (create, then get after a 409).
+# Kube.list_trials when an Experiment's controller (re)starts (list); Kube._create_trial (create, then
+# get after a 409). Trials are not watched: the operator keeps their state itself.
 - apiGroups: [kubetune.io]
   resources: [trials]
-  verbs: [get, list, watch, create]
+  verbs: [get, list, create]
 # Kube._patch_trial_status.
 - apiGroups: [kubetune.io]
   resources: [trials/status]
   verbs: [patch]
-# kopf's index and event handler of trial pods (list, watch); Kube._create_pod, Kube._delete_pod.
+# kopf's index of trial pods (list, watch); Kube._create_pod, Kube._delete_pod.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
