@@ -19,7 +19,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 LEASE_SECONDS = 40
 
 
-def _now() -> str:
+def now_rfc3339() -> str:
+    """The current UTC time as Kubernetes writes timestamps (seconds)."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -31,7 +32,7 @@ def node_manifest(name: str, *, cpu: str, memory: str, pods: int, gpus: int) -> 
     """Return a Node with Ready status and ``gpus`` of ``nvidia.com/gpu`` capacity."""
     capacity = {"cpu": cpu, "memory": memory, "pods": str(pods), "ephemeral-storage": "100Gi",
                 GPU_RESOURCE: str(gpus)}
-    now = _now()
+    now = now_rfc3339()
     conditions = [{"type": t, "status": "False", "reason": f"KubeletHas{r}", "message": m,
                    "lastHeartbeatTime": now, "lastTransitionTime": now}
                   for t, r, m in (("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),

@@ -12,7 +12,6 @@ container; the working directory is ``workingDir`` (``/`` by default).
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import queue
@@ -24,15 +23,12 @@ from pathlib import Path
 from kubernetes import client
 
 from . import podenv, procs
-from .nodes import GPU_RESOURCE
+from .nodes import GPU_RESOURCE, now_rfc3339
 
 log = logging.getLogger("devcluster.pod")
 MESSAGE_LIMIT = 4096
 RESTART_BACKOFF = (1, 2, 4, 8, 10)
 
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def can_isolate_mounts() -> bool:
@@ -132,7 +128,7 @@ class Container:
         else:
             cwd = workdir if os.path.isdir(workdir) else None
         self.proc = procs.spawn(argv, self.log_path, env=env, cwd=cwd)
-        self.started_at = _now()
+        self.started_at = now_rfc3339()
         self.state = {"running": {"startedAt": self.started_at}}
 
     def finish(self, returncode: int) -> None:
@@ -144,7 +140,8 @@ class Container:
             lines = self.log_path.read_bytes().decode(errors="replace").splitlines()[-80:]
             message = "\n".join(lines)[-2048:]
         term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                "startedAt": self.started_at, "finishedAt": _now(), "containerID": f"process://{self.proc.pid}"}
+                "startedAt": self.started_at, "finishedAt": now_rfc3339(),
+                "containerID": f"process://{self.proc.pid}"}
         if message:
             term["message"] = message
         self.state = {"terminated": term}
@@ -178,6 +175,7 @@ class PodWorker(threading.Thread):
         self.phase = "Pending"
         self.message = ""
         self.reason = ""
+        self.volumes: dict[str, Path] = {}
 
     # ----- called from the watch thread ----------------------------------------------------
     def terminate(self, grace: float) -> None:
@@ -299,7 +297,7 @@ class PodWorker(threading.Thread):
 
     def _write_status(self) -> None:
         running = self.phase == "Running" and all("running" in c.state for c in self.containers)
-        now = _now()
+        now = now_rfc3339()
         conds = [c for c in (self.pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"]
         started = self.phase != "Pending" or any(c.proc for c in self.containers)
         for ctype, ok in (("PodReadyToStartContainers", started), ("Initialized", True),

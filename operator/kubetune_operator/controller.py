@@ -510,6 +510,8 @@ class ExperimentController:
         if decision.phase in TERMINAL and not completion:
             completion = _now_iso(now)
         state = None if hasattr(self.searcher, "variant") else self.searcher.get_state()
+        if state is not None and len(json.dumps(state)) > st.MAX_SEARCHER_STATE_BYTES:
+            state = None  # status stays bounded; a restarted operator's searcher then starts without history
         new = st.experiment_status(
             phase=decision.phase, conditions=conditions, observed_generation=obs_gen,
             counts=st.trial_counts(t.phase for t in self.trials.values()), best=self.best(),

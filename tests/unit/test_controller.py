@@ -255,3 +255,15 @@ def test_every_created_trial_is_announced_in_an_event(ctl):
     assert announced == ["created 2 trials: exp-00000 .. exp-00001", "created 1 trial: exp-00002",
                          "created 1 trial: exp-00003"]
     assert ctl.search_finished
+
+
+def test_a_searcher_state_too_large_for_status_is_left_out_not_fatal():
+    ctl = ExperimentController(experiment(searchAlgorithm={"name": "optuna", "seed": 1},
+                                          config={"lr": {"loguniform": [1e-4, 1e-1]}}, numSamples=3),
+                               Settings(), KEY)
+    plan = ctl.plan({}, T0)
+    assert plan.experiment_status["searcherState"]["seed"] == 1  # small: kept for a restart
+    ctl.searcher.get_state = lambda: {"seed": 1, "trials": {"t": "x" * 5000}}  # as after many trials
+    adopt_created(ctl, plan)
+    ctl.plan({}, T0 + 5)
+    assert "searcherState" not in ctl.exp_status
