@@ -174,32 +174,35 @@ def test_env_volumes_and_working_dir_are_what_a_container_sees(cluster, core, na
     assert (cluster.workdir / "pods" / f"{namespace}_envy" / "volumes" / "scratch" / "sub" / "file").exists()
 
 
-def test_an_emptydir_at_tmp_leaves_later_mounts_and_the_termination_message_working(cluster, core, namespace):
-    # The cluster's work folder (every volume's host folder, the termination-message file) is under /tmp, so a
-    # volume mounted at /tmp covers the host paths of the mounts made after it; the child mountPath is listed
-    # before its parent to check that parents are mounted first.
-    assert str(cluster.workdir).startswith("/tmp/")
-    script = """
+def test_a_volume_over_the_clusters_folder_leaves_later_mounts_and_the_termination_message_working(
+        cluster, core, namespace):
+    # Every volume's host folder and the termination-message file live under the cluster's work folder, so a
+    # volume mounted there (as an emptyDir at /tmp would, where the work folder is under /tmp) covers the host
+    # paths of the mounts made after it. The interpreter lives elsewhere, so the pod can still start. The child
+    # mountPath is listed before its parent to check that parents are mounted first.
+    top = str(cluster.workdir)
+    assert not sys.executable.startswith(top + "/")
+    script = f"""
         import json, os
-        seen = {'tmp': os.listdir('/tmp'), 'inner': os.listdir('/tmp/inner'), 'data': os.listdir('/data')}
-        open('/tmp/t', 'w').write('t')
-        open('/tmp/inner/i', 'w').write('i')
+        seen = {{'top': os.listdir({top!r}), 'inner': os.listdir({top!r} + '/inner'), 'data': os.listdir('/data')}}
+        open({top!r} + '/t', 'w').write('t')
+        open({top!r} + '/inner/i', 'w').write('i')
         open('/data/d', 'w').write('d')
         open('/dev/termination-log', 'w').write(json.dumps(seen))
     """
-    mounts = [{"name": "inner", "mountPath": "/tmp/inner"}, {"name": "tmp", "mountPath": "/tmp"},
+    mounts = [{"name": "inner", "mountPath": top + "/inner"}, {"name": "top", "mountPath": top},
               {"name": "data", "mountPath": "/data"}]
-    manifest = pod_manifest("tmpdir", script, volumeMounts=mounts)
-    manifest["spec"]["volumes"] = [{"name": n, "emptyDir": {}} for n in ("tmp", "inner", "data")]
+    manifest = pod_manifest("covering", script, volumeMounts=mounts)
+    manifest["spec"]["volumes"] = [{"name": n, "emptyDir": {}} for n in ("top", "inner", "data")]
     core.create_namespaced_pod(namespace, manifest)
-    wait_for(lambda: phase(core, namespace, "tmpdir") in ("Succeeded", "Failed"), what="tmpdir to finish")
-    pod_dir = cluster.workdir / "pods" / f"{namespace}_tmpdir"
-    assert phase(core, namespace, "tmpdir") == "Succeeded", (pod_dir / "main.log").read_text()
-    term = get_pod(core, namespace, "tmpdir")["status"]["containerStatuses"][0]["state"]["terminated"]
-    # each volume starts empty (/tmp holds only the mount point of /tmp/inner) and keeps what was written
-    assert json.loads(term["message"]) == {"tmp": ["inner"], "inner": [], "data": []}
+    wait_for(lambda: phase(core, namespace, "covering") in ("Succeeded", "Failed"), what="covering to finish")
+    pod_dir = cluster.workdir / "pods" / f"{namespace}_covering"
+    assert phase(core, namespace, "covering") == "Succeeded", (pod_dir / "main.log").read_text()
+    term = get_pod(core, namespace, "covering")["status"]["containerStatuses"][0]["state"]["terminated"]
+    # each volume starts empty (the top one holds only the mount point of the inner one) and keeps what was written
+    assert json.loads(term["message"]) == {"top": ["inner"], "inner": [], "data": []}
     volumes = pod_dir / "volumes"
-    assert sorted(p.name for p in (volumes / "tmp").iterdir()) == ["inner", "t"]
+    assert sorted(p.name for p in (volumes / "top").iterdir()) == ["inner", "t"]
     assert (volumes / "inner" / "i").read_text() == "i" and (volumes / "data" / "d").read_text() == "d"
 
 
