@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from examples.digits.function_trainable import train_digits
 from examples.digits.trainable import DigitsTrainable
 from kubetune.checkpoints import COMMIT_MARKER, restore_checkpoint
 from kubetune.storage import open_storage
+from tests.integration.support import wait_for
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
@@ -36,17 +36,30 @@ def storage(cluster):
                         access_key_id=env["AWS_ACCESS_KEY_ID"], secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
 
 
-def run_to_end(custom, namespace: str, body: dict, timeout_s: float = 480) -> dict:
-    """Create the Experiment, wait until it is Succeeded or Failed, and return it."""
-    name = body["metadata"]["name"]
+def run_example(custom, s3, cluster, namespace: str, path: Path, *, node: str | None = None,
+                timeout_s: float = 480) -> tuple[dict, dict, dict[str, dict], dict[str, list[dict]]]:
+    """Apply the example at ``path`` (pinned to ``node`` if given), wait until it Succeeded, check that it ran
+    ``numSamples`` trials of ``stop.training_iteration`` results each, and return
+    ``(spec, experiment, trials by name, result.json lines by trial)``."""
+    body = load_experiment(path, cluster.s3_endpoint)
+    spec, name = body["spec"], body["metadata"]["name"]
+    if node:
+        spec.setdefault("template", {})["nodeSelector"] = {"kubernetes.io/hostname": node}
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", body)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def finished():
         exp = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
-        if (exp.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return exp
-        time.sleep(0.5)
-    raise AssertionError(f"experiment {name} did not finish within {timeout_s} s")
+        return exp if (exp.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+
+    exp = wait_for(finished, timeout=timeout_s, interval=0.5, what=f"experiment {name} to finish")
+    assert exp["status"]["phase"] == "Succeeded", exp["status"]
+    trials = trials_of(custom, namespace)
+    assert len(trials) == spec["numSamples"]
+    lines = {t: result_lines(s3, f"experiments/{namespace}/{name}/{t}") for t in trials}
+    for trial, results in lines.items():
+        assert [r["training_iteration"] for r in results] == list(range(1, spec["stop"]["training_iteration"] + 1)), \
+            trial
+    return spec, exp, trials, lines
 
 
 def trials_of(custom, namespace: str) -> dict[str, dict]:
@@ -87,19 +100,10 @@ def check_counts_and_best(exp: dict, trials: dict[str, dict], finals: dict[str, 
 
 def test_digits_experiment_trains_every_trial_on_its_own_gpu_and_the_best_checkpoint_restores(
         cluster, operator, custom, s3, storage, namespace, storage_secret):
-    body = load_experiment(EXAMPLE / "experiment.yaml", cluster.s3_endpoint)
-    spec = body["spec"]
-    spec.setdefault("template", {})["nodeSelector"] = {"kubernetes.io/hostname": GPU_NODE}
-    name, iterations = body["metadata"]["name"], spec["stop"]["training_iteration"]
-    exp = run_to_end(custom, namespace, body)
-    assert exp["status"]["phase"] == "Succeeded", exp["status"]
-    trials = trials_of(custom, namespace)
-    assert len(trials) == spec["numSamples"]
-
-    prefix = f"experiments/{namespace}/{name}"
-    lines = {t: result_lines(s3, f"{prefix}/{t}") for t in trials}
+    spec, exp, trials, lines = run_example(custom, s3, cluster, namespace, EXAMPLE / "experiment.yaml",
+                                           node=GPU_NODE)
+    prefix, iterations = f"experiments/{namespace}/{exp['metadata']['name']}", spec["stop"]["training_iteration"]
     for trial, results in lines.items():
-        assert [r["training_iteration"] for r in results] == list(range(1, iterations + 1)), trial
         assert all(0 <= r["mean_accuracy"] <= 1 and r["mean_loss"] > 0 for r in results)
         every = spec["checkpoint"]["frequency"]
         assert committed_checkpoints(s3, f"{prefix}/{trial}") == [
@@ -134,17 +138,9 @@ def test_digits_experiment_trains_every_trial_on_its_own_gpu_and_the_best_checkp
 
 def test_digits_function_experiment_succeeds_and_its_checkpoints_resume(
         cluster, operator, custom, s3, storage, namespace, storage_secret, tmp_path):
-    body = load_experiment(EXAMPLE / "experiment-function.yaml", cluster.s3_endpoint)
-    spec = body["spec"]
-    name, iterations = body["metadata"]["name"], spec["stop"]["training_iteration"]
-    exp = run_to_end(custom, namespace, body)
-    assert exp["status"]["phase"] == "Succeeded", exp["status"]
-    trials = trials_of(custom, namespace)
-    assert len(trials) == spec["numSamples"]
-    prefix = f"experiments/{namespace}/{name}"
-    lines = {t: result_lines(s3, f"{prefix}/{t}") for t in trials}
-    for trial, results in lines.items():
-        assert [r["training_iteration"] for r in results] == list(range(1, iterations + 1)), trial
+    spec, exp, trials, lines = run_example(custom, s3, cluster, namespace, EXAMPLE / "experiment-function.yaml")
+    prefix, iterations = f"experiments/{namespace}/{exp['metadata']['name']}", spec["stop"]["training_iteration"]
+    for trial in lines:
         # the function reports a checkpoint with every result, and each one is committed
         assert committed_checkpoints(s3, f"{prefix}/{trial}") == [
             f"checkpoint_{i:06d}" for i in range(1, iterations + 1)]
