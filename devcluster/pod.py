@@ -176,6 +176,7 @@ class PodWorker(threading.Thread):
         self.message = ""
         self.reason = ""
         self.volumes: dict[str, Path] = {}
+        self._conditions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)
 
     # ----- called from the watch thread ----------------------------------------------------
     def terminate(self, grace: float) -> None:
@@ -277,7 +278,6 @@ class PodWorker(threading.Thread):
             c, code = rest
             c.finish(code)
             if self.deleting is None and (policy == "Always" or (policy == "OnFailure" and code != 0)):
-                self._write_status()
                 delay = RESTART_BACKOFF[min(c.restarts, len(RESTART_BACKOFF) - 1)]
                 c.last_state, c.restarts = c.state, c.restarts + 1
                 c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {delay}s restarting"}}
@@ -302,7 +302,10 @@ class PodWorker(threading.Thread):
         started = self.phase != "Pending" or any(c.proc for c in self.containers)
         for ctype, ok in (("PodReadyToStartContainers", started), ("Initialized", True),
                           ("ContainersReady", running), ("Ready", running)):
-            conds.append({"type": ctype, "status": "True" if ok else "False", "lastTransitionTime": now})
+            value = "True" if ok else "False"
+            if self._conditions.get(ctype, (None,))[0] != value:  # the time moves only when the status flips
+                self._conditions[ctype] = (value, now)
+            conds.append({"type": ctype, "status": value, "lastTransitionTime": self._conditions[ctype][1]})
         status = {"phase": self.phase, "conditions": conds, "hostIP": "127.0.0.1", "podIP": "127.0.0.1",
                   "hostIPs": [{"ip": "127.0.0.1"}], "podIPs": [{"ip": "127.0.0.1"}],
                   "startTime": (self.pod.get("status") or {}).get("startTime") or now,
