@@ -2,7 +2,8 @@
 # Installs kubetune into a new virtual environment: exactly what the images hold.
 #
 #   docker/install.sh runtime  PREFIX   # package `kubetune` (the trial runtime), for target `runtime`
-#   docker/install.sh operator PREFIX   # `kubetune` + `kubetune-operator`, for target `operator`
+#   docker/install.sh operator PREFIX   # `kubetune` + `kubetune-operator` with every search algorithm's
+#                                       # dependencies (extra `optuna`), for target `operator`
 #
 # Called by the Dockerfile's build stages (one RUN each) and by tests/unit/test_dockerfile.py,
 # which runs it into a temporary folder so that what the images would install is proven to
@@ -22,23 +23,30 @@ prefix=$2
 src=$(cd "$(dirname "$0")/.." && pwd)
 
 case "$target" in
-    runtime) packages="./trainable-runtime"; check="import kubetune, kubetune.runtime" ;;
-    operator) packages="./trainable-runtime ./operator"; check="import kubetune_operator.handlers" ;;
+    runtime) folders="./trainable-runtime"; packages=$folders; check="import kubetune, kubetune.runtime" ;;
+    operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna]"
+        # every registered search algorithm and scheduler imports in exactly this environment
+        check="import kubetune_operator.handlers
+from kubetune_operator.search import SEARCH_ALGORITHMS, searcher_class
+from kubetune_operator.schedulers import SCHEDULERS, scheduler_class
+for name in SEARCH_ALGORITHMS: searcher_class(name)
+for name in SCHEDULERS: scheduler_class(name)
+print('imports:', ', '.join(sorted(SEARCH_ALGORITHMS)), '|', ', '.join(sorted(SCHEDULERS)))" ;;
     *) usage ;;
 esac
 
 # Build from a scratch copy: setuptools writes build/ and *.egg-info next to the sources it builds.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for package in $packages; do
-    cp -R "$src/$package" "$work/$package"
-    rm -rf "$work/$package/build" "$work/$package"/*.egg-info
+for folder in $folders; do
+    cp -R "$src/$folder" "$work/$folder"
+    rm -rf "$work/$folder/build" "$work/$folder"/*.egg-info
 done
 
 "${PYTHON:-python3}" -m venv "$prefix"
 prefix=$(cd "$prefix" && pwd)
 cd "$work"
-# shellcheck disable=SC2086  # $packages: relative folder names without spaces
+# shellcheck disable=SC2086  # $packages: relative folder names (and extras) without spaces
 "$prefix/bin/python" -m pip install --disable-pip-version-check --no-input \
     --constraint "$src/docker/constraints.txt" $packages
 "$prefix/bin/python" -m pip check

@@ -58,7 +58,7 @@ def owner_reference(obj: Mapping) -> dict:
 
 
 def trial_dir_uri(storage_uri: str, namespace: str, experiment: str, trial: str) -> str:
-    """Return ``<storage_uri>/<namespace>/<experiment>/<trial>`` (DESIGN.md, object storage layout)."""
+    """Return ``<storage_uri>/<namespace>/<experiment>/<trial>`` (docs/architecture.md, "Object storage layout")."""
     return f"{storage_uri.rstrip('/')}/{namespace}/{experiment}/{trial}"
 
 

@@ -5,7 +5,9 @@ the same server answers ``/healthz`` and ``/metrics`` (Prometheus).
 Started by the operator's startup handler (``handlers.py``); it hands each
 authenticated batch to the Experiment's
 :class:`kubetune_operator.controller.ExperimentController` through the
-:class:`kubetune_operator.registry.Registry`. Protocol: ``kubetune.env``
+:class:`kubetune_operator.registry.Registry`, and answers only once the
+Experiment's journal holds the decision (so a restarted operator decides on
+from exactly there). Protocol: ``kubetune.env``
 (``COLLECTOR_RESULTS_PATH``). Forged or stale tokens get 401, malformed bodies
 400, bodies over the limit 413, and none of them reaches trial state. Tokens
 and bodies are never logged.
@@ -83,9 +85,18 @@ def make_app(registry) -> web.Application:
         ctl = registry.get(ns, data["experiment"])
         if ctl is None or not ctl.adopted:
             return _error(503, "experiment not loaded yet; retry")
-        decision = ctl.record_results(trial, attempt, data.get("results", []), data.get("checkpoint"))
+        try:
+            decision = ctl.record_results(trial, attempt, data.get("results", []), data.get("checkpoint"))
+        except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
+            log.exception("experiment %s/%s: results of %s could not be taken", ns, data["experiment"], trial)
+            return _error(500, "the operator could not take these results; retry")
         if decision is None:
             return _error(401, "stale token: not the trial's current attempt")
+        try:
+            await registry.commit(ctl)  # the decision is durable before the trial acts on it
+        except Exception as exc:  # noqa: BLE001 - the runtime retries; the results are de-duplicated
+            log.warning("experiment %s/%s: journal not committed: %s", ns, data["experiment"], exc)
+            return _error(503, "the operator could not persist its decision; retry")
         registry.wake(ns, data["experiment"])
         metrics.RESULTS.inc(len(data.get("results", [])))
         metrics.DECISIONS.labels(decision).inc()

@@ -8,7 +8,7 @@ observes and carries out the returned :class:`Plan`; the collector calls
 :meth:`ExperimentController.record_results`. Nothing here talks to the API
 server, so the whole lifecycle is unit-tested without a cluster.
 
-Trial lifecycle (DESIGN.md, data flow 2, 5-7): a Trial is Pending until its
+Trial lifecycle (docs/architecture.md, "Data flow"): a Trial is Pending until its
 pod (``<trial>-<attempt>``) runs, Running while it runs, then by the pod's end:
 exit 0 with the runtime's outcome (termination message JSON, see
 :mod:`kubetune.env`) gives Succeeded (Completed, EarlyStopped) or Paused; a
@@ -18,6 +18,7 @@ checkpoint) until ``failure.maxFailures``, then the Trial is Failed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -30,8 +31,10 @@ from kubetune.stopping import should_stop
 
 from . import status as st
 from .builders import build_pod, build_trial
+from .journal import Journal, JournalCorrupt, load
 from .labels import API_VERSION, LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, TRIAL_KIND, pod_name, trial_name
 from .schedulers import create_scheduler
+from .schedulers.base import is_number
 from .search import create_searcher
 from .settings import Settings
 from .tokens import mint_token
@@ -56,6 +59,7 @@ class PodView:
     reason: str | None = None
     message: str | None = None
     exit_code: int | None = None
+    owner_uid: str | None = None
 
 
 def pod_view(pod: Mapping) -> PodView:
@@ -63,7 +67,8 @@ def pod_view(pod: Mapping) -> PodView:
     meta, status = pod["metadata"], pod.get("status") or {}
     view = PodView(name=meta["name"], trial=meta["labels"][LABEL_TRIAL], attempt=int(meta["labels"][LABEL_ATTEMPT]),
                    phase=status.get("phase") or "Pending", deleting=bool(meta.get("deletionTimestamp")),
-                   reason=status.get("reason"), message=status.get("message"))
+                   reason=status.get("reason"), message=status.get("message"),
+                   owner_uid=next((ref.get("uid") for ref in meta.get("ownerReferences") or ()), None))
     for cs in status.get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
         if cs.get("name") == TRIAL_CONTAINER and term:
@@ -156,6 +161,15 @@ class ExperimentController:
         self.exp_written_at = 0.0
         self.exp_write_failed = False
         self.exp_status: dict = dict(experiment.get("status") or {})
+        self.invalid: str | None = None  # why the latest spec was refused (it keeps Ready=False)
+        self.degraded: str | None = None  # why the last pass failed (the Degraded condition)
+        self.missing: set[int] = set()  # trial indices below the highest whose Trial is not in the API
+        # What the journal rebuilds after a restart, next to the searcher's and scheduler's own state:
+        self.applied: dict[str, list] = {}  # trial -> [highest training_iteration seen, decision, attempt]
+        self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
+        self.finish_told = False  # the scheduler was told the searcher is finished
+        meta = experiment["metadata"]
+        self.journal = Journal(meta["namespace"], meta["name"], meta.get("uid") or "")
         self.update(experiment)
 
     # ----- spec --------------------------------------------------------------------------
@@ -170,26 +184,33 @@ class ExperimentController:
         try:
             parse_space(spec.get("config") or {})
             algo = spec.get("searchAlgorithm") or {}
+            seed = algo.get("seed")
+            if seed is None:  # stable across restarts and spec edits: a function of the Experiment's uid
+                uid = experiment["metadata"].get("uid") or experiment["metadata"]["name"]
+                seed = int.from_bytes(hashlib.sha256(uid.encode()).digest()[:4], "big")
             searcher = create_searcher(algo.get("name", "basic"), spec.get("config") or {}, metric, mode,
-                                       num_samples=int(spec.get("numSamples", 1)), seed=algo.get("seed"),
+                                       num_samples=int(spec.get("numSamples", 1)), seed=seed,
                                        **(algo.get("params") or {}))
             sched = spec.get("scheduler") or {}
             scheduler = create_scheduler(sched.get("name", "fifo"), metric, mode, **(sched.get("params") or {}))
             budget = st.parse_duration(spec["timeBudget"]) if spec.get("timeBudget") else None
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidSpec(str(exc)) from exc
+        except ImportError as exc:
+            raise InvalidSpec(f"the operator cannot load what the spec chooses: {exc}") from exc
         if not ((spec.get("storage") or {}).get("uri") or self.settings.storage.default_uri):
             raise InvalidSpec("spec.storage.uri is required (the operator has no default storage)")
         old = getattr(self, "searcher", None)
-        saved = old.get_state() if old is not None and type(old) is type(searcher) else \
-            self.exp_status.get("searcherState") if old is None else None
-        if saved and not hasattr(searcher, "variant"):
+        if old is not None and type(old) is type(searcher) and not searcher.stateless:
             try:
-                searcher.set_state(saved)  # model-based searchers keep what they learned
+                searcher.set_state(old.get_state())  # model-based searchers keep what they learned
             except (ValueError, TypeError, KeyError) as exc:
-                raise InvalidSpec(f"the searcher cannot resume from its saved state: {exc}") from exc
+                raise InvalidSpec(f"the new spec does not fit what the searcher has learned: {exc}") from exc
         if getattr(self, "scheduler", None) is None or type(self.scheduler) is not type(scheduler):
+            self.journal.snapshot_due = hasattr(self, "scheduler")
             self.scheduler = scheduler
+        self.journal.snapshot_due |= old is not None and not searcher.stateless
+        self.journal.enabled = not (searcher.stateless and self.scheduler.stateless)
         self.searcher, self.time_budget_s = searcher, budget
         self.experiment = experiment
         self.spec, self.metric, self.mode = spec, metric, mode
@@ -210,19 +231,144 @@ class ExperimentController:
         state = self.trials.get(name)
         if state is None:
             spec = trial.get("spec") or {}
-            status = dict(trial.get("status") or {})
+            written = dict(trial.get("status") or {})
+            status = {"phase": "Pending", "attempt": 0, **written}  # created, but its first status not written
             self.trials[name] = TrialState(name, int(spec.get("index", 0)), dict(spec.get("config") or {}),
-                                           status, trial["metadata"].get("uid"), written=dict(status))
-            self.scheduler.on_trial_add(name)
+                                           status, trial["metadata"].get("uid"), written=written,
+                                           dirty=status != written, phase_changed=status != written)
         elif state.uid is None:
             state.uid = trial["metadata"].get("uid")
 
+    def restore(self, configmaps: list[dict]) -> None:
+        """Rebuild what the searcher and scheduler knew from the stored journal, after :meth:`observe_trial`
+        has taken every Trial in the API; then the controller is ``adopted``.
+
+        Args:
+            configmaps: the Experiment's journal ConfigMaps (see :mod:`kubetune_operator.journal`).
+
+        Raises:
+            JournalCorrupt: the journal cannot be replayed (an entry is missing or unknown).
+        """
+        snapshot, entries = load(self.journal, configmaps)
+        if snapshot is not None:
+            self._load_snapshot(snapshot)
+        for entry in entries:
+            self._apply(entry)
+        if snapshot is None and not entries:  # a new Experiment, or one from before the journal
+            for trial in sorted(self.trials.values(), key=lambda t: t.index):
+                if trial.phase not in TERMINAL:
+                    self._do("add", trial.name)
+        highest = max((t.index for t in self.trials.values()), default=-1)
+        self.missing = set(range(highest + 1)) - {t.index for t in self.trials.values()}
+        self.adopted = True
+
+    def snapshot(self) -> dict:
+        """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions."""
+        last = {name: self.trials[name].status.get("lastResult") for name in self.applied if name in self.trials}
+        return {"scheduler": self.scheduler.get_state(),
+                "searcher": None if self.searcher.stateless else self.searcher.get_state(),
+                "applied": self.applied, "ended": sorted(self.ended), "finishTold": self.finish_told,
+                "lastResult": {name: result for name, result in last.items() if result}}
+
+    def _load_snapshot(self, snapshot: dict) -> None:
+        try:
+            self.scheduler.set_state(snapshot["scheduler"])
+            if snapshot["searcher"] is not None and not self.searcher.stateless:
+                self.searcher.set_state(snapshot["searcher"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise JournalCorrupt(f"the searcher or scheduler cannot resume from its snapshot: {exc}") from exc
+        self.applied = {name: list(value) for name, value in snapshot["applied"].items()}
+        self.ended, self.finish_told = set(snapshot["ended"]), snapshot["finishTold"]
+        for name, result in snapshot["lastResult"].items():
+            trial = self.trials.get(name)
+            if trial is not None and (trial.status.get("iteration") or 0) < (result.get("training_iteration") or 0):
+                self._show_result(trial, result)
+
+    # ----- the journaled calls: every change to what the searcher and scheduler know ----------
+    def _do(self, *entry: Any) -> Any:
+        """Apply ``entry`` and record it in the journal (recorded only once applied without error)."""
+        outcome = self._apply(list(entry))
+        self.journal.record(list(entry))
+        return outcome
+
+    def _apply(self, entry: list) -> Any:
+        """Carry out one journal entry, live or replayed after a restart: the same calls, in the same order."""
+        kind = entry[0]
+        if kind == "add":
+            self.scheduler.on_trial_add(entry[1])
+        elif kind == "suggest":
+            return self.searcher.suggest(entry[1])
+        elif kind == "results":
+            return self._apply_results(entry[1], entry[2], entry[3])
+        elif kind == "end":
+            self._apply_end(entry[1], entry[2], entry[3])
+        elif kind == "choose":
+            self.finish_told |= entry[2]
+            return self.scheduler.choose_trial_to_run(entry[1], entry[2])
+        else:
+            raise JournalCorrupt(f"unknown journal entry {kind!r}")
+        return None
+
+    def _apply_results(self, trial: str, attempt: int, results: list[dict]) -> str:
+        decision = "continue"
+        for result in results:
+            d = self.scheduler.on_trial_result(trial, result)
+            stop, _ = should_stop(result, self.spec.get("stop") or {})
+            if stop or result.get("done"):
+                d = "stop"
+            if DECISION_RANK[d] > DECISION_RANK[decision]:
+                decision = d
+        if results:
+            self.searcher.on_trial_result(trial, results[-1])
+            seen = max((r["training_iteration"] for r in results if is_number(r.get("training_iteration"))),
+                       default=self.applied.get(trial, [0])[0])
+            self.applied[trial] = [seen, decision, attempt]
+            if trial in self.trials:
+                self._show_result(self.trials[trial], results[-1])
+        return decision
+
+    def _apply_end(self, trial: str, result: dict | None, how: str) -> None:
+        self.ended.add(trial)
+        self.applied.pop(trial, None)
+        if how == "complete":
+            self.scheduler.on_trial_complete(trial, result)
+        else:
+            self.scheduler.on_trial_remove(trial)
+        self.searcher.on_trial_complete(trial, result, error=how == "error")
+
+    def _end(self, trial: TrialState, how: str) -> None:
+        """Tell the scheduler and searcher that ``trial`` ended (once): ``complete``, ``remove`` or ``error``."""
+        if trial.name not in self.ended:
+            self._do("end", trial.name, trial.status.get("lastResult"), how)
+
+    def _show_result(self, trial: TrialState, result: dict) -> None:
+        trial.status["lastResult"] = st.compact_result(result, self.metric)
+        trial.status["iteration"] = result.get("training_iteration")
+        value = st.metric_value(result, self.metric) if self.metric else None
+        if value is not None:
+            trial.status["metricValue"] = value
+        trial.dirty = True
+
     def trial_created(self, name: str, uid: str | None) -> None:
-        """The daemon created (or found) Trial ``name``; None ``uid`` means the create failed: forget it."""
+        """The daemon created (or found) Trial ``name``; None ``uid`` means the create failed: it is asked
+        for again next pass (with the same config: suggestions are journaled and idempotent)."""
         if uid is None:
-            self.trials.pop(name, None)
+            trial = self.trials.pop(name, None)
+            if trial is not None:
+                self.missing.add(trial.index)
         else:
             self.trials[name].uid = uid
+
+    def plan_not_carried_out(self, plan: "Plan") -> None:
+        """The journal could not be committed, so nothing of ``plan`` was sent: ask for it all again."""
+        for manifest in plan.create_trials:
+            self.trial_created(manifest["metadata"]["name"], None)
+        for manifest in plan.create_pods:
+            self.created_pods.pop(manifest["metadata"]["name"], None)
+        for name in plan.trial_status:
+            self.status_write_failed(name)
+        if plan.experiment_status:
+            self.status_write_failed(None)
 
     def status_write_failed(self, trial: str | None) -> None:
         """A status patch of ``trial`` (None: the Experiment) failed: write the whole status next pass."""
@@ -249,24 +395,13 @@ class ExperimentController:
             return None
         if state.phase in TERMINAL or self.stop_reason or self.spec.get("suspend"):
             return "pause" if self.spec.get("suspend") and state.phase not in TERMINAL else "stop"
-        decision = "continue"
-        for result in results:
-            d = self.scheduler.on_trial_result(trial, result)
-            stop, _ = should_stop(result, self.spec.get("stop") or {})
-            if stop or result.get("done"):
-                d = "stop"
-            if DECISION_RANK[d] > DECISION_RANK[decision]:
-                decision = d
-        if results:
-            last = results[-1]
-            state.status["lastResult"] = st.compact_result(last, self.metric)
-            state.status["iteration"] = last.get("training_iteration")
-            value = st.metric_value(last, self.metric) if self.metric else None
-            if value is not None:
-                state.status["metricValue"] = value
-            state.dirty = True
-            if hasattr(self.searcher, "on_trial_result"):
-                self.searcher.on_trial_result(trial, last)
+        seen, decision, decided_by = self.applied.get(trial, [0, "continue", attempt])
+        fresh = [r for r in results if not (is_number(r.get("training_iteration"))
+                                            and r["training_iteration"] <= seen)]
+        if fresh:  # a re-sent batch, or iterations a retry runs again, never reach the scheduler twice
+            decision = self._do("results", trial, attempt, fresh)
+        elif decided_by != attempt:
+            decision = "continue"
         if checkpoint and checkpoint.get("uri"):
             state.status["checkpoint"] = {"uri": checkpoint["uri"], "iteration": checkpoint.get("iteration")}
             state.dirty = True
@@ -322,9 +457,7 @@ class ExperimentController:
             self._set(trial, now, phase="Failed", reason=reason, message=message, failures=failures)
             plan.events.append((trial.name, "Warning", "TrialFailed",
                                 f"attempt {trial.attempt} failed ({reason}); no retries left: {message[-300:]}"))
-            self.scheduler.on_trial_remove(trial.name)
-            if hasattr(self.searcher, "on_trial_complete"):
-                self.searcher.on_trial_complete(trial.name, trial.status.get("lastResult"), error=True)
+            self._end(trial, "error")
         else:
             self._set(trial, now, phase="Pending", reason="Retrying", message=message, failures=failures,
                       attempt=trial.attempt + 1)
@@ -336,16 +469,19 @@ class ExperimentController:
         self._set(trial, now, phase="Succeeded", reason=reason, message=message or None)
         plan.events.append((trial.name, "Normal", "TrialSucceeded",
                             f"{reason} at iteration {trial.status.get('iteration')}"))
-        if reason == "Completed":
-            self.scheduler.on_trial_complete(trial.name, trial.status.get("lastResult"))
-        else:
-            self.scheduler.on_trial_remove(trial.name)
-        if hasattr(self.searcher, "on_trial_complete"):
-            self.searcher.on_trial_complete(trial.name, trial.status.get("lastResult"))
+        self._end(trial, "complete" if reason == "Completed" else "remove")
 
     def _pod_ended(self, plan: Plan, trial: TrialState, pod: PodView, stop_reason: str | None, now: float) -> None:
         outcome = parse_outcome(pod.message) if pod.phase == "Succeeded" else {}
         kind = outcome.get("outcome")
+        result = outcome.get("result")
+        if isinstance(result, dict) and is_number(result.get("training_iteration")) and \
+                result["training_iteration"] > (trial.status.get("iteration") or 0):
+            self._show_result(trial, result)  # its last results never reached this operator (it was down)
+        checkpoint, iteration = outcome.get("checkpoint"), outcome.get("iteration")
+        if isinstance(checkpoint, str) and is_number(iteration) and \
+                iteration > ((trial.status.get("checkpoint") or {}).get("iteration") or 0):
+            trial.status["checkpoint"] = {"uri": checkpoint, "iteration": iteration}
         if pod.phase == "Succeeded" and kind == OUTCOME_COMPLETED:
             self._finish(plan, trial, "Completed", now)
         elif pod.phase == "Succeeded" and kind == OUTCOME_STOPPED and not stop_reason and not self.spec.get("suspend"):
@@ -378,6 +514,8 @@ class ExperimentController:
             if trial.phase in TERMINAL or trial.uid is None:
                 continue
             pod = pods.get(pod_name(trial.name, trial.attempt))
+            if pod is not None and pod.owner_uid and pod.owner_uid != trial.uid:
+                pod = None  # an earlier Trial's pod of the same name, still being garbage-collected
             if pod is not None:
                 self.created_pods.pop(pod.name, None)
             pod_active = pod is not None and pod.phase in ("Pending", "Running")
@@ -454,33 +592,45 @@ class ExperimentController:
             self._finish(plan, self.trials[name], "EarlyStopped", now)
         while self._active() < self._limit():
             paused = self._scheduler_paused()
-            chosen = self.scheduler.choose_trial_to_run(paused, self.search_finished) if paused else None
+            chosen = self._choose(paused) if paused else None
             if chosen is None:
                 return
             trial = self.trials[chosen]
             self._set(trial, now, phase="Pending", reason="Resumed", attempt=trial.attempt + 1, message=None)
             self._create_pod(plan, trial, now)
 
+    def _choose(self, paused: list[str]) -> str | None:
+        """The scheduler's pick among ``paused``; journaled when it changes what the scheduler knows
+        (a trial chosen, or the first call after the searcher finished)."""
+        first_finished = self.search_finished and not self.finish_told
+        chosen = self._apply(["choose", paused, self.search_finished])
+        if chosen is not None or first_finished:
+            self.journal.record(["choose", paused, self.search_finished])
+        return chosen
+
     def _new_trials(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
-        next_index = max((t.index for t in self.trials.values()), default=-1) + 1
+        highest = max((t.index for t in self.trials.values()), default=-1)
+        next_index = highest + 1
         total = getattr(self.searcher, "total", None)
         while not stop_reason and not suspended and self._active() < self._limit():
+            index = min(self.missing) if self.missing else next_index  # a failed create first, same config
             if total is not None:  # random-access searcher: config i is a function of i alone
-                if next_index >= total:
+                if index >= total:
                     break
-                config, tag = self.searcher.variant(next_index)
+                config, tag = self.searcher.variant(index)
             else:
-                suggestion = self.searcher.suggest(trial_name(self.name, next_index))
+                suggestion = self._do("suggest", trial_name(self.name, index))
                 if not isinstance(suggestion, dict):
                     self.search_finished = suggestion is not None  # None: nothing to suggest yet
                     break
-                config, tag = suggestion, f"{next_index}"
-            manifest = build_trial(self.experiment, next_index, config, tag)
+                config, tag = suggestion, f"{index}"
+            self.missing.discard(index)
+            manifest = build_trial(self.experiment, index, config, tag)
             plan.create_trials.append(manifest)
             name = manifest["metadata"]["name"]
-            self.trials[name] = TrialState(name, next_index, config, {"phase": "Pending", "attempt": 0})
-            self.scheduler.on_trial_add(name)
-            next_index += 1
+            self.trials[name] = TrialState(name, index, config, {"phase": "Pending", "attempt": 0})
+            self._do("add", name)
+            next_index = max(next_index, index + 1)
         if total is not None and next_index >= total:
             self.search_finished = True
         if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial
@@ -504,18 +654,14 @@ class ExperimentController:
         obs_gen = self.experiment["metadata"].get("generation")
         conditions = st.experiment_conditions(self.exp_status.get("conditions"), decision, obs_gen,
                                               datetime.fromtimestamp(now, timezone.utc))
-        conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", obs_gen,
-                                      datetime.fromtimestamp(now, timezone.utc))
+        conditions = self.health_conditions(conditions, datetime.fromtimestamp(now, timezone.utc))
         completion = self.exp_status.get("completionTime")
         if decision.phase in TERMINAL and not completion:
             completion = _now_iso(now)
-        state = None if hasattr(self.searcher, "variant") else self.searcher.get_state()
-        if state is not None and len(json.dumps(state)) > st.MAX_SEARCHER_STATE_BYTES:
-            state = None  # status stays bounded; a restarted operator's searcher then starts without history
         new = st.experiment_status(
             phase=decision.phase, conditions=conditions, observed_generation=obs_gen,
             counts=st.trial_counts(t.phase for t in self.trials.values()), best=self.best(),
-            start_time=self.exp_status.get("startTime"), completion_time=completion, searcher_state=state)
+            start_time=self.exp_status.get("startTime"), completion_time=completion)
         changed_phase = new.get("phase") != self.exp_status.get("phase")
         patch = st.status_patch({} if self.exp_write_failed else self.exp_status, new)
         if patch and (changed_phase or self.exp_write_failed or now - self.exp_written_at >= 1.0):
@@ -526,6 +672,20 @@ class ExperimentController:
             plan.experiment_status = patch
             self.exp_status = new
             self.exp_written_at = now
+
+    def health_conditions(self, conditions: list | None, now: datetime) -> list[dict]:
+        """``conditions`` with ``Ready`` (the latest spec accepted, or why not) and ``Degraded`` (the last
+        pass failed, and why) as this controller knows them."""
+        gen = self.experiment["metadata"].get("generation")
+        if self.invalid:
+            conditions = st.set_condition(conditions, "Ready", False, "InvalidSpec", self.invalid, gen, now)
+        else:
+            conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", gen, now)
+        if self.degraded:
+            return st.set_condition(conditions, "Degraded", True, "ReconcileError", self.degraded, gen, now)
+        if st.get_condition(conditions, "Degraded"):
+            return st.set_condition(conditions, "Degraded", False, "ReconcileSucceeded", "", gen, now)
+        return conditions
 
     @property
     def finished(self) -> bool:

@@ -1,5 +1,6 @@
 """Every kopf handler of the operator, and nothing else: each parses, calls a
-function, and maps errors (CONVENTIONS.md 1-2).
+function, and maps errors to conditions and events (docs/architecture.md, "Failures the operator
+reports").
 
 Imported by ``python -m kubetune_operator`` (``__main__.py``). Pods are
 followed through a kopf index on the ``managed-by`` label; one
@@ -24,7 +25,7 @@ from .controller import InvalidSpec, pod_view
 from .kube import Kube
 from .labels import (
     API_VERSION, EXPERIMENT_PLURAL, FINALIZER, GROUP, KOPF_ANNOTATION_PREFIX, LABEL_EXPERIMENT, LABEL_MANAGED_BY,
-    MANAGED_BY, TRIAL_KIND, VERSION,
+    MANAGED_BY, TRIAL_KIND, VERSION, label_value,
 )
 from .registry import Registry
 from .settings import Settings
@@ -33,6 +34,9 @@ log = logging.getLogger("kubetune.operator")
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 MIN_PASS_INTERVAL_S = 0.2
 IDLE_PASS_INTERVAL_S = 2.0
+#: Back-off after a failed pass: doubles from the first value up to the second, in seconds.
+BACKOFF_S = (1.0, 60.0)
+TERMINAL = ("Succeeded", "Failed")
 
 
 @kopf.on.startup()
@@ -47,7 +51,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None
     kube = Kube()
     key = await kube.call(kube.load_or_create_key, cfg.collector.key_secret_namespace,
                           cfg.collector.key_secret_name)
-    memo.kube, memo.registry = kube, Registry(cfg, key)
+    memo.kube, memo.registry = kube, Registry(cfg, key, kube.write_journal)
     memo.collector = await collector.start(memo.registry)
 
 
@@ -65,10 +69,12 @@ def pods_by_experiment(namespace, labels, body, memo: kopf.Memo, **_):
     return {(namespace, labels.get(LABEL_EXPERIMENT)): pod_view(body)}
 
 
-def _mark_invalid(kube: Kube, body, message: str) -> None:
+def _mark(kube: Kube, body, type_: str, reason: str, message: str) -> None:
+    """Set condition ``type_`` on an Experiment that has no controller (its spec or its loading failed):
+    ``Ready=False`` for ``InvalidSpec``, ``Degraded=True`` otherwise."""
     now = datetime.now(timezone.utc)
     gen = body.metadata.get("generation")
-    conditions = st.set_condition(body.status.get("conditions"), "Ready", False, "InvalidSpec", message, gen, now)
+    conditions = st.set_condition(body.status.get("conditions"), type_, type_ != "Ready", reason, message, gen, now)
     patch = st.status_patch(dict(body.status), {**dict(body.status), "conditions": conditions,
                                                 "phase": body.status.get("phase") or "Pending",
                                                 "observedGeneration": gen})
@@ -80,11 +86,13 @@ def _mark_invalid(kube: Kube, body, message: str) -> None:
 @kopf.on.resume(GROUP, VERSION, EXPERIMENT_PLURAL, id="revalidate")
 @kopf.on.update(GROUP, VERSION, EXPERIMENT_PLURAL, field="spec", id="spec-changed")
 async def validate(body, namespace, name, memo: kopf.Memo, **_) -> None:
+    if body.status.get("phase") in TERMINAL:
+        return  # finished Experiments keep no controller in memory
     try:
         memo.registry.load(dict(body))
     except InvalidSpec as exc:
         kopf.warn(body, reason="InvalidSpec", message=str(exc)[:1000])
-        await memo.kube.call(_mark_invalid, memo.kube, body, str(exc))
+        await memo.kube.call(_mark, memo.kube, body, "Ready", "InvalidSpec", str(exc))
         return
     memo.registry.wake(namespace, name)
 
@@ -108,36 +116,88 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
     """
     registry, kube = memo.registry, memo.kube
     wake = registry.event(namespace, name)
-    while not stopped:
-        ctl = registry.get(namespace, name)
-        if ctl is None:
+    failures = 0
+    try:
+        while not stopped:
+            ctl = registry.get(namespace, name)
+            started = time.monotonic()
             try:
-                ctl = registry.load(dict(body))
-            except InvalidSpec:  # marked by validate(); wait for a spec change
-                await _sleep(wake, 30)
+                if ctl is None:
+                    try:
+                        ctl = registry.load(dict(body))
+                    except InvalidSpec:  # marked by validate(); wait for a spec change
+                        await _sleep(wake, 30)
+                        continue
+                plan, errors = await _pass(ctl, kube, registry, pods_by_experiment)
+            except Exception as exc:  # noqa: BLE001 - any failure: a condition, an event, back-off; never a crash loop
+                failures += 1
+                delay = min(BACKOFF_S[0] * 2 ** (failures - 1), BACKOFF_S[1])
+                message = f"{type(exc).__name__}: {exc}"[:1000]
+                log.exception("experiment %s/%s: reconcile failed (retry in %.0f s)", namespace, name, delay)
+                kopf.event(body, type="Warning", reason="ReconcileFailed", message=f"{message} (retry in {delay:.0f} s)")
+                await _report_degraded(kube, body, ctl, message)
+                await asyncio.sleep(delay)
                 continue
-        started = time.monotonic()
-        if not ctl.adopted:
-            for trial in await kube.call(kube.list_trials, namespace, name):
-                ctl.observe_trial(trial)
-            ctl.adopted = True
-        pods = {p.name: p for p in pods_by_experiment.get((namespace, name), [])}
+            failures = 0
+            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+            metrics.set_trial_counts(namespace, name, ctl.exp_status.get("trials") or {})
+            for trial, kind, reason, message in plan.events:
+                if trial is None or ctl.trials.get(trial) and ctl.trials[trial].uid:
+                    kopf.event(_event_target(ctl, trial), type=kind, reason=reason, message=message[:1000])
+            for error in errors[:5]:
+                log.warning("experiment %s/%s: %s", namespace, name, error)
+            if ctl.finished and not errors:
+                return  # the last pass's writes all went out
+            if plan.create_trials and not errors:
+                continue  # the new Trials' uids are known now: create their pods at once
+            busy = bool(plan.create_pods)
+            await _sleep(wake, MIN_PASS_INTERVAL_S if busy or errors else IDLE_PASS_INTERVAL_S)
+            await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL_S - (time.monotonic() - started)))
+    finally:
+        ctl = registry.get(namespace, name)
+        if ctl is not None and ctl.finished:
+            registry.forget(namespace, name)  # a terminal Experiment leaves memory
+
+
+async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.Index):
+    """One reconcile pass: adopt after a (re)start, plan, commit the journal, carry the plan out.
+
+    Returns:
+        ``(plan, errors)``: the errors are API calls that failed (retried by the next pass).
+
+    Raises:
+        Exception: anything else (the caller reports it as ``Degraded`` and backs off).
+    """
+    namespace, name = ctl.namespace, ctl.name
+    if not ctl.adopted:
+        for trial in await kube.call(kube.list_trials, namespace, name, ctl.experiment["metadata"].get("uid")):
+            ctl.observe_trial(trial)
+        ctl.restore(await kube.call(kube.list_journal, namespace, name))
+    pods = {p.name: p for p in pods_by_experiment.get((namespace, label_value(name)), [])}
+    ctl.degraded = None
+    try:
         plan = ctl.plan(pods)
-        errors = await kube.execute(ctl, plan)
-        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
-        metrics.set_trial_counts(namespace, name, ctl.exp_status.get("trials") or {})
-        for trial, kind, reason, message in plan.events:
-            if trial is None or ctl.trials.get(trial) and ctl.trials[trial].uid:
-                kopf.event(_event_target(ctl, trial), type=kind, reason=reason, message=message[:1000])
-        for error in errors[:5]:
-            log.warning("experiment %s/%s: %s", namespace, name, error)
-        if ctl.finished:
+        await registry.commit(ctl)  # no decision of this pass leaves the operator before it is durable
+    except Exception:
+        if "plan" in locals():
+            ctl.plan_not_carried_out(plan)
+        raise
+    return plan, await kube.execute(ctl, plan)
+
+
+async def _report_degraded(kube: Kube, body, ctl, message: str) -> None:
+    """Write ``Degraded=True`` with ``message`` (best effort: the API server may be what failed)."""
+    try:
+        if ctl is None:
+            await kube.call(_mark, kube, body, "Degraded", "ReconcileError", message)
             return
-        if plan.create_trials and not errors:
-            continue  # the new Trials' uids are known now: create their pods at once
-        busy = bool(plan.create_pods)
-        await _sleep(wake, MIN_PASS_INTERVAL_S if busy or errors else IDLE_PASS_INTERVAL_S)
-        await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL_S - (time.monotonic() - started)))
+        ctl.degraded = message
+        conditions = ctl.health_conditions(ctl.exp_status.get("conditions"), datetime.now(timezone.utc))
+        await kube.call(kube.patch_experiment_status, ctl.namespace, ctl.name, {"conditions": conditions})
+        ctl.exp_status["conditions"] = conditions
+    except Exception as exc:  # noqa: BLE001
+        log.warning("experiment %s/%s: cannot write the Degraded condition: %s", body.metadata["namespace"],
+                    body.metadata["name"], exc)
 
 
 async def _sleep(wake: asyncio.Event, timeout: float) -> None:

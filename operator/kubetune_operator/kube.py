@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kubernetes import client, config
 
 from .controller import Plan
+from .journal import LABEL_STATE, Write
 from .labels import (
     EXPERIMENT_PLURAL, GROUP, LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, TRIAL_PLURAL, VERSION, label_value,
 )
@@ -63,12 +64,49 @@ class Kube:
                                                             _preload_content=False)
         return json.loads(resp.data)["metadata"]["uid"]
 
-    def list_trials(self, namespace: str, experiment: str) -> list[dict]:
-        """The Trials of ``experiment`` (by the experiment label), as dicts."""
+    def list_trials(self, namespace: str, experiment: str, uid: str) -> list[dict]:
+        """The Trials of ``experiment`` (by the experiment label) owned by the Experiment with ``uid``, as dicts.
+
+        Trials of an earlier Experiment of the same name (still being garbage-collected) are left out.
+        """
         resp = self.custom.list_namespaced_custom_object(
             GROUP, VERSION, namespace, TRIAL_PLURAL, label_selector=f"{LABEL_EXPERIMENT}={label_value(experiment)}",
             _preload_content=False)
+        return [t for t in json.loads(resp.data)["items"]
+                if any(ref.get("uid") == uid for ref in t["metadata"].get("ownerReferences") or ())]
+
+    # ----- the journal (kubetune_operator.journal) ---------------------------------------
+    def list_journal(self, namespace: str, experiment: str) -> list[dict]:
+        """The journal ConfigMaps labelled with ``experiment``, as dicts (owners are checked by the journal)."""
+        selector = f"{LABEL_EXPERIMENT}={label_value(experiment)},{LABEL_STATE}"
+        resp = self.core.list_namespaced_config_map(namespace, label_selector=selector, _preload_content=False)
         return json.loads(resp.data)["items"]
+
+    def write_journal_sync(self, namespace: str, write: Write) -> None:
+        """Carry out ``write`` (see :class:`kubetune_operator.journal.Write`).
+
+        Raises:
+            kubernetes.client.ApiException: a create or patch was refused.
+        """
+        for manifest in write.creates:
+            try:
+                _drain(self.core.create_namespaced_config_map(namespace, manifest, _preload_content=False))
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+                write.patches.insert(0, (manifest["metadata"]["name"], manifest["data"]))
+        for name, data in write.patches:
+            _drain(self.core.patch_namespaced_config_map(name, namespace, {"data": data}, _preload_content=False))
+        for name in write.deletes:
+            try:
+                _drain(self.core.delete_namespaced_config_map(name, namespace, _preload_content=False))
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    log.warning("journal: cannot delete ConfigMap %s/%s: %s", namespace, name, exc.reason)
+
+    async def write_journal(self, namespace: str, write: Write) -> None:
+        """:meth:`write_journal_sync` on the pool (the registry's journal writer)."""
+        await self.call(self.write_journal_sync, namespace, write)
 
     def _create_pod(self, manifest: dict) -> None:
         try:
@@ -122,9 +160,16 @@ class Kube:
         deletes = [attempt(f"delete pod {name}", self._delete_pod, ns, name, grace) for name, grace in plan.delete_pods]
         statuses = [(name, attempt(f"status of trial {name}", self._patch_trial_status, ns, name, patch))
                     for name, patch in plan.trial_status.items() if name in ctl.trials]
+        # A terminal Experiment status ends its daemon: it goes out only after every Trial's last status.
+        final = (plan.experiment_status or {}).get("phase") in ("Succeeded", "Failed")
         exp = [attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)] \
-            if plan.experiment_status else []
+            if plan.experiment_status and not final else []
         outcomes = await asyncio.gather(*pods, *deletes, *(c for _, c in statuses), *exp)
+        if final:
+            written = all(o is not _FAILED for o in outcomes[len(pods) + len(deletes):])
+            outcome = await attempt("experiment status", self.patch_experiment_status, ns, ctl.name,
+                                    plan.experiment_status) if written else _FAILED
+            outcomes, exp = [*outcomes, outcome], [None]
         for manifest, outcome in zip(plan.create_pods, outcomes):
             if outcome is _FAILED:  # ask again on the next pass
                 ctl.created_pods.pop(manifest["metadata"]["name"], None)

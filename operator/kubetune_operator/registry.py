@@ -1,26 +1,39 @@
 """The operator's in-memory registry: one controller and one wake-up event per
-Experiment, plus the settings and the collector's key.
+Experiment, the settings, the collector's key, and how journals are written.
 
 Created once by the startup handler and kept in kopf's ``memo``; the
 Experiment daemons, the pod event handler and the collector all reach the
-controllers through it.
+controllers through it, and commit an Experiment's journal with
+:meth:`Registry.commit` before a decision leaves the operator.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Mapping
+from typing import Awaitable, Callable, Mapping
 
-from .controller import ExperimentController
+from . import journal
+from .controller import ExperimentController, InvalidSpec
+from .labels import label_value
 from .settings import Settings
+
+#: Carries out a journal :class:`~kubetune_operator.journal.Write` in a namespace (raises on failure).
+JournalWriter = Callable[[str, journal.Write], Awaitable[None]]
 
 
 class Registry:
-    """Controllers by ``(namespace, experiment name)``."""
+    """Controllers by ``(namespace, experiment name)``.
 
-    def __init__(self, settings: Settings, key: bytes):
+    Args:
+        settings: the operator's settings.
+        key: the collector's HMAC key.
+        write_journal: carries out journal writes (:meth:`kubetune_operator.kube.Kube.write_journal`).
+    """
+
+    def __init__(self, settings: Settings, key: bytes, write_journal: JournalWriter):
         self.settings = settings
         self.key = key
+        self.write_journal = write_journal
         self._controllers: dict[tuple[str, str], ExperimentController] = {}
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
 
@@ -36,21 +49,39 @@ class Registry:
         """
         key = (experiment["metadata"]["namespace"], experiment["metadata"]["name"])
         ctl = self._controllers.get(key)
+        if ctl is not None and ctl.experiment["metadata"].get("uid") != experiment["metadata"].get("uid"):
+            ctl = None  # deleted and created again: a new Experiment
         if ctl is None:
             ctl = self._controllers[key] = ExperimentController(experiment, self.settings, self.key)
-        else:
+            return ctl
+        try:
             ctl.update(experiment)
+        except InvalidSpec as exc:
+            ctl.invalid = str(exc)  # the previous spec stays in force; Ready stays False until fixed
+            raise
+        ctl.invalid = None
         return ctl
 
+    async def commit(self, ctl: ExperimentController) -> None:
+        """Commit ``ctl``'s journal (see :func:`kubetune_operator.journal.commit`).
+
+        Raises:
+            Exception: the write failed; the entries stay pending.
+        """
+        await journal.commit(ctl.journal, lambda write: self.write_journal(ctl.namespace, write), ctl.snapshot)
+
     def forget(self, namespace: str, name: str) -> None:
-        """Drop the Experiment's controller and wake-up event (it was deleted)."""
+        """Drop the Experiment's controller and wake-up event (it was deleted, or it finished)."""
         self._controllers.pop((namespace, name), None)
-        self._wake.pop((namespace, name), None)
+        self._wake.pop((namespace, label_value(name)), None)
 
     def event(self, namespace: str, name: str) -> asyncio.Event:
-        """The Experiment's wake-up event (created on first use); its daemon waits on it between passes."""
-        return self._wake.setdefault((namespace, name), asyncio.Event())
+        """The Experiment's wake-up event (created on first use); its daemon waits on it between passes.
+
+        ``name`` may be the Experiment's name or its label value (pods carry the latter).
+        """
+        return self._wake.setdefault((namespace, label_value(name)), asyncio.Event())
 
     def wake(self, namespace: str, name: str) -> None:
-        """Make the Experiment's daemon run its next pass now."""
+        """Make the Experiment's daemon run its next pass now (``name`` as for :meth:`event`)."""
         self.event(namespace, name).set()

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from kubetune import env
+
 EXPERIMENT_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 TRIAL_PHASES = ("Pending", "Running", "Paused", "Succeeded", "Failed")
 #: Condition types of an Experiment. ``Ready`` (spec accepted) is set by validation, the others by
 #: :func:`experiment_conditions`.
-CONDITION_TYPES = ("Ready", "Running", "Complete", "Failed", "Suspended")
+CONDITION_TYPES = ("Ready", "Running", "Complete", "Failed", "Suspended", "Degraded")
 
 #: Longest condition message, in UTF-8 bytes.
 MAX_MESSAGE_BYTES = 512
@@ -32,25 +34,11 @@ MAX_TRIAL_MESSAGE_BYTES = 4096
 #: Longest ``bestTrial.config`` kept in the Experiment status, as JSON bytes; a larger config is
 #: left out (the Trial named by ``bestTrial.name`` has it).
 MAX_BEST_CONFIG_BYTES = 4096
-#: Longest ``searcherState``, as JSON bytes.
-MAX_SEARCHER_STATE_BYTES = 4096
 #: Longest ``lastResult`` of a Trial, as JSON bytes.
 MAX_RESULT_BYTES = 2048
-#: Longest string value kept in ``lastResult``.
-MAX_RESULT_STRING = 256
-#: Result keys kept in ``lastResult`` first, after the experiment's metric (Ray's auto-filled progress keys).
-PROGRESS_KEYS = ("training_iteration", "time_total_s", "time_this_iter_s", "timesteps_total",
-                 "episodes_total", "done")
-#: Auto-filled result keys left out of ``lastResult``: per-process details, or already in the Trial.
-BOOKKEEPING_KEYS = frozenset({
-    "config", "date", "experiment_id", "experiment_tag", "hostname", "node_ip", "pid", "timestamp",
-    "trial_id", "time_since_restore", "timesteps_since_restore", "iterations_since_restore", "warmup_time",
-})
-
 _REASON = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0}
-_INT64 = 2**63
 
 
 def format_time(now: datetime) -> str:
@@ -250,7 +238,7 @@ def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, sear
                      max_failed_trials: int | None = None) -> PhaseDecision:
     """Decide an Experiment's phase from its trial counts and the end criteria.
 
-    The experiment ends (DESIGN.md, data flow 7) when ``goal`` is reached, when
+    The experiment ends (docs/architecture.md, "When an Experiment ends") when ``goal`` is reached, when
     ``timeBudget`` ran out, when more than ``maxFailedTrials`` trials failed,
     or when the searcher is finished and every trial is terminal. It keeps
     phase Running with ``stop_remaining`` until its last Pending, Running or
@@ -319,50 +307,30 @@ def experiment_conditions(conditions: Iterable[Mapping] | None, decision: PhaseD
 
 def experiment_status(*, phase: str, conditions: list, observed_generation: int | None, counts: Mapping[str, int],
                       best: Mapping | None = None, start_time: str | None = None,
-                      completion_time: str | None = None, searcher_state: Any = None) -> dict:
+                      completion_time: str | None = None) -> dict:
     """Assemble an Experiment's ``status``; None fields are left out.
 
-    Every part is bounded (conditions: 5 types with :data:`MAX_MESSAGE_BYTES`
-    messages; ``bestTrial`` from :func:`best_trial`; ``searcherState`` at most
-    :data:`MAX_SEARCHER_STATE_BYTES`), so the status stays under 16 KiB however
-    many trials the experiment has.
+    Every part is bounded (conditions: the :data:`CONDITION_TYPES` with
+    :data:`MAX_MESSAGE_BYTES` messages; ``bestTrial`` from :func:`best_trial`), so
+    the status stays under 16 KiB however many trials the experiment has. The
+    searcher's and scheduler's state is not here but in the Experiment's journal
+    (:mod:`kubetune_operator.journal`).
 
     Raises:
-        ValueError: ``phase`` is unknown, or ``searcher_state`` is larger than
-            :data:`MAX_SEARCHER_STATE_BYTES` as JSON (keep such state elsewhere).
+        ValueError: ``phase`` is unknown.
     """
     if phase not in EXPERIMENT_PHASES:
         raise ValueError(f"unknown experiment phase {phase!r}")
-    if searcher_state is not None and _json_size(searcher_state) > MAX_SEARCHER_STATE_BYTES:
-        raise ValueError(f"searcher state is over {MAX_SEARCHER_STATE_BYTES} bytes as JSON")
     status = {"phase": phase, "conditions": conditions, "observedGeneration": observed_generation,
               "trials": dict(counts), "bestTrial": dict(best) if best else None, "startTime": start_time,
-              "completionTime": completion_time, "searcherState": searcher_state}
+              "completionTime": completion_time}
     return {k: v for k, v in status.items() if v is not None}
 
 
 def compact_result(result: Mapping, metric: str | None = None) -> dict:
-    """Return the part of a training result kept in a Trial's ``status.lastResult``.
-
-    Nested dicts are flattened with ``/`` (as Ray's ``progress.csv``);
-    :data:`BOOKKEEPING_KEYS` are dropped; only booleans, finite numbers and
-    strings up to :data:`MAX_RESULT_STRING` characters are kept. Keys are taken
-    in the order ``metric``, :data:`PROGRESS_KEYS`, then the rest sorted, while
-    the JSON stays within :data:`MAX_RESULT_BYTES`.
-    """
-    flat: dict[str, Any] = {}
-    _flatten(result, "", flat)
-    order = ([metric] if metric else []) + list(PROGRESS_KEYS) + sorted(flat)
-    out: dict[str, Any] = {}
-    size = 2  # "{}"
-    for key in order:
-        if key not in flat or key in out:
-            continue
-        item = _json_size({key: flat[key]}) - 2 + (1 if out else 0)
-        if size + item <= MAX_RESULT_BYTES:
-            out[key] = flat[key]
-            size += item
-    return out
+    """Return the part of a training result kept in a Trial's ``status.lastResult``: at most
+    :data:`MAX_RESULT_BYTES` of JSON (see :func:`kubetune.env.compact_result`)."""
+    return env.compact_result(result, metric, MAX_RESULT_BYTES)
 
 
 def status_patch(old: Mapping | None, new: Mapping | None) -> dict | None:
@@ -399,21 +367,6 @@ def _merge_diff(old: Mapping, new: Mapping) -> dict:
 
 def _without_none(value: Mapping) -> dict:
     return {k: _without_none(v) if isinstance(v, Mapping) else v for k, v in value.items() if v is not None}
-
-
-def _flatten(value: Mapping, prefix: str, out: dict) -> None:
-    for key, item in value.items():
-        name = f"{prefix}{key}"
-        if not prefix and name in BOOKKEEPING_KEYS:
-            continue
-        if isinstance(item, Mapping):
-            _flatten(item, f"{name}/", out)
-        elif isinstance(item, bool) or (isinstance(item, int) and -_INT64 <= item < _INT64):
-            out[name] = item
-        elif isinstance(item, float) and math.isfinite(item):
-            out[name] = item
-        elif isinstance(item, str) and len(item) <= MAX_RESULT_STRING:
-            out[name] = item
 
 
 def _finite(value: Any) -> float | None:

@@ -15,6 +15,7 @@ from kubetune_operator.collector import make_app
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import CollectorSettings, Settings
 from kubetune_operator.tokens import mint_token
+from tests.unit.journal_store import ConfigMaps
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
@@ -36,7 +37,7 @@ def batch(trial="exp-00000", attempt=0, results=None, **extra):
 @pytest.fixture
 def registry():
     settings = Settings(collector=CollectorSettings(max_body_bytes=4096, max_results_per_batch=10))
-    reg = Registry(settings, KEY)
+    reg = Registry(settings, KEY, ConfigMaps().write)
     ctl = reg.load(experiment())
     plan = ctl.plan({}, 0.0)
     for manifest in plan.create_trials:

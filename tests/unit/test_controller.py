@@ -257,13 +257,10 @@ def test_every_created_trial_is_announced_in_an_event(ctl):
     assert ctl.search_finished
 
 
-def test_a_searcher_state_too_large_for_status_is_left_out_not_fatal():
+def test_the_experiment_status_holds_no_searcher_state():
     ctl = ExperimentController(experiment(searchAlgorithm={"name": "optuna", "seed": 1},
                                           config={"lr": {"loguniform": [1e-4, 1e-1]}}, numSamples=3),
                                Settings(), KEY)
     plan = ctl.plan({}, T0)
-    assert plan.experiment_status["searcherState"]["seed"] == 1  # small: kept for a restart
-    ctl.searcher.get_state = lambda: {"seed": 1, "trials": {"t": "x" * 5000}}  # as after many trials
-    adopt_created(ctl, plan)
-    ctl.plan({}, T0 + 5)
-    assert "searcherState" not in ctl.exp_status
+    assert "searcherState" not in plan.experiment_status  # it lives in the journal, however large
+    assert [entry[0] for entry in ctl.journal.pending] == ["suggest", "add", "suggest", "add"]

@@ -135,7 +135,7 @@ def test_kubernetes_typed_fields_are_preserved_not_pruned():
     for name in ("tolerations", "env", "envFrom", "volumes", "volumeMounts"):
         assert template[name]["items"]["x-kubernetes-preserve-unknown-fields"] is True
     for path in (".spec.config", ".spec.scheduler.params", ".spec.searchAlgorithm.params",
-                 ".status.bestTrial.config", ".status.searcherState"):
+                 ".status.bestTrial.config"):
         assert node_at(root_schema("Experiment"), path)["x-kubernetes-preserve-unknown-fields"] is True
     for path in (".spec.config", ".status.lastResult"):
         assert node_at(root_schema("Trial"), path)["x-kubernetes-preserve-unknown-fields"] is True

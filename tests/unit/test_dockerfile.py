@@ -121,9 +121,11 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
     runs = {target: subprocess.Popen(["sh", str(INSTALL), target, str(tmp_path / target)], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
             for target in ("runtime", "operator")}
+    outputs = {}
     for target, proc in runs.items():
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"install.sh {target}:\n{out[-4000:]}"
+        outputs[target] = out
     locked = _pins(CONSTRAINTS)
     runtime, operator = _freeze(tmp_path / "runtime"), _freeze(tmp_path / "operator")
     for installed in (runtime, operator):
@@ -132,6 +134,9 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
     assert set(locked) == (set(runtime) | set(operator)) - PROJECT_PACKAGES  # no stale pin
     assert runtime.get("kubetune") == "local" and "kubetune-operator" not in runtime and "kopf" not in runtime
     assert operator.get("kubetune-operator") == "local"
+    # every registered search algorithm and scheduler imported in the operator image's environment
+    assert "imports: basic, optuna, random | asha, fifo, hyperband, median_stopping_rule" in outputs["operator"]
+    assert "optuna" in operator and "optuna" not in runtime
     help_text = subprocess.run([str(tmp_path / "operator" / "bin" / "python"), "-m", "kubetune_operator", "--help"],
                                capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert "--liveness" in help_text

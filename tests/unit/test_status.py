@@ -270,13 +270,6 @@ def test_experiment_status_leaves_out_none_and_checks_phase():
         st.experiment_status(phase="Done", conditions=[], observed_generation=1, counts=counts())
 
 
-def test_searcher_state_over_the_bound_is_refused():
-    state = {"blob": "x" * st.MAX_SEARCHER_STATE_BYTES}
-    with pytest.raises(ValueError, match="searcher state"):
-        st.experiment_status(phase="Running", conditions=[], observed_generation=1, counts=counts(),
-                             searcher_state=state)
-
-
 def test_status_of_ten_thousand_trials_stays_under_16_kib():
     phases = ["Succeeded", "Failed", "Running", "Paused", "Pending"]
     big_config = {"note": "é" * 400, "layers": list(range(300))}  # just under the best-config bound
@@ -291,10 +284,8 @@ def test_status_of_ten_thousand_trials_stays_under_16_kib():
     long = "trial exp-00001 failed: " + "Traceback ... " * 5000
     for type_ in st.CONDITION_TYPES:
         conditions = st.set_condition(conditions, type_, True, "SomeVeryLongCamelCaseReasonName", long, 10**9, T0)
-    state = {"x": "y" * (st.MAX_SEARCHER_STATE_BYTES - 20)}
     status = st.experiment_status(phase="Running", conditions=conditions, observed_generation=10**9, counts=c,
-                                  best=best, start_time=st.format_time(T0), completion_time=st.format_time(T1),
-                                  searcher_state=state)
+                                  best=best, start_time=st.format_time(T0), completion_time=st.format_time(T1))
     for ascii_only in (True, False):
         size = len(json.dumps(status, ensure_ascii=ascii_only).encode())
         assert size < 16 * 1024, size

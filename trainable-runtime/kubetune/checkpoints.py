@@ -1,7 +1,7 @@
 """The checkpoint commit protocol in object storage, and checkpoint retention.
 
 A checkpoint of a trial is the directory ``<trial_dir>/checkpoint_<iteration:06d>/`` (Ray 1.x's
-layout, DESIGN.md "Object storage layout"). It **exists only once its commit marker**
+layout, docs/architecture.md "Object storage layout"). It **exists only once its commit marker**
 (:data:`COMMIT_MARKER`) does: :func:`commit_checkpoint` uploads every file first and writes the
 marker last, and :func:`delete_checkpoint` removes the marker first, so an upload cut by a crash, a
 SIGKILL or a storage outage leaves a directory that every reader ignores. The marker is JSON::

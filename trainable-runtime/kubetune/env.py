@@ -15,6 +15,7 @@ identity), and are never copied into any other variable.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -50,8 +51,9 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: ``Authorization: Bearer <KUBETUNE_TOKEN>``; the reply is ``{"decision": one of DECISIONS}``
 #: (200), or 400 malformed, 401 bad token, 413 body over ``MAX_BATCH_BYTES``.
 COLLECTOR_RESULTS_PATH = "/v1alpha1/results"
-#: On exit 0 the runtime writes ``{"outcome": ..., "iteration": int, "checkpoint": uri | null}`` as
-#: JSON to the termination message, so the operator knows how the attempt ended even after its own
+#: On exit 0 the runtime writes ``{"outcome": ..., "iteration": int, "checkpoint": uri | null,
+#: "result": compacted last result | null}`` (:func:`compact_result`) as JSON to the termination
+#: message, so the operator knows how the attempt ended and its last result even after its own
 #: restart: the trial finished (``done``, stop criteria), the collector said stop, the collector said
 #: pause, or SIGTERM ended it (after a final checkpoint). On a non-zero exit the message is the
 #: traceback's tail instead.
@@ -152,3 +154,57 @@ def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
         restore_from=e.get(RESTORE_FROM), collector_url=e.get(COLLECTOR_URL), token=e.get(TOKEN),
         pod_name=e.get(POD_NAME), grace_period_s=float(e.get(GRACE_PERIOD, "30")),
     )
+
+
+# ----- results in the operator's hands ---------------------------------------------------------
+#: Longest string value kept in a compacted result.
+MAX_RESULT_STRING = 256
+#: Result keys kept first in a compacted result, after the experiment's metric (Ray's auto-filled progress keys).
+PROGRESS_KEYS = ("training_iteration", "time_total_s", "time_this_iter_s", "timesteps_total",
+                 "episodes_total", "done")
+#: Auto-filled result keys left out of a compacted result: per-process details, or already in the Trial.
+BOOKKEEPING_KEYS = frozenset({
+    "config", "date", "experiment_id", "experiment_tag", "hostname", "node_ip", "pid", "timestamp",
+    "trial_id", "time_since_restore", "timesteps_since_restore", "iterations_since_restore", "warmup_time",
+})
+_INT64 = 2**63
+
+
+def compact_result(result: Mapping, metric: str | None, limit: int) -> dict:
+    """Return the part of a training result the operator keeps: a Trial's ``status.lastResult``, and
+    the ``result`` of the runtime's termination message.
+
+    Nested dicts are flattened with ``/`` (as Ray's ``progress.csv``);
+    :data:`BOOKKEEPING_KEYS` are dropped; only booleans, finite numbers (Kubernetes'
+    JSON has no NaN) and strings up to :data:`MAX_RESULT_STRING` characters are kept.
+    Keys are taken in the order ``metric``, :data:`PROGRESS_KEYS`, then the rest
+    sorted, while the JSON stays within ``limit`` bytes.
+    """
+    flat: dict[str, Any] = {}
+    _flatten(result, "", flat)
+    order = ([metric] if metric else []) + list(PROGRESS_KEYS) + sorted(flat)
+    out: dict[str, Any] = {}
+    size = 2  # "{}"
+    for key in order:
+        if key not in flat or key in out:
+            continue
+        item = len(json.dumps({key: flat[key]}, separators=(",", ":")).encode()) - 2 + (1 if out else 0)
+        if size + item <= limit:
+            out[key] = flat[key]
+            size += item
+    return out
+
+
+def _flatten(value: Mapping, prefix: str, out: dict) -> None:
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if not prefix and name in BOOKKEEPING_KEYS:
+            continue
+        if isinstance(item, Mapping):
+            _flatten(item, f"{name}/", out)
+        elif isinstance(item, bool) or (isinstance(item, int) and -_INT64 <= item < _INT64):
+            out[name] = item
+        elif isinstance(item, float) and math.isfinite(item):
+            out[name] = item
+        elif isinstance(item, str) and len(item) <= MAX_RESULT_STRING:
+            out[name] = item

@@ -10,7 +10,7 @@ The in-pod runtime (``kubetune.runtime``) constructs one per trial attempt and l
 ``train()``; standalone use (``MyTrainable(config).train()``) needs no pod and no env.
 
 Behaviour follows Ray Tune's ``Trainable`` of the 0.8.7–1.13 era (``ray/tune/trainable.py``),
-as summarised in RAY_TUNE_SEMANTICS.md.
+as summarised in docs/ray-tune.md.
 """
 
 from __future__ import annotations

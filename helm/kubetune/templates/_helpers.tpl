@@ -74,7 +74,7 @@ that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itsel
 - apiGroups: [kubetune.io]
   resources: [experiments]
   verbs: [list, watch, patch]
-# Kube.patch_experiment_status (and handlers._mark_invalid).
+# Kube.patch_experiment_status (and handlers._mark).
 - apiGroups: [kubetune.io]
   resources: [experiments/status]
   verbs: [patch]
@@ -91,6 +91,11 @@ that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itsel
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
+# The Experiments' journals (kubetune_operator.journal): Kube.list_journal when a controller
+# (re)starts, Kube.write_journal (create, patch; delete what a snapshot covers).
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [list, create, patch, delete]
 # kopf.event / kopf.warn on Experiments and Trials.
 - apiGroups: [""]
   resources: [events]

@@ -48,6 +48,8 @@ class TrialScheduler:
     CONTINUE = CONTINUE
     PAUSE = PAUSE
     STOP = STOP
+    #: True when no call changes what the scheduler knows (the operator then journals nothing for it).
+    stateless = False
 
     def __init__(self, metric: str | None = None, mode: str | None = None):
         check_mode(metric, mode, required=False)

@@ -13,3 +13,5 @@ __all__ = ["FIFOScheduler"]
 
 class FIFOScheduler(TrialScheduler):
     """Always ``CONTINUE``; trials start in creation order. ``metric``/``mode`` are optional and unused."""
+
+    stateless = True

@@ -161,8 +161,8 @@ class HyperBandScheduler(TrialScheduler):
         bracket = self._bracket(self._trial_info[trial_id])
         if trial_id not in bracket.live:
             return STOP  # judged out while its last result was on the way
-        if trial_id in bracket.promoted:
-            bracket.promoted.remove(trial_id)
+        if trial_id in bracket.promoted and result[self.time_attr] > bracket.live[trial_id][0]:
+            bracket.promoted.remove(trial_id)  # it runs past its rung: resumed (a repeated result is not that)
         bracket.live[trial_id] = [result[self.time_attr], self._metric_op * result[self.metric]]
         if bracket.continue_trial(trial_id):
             return CONTINUE

@@ -61,6 +61,8 @@ class Searcher:
     """
 
     FINISHED = FINISHED
+    #: True when the searcher's suggestions are a function of the spec alone (the operator journals nothing).
+    stateless = False
 
     def __init__(self, metric: str | None = None, mode: str | None = None):
         check_mode(metric, mode, required=False)

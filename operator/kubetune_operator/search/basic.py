@@ -34,6 +34,8 @@ class BasicVariantSearcher(Searcher):
         ValueError: a bad space, ``num_samples``, seed or mode.
     """
 
+    stateless = True  # the operator asks for variant(i), a function of (space, num_samples, seed, i)
+
     def __init__(self, space: Any, metric: str | None = None, mode: str | None = None, num_samples: int = 1,
                  seed: int | None = None):
         super().__init__(metric, mode)

@@ -5,7 +5,10 @@ parameter space becomes Optuna distributions, ``suggest`` asks a trial,
 ``on_trial_complete`` tells its value. The study lives in memory; the state
 holds every asked trial's parameters and outcome, and ``set_state`` replays
 them into a fresh study, so an operator restart keeps what was learned and
-can still tell the trials that were running. ``optuna`` is imported here only,
+can still tell the trials that were running. Each ask draws from a sampler
+seeded by ``(seed, trial number)``, so a suggestion depends only on the seed
+and the study's history: replaying the same calls after a restart (the
+operator's journal) gives the same configs as an uninterrupted run. ``optuna`` is imported here only,
 and this module only when the Experiment chooses ``optuna`` (see the registry
 in ``kubetune_operator.search``).
 """
@@ -27,6 +30,7 @@ from kubetune_operator.search.base import FINISHED, Searcher, decode_number, enc
 
 __all__ = ["OptunaSearch"]
 
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study per restart and per spec edit is not news
 _SAMPLERS = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler}
 _STATES = {"running": TrialState.RUNNING, "complete": TrialState.COMPLETE, "fail": TrialState.FAIL}
 
@@ -145,13 +149,15 @@ class OptunaSearch(Searcher):
                 flat[name] = value
         return flat
 
+    def _sampler(self, number: int) -> optuna.samplers.BaseSampler:
+        """The sampler for trial ``number``: seeded by ``(seed, number)`` alone, so a suggestion never
+        depends on how many samplers drew before it in this process."""
+        digest = hashlib.sha256(f"{self.seed}:{number}".encode()).digest()
+        return _SAMPLERS[self._sampler_name](seed=int.from_bytes(digest[:4], "big"), **self._sampler_args)
+
     def _new_study(self, suggested: int) -> optuna.Study:
-        # A restart re-seeds from (seed, suggestions so far): a replayed study does not
-        # redraw the random start-up configs it already handed out.
-        digest = hashlib.sha256(f"{self.seed}:{suggested}".encode()).digest()
-        sampler = _SAMPLERS[self._sampler_name](seed=int.from_bytes(digest[:4], "big"), **self._sampler_args)
         direction = "maximize" if self.mode == "max" else "minimize"
-        return optuna.create_study(direction=direction, sampler=sampler)
+        return optuna.create_study(direction=direction, sampler=self._sampler(suggested))
 
     def _config(self, params: dict) -> dict:
         values = {path: _to_value(domain, params[name]) for name, (path, domain) in self._domains.items()}
@@ -160,16 +166,17 @@ class OptunaSearch(Searcher):
     def suggest(self, trial_id: str) -> dict | str:
         """Ask Optuna for a config; :data:`FINISHED` after ``num_samples`` suggestions.
 
-        Raises:
-            ValueError: ``trial_id`` was suggested before.
+        Asking again for a ``trial_id`` already suggested returns the same config (the operator
+        asks again when creating the Trial failed).
         """
         if trial_id in self._trials:
-            raise ValueError(f"trial {trial_id!r} was already suggested")
+            return self._config(self._trials[trial_id]["params"])
         count = len(self._trials)
         if count >= self.num_samples:
             return FINISHED
         if count < len(self._points):
             self._study.enqueue_trial(self._points[count])
+        self._study.sampler = self._sampler(count)
         trial = self._study.ask(self._distributions)
         self._trials[trial_id] = {"number": trial.number, "params": trial.params, "state": "running", "value": None}
         return self._config(trial.params)

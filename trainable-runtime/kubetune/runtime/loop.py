@@ -83,6 +83,7 @@ class TrialRunner:
         self.trainable = None
         self.committed_iteration = 0
         self.checkpoint_uri: str | None = None
+        self.last_result: dict | None = None  # of this attempt; the termination message carries it
         self._last_progress = float("-inf")
         self._checkpoint_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -176,6 +177,7 @@ class TrialRunner:
                 self.checkpoint("final function checkpoint", force=True)
             return DONE
         self.results.append(result)
+        self.last_result = result
         if self.reporter is not None:
             self.reporter.report(result)
         self._log_progress(result)

@@ -51,6 +51,10 @@ OUTCOMES = {DONE: trial_env.OUTCOME_COMPLETED, STOP_CRITERIA: trial_env.OUTCOME_
             STOP: trial_env.OUTCOME_STOPPED, PAUSE: trial_env.OUTCOME_PAUSED, TERMINATED: trial_env.OUTCOME_TERMINATED}
 
 
+#: Bytes of the last result kept in the termination message (the rest of the message fits in 1 KiB).
+RESULT_BYTES = 3072
+
+
 def tail_bytes(text: str, limit: int) -> str:
     """The last ``limit`` bytes of ``text`` in UTF-8, cut at a character boundary."""
     data = text.encode()
@@ -135,11 +139,14 @@ class Supervisor:
             return 1
 
     def _succeed(self, reason: str) -> None:
-        """Tell the operator how the attempt ended: the outcome JSON in the termination message."""
+        """Tell the operator how the attempt ended: the outcome JSON in the termination message, with the
+        last result (compacted), so nothing completed is lost when the operator was down at the end."""
         runner = self.runner
         write_termination_message(json.dumps({
             "outcome": OUTCOMES[reason], "iteration": runner.trainable.iteration if runner.trainable else 0,
-            "checkpoint": runner.checkpoint_uri}))
+            "checkpoint": runner.checkpoint_uri,
+            "result": trial_env.compact_result(runner.last_result, runner.env.metric, RESULT_BYTES)
+            if runner.last_result else None}))
 
     def _fail(self, text: str) -> None:
         log.error("trial failed:\n%s", text)

@@ -1,0 +1,256 @@
+"""The Experiment's decision journal: where its searcher's and scheduler's state lives.
+
+Owns :class:`Journal`, the write-ahead log of every call that changes what an
+Experiment's searcher or scheduler knows, kept in ConfigMaps owned by the
+Experiment (``docs/architecture.md``, "Where state lives"). The controller
+(:mod:`kubetune_operator.controller`) records entries as it decides; the
+operator commits them with :func:`commit` before any decision leaves it (the
+collector's answer to a trial, the Trials and pods a reconcile pass creates);
+a restarted operator rebuilds the exact state with :func:`load` (the newest
+snapshot, then every entry after it, replayed in order). Pure apart from
+asyncio: the ConfigMap calls are the ``write`` function handed in
+(``kubetune_operator.kube``).
+
+Layout, per Experiment (``<base>`` is :func:`kubetune_operator.labels.label_value` of its name, a
+dash and the first 8 characters of its uid; every ConfigMap is labelled with the Experiment and
+``kubetune.io/state``, and owned by the Experiment, so the garbage collector removes it with it):
+
+- ``<base>-journal-<first seq>``: entries; each data key ``<seq:012d>`` holds one
+  committed batch (a JSON list of entries numbered from that seq). A ConfigMap
+  takes batches until it holds :data:`SEGMENT_BYTES`; then a new one starts.
+- ``<base>-snapshot-<seq>-<k>``: chunk ``k`` of a snapshot of the state after
+  entries ``0 .. seq-1``; written only once those entries are committed, so any
+  snapshot whose chunks are all present can be used. Entries and snapshots it
+  covers are deleted once it is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterable
+
+from .labels import LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, label_value
+
+__all__ = ["Journal", "JournalCorrupt", "Write", "commit", "load", "LABEL_STATE"]
+
+#: Label on the journal's ConfigMaps: ``journal`` or ``snapshot``.
+LABEL_STATE = "kubetune.io/state"
+#: Annotations on snapshot chunks: the snapshot's seq, the chunk's index and the chunk count.
+ANNOTATION_SNAPSHOT = "kubetune.io/snapshot"
+ANNOTATION_CHUNK = "kubetune.io/chunk"
+ANNOTATION_CHUNKS = "kubetune.io/chunks"
+#: Bytes of entries after which a journal ConfigMap takes no more batches (ConfigMaps hold at most 1 MiB).
+SEGMENT_BYTES = 512 * 1024
+#: Bytes of snapshot text per chunk ConfigMap.
+CHUNK_BYTES = 768 * 1024
+#: A snapshot is taken once the entries since the last one exceed this many bytes and the last
+#: snapshot's size (so snapshots cost O(1) amortised per entry byte, and replay stays short).
+MIN_SNAPSHOT_INTERVAL_BYTES = 256 * 1024
+
+
+class JournalCorrupt(RuntimeError):
+    """The stored journal has a gap after its newest snapshot (an entry was lost): the state cannot be rebuilt."""
+
+
+@dataclass
+class Write:
+    """The ConfigMap calls of one commit, carried out in this order; creates and patches must succeed.
+
+    Attributes:
+        creates: ConfigMap manifests to create; one that exists already (a retried create the API
+            server had carried out) gets the manifest's ``data`` merged in instead.
+        patches: ``(name, data)`` to merge into an existing ConfigMap's ``data``.
+        deletes: ConfigMap names to delete afterwards; failures are logged, not raised (they only
+            leave garbage that the next snapshot deletes again, and :func:`load` ignores).
+    """
+
+    creates: list[dict] = field(default_factory=list)
+    patches: list[tuple[str, dict]] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+
+
+def _dumps(value: Any) -> str:
+    # NaN and infinities are legitimate metric values; a ConfigMap value is a string, so JSON's
+    # NaN/Infinity extension round-trips through it untouched.
+    return json.dumps(value, separators=(",", ":"))
+
+
+class Journal:
+    """The in-memory side of one Experiment's journal.
+
+    Args:
+        namespace, experiment, uid: the Experiment's; ConfigMaps are named after it and owned by ``uid``.
+        enabled: False when neither the searcher nor the scheduler keeps state: nothing is recorded.
+
+    Attributes:
+        next_seq: number of the next entry recorded.
+        durable_seq: every entry below it is committed.
+        snapshot_due: take a snapshot at the next commit (set after a spec change rebuilt the searcher).
+    """
+
+    def __init__(self, namespace: str, experiment: str, uid: str, enabled: bool = True):
+        # The uid in the names keeps a re-created Experiment of the same name off the old one's ConfigMaps.
+        self.namespace, self.uid, self.enabled = namespace, uid, enabled
+        self.label, self.base = label_value(experiment), f"{label_value(experiment)}-{uid[:8]}"
+        self.experiment = experiment
+        self.next_seq = self.durable_seq = 0
+        self.pending: list[list] = []
+        self.segment: str | None = None  # the journal ConfigMap that takes the next batch
+        self.segment_bytes = 0
+        self.segments: dict[str, int] = {}  # journal ConfigMap -> its last seq
+        self.snapshots: dict[int, list[str]] = {}  # snapshot seq -> chunk names (incomplete ones too)
+        self.bytes_since_snapshot = 0
+        self.last_snapshot_bytes = 0
+        self.snapshot_due = False
+        self.lock = asyncio.Lock()
+
+    def record(self, entry: list) -> None:
+        """Append ``entry`` (a JSON-able list) to the entries to commit; a no-op when not enabled."""
+        if self.enabled:
+            self.pending.append(entry)
+            self.next_seq += 1
+
+    @property
+    def clean(self) -> bool:
+        """Every recorded entry is committed."""
+        return self.durable_seq == self.next_seq
+
+    def _manifest(self, name: str, kind: str, data: dict, annotations: dict | None = None) -> dict:
+        meta = {"name": name, "namespace": self.namespace,
+                "labels": {LABEL_EXPERIMENT: self.label, LABEL_MANAGED_BY: MANAGED_BY, LABEL_STATE: kind},
+                "ownerReferences": [{"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
+                                     "name": self.experiment, "uid": self.uid, "controller": True,
+                                     "blockOwnerDeletion": False}]}
+        if annotations:
+            meta["annotations"] = annotations
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+    def _batch_write(self, first: int, entries: list[list]) -> tuple[Write, tuple[str, int]]:
+        text = _dumps(entries)
+        key, write = f"{first:012d}", Write()
+        if self.segment is not None and self.segment_bytes + len(text) <= SEGMENT_BYTES:
+            write.patches.append((self.segment, {key: text}))
+            return write, (self.segment, self.segment_bytes + len(text))
+        name = f"{self.base}-journal-{first}"
+        write.creates.append(self._manifest(name, "journal", {key: text}))
+        return write, (name, len(text))
+
+    def _snapshot_write(self, seq: int, state: dict) -> tuple[Write, list[str], int]:
+        text = _dumps(state)
+        chunks = [text[i:i + CHUNK_BYTES] for i in range(0, len(text), CHUNK_BYTES)] or [""]
+        names = [f"{self.base}-snapshot-{seq}-{k}" for k in range(len(chunks))]
+        write = Write(creates=[self._manifest(name, "snapshot", {"state": chunk}, {
+            ANNOTATION_SNAPSHOT: str(seq), ANNOTATION_CHUNK: str(k), ANNOTATION_CHUNKS: str(len(chunks))})
+            for k, (name, chunk) in enumerate(zip(names, chunks))])
+        return write, names, len(text)
+
+    def _covered(self, seq: int) -> list[str]:
+        """Names of ConfigMaps a complete snapshot at ``seq`` makes unnecessary."""
+        old = [n for s, names in self.snapshots.items() if s != seq for n in names]
+        return old + [n for n, last in self.segments.items() if last < seq]
+
+    async def _commit_locked(self, write: Callable[[Write], Awaitable[None]], snapshot: Callable[[], dict]) -> None:
+        first, entries = self.durable_seq, list(self.pending)
+        if entries:
+            batch, segment = self._batch_write(first, entries)
+            await write(batch)
+            self.pending = self.pending[len(entries):]
+            self.durable_seq = first + len(entries)
+            self.segment, self.segment_bytes = segment
+            self.segments[segment[0]] = self.durable_seq - 1
+            self.bytes_since_snapshot += len(_dumps(entries))
+        due = self.snapshot_due or self.bytes_since_snapshot >= max(MIN_SNAPSHOT_INTERVAL_BYTES,
+                                                                    self.last_snapshot_bytes)
+        if not (due and self.clean):
+            return
+        seq = self.durable_seq
+        chunks, names, size = self._snapshot_write(seq, {"seq": seq, **snapshot()})
+        self.snapshots[seq] = names
+        await write(chunks)
+        covered = self._covered(seq)
+        await write(Write(deletes=covered))
+        for name in covered:
+            self.segments.pop(name, None)
+        self.snapshots = {seq: names}
+        self.segment, self.segment_bytes = None, 0  # entries after the snapshot go to a new segment
+        self.bytes_since_snapshot, self.last_snapshot_bytes, self.snapshot_due = 0, size, False
+
+
+async def commit(journal: Journal, write: Callable[[Write], Awaitable[None]], snapshot: Callable[[], dict]) -> None:
+    """Make every entry recorded so far durable (group commit: one write carries all pending entries).
+
+    Waits for a commit already in flight, then writes what is still pending; takes a snapshot
+    (``snapshot()``: the state after every recorded entry, a JSON-able dict) when one is due and
+    no entry is pending.
+
+    Args:
+        journal: the Experiment's journal.
+        write: carries out a :class:`Write` against the API server; raises when a create or patch fails.
+        snapshot: returns the state to snapshot.
+
+    Raises:
+        Exception: whatever ``write`` raised; the entries stay pending for the next commit.
+    """
+    if not journal.enabled:
+        return
+    target = journal.next_seq
+    async with journal.lock:
+        if journal.durable_seq >= target and not journal.snapshot_due:
+            return  # a commit that finished while this one waited carried these entries
+        await journal._commit_locked(write, snapshot)
+
+
+def load(journal: Journal, configmaps: Iterable[dict]) -> tuple[dict | None, list[list]]:
+    """Read the stored journal of ``journal``'s Experiment: its newest complete snapshot and the entries after it.
+
+    ConfigMaps not owned by the Experiment's uid (an earlier Experiment of the same name) are ignored.
+    Positions ``journal`` after the last stored entry.
+
+    Args:
+        journal: a new journal for the Experiment.
+        configmaps: the ConfigMaps labelled with the Experiment (dicts as the API returns them).
+
+    Returns:
+        ``(snapshot or None, entries to replay after it, in order)``.
+
+    Raises:
+        JournalCorrupt: an entry after the snapshot is missing.
+    """
+    entries: dict[int, list] = {}
+    chunks: dict[int, dict[int, str]] = {}
+    counts: dict[int, int] = {}
+    for cm in configmaps:
+        meta = cm.get("metadata") or {}
+        if not any(ref.get("uid") == journal.uid for ref in meta.get("ownerReferences") or ()):
+            continue
+        kind, data = (meta.get("labels") or {}).get(LABEL_STATE), cm.get("data") or {}
+        if kind == "journal":
+            last = -1
+            for key, text in data.items():
+                for offset, entry in enumerate(json.loads(text)):
+                    entries[int(key) + offset] = entry
+                    last = max(last, int(key) + offset)
+            journal.segments[meta["name"]] = last
+        elif kind == "snapshot":
+            notes = meta.get("annotations") or {}
+            seq = int(notes[ANNOTATION_SNAPSHOT])
+            chunks.setdefault(seq, {})[int(notes[ANNOTATION_CHUNK])] = data.get("state", "")
+            counts[seq] = int(notes[ANNOTATION_CHUNKS])
+            journal.snapshots.setdefault(seq, []).append(meta["name"])
+    complete = [seq for seq, parts in chunks.items() if len(parts) == counts[seq]]
+    snapshot, start = None, 0
+    if complete:
+        start = max(complete)
+        text = "".join(chunks[start][k] for k in range(counts[start]))
+        snapshot = json.loads(text)
+        journal.last_snapshot_bytes = len(text)
+    after = sorted(seq for seq in entries if seq >= start)
+    if after and after != list(range(start, start + len(after))):
+        missing = next(s for s in range(start, after[-1]) if s not in entries)
+        raise JournalCorrupt(f"journal entry {missing} is missing (entries from {start} to {after[-1]} stored)")
+    replay = [entries[seq] for seq in after]
+    journal.next_seq = journal.durable_seq = start + len(after)
+    journal.bytes_since_snapshot = len(_dumps(replay))  # what the next snapshot will spare a restart
+    return snapshot, replay

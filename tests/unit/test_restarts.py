@@ -1,0 +1,268 @@
+"""Controller-level restart tests, no cluster: an Experiment is run to its end by a deterministic
+simulation of the daemon, the collector and trial pods, once without interruption and once with
+the operator "killed" over and over at every kind of instant (before and after its journal is
+committed, before a plan is carried out). Every searcher and scheduler must make the same
+decisions, at the same iterations, with the same configs, as the uninterrupted run.
+
+The API server is a dict of Trials (status as the operator's patches left it) and the in-memory
+ConfigMaps of ``tests.unit.journal_store``; nothing survives a kill but what the operator wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+
+import pytest
+
+from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
+from kubetune_operator import journal
+from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.registry import Registry
+from kubetune_operator.settings import Settings
+from tests.unit.journal_store import ConfigMaps
+
+KEY = b"k" * 32
+MAX_ITER = 9
+
+
+def experiment(**spec):
+    base = {"trainable": {"entrypoint": "m:T"}, "config": {"x": {"uniform": [0, 1]}, "y": {"choice": [1, 2, 3]}},
+            "numSamples": 12, "metric": "score", "mode": "max", "maxConcurrentTrials": 3,
+            "stop": {"training_iteration": MAX_ITER}, "storage": {"uri": "s3://b/p"},
+            "searchAlgorithm": {"name": "basic", "seed": 7}}
+    base.update(spec)
+    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
+            "metadata": {"name": "exp", "namespace": "ns", "uid": "0123456789-uid", "generation": 1}, "spec": base}
+
+
+def score(config, iteration):
+    """A learning curve that depends on the config: different trials are stopped at different rungs."""
+    x, y = config["x"], config["y"]
+    return round((x * y + 0.1) * math.log1p(iteration) + (0.3 if y == 2 else 0.0) * iteration / MAX_ITER, 6)
+
+
+def merge(target, patch):
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+class Killed(Exception):
+    """The operator process died here."""
+
+
+class World:
+    """The API server, the trial pods and one operator (controller + registry) at a time.
+
+    Args:
+        spec: the Experiment's spec overrides.
+        kill_at: step numbers (trial iterations run so far) after which the operator dies, at the next
+            instant ``n % 4`` of the kill for step ``n``: 0 after taking a batch but before
+            committing it, 1 after committing but before answering, 2 after planning but before
+            committing, 3 after committing a plan but before carrying it out.
+    """
+
+    def __init__(self, spec: dict, kill_at=()):
+        self.exp = experiment(**spec)
+        self.trials: dict[str, dict] = {}
+        self.pods: dict[str, PodView] = {}
+        self.runs: dict[str, int] = {}  # running pod -> iterations done
+        self.checkpoint: dict[str, int] = {}  # trial -> iteration of its latest checkpoint
+        self.store = ConfigMaps()
+        self.kill_at, self.step, self.kills = sorted(kill_at), 0, 0
+        self.decisions: dict[tuple[str, int], str] = {}  # (trial, iteration) -> decision the pod acted on
+        self.now = 1_800_000_000.0
+        self.boot()
+
+    def boot(self):
+        self.ctl = ExperimentController(self.exp, Settings(), KEY)
+        self.registry = Registry(Settings(), KEY, self.store.write)
+        for trial in copy.deepcopy(list(self.trials.values())):
+            self.ctl.observe_trial(trial)
+        self.ctl.restore(self.store.list())
+
+    def maybe_kill(self, instant: int):
+        if self.kill_at and self.kill_at[0] <= self.step and self.kill_at[0] % 4 == instant:
+            self.kill_at.pop(0)
+            raise Killed
+
+    def commit(self):
+        asyncio.run(self.registry.commit(self.ctl))
+
+    def send(self, pod: PodView, result: dict) -> str:
+        """The runtime's POST, retried until it gets an answer (from whichever operator is up)."""
+        while True:
+            try:
+                decision = self.ctl.record_results(pod.trial, pod.attempt, [result], None)
+                self.maybe_kill(0)
+                self.commit()
+                self.maybe_kill(1)
+                return decision
+            except Killed:
+                self.kills += 1
+                self.boot()
+
+    def reconcile(self):
+        """One pass of the daemon; a killed operator is replaced at once (before any pod moves on, so
+        the searcher and scheduler see events in the same order as without the kill)."""
+        while True:
+            try:
+                plan = self.ctl.plan(dict(self.pods), self.now)
+                self.maybe_kill(2)
+                self.commit()
+                self.maybe_kill(3)
+                break
+            except Killed:
+                self.kills += 1
+                self.boot()
+        for manifest in plan.create_trials:
+            name = manifest["metadata"]["name"]
+            manifest["metadata"].update(uid=f"uid-{name}", ownerReferences=[{"uid": self.exp["metadata"]["uid"]}])
+            self.trials.setdefault(name, manifest)
+            self.ctl.trial_created(name, self.trials[name]["metadata"]["uid"])
+        for manifest in plan.create_pods:
+            name = manifest["metadata"]["name"]
+            labels = manifest["metadata"]["labels"]
+            if name not in self.pods:
+                trial = labels["kubetune.io/trial"]
+                self.pods[name] = PodView(name, trial, int(labels["kubetune.io/attempt"]), "Running",
+                                          owner_uid=f"uid-{trial}")
+                self.runs[name] = self.checkpoint.get(trial, 0)
+        for name, patch in plan.trial_status.items():
+            merge(self.trials[name].setdefault("status", {}), patch)
+        assert not plan.delete_pods
+
+    def train(self, pod: PodView):
+        """One step of a running trial pod: report, obey, end as the runtime does."""
+        trial = self.trials[pod.trial]
+        iteration = self.runs[pod.name] + 1
+        decision = self.send(pod, {"training_iteration": iteration, "score": score(trial["spec"]["config"], iteration)})
+        previous = self.decisions.setdefault((pod.trial, iteration), decision)
+        assert previous == decision, (pod.trial, iteration, previous, decision)
+        self.runs[pod.name] = self.checkpoint[pod.trial] = iteration
+        outcome = OUTCOME_COMPLETED if iteration >= MAX_ITER else \
+            {"stop": OUTCOME_STOPPED, "pause": OUTCOME_PAUSED}.get(decision)
+        if outcome:
+            pod.phase, pod.message = "Succeeded", json.dumps({"outcome": outcome, "iteration": iteration, "result": {
+                "training_iteration": iteration, "score": score(trial["spec"]["config"], iteration)}})
+            del self.runs[pod.name]
+
+    def run(self, rounds: int = 400) -> dict:
+        for _ in range(rounds):
+            self.reconcile()
+            if self.ctl.finished:
+                break
+            for pod in sorted(self.pods.values(), key=lambda p: p.name):
+                if pod.name in self.runs:
+                    self.step += 1
+                    self.train(pod)
+            self.now += 1.0
+        assert self.ctl.finished, "the experiment did not finish"
+        return {name: {"config": t["spec"]["config"], "phase": t["status"]["phase"],
+                       "reason": t["status"].get("reason"), "iteration": t["status"].get("iteration"),
+                       "attempt": t["status"].get("attempt")}
+                for name, t in sorted(self.trials.items())}
+
+
+SCHEDULERS = {
+    "fifo": {"name": "fifo"},
+    "asha": {"name": "asha", "params": {"grace_period": 1, "reduction_factor": 2, "max_t": MAX_ITER}},
+    "hyperband": {"name": "hyperband", "params": {"max_t": MAX_ITER, "reduction_factor": 3}},
+    "median": {"name": "median_stopping_rule", "params": {"time_attr": "training_iteration", "grace_period": 2,
+                                                          "min_samples_required": 2}},
+}
+SEARCHERS = {
+    "basic": {"name": "basic", "seed": 7},
+    "optuna": {"name": "optuna", "seed": 7, "params": {"sampler_args": {"n_startup_trials": 4}}},
+}
+
+
+@pytest.mark.parametrize("searcher", sorted(SEARCHERS))
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
+def test_killed_at_any_instant_the_operator_decides_as_an_uninterrupted_run(scheduler, searcher):
+    spec = {"scheduler": SCHEDULERS[scheduler], "searchAlgorithm": SEARCHERS[searcher]}
+    calm = World(spec)
+    expected = calm.run()
+    stormy = World(spec, kill_at=range(2, 10_000, 3))
+    assert stormy.run() == expected
+    assert stormy.decisions == calm.decisions
+    assert stormy.kills >= max(stormy.step // 4, 5)  # about one kill every 3 trial iterations
+    assert len(expected) == 12
+    if scheduler != "fifo":
+        assert {"stop", "pause"} & set(calm.decisions.values()), "the scheduler never decided anything"
+
+
+def test_a_snapshot_replaces_the_entries_it_covers(monkeypatch):
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 2000)
+    spec = {"scheduler": SCHEDULERS["median"], "searchAlgorithm": SEARCHERS["optuna"], "numSamples": 20}
+    expected = World(spec).run()
+    world = World(spec, kill_at=range(7, 10_000, 9))
+    assert world.run() == expected
+    kinds = [cm["metadata"]["labels"][journal.LABEL_STATE] for cm in world.store.items.values()]
+    assert kinds.count("snapshot") == 1, kinds  # older snapshots and covered segments were deleted
+    assert world.store.size() < 40_000
+    state = json.loads(next(cm for cm in world.store.items.values()
+                            if cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot")["data"]["state"])
+    assert len(state["searcher"]["trials"]) >= 10 and state["scheduler"]["results"]
+
+
+def test_a_failed_commit_sends_no_decision_and_loses_nothing():
+    world = World({"scheduler": SCHEDULERS["asha"], "searchAlgorithm": SEARCHERS["optuna"]})
+    world.store.fail = 1
+    plan = world.ctl.plan({}, world.now)
+    with pytest.raises(RuntimeError, match="injected"):
+        world.commit()
+    world.ctl.plan_not_carried_out(plan)
+    assert world.ctl.trials == {} and world.ctl.missing == {0, 1, 2}
+    world.reconcile()
+    assert sorted(world.trials) == ["exp-00000", "exp-00001", "exp-00002"]
+    configs = [t["spec"]["config"] for t in world.trials.values()]
+    fresh = World({"scheduler": SCHEDULERS["asha"], "searchAlgorithm": SEARCHERS["optuna"]})
+    fresh.reconcile()
+    fresh.reconcile()
+    assert configs == [t["spec"]["config"] for t in fresh.trials.values()]  # the same suggestions, none lost
+
+
+def test_a_re_sent_batch_reaches_the_scheduler_once_and_gets_the_same_answer():
+    world = World({"scheduler": SCHEDULERS["median"]})
+    world.reconcile()
+    world.reconcile()
+    pod = world.pods["exp-00000-0"]
+    result = {"training_iteration": 1, "score": 0.5}
+    assert world.ctl.record_results(pod.trial, 0, [result], None) == "continue"
+    state = json.dumps(world.ctl.scheduler.get_state())
+    assert world.ctl.record_results(pod.trial, 0, [result], None) == "continue"
+    assert json.dumps(world.ctl.scheduler.get_state()) == state
+    assert [e[0] for e in world.ctl.journal.pending] == ["results"]
+
+
+def test_a_missing_journal_entry_is_reported_not_guessed():
+    world = World({"scheduler": SCHEDULERS["asha"]})
+    for _ in range(4):
+        world.reconcile()
+        for pod in list(world.pods.values()):
+            if pod.name in world.runs:
+                world.train(pod)
+    segment = next(cm for cm in world.store.items.values())
+    first = sorted(segment["data"])[1]
+    del segment["data"][first]
+    with pytest.raises(journal.JournalCorrupt, match=f"entry {int(first)} is missing"):
+        world.boot()
+
+
+def test_the_journal_of_an_earlier_experiment_of_the_same_name_is_ignored():
+    world = World({"scheduler": SCHEDULERS["asha"]})
+    world.reconcile()
+    world.reconcile()
+    assert world.store.items
+    world.exp["metadata"]["uid"] = "another-uid"
+    world.trials.clear()
+    world.boot()
+    assert world.ctl.journal.next_seq == 0 and world.ctl.applied == {} and not world.ctl.trials
