@@ -31,7 +31,7 @@ S3_SECRET_KEY = "devcluster-secret"
 S3_REGION = "us-east-1"
 S3_BUCKET = "kubetune"
 CONTROLLERS = ("garbage-collector-controller,namespace-controller,deployment-controller,replicaset-controller,"
-               "serviceaccount-controller,root-ca-certificate-publisher-controller")
+               "serviceaccount-controller,root-ca-certificate-publisher-controller,resourcequota-controller")
 
 
 @dataclass

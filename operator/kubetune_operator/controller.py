@@ -60,6 +60,7 @@ class PodView:
     message: str | None = None
     exit_code: int | None = None
     owner_uid: str | None = None
+    disruption: str | None = None  # why Kubernetes ended the pod (eviction, preemption, a drain), if it did
 
 
 def pod_view(pod: Mapping) -> PodView:
@@ -69,6 +70,12 @@ def pod_view(pod: Mapping) -> PodView:
                    phase=status.get("phase") or "Pending", deleting=bool(meta.get("deletionTimestamp")),
                    reason=status.get("reason"), message=status.get("message"),
                    owner_uid=next((ref.get("uid") for ref in meta.get("ownerReferences") or ()), None))
+    target = next((c for c in status.get("conditions") or () if c.get("type") == "DisruptionTarget"
+                   and c.get("status") == "True"), None)
+    if target is not None:  # KEP-3329: set by eviction, preemption, taint manager and kubelet shutdown
+        view.disruption = target.get("reason") or "DisruptionTarget"
+    elif status.get("reason") in ("Evicted", "Preempting", "Shutdown", "Terminated", "NodeShutdown"):
+        view.disruption = status["reason"]
     for cs in status.get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
         if cs.get("name") == TRIAL_CONTAINER and term:
@@ -449,11 +456,20 @@ class ExperimentController:
                 trial.status[key] = value
         trial.dirty = True
 
+    def _disrupted(self, plan: Plan, trial: TrialState, reason: str, message: str, now: float) -> None:
+        """Retry an attempt Kubernetes ended (eviction, preemption, drain, deletion, a SIGTERM the trial did
+        not ask for) from the latest checkpoint, without counting it against ``failure.maxFailures``, as a
+        Job's ``podFailurePolicy`` ignores ``DisruptionTarget``."""
+        self._set(trial, now, phase="Pending", reason=reason, message=message, attempt=trial.attempt + 1)
+        plan.events.append((trial.name, "Warning", "TrialDisrupted",
+                            f"attempt {trial.attempt - 1} ended by {reason}: {message}; retrying from the latest "
+                            "checkpoint (not counted as a failure)"))
+
     def _fail_attempt(self, plan: Plan, trial: TrialState, reason: str, message: str, now: float) -> None:
         failures = int(trial.status.get("failures") or 0) + 1
         max_failures = int((self.spec.get("failure") or {}).get("maxFailures") or 0)
         message = st.truncate_message(message or reason, st.MAX_TRIAL_MESSAGE_BYTES)
-        if failures > max_failures:
+        if 0 <= max_failures < failures:  # -1: retry without limit
             self._set(trial, now, phase="Failed", reason=reason, message=message, failures=failures)
             plan.events.append((trial.name, "Warning", "TrialFailed",
                                 f"attempt {trial.attempt} failed ({reason}); no retries left: {message[-300:]}"))
@@ -461,8 +477,9 @@ class ExperimentController:
         else:
             self._set(trial, now, phase="Pending", reason="Retrying", message=message, failures=failures,
                       attempt=trial.attempt + 1)
+            limit = "unlimited" if max_failures < 0 else max_failures
             plan.events.append((trial.name, "Warning", "TrialRetried",
-                                f"attempt {trial.attempt - 1} failed ({reason}); retry {failures} of {max_failures} "
+                                f"attempt {trial.attempt - 1} failed ({reason}); retry {failures} of {limit} "
                                 "from the latest checkpoint"))
 
     def _finish(self, plan: Plan, trial: TrialState, reason: str, now: float, message: str = "") -> None:
@@ -493,7 +510,11 @@ class ExperimentController:
         elif pod.phase == "Succeeded" and kind == OUTCOME_PAUSED:
             self._set(trial, now, phase="Paused", reason="SchedulerPaused", message=None)
         elif pod.phase == "Succeeded":
-            self._fail_attempt(plan, trial, "Terminated", "the trial process was terminated before it finished", now)
+            self._disrupted(plan, trial, pod.disruption or "Terminated",
+                            "the trial was terminated before it finished, after a final checkpoint", now)
+        elif pod.disruption or pod.deleting:
+            self._disrupted(plan, trial, pod.disruption or "PodDeleted",
+                            st.truncate_message(pod.message or "the trial's pod was deleted", 300), now)
         else:
             self._fail_attempt(plan, trial, pod.reason or "Error", pod.message or f"exit code {pod.exit_code}", now)
 
@@ -542,7 +563,7 @@ class ExperimentController:
                 plan.events.append((trial.name, "Normal", "TrialResumed", "resuming from the latest checkpoint"))
             if pod is None and trial.status.get("podName") == pod_name(trial.name, trial.attempt) and \
                     trial.phase == "Running":
-                self._fail_attempt(plan, trial, "PodDeleted", "the trial's pod disappeared", now)
+                self._disrupted(plan, trial, "PodDeleted", "the trial's pod disappeared", now)
             if pod is None:
                 self._create_pod(plan, trial, now)
                 if trial.phase != "Pending":

@@ -22,7 +22,7 @@ import kopf
 from . import collector, metrics
 from . import status as st
 from .controller import InvalidSpec, pod_view
-from .kube import Kube
+from .kube import Kube, api_message
 from .labels import (
     API_VERSION, EXPERIMENT_PLURAL, FINALIZER, GROUP, KOPF_ANNOTATION_PREFIX, LABEL_EXPERIMENT, LABEL_MANAGED_BY,
     MANAGED_BY, TRIAL_KIND, VERSION, label_value,
@@ -36,6 +36,10 @@ MIN_PASS_INTERVAL_S = 0.2
 IDLE_PASS_INTERVAL_S = 2.0
 #: Back-off after a failed pass: doubles from the first value up to the second, in seconds.
 BACKOFF_S = (1.0, 60.0)
+#: Back-off while API calls of a pass fail (a quota's 403, a 429, a refused create): doubles up to this.
+API_BACKOFF_MAX_S = 10.0
+#: At most one APICallsFailed event per Experiment per this many seconds.
+API_EVENT_INTERVAL_S = 30.0
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -116,7 +120,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
     """
     registry, kube = memo.registry, memo.kube
     wake = registry.event(namespace, name)
-    failures = 0
+    failures, api_failures, warned_at = 0, 0, -API_EVENT_INTERVAL_S
     try:
         while not stopped:
             ctl = registry.get(namespace, name)
@@ -132,9 +136,10 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
             except Exception as exc:  # noqa: BLE001 - any failure: a condition, an event, back-off; never a crash loop
                 failures += 1
                 delay = min(BACKOFF_S[0] * 2 ** (failures - 1), BACKOFF_S[1])
-                message = f"{type(exc).__name__}: {exc}"[:1000]
+                message = f"{type(exc).__name__}: {api_message(exc)}"[:1000]
                 log.exception("experiment %s/%s: reconcile failed (retry in %.0f s)", namespace, name, delay)
-                kopf.event(body, type="Warning", reason="ReconcileFailed", message=f"{message} (retry in {delay:.0f} s)")
+                kopf.event(body, type="Warning", reason="ReconcileFailed",
+                           message=f"{message} (retry in {delay:.0f} s)")
                 await _report_degraded(kube, body, ctl, message)
                 await asyncio.sleep(delay)
                 continue
@@ -148,10 +153,18 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                 log.warning("experiment %s/%s: %s", namespace, name, error)
             if ctl.finished and not errors:
                 return  # the last pass's writes all went out
-            if plan.create_trials and not errors:
+            api_failures = api_failures + 1 if errors else 0
+            if errors and time.monotonic() - warned_at >= API_EVENT_INTERVAL_S:
+                warned_at = time.monotonic()
+                kopf.event(body, type="Warning", reason="APICallsFailed",
+                           message=f"{len(errors)} API call(s) failed, retrying with back-off: {errors[0]}"[:1000])
+            if errors:  # back off (not cut short by wake-ups): a refused create is not sent five times a second
+                await asyncio.sleep(min(MIN_PASS_INTERVAL_S * 2 ** api_failures, API_BACKOFF_MAX_S))
+                continue
+            if plan.create_trials:
                 continue  # the new Trials' uids are known now: create their pods at once
             busy = bool(plan.create_pods)
-            await _sleep(wake, MIN_PASS_INTERVAL_S if busy or errors else IDLE_PASS_INTERVAL_S)
+            await _sleep(wake, MIN_PASS_INTERVAL_S if busy else IDLE_PASS_INTERVAL_S)
             await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL_S - (time.monotonic() - started)))
     finally:
         ctl = registry.get(namespace, name)

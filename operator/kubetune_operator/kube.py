@@ -26,6 +26,17 @@ log = logging.getLogger("kubetune.kube")
 _FAILED = object()
 
 
+def api_message(exc: Exception) -> str:
+    """What the API server said, for conditions and events: its ``Status`` message (e.g. ``trials.kubetune.io
+    "x" is forbidden: exceeded quota ...``) when it sent one, else the HTTP reason or the error itself."""
+    body = getattr(exc, "body", None)
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, AttributeError):
+        message = None
+    return message or getattr(exc, "reason", None) or str(exc)
+
+
 def _drain(response) -> None:
     """Read a raw response to its end, so urllib3 returns the connection to its pool (an unread one is
     dropped, and the next call pays a new TLS handshake)."""
@@ -148,7 +159,7 @@ class Kube:
             try:
                 return await self.call(fn, *args)
             except Exception as exc:  # noqa: BLE001 - reported, then retried by the next pass
-                errors.append(f"{what}: {getattr(exc, 'reason', None) or exc}")
+                errors.append(f"{what}: {api_message(exc)}")
                 return _FAILED
 
         uids = await asyncio.gather(*(attempt(f"create trial {m['metadata']['name']}", self._create_trial, m)

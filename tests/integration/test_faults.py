@@ -1,5 +1,7 @@
-"""The operator SIGKILLed every few seconds while Experiments run, on the local cluster: every
-scheduler and searcher continues exactly where it was (its journal, ``docs/architecture.md``).
+"""Faults on the local cluster. The operator SIGKILLed every few seconds while Experiments run:
+every scheduler and searcher continues exactly where it was (its journal, ``docs/architecture.md``).
+Writes the API server refuses (quotas): a condition or an event, then the same outcome once they
+are allowed. Names past 63 characters, and an invalid edit of a running Experiment.
 
 Trials run one at a time, so the order in which the operator saw results is the order of the
 trials; the decisions it made are then checked against the same algorithm fed those results
@@ -18,7 +20,7 @@ from kubetune_operator.schedulers import create_scheduler
 from kubetune_operator.search import create_searcher
 from kubetune_operator.status import compact_result
 from tests.integration.support import wait_for
-from tests.integration.test_operator import GROUP, VERSION, experiment, get, phase_is, result_lines, trials
+from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
 
 MAX_T = 6
 
@@ -127,3 +129,80 @@ def test_killed_operator_runs_hyperband_to_the_end(cluster, operator, custom, s3
     assert reasons <= {"Completed", "EarlyStopped"} and "EarlyStopped" in reasons, reasons
     for name in found:
         lines_once(s3, namespace, "hb-storm", name)  # paused and resumed from checkpoints: no iteration twice
+
+
+def condition(custom, namespace, name, type_):
+    conditions = get(custom, namespace, "experiments", name).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == type_), {})
+
+
+def quota(core, namespace, hard):
+    """A ResourceQuota, waited for until the quota controller has counted usage (admission enforces it then)."""
+    core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "limits"}, "spec": {"hard": hard}})
+    wait_for(lambda: (core.read_namespaced_resource_quota("limits", namespace).status.hard or {}), timeout=60,
+             what="the quota's status")
+
+
+def test_a_refused_journal_write_degrades_the_experiment_until_it_succeeds(cluster, operator, custom, core,
+                                                                          namespace, storage_secret):
+    quota(core, namespace, {"configmaps": "0"})
+    spec = experiment("refused", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3]}},
+                      scheduler={"name": "asha", "params": {"grace_period": 1, "max_t": 3}})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+    degraded = wait_for(lambda: condition(custom, namespace, "refused", "Degraded").get("status") == "True"
+                        and condition(custom, namespace, "refused", "Degraded"), what="Degraded=True")
+    assert degraded["reason"] == "ReconcileError" and "forbidden" in degraded["message"].lower(), degraded
+    assert events(core, namespace, "ReconcileFailed")
+    assert trials(custom, namespace) == {}  # nothing was decided that the journal does not hold
+    core.delete_namespaced_resource_quota("limits", namespace)
+    wait_for(lambda: phase_is(custom, namespace, "refused", "Succeeded", "Failed"), timeout=180,
+             what="the experiment to finish once the quota is gone")
+    assert get(custom, namespace, "experiments", "refused")["status"]["phase"] == "Succeeded"
+    assert condition(custom, namespace, "refused", "Degraded")["status"] == "False"
+
+
+def test_trials_refused_by_a_quota_are_created_later_with_the_same_configs(cluster, operator, custom, core,
+                                                                           namespace, storage_secret):
+    quota(core, namespace, {"count/trials.kubetune.io": "2"})
+    space = {"x": {"uniform": [0.5, 3.0]}, "sleep": 0.2}
+    algo = {"name": "optuna", "seed": 5, "params": {"sampler_args": {"n_startup_trials": 4}}}
+    spec = experiment("quota", cluster, storage_secret, config=space, numSamples=4, maxConcurrentTrials=4,
+                      searchAlgorithm=algo)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+    wait_for(lambda: events(core, namespace, "APICallsFailed"), what="an event about the refused creates")
+    assert "exceeded quota" in events(core, namespace, "APICallsFailed")[0].message
+    assert len(trials(custom, namespace)) == 2
+    core.delete_namespaced_resource_quota("limits", namespace)
+    wait_for(lambda: phase_is(custom, namespace, "quota", "Succeeded", "Failed"), timeout=180,
+             what="the experiment to finish once the quota is gone")
+    found = sorted(trials(custom, namespace).values(), key=lambda t: t["spec"]["index"])
+    replay = create_searcher("optuna", space, "score", "max", num_samples=4, seed=5, **algo["params"])
+    assert [t["spec"]["config"] for t in found] == [replay.suggest(t["metadata"]["name"]) for t in found]
+    assert get(custom, namespace, "experiments", "quota")["status"]["trials"]["succeeded"] == 4
+
+
+def test_an_experiment_with_a_100_character_name_runs(cluster, operator, custom, namespace, storage_secret):
+    name = "a-very-long-experiment-name-" + "x" * 72
+    assert len(name) == 100
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        name, cluster, storage_secret, config={"x": {"grid_search": [1, 2]}}))
+    wait_for(lambda: phase_is(custom, namespace, name, "Succeeded", "Failed"), what="the long-named experiment")
+    exp = get(custom, namespace, "experiments", name)
+    assert exp["status"]["phase"] == "Succeeded" and exp["status"]["trials"]["succeeded"] == 2
+
+
+def test_an_invalid_edit_keeps_ready_false_while_the_last_valid_spec_runs(cluster, operator, custom, core, namespace,
+                                                                          storage_secret):
+    spec = experiment("edited", cluster, storage_secret, config={"x": 1, "sleep": 0.5},
+                      stop={"training_iteration": 12})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+    wait_for(lambda: phase_is(custom, namespace, "edited", "Running"), what="Running")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "edited",
+                                          {"spec": {"config": {"x": 1, "lr": {"loguniform": [0, 1]}}}})
+    wait_for(lambda: condition(custom, namespace, "edited", "Ready").get("reason") == "InvalidSpec",
+             what="Ready=False/InvalidSpec")
+    time.sleep(4)  # several reconcile passes and status writes later
+    ready = condition(custom, namespace, "edited", "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "loguniform" in ready["message"]
+    wait_for(lambda: phase_is(custom, namespace, "edited", "Succeeded", "Failed"), what="the last valid spec to end")
+    assert get(custom, namespace, "experiments", "edited")["status"]["phase"] == "Succeeded"

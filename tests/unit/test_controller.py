@@ -9,7 +9,7 @@ import json
 import pytest
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
-from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView
+from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView, pod_view
 from kubetune_operator.labels import pod_name
 from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import verify_token
@@ -93,21 +93,54 @@ def test_failed_attempt_retries_then_fails_the_trial(ctl):
     assert trial.phase == "Failed" and trial.status["message"] == "Traceback: boom again"
 
 
-def test_running_pod_that_vanishes_counts_as_a_failure(ctl):
+def test_running_pod_that_vanishes_is_retried_without_counting_a_failure(ctl):
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
     ctl.plan({"exp-00000-0": pod("exp-00000-0", "Running")}, T0 + 2)
     plan = ctl.plan({}, T0 + 3)
     trial = ctl.trials["exp-00000"]
-    assert trial.attempt == 1 and trial.status["reason"] == "Retrying"
+    assert trial.attempt == 1 and trial.status["reason"] == "PodDeleted" and not trial.status.get("failures")
     assert "exp-00000-1" in [p["metadata"]["name"] for p in plan.create_pods]
+    assert [e[2] for e in plan.events if e[0] == "exp-00000"] == ["TrialDisrupted"]
 
 
 def test_sigterm_not_asked_for_is_retried_from_the_checkpoint(ctl):
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
     ctl.plan({"exp-00000-0": pod("exp-00000-0", "Succeeded", OUTCOME_TERMINATED)}, T0 + 2)
-    assert ctl.trials["exp-00000"].attempt == 1
+    trial = ctl.trials["exp-00000"]
+    assert trial.attempt == 1 and trial.status["reason"] == "Terminated" and not trial.status.get("failures")
+
+
+@pytest.mark.parametrize("condition, status_reason, reason", [
+    ({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}, None, "EvictionByEvictionAPI"),
+    ({"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}, None, "PreemptionByScheduler"),
+    (None, "Evicted", "Evicted"),
+])
+def test_disruptions_are_retried_even_with_no_retries_left(condition, status_reason, reason):
+    ctl = ExperimentController(experiment(failure={"maxFailures": 0}), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    body = {"metadata": {"name": "exp-00000-0", "labels": {"kubetune.io/trial": "exp-00000",
+                                                            "kubetune.io/attempt": "0"}},
+            "status": {"phase": "Failed", "reason": status_reason, "conditions": [condition] if condition else [],
+                       "containerStatuses": [{"name": "trial", "state": {"terminated": {"exitCode": 137}}}]}}
+    plan = ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 2)
+    trial = ctl.trials["exp-00000"]
+    assert trial.phase == "Pending" and trial.attempt == 1 and trial.status["reason"] == reason
+    assert not trial.status.get("failures")
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["exp-00000-1"]  # one truth: a new attempt
+
+
+def test_max_failures_minus_one_retries_without_limit():
+    ctl = ExperimentController(experiment(failure={"maxFailures": -1}), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    for attempt in range(5):
+        ctl.plan({}, T0 + 10 * attempt + 1)
+        ctl.plan({f"exp-00000-{attempt}": pod(f"exp-00000-{attempt}", "Failed", exit_code=1, message="boom")},
+                 T0 + 10 * attempt + 2)
+    trial = ctl.trials["exp-00000"]
+    assert trial.phase == "Pending" and trial.attempt == 5 and trial.status["failures"] == 5
 
 
 def test_suspend_stops_pods_and_resume_restarts_from_checkpoint():
