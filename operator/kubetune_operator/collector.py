@@ -69,8 +69,9 @@ def make_app(registry) -> web.Application:
     async def results(request: web.Request) -> web.Response:
         if request.content_length is not None and request.content_length > limits.max_body_bytes:
             return _error(413, f"body over {limits.max_body_bytes} bytes")
-        body = await request.content.read(limits.max_body_bytes + 1)
-        if len(body) > limits.max_body_bytes:
+        try:
+            body = await request.read()  # the whole body (a plain read may return a part of a large one)
+        except web.HTTPRequestEntityTooLarge:
             return _error(413, f"body over {limits.max_body_bytes} bytes")
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
@@ -105,7 +106,7 @@ def make_app(registry) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application(client_max_size=limits.max_body_bytes + 1, middlewares=[count])
+    app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[count])
     app.router.add_post(COLLECTOR_RESULTS_PATH, results)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics.handle_metrics)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
+from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
 from kubetune.search import parse_space
 from kubetune.stopping import should_stop
 
@@ -40,6 +40,9 @@ from .settings import Settings
 from .tokens import mint_token
 
 TERMINAL = ("Succeeded", "Failed")
+#: Why a pod cannot start that a user must act on: the scheduler's verdict, and container waiting reasons.
+WAITING_CAUSES = ("Unschedulable", "CreateContainerConfigError", "CreateContainerError", "ErrImagePull",
+                  "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff")
 DECISION_RANK = {"continue": 0, "checkpoint": 1, "pause": 2, "stop": 3}
 
 
@@ -61,6 +64,7 @@ class PodView:
     exit_code: int | None = None
     owner_uid: str | None = None
     disruption: str | None = None  # why Kubernetes ended the pod (eviction, preemption, a drain), if it did
+    waiting: tuple[str, str] | None = None  # (reason, message) why a Pending pod cannot start, if a user must act
 
 
 def pod_view(pod: Mapping) -> PodView:
@@ -76,7 +80,13 @@ def pod_view(pod: Mapping) -> PodView:
         view.disruption = target.get("reason") or "DisruptionTarget"
     elif status.get("reason") in ("Evicted", "Preempting", "Shutdown", "Terminated", "NodeShutdown"):
         view.disruption = status["reason"]
+    scheduled = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        view.waiting = ("Unschedulable", scheduled.get("message") or "no node fits the pod")
     for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if cs.get("name") == TRIAL_CONTAINER and waiting.get("reason") in WAITING_CAUSES:
+            view.waiting = (waiting["reason"], waiting.get("message") or waiting["reason"])
         term = (cs.get("state") or {}).get("terminated")
         if cs.get("name") == TRIAL_CONTAINER and term:
             view.exit_code, view.message = term.get("exitCode"), term.get("message") or view.message
@@ -366,6 +376,11 @@ class ExperimentController:
         else:
             self.trials[name].uid = uid
 
+    def pod_rejected(self, message: str) -> None:
+        """The API server refused a trial pod for what it contains (``spec.template``, volumes...): the
+        Experiment is not Ready, with the API server's message, until its spec changes."""
+        self.invalid = message
+
     def plan_not_carried_out(self, plan: "Plan") -> None:
         """The journal could not be committed, so nothing of ``plan`` was sent: ask for it all again."""
         for manifest in plan.create_trials:
@@ -509,9 +524,12 @@ class ExperimentController:
             self._finish(plan, trial, stop_reason, now)
         elif pod.phase == "Succeeded" and kind == OUTCOME_PAUSED:
             self._set(trial, now, phase="Paused", reason="SchedulerPaused", message=None)
-        elif pod.phase == "Succeeded":
+        elif pod.phase == "Succeeded" and kind == OUTCOME_TERMINATED:
             self._disrupted(plan, trial, pod.disruption or "Terminated",
                             "the trial was terminated before it finished, after a final checkpoint", now)
+        elif pod.phase == "Succeeded":
+            self._fail_attempt(plan, trial, "NoOutcome", "the trial's process exited 0 without the runtime's outcome "
+                               "(is the pod's command `python -m kubetune.runtime`?)", now)
         elif pod.disruption or pod.deleting:
             self._disrupted(plan, trial, pod.disruption or "PodDeleted",
                             st.truncate_message(pod.message or "the trial's pod was deleted", 300), now)
@@ -571,6 +589,12 @@ class ExperimentController:
             elif pod.phase == "Running" and trial.phase != "Running" and not pod.deleting:
                 self._set(trial, now, phase="Running", reason="Running", message=None)
                 plan.events.append((trial.name, "Normal", "TrialStarted", f"pod {pod.name} is running"))
+            elif pod.phase == "Pending" and pod.waiting and trial.status.get("reason") != pod.waiting[0]:
+                reason, message = pod.waiting
+                self._set(trial, now, reason=reason, message=st.truncate_message(message, 1024))
+                plan.events.append((trial.name, "Warning", "TrialWaiting", f"pod {pod.name}: {reason}: {message}"))
+            elif pod.phase == "Pending" and not pod.waiting and trial.status.get("reason") in WAITING_CAUSES:
+                self._set(trial, now, reason="Starting", message=None)  # the cause went away
         stop_reason = self.stop_reason = self.stopping_reason(now)  # outcomes of this pass count too
         self._resume_paused(plan, now, stop_reason, suspended)
         self._new_trials(plan, now, stop_reason, suspended)
@@ -695,17 +719,25 @@ class ExperimentController:
             self.exp_written_at = now
 
     def health_conditions(self, conditions: list | None, now: datetime) -> list[dict]:
-        """``conditions`` with ``Ready`` (the latest spec accepted, or why not) and ``Degraded`` (the last
-        pass failed, and why) as this controller knows them."""
+        """``conditions`` with ``Ready`` (the latest spec accepted, or why not), ``Degraded`` (the last
+        pass failed, and why) and ``TrialsWaiting`` (trial pods that cannot start, and why: unschedulable,
+        a missing Secret, an image that cannot be pulled) as this controller knows them."""
         gen = self.experiment["metadata"].get("generation")
         if self.invalid:
             conditions = st.set_condition(conditions, "Ready", False, "InvalidSpec", self.invalid, gen, now)
         else:
             conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", gen, now)
         if self.degraded:
-            return st.set_condition(conditions, "Degraded", True, "ReconcileError", self.degraded, gen, now)
-        if st.get_condition(conditions, "Degraded"):
-            return st.set_condition(conditions, "Degraded", False, "ReconcileSucceeded", "", gen, now)
+            conditions = st.set_condition(conditions, "Degraded", True, "ReconcileError", self.degraded, gen, now)
+        elif st.get_condition(conditions, "Degraded"):
+            conditions = st.set_condition(conditions, "Degraded", False, "ReconcileSucceeded", "", gen, now)
+        waiting = [t for t in self.trials.values() if t.phase == "Pending" and t.status.get("reason") in WAITING_CAUSES]
+        if waiting:
+            first = min(waiting, key=lambda t: t.index)
+            message = f"{len(waiting)} trial(s) cannot start; {first.name}: {first.status.get('message')}"
+            return st.set_condition(conditions, "TrialsWaiting", True, first.status["reason"], message, gen, now)
+        if st.get_condition(conditions, "TrialsWaiting"):
+            conditions = st.set_condition(conditions, "TrialsWaiting", False, "NoTrialWaiting", "", gen, now)
         return conditions
 
     @property

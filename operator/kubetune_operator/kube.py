@@ -24,6 +24,8 @@ from .tokens import key_from_secret_data, key_secret_data, new_key
 
 log = logging.getLogger("kubetune.kube")
 _FAILED = object()
+#: HTTP statuses of a create the API server refused for what it contains (not for load or quota).
+_INVALID = (400, 422)
 
 
 def api_message(exc: Exception) -> str:
@@ -160,6 +162,9 @@ class Kube:
                 return await self.call(fn, *args)
             except Exception as exc:  # noqa: BLE001 - reported, then retried by the next pass
                 errors.append(f"{what}: {api_message(exc)}")
+                if fn == self._create_pod and getattr(exc, "status", None) in _INVALID:
+                    ctl.pod_rejected(f"the API server refused trial pod {args[0]['metadata']['name']}: "
+                                     f"{api_message(exc)}")
                 return _FAILED
 
         uids = await asyncio.gather(*(attempt(f"create trial {m['metadata']['name']}", self._create_trial, m)

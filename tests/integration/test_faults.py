@@ -206,3 +206,33 @@ def test_an_invalid_edit_keeps_ready_false_while_the_last_valid_spec_runs(cluste
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "loguniform" in ready["message"]
     wait_for(lambda: phase_is(custom, namespace, "edited", "Succeeded", "Failed"), what="the last valid spec to end")
     assert get(custom, namespace, "experiments", "edited")["status"]["phase"] == "Succeeded"
+
+
+def test_trials_that_cannot_start_say_why(cluster, operator, custom, core, namespace, storage_secret):
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "greedy", cluster, storage_secret, config={"x": 1}, resourcesPerTrial={"gpu": 8}))
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "typo", cluster, "s3-credz", config={"x": 1}))
+    bad = experiment("sideways", cluster, storage_secret, config={"x": 1},
+                     template={"tolerations": [{"key": "k", "operator": "Sideways"}]})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", bad)
+
+    greedy = wait_for(lambda: condition(custom, namespace, "greedy", "TrialsWaiting").get("status") == "True"
+                      and condition(custom, namespace, "greedy", "TrialsWaiting"), what="TrialsWaiting on greedy")
+    assert greedy["reason"] == "Unschedulable" and "nvidia.com/gpu" in greedy["message"], greedy
+    trial = get(custom, namespace, "trials", "greedy-00000")["status"]
+    assert trial["phase"] == "Pending" and trial["reason"] == "Unschedulable"
+
+    typo = wait_for(lambda: condition(custom, namespace, "typo", "TrialsWaiting").get("status") == "True"
+                    and condition(custom, namespace, "typo", "TrialsWaiting"), what="TrialsWaiting on typo")
+    assert typo["reason"] == "CreateContainerConfigError" and "s3-credz" in typo["message"], typo
+    env = cluster.env()  # the user fixes it: the Secret appears, the trial starts and finishes
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "s3-credz"}, "stringData": {
+        "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
+    wait_for(lambda: phase_is(custom, namespace, "typo", "Succeeded"), timeout=120, what="typo to succeed")
+    assert condition(custom, namespace, "typo", "TrialsWaiting")["status"] == "False"
+
+    ready = wait_for(lambda: condition(custom, namespace, "sideways", "Ready").get("status") == "False"
+                     and condition(custom, namespace, "sideways", "Ready"), what="Ready=False on sideways")
+    assert "Sideways" in ready["message"] and "refused trial pod" in ready["message"], ready
+    assert any("Sideways" in e.message for e in events(core, namespace, "APICallsFailed"))

@@ -110,6 +110,21 @@ def test_malformed_batches_get_400_and_change_nothing(registry, body):
     assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
 
 
+def test_a_large_valid_batch_is_read_whole():
+    settings = Settings(collector=CollectorSettings(max_body_bytes=2_000_000, max_results_per_batch=1000))
+    reg = Registry(settings, KEY, ConfigMaps().write)
+    ctl = reg.load(experiment())
+    for manifest in ctl.plan({}, 0.0).create_trials:
+        ctl.trial_created(manifest["metadata"]["name"], "uid")
+    ctl.adopted = True
+    results = [{"acc": i / 1000, "training_iteration": i, "note": "x" * 400} for i in range(1, 1001)]
+    body = json.dumps(batch(results=results)).encode()
+    assert len(body) > 400_000  # arrives in many chunks
+    status, reply = post(reg, body, token())
+    assert status == 200, reply
+    assert reg.get("ns", "exp").trials["exp-00000"].status["iteration"] == 1000
+
+
 def test_oversized_bodies_get_413(registry):
     big = batch(results=[{"acc": 0.5, "note": "x" * 5000}])
     status, reply = post(registry, big, token())

@@ -297,3 +297,37 @@ def test_the_experiment_status_holds_no_searcher_state():
     plan = ctl.plan({}, T0)
     assert "searcherState" not in plan.experiment_status  # it lives in the journal, however large
     assert [entry[0] for entry in ctl.journal.pending] == ["suggest", "add", "suggest", "add"]
+
+
+def test_a_pod_that_cannot_start_says_why_in_the_trial_and_the_experiment(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    body = {"metadata": {"name": "exp-00000-0", "labels": {"kubetune.io/trial": "exp-00000", "kubetune.io/attempt": "0"}},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}}
+    plan = ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 2)
+    trial = ctl.trials["exp-00000"]
+    assert trial.phase == "Pending" and trial.status["reason"] == "Unschedulable"
+    assert "Insufficient nvidia.com/gpu" in trial.status["message"]
+    assert [e[2] for e in plan.events if e[0] == "exp-00000"] == ["TrialWaiting"]
+    waiting = next(c for c in plan.experiment_status["conditions"] if c["type"] == "TrialsWaiting")
+    assert waiting["status"] == "True" and waiting["reason"] == "Unschedulable"
+    assert "exp-00000: 0/2 nodes are available" in waiting["message"]
+    body["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                      "containerStatuses": [{"name": "trial", "state": {"waiting": {
+                          "reason": "CreateContainerConfigError", "message": 'secret "s3-credz" not found'}}}]}
+    ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 3)
+    assert trial.status["reason"] == "CreateContainerConfigError" and "s3-credz" in trial.status["message"]
+    body["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    plan = ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 9)
+    assert trial.status["reason"] == "Starting"
+    waiting = next(c for c in ctl.exp_status["conditions"] if c["type"] == "TrialsWaiting")
+    assert waiting["status"] == "False"
+
+
+def test_a_pod_the_api_server_refuses_makes_the_experiment_not_ready(ctl):
+    ctl.pod_rejected('the API server refused trial pod exp-00000-0: Pod "exp-00000-0" is invalid: spec.tolerations')
+    plan = ctl.plan({}, T0)
+    ready = next(c for c in plan.experiment_status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "tolerations" in ready["message"]
