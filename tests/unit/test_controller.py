@@ -302,7 +302,8 @@ def test_the_experiment_status_holds_no_searcher_state():
 def test_a_pod_that_cannot_start_says_why_in_the_trial_and_the_experiment(ctl):
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
-    body = {"metadata": {"name": "exp-00000-0", "labels": {"kubetune.io/trial": "exp-00000", "kubetune.io/attempt": "0"}},
+    labels = {"kubetune.io/trial": "exp-00000", "kubetune.io/attempt": "0"}
+    body = {"metadata": {"name": "exp-00000-0", "labels": labels},
             "status": {"phase": "Pending", "conditions": [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                  "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}}
