@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
+from kubetune.env import OUTCOME_COMPLETED, OUTCOME_FENCED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
 from kubetune.search import parse_space
 from kubetune.stopping import should_stop
 
@@ -185,6 +185,7 @@ class ExperimentController:
         self.applied: dict[str, list] = {}  # trial -> [highest training_iteration seen, decision, attempt]
         self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
         self.finish_told = False  # the scheduler was told the searcher is finished
+        self.pods_seen = False  # the first plan() has compared the Trials' attempts with their pods
         meta = experiment["metadata"]
         self.journal = Journal(meta["namespace"], meta["name"], meta.get("uid") or "")
         self.update(experiment)
@@ -223,9 +224,15 @@ class ExperimentController:
                 searcher.set_state(old.get_state())  # model-based searchers keep what they learned
             except (ValueError, TypeError, KeyError) as exc:
                 raise InvalidSpec(f"the new spec does not fit what the searcher has learned: {exc}") from exc
+        params = dict(sched.get("params") or {})
+        if getattr(self, "scheduler", None) is not None and type(self.scheduler) is type(scheduler) \
+                and params != self.scheduler_params:
+            raise InvalidSpec("scheduler.params cannot change while the experiment runs (what the scheduler "
+                              "has decided belongs to the parameters it started with); the previous ones stay in "
+                              "force: create a new Experiment to use new ones")
         if getattr(self, "scheduler", None) is None or type(self.scheduler) is not type(scheduler):
             self.journal.snapshot_due = hasattr(self, "scheduler")
-            self.scheduler = scheduler
+            self.scheduler, self.scheduler_params = scheduler, params
         self.journal.snapshot_due |= old is not None and not searcher.stateless
         self.journal.enabled = not (searcher.stateless and self.scheduler.stateless)
         self.searcher, self.time_budget_s = searcher, budget
@@ -527,6 +534,8 @@ class ExperimentController:
         elif pod.phase == "Succeeded" and kind == OUTCOME_TERMINATED:
             self._disrupted(plan, trial, pod.disruption or "Terminated",
                             "the trial was terminated before it finished, after a final checkpoint", now)
+        elif pod.phase == "Succeeded" and kind == OUTCOME_FENCED:
+            self._disrupted(plan, trial, "Fenced", "the collector refused the attempt's token; it stopped at once", now)
         elif pod.phase == "Succeeded":
             self._fail_attempt(plan, trial, "NoOutcome", "the trial's process exited 0 without the runtime's outcome "
                                "(is the pod's command `python -m kubetune.runtime`?)", now)
@@ -545,6 +554,12 @@ class ExperimentController:
         """
         now = time.time() if now is None else now
         plan = Plan()
+        if not self.pods_seen:  # first pass after a (re)start: a newer attempt than the status says wins
+            self.pods_seen = True
+            for pod in pods.values():
+                trial = self.trials.get(pod.trial)
+                if trial is not None and pod.attempt > trial.attempt and pod.owner_uid in (None, trial.uid):
+                    self._set(trial, now, attempt=pod.attempt, podName=pod.name)
         self.exp_status.setdefault("startTime", _now_iso(now))
         stop_reason = self.stopping_reason(now)
         suspended = bool(self.spec.get("suspend"))

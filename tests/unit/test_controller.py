@@ -332,3 +332,26 @@ def test_a_pod_the_api_server_refuses_makes_the_experiment_not_ready(ctl):
     plan = ctl.plan({}, T0)
     ready = next(c for c in plan.experiment_status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "tolerations" in ready["message"]
+
+
+def test_an_edit_of_scheduler_params_is_refused_and_the_old_ones_stay():
+    sched = {"name": "asha", "params": {"grace_period": 1, "max_t": 9}}
+    ctl = ExperimentController(experiment(scheduler=sched), Settings(), KEY)
+    edited = experiment(scheduler={"name": "asha", "params": {"grace_period": 3, "max_t": 9}})
+    with pytest.raises(InvalidSpec, match="scheduler.params cannot change"):
+        ctl.update(edited)
+    assert ctl.scheduler.grace_period == 1
+    ctl.update(experiment(scheduler=sched, maxConcurrentTrials=3))  # other edits apply
+    assert ctl._limit() == 3
+
+
+def test_a_restarted_operator_takes_the_newest_attempt_its_pods_show():
+    ctl = ExperimentController(experiment(), Settings(), KEY)
+    trial = {"metadata": {"name": "exp-00000", "uid": "uid-exp-00000"}, "spec": {"index": 0, "config": {"lr": 1}},
+             "status": {"phase": "Pending", "attempt": 1}}  # attempt 2's status write was lost
+    ctl.observe_trial(trial)
+    ctl.restore([])
+    plan = ctl.plan({"exp-00000-2": pod("exp-00000-2", "Running")}, T0)
+    assert ctl.trials["exp-00000"].attempt == 2 and ctl.trials["exp-00000"].phase == "Running"
+    assert ctl.record_results("exp-00000", 2, [{"training_iteration": 1, "acc": 0.5}], None) == "continue"
+    assert plan.create_pods == []

@@ -87,15 +87,18 @@ def test_a_413_splits_the_batch_without_losing_results():
     assert [r["training_iteration"] for r in collector.results()] == list(range(1, 41))
 
 
-def test_wrong_token_is_retried_not_dropped():
+def test_a_refused_token_fences_the_attempt_at_once():
     collector = Collector().start()
     reporter = Reporter(collector.url, "wrong", namespace="ns", experiment="exp", trial="t", attempt=0,
                         backoff_s=(0.02, 0.05))
     reporter.start()
     reporter.report(_result(1))
-    wait_for(lambda: collector.bad_auth >= 3, 5, "three rejected attempts")
-    assert reporter.pending == 1 and collector.batches == []
-    assert not reporter.close(0.2)
+    wait_for(reporter.fenced.is_set, 5, "the attempt to be fenced")
+    assert reporter.take_decision() == "fenced"
+    reporter.report(_result(2))
+    time.sleep(0.2)
+    assert collector.bad_auth == 1 and collector.batches == []  # asked once, then nothing more is sent
+    assert reporter.close(0.2)  # nothing left to send: closes at once
     collector.stop()
 
 

@@ -104,6 +104,22 @@ def test_import_path_and_restart_continue_from_the_latest_checkpoint(tmp_path):
         (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]
 
 
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_next_newest(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    policy = CheckpointPolicy(frequency=2, atEnd=False)
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 4},
+                                           checkpoint=policy, **_source()))
+    assert code == 0, output
+    assert [c.iteration for c in list_checkpoints(storage, trial_dir)[0]] == [2, 4]
+    storage.put_bytes(f"{trial_dir}/checkpoint_000004/state.json", b"{")  # cut short: not its committed size
+    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 6},
+                                           checkpoint=policy, attempt=1, **_source()))
+    assert code == 0, output
+    assert "cannot restore" in output and "checkpoint_000004" in output and "at iteration 2" in output
+    assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [
+        (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]  # iterations 3 and 4 ran again, each logged once
+
+
 def test_cloudpickled_function_trainable(tmp_path):
     storage, trial_dir = _storage(tmp_path)
 
@@ -225,6 +241,22 @@ def test_collector_decisions(tmp_path, decision, at_end, expected):
     else:
         assert 5 <= last <= 10  # the decision arrives a step or a few later
         assert committed == ([] if expected is None else [last])
+
+
+def test_a_stale_attempt_stops_at_once_and_writes_nothing_more(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    collector = Collector().start()
+    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.05}, stop={"training_iteration": 100},
+                      collector=collector, checkpoint=CheckpointPolicy(frequency=1, atEnd=True), **_source())
+    env["KUBETUNE_TOKEN"] = "a-token-the-collector-refuses"  # as for an attempt the operator replaced
+    code, output = run_runtime(env)
+    collector.stop()
+    assert code == 0, output
+    message = json.loads((tmp_path / "termination-log").read_text())
+    assert message["outcome"] == "fenced"
+    committed = [c.iteration for c in list_checkpoints(storage, trial_dir)[0]]
+    assert message["iteration"] < 20 and max(committed, default=0) <= message["iteration"]
+    assert "end: fenced" not in output and collector.bad_auth == 1
 
 
 def test_invalid_environment_exits_2(tmp_path):

@@ -55,12 +55,14 @@ COLLECTOR_RESULTS_PATH = "/v1alpha1/results"
 #: "result": compacted last result | null}`` (:func:`compact_result`) as JSON to the termination
 #: message, so the operator knows how the attempt ended and its last result even after its own
 #: restart: the trial finished (``done``, stop criteria), the collector said stop, the collector said
-#: pause, or SIGTERM ended it (after a final checkpoint). On a non-zero exit the message is the
-#: traceback's tail instead.
+#: pause, SIGTERM ended it (after a final checkpoint), or the collector answered 401: the attempt is
+#: stale (a newer one owns the trial), so it stopped at once without writing anything more. On a
+#: non-zero exit the message is the traceback's tail instead.
 OUTCOME_COMPLETED = "completed"
 OUTCOME_STOPPED = "stopped"
 OUTCOME_PAUSED = "paused"
 OUTCOME_TERMINATED = "terminated"
+OUTCOME_FENCED = "fenced"
 #: Decisions the collector may reply with.
 DECISIONS = ("continue", "stop", "pause", "checkpoint")
 #: Largest request body the collector accepts, in bytes.

@@ -15,7 +15,9 @@ Delivery rules:
       (the scheduler decides on the newest);
     * the latest committed checkpoint rides on the next batch (a batch with no results is sent for it);
     * a 413 halves the batch; a result alone larger than ``MAX_BATCH_BYTES`` is dropped; a 400 drops
-      the batch (it would never be accepted); other failures are retried;
+      the batch (it would never be accepted); a 401 fences the attempt (a newer one owns the trial:
+      :meth:`Reporter.take_decision` says :data:`FENCED`, nothing more is sent); other failures are
+      retried;
     * :meth:`Reporter.close` sends what is left with ``done: true`` on the last batch.
 
 Results go out without their ``config`` key: the operator holds each trial's config already, and it
@@ -37,6 +39,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kubetune.env import COLLECTOR_RESULTS_PATH, DECISIONS, MAX_BATCH_BYTES
+
+#: What :meth:`Reporter.take_decision` returns once the collector refused this attempt's token.
+FENCED = "fenced"
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,10 @@ class _Rejected(Exception):
 
 class _TooLarge(Exception):
     """The collector answered 413."""
+
+
+class _Fenced(Exception):
+    """The collector answered 401: this attempt's token is not (or no longer) the trial's."""
 
 
 class Reporter:
@@ -115,6 +124,8 @@ class Reporter:
         self._final_decision: str | None = None
         self._checkpoint_requested = False
         self._conn: http.client.HTTPConnection | None = None
+        #: Set once the collector said this attempt is stale (401): the attempt must stop writing at once.
+        self.fenced = threading.Event()
         self.dropped = 0
         self.delivered = 0
         self._thread = threading.Thread(target=self._run, name="kubetune-reporter", daemon=True)
@@ -148,6 +159,8 @@ class Reporter:
         ``stop`` and ``pause`` stay pending once received (the first one wins); ``checkpoint`` is
         returned once per request.
         """
+        if self.fenced.is_set():
+            return FENCED
         if self._final_decision is not None:
             return self._final_decision
         if self._checkpoint_requested:
@@ -212,6 +225,14 @@ class Reporter:
             except _Rejected as exc:
                 log.error("collector rejected a batch of %d results (%s); dropping it", covered, exc)
                 decision, sent = "continue", 0
+            except _Fenced as exc:
+                log.error("collector refused this attempt's token (%s): a newer attempt owns the trial; stopping", exc)
+                with self._cond:
+                    self.fenced.set()
+                    self._buffer.clear()
+                    self._done_sent = True
+                    self._cond.notify_all()
+                return
             except _Retry as exc:
                 failures += 1
                 now = time.monotonic()
@@ -286,6 +307,8 @@ class Reporter:
             raise _TooLarge()
         if response.status == 400:
             raise _Rejected(data[:200].decode(errors="replace"))
+        if response.status == 401:
+            raise _Fenced(data[:200].decode(errors="replace"))
         if response.status != 200:
             raise _Retry(f"HTTP {response.status}")
         try:

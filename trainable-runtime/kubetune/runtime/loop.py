@@ -38,10 +38,10 @@ from pathlib import Path
 
 from kubetune.checkpoint import find_checkpoint_dir
 from kubetune.checkpoints import (
-    apply_retention, commit_checkpoint, latest_committed, restore_checkpoint,
+    apply_retention, commit_checkpoint, list_checkpoints, restore_checkpoint,
 )
 from kubetune.env import TrialEnv
-from kubetune.reporter import Reporter, json_default
+from kubetune.reporter import FENCED, Reporter, json_default
 from kubetune.runtime.loader import load_trainable_class
 from kubetune.runtime.results import ResultLog
 from kubetune.stopping import flatten, should_stop
@@ -119,17 +119,32 @@ class TrialRunner:
         """Restore the trial's latest committed checkpoint, else ``restoreFrom``; return the iteration.
 
         The trial's own checkpoint wins: a retry or resume continues where this trial got to, and
-        ``restoreFrom`` only seeds its first attempt.
+        ``restoreFrom`` only seeds its first attempt. A committed checkpoint that cannot be restored
+        (files missing or cut short in storage, or ``load_checkpoint`` failing on it) is skipped with a
+        warning for the next newest one, so one corrupt checkpoint does not fail every retry.
+
+        Raises:
+            Exception: no checkpoint could be restored (the newest one's error).
         """
-        latest = latest_committed(self.storage, self.env.trial_dir_uri)
-        if latest is not None:
-            uri = latest[0]
-        elif self.env.restore_from:
+        committed, _ = list_checkpoints(self.storage, self.env.trial_dir_uri)
+        candidates = [ref.uri for ref in reversed(committed)]
+        if not candidates and self.env.restore_from:
             match = _CHECKPOINT_IN_URI.match(self.env.restore_from.rstrip("/"))
-            uri = match.group(1) if match else self.env.restore_from.rstrip("/")
-        else:
+            candidates = [match.group(1) if match else self.env.restore_from.rstrip("/")]
+        if not candidates:
             log.info("no committed checkpoint; starting at iteration 0")
             return 0
+        first_error = None
+        for uri in candidates:
+            try:
+                return self._restore_from(uri)
+            except Exception as exc:  # noqa: BLE001 - the next newest checkpoint is tried
+                first_error = first_error or exc
+                log.warning("cannot restore %s (%s: %s); trying the next newest checkpoint", uri,
+                            type(exc).__name__, exc)
+        raise first_error
+
+    def _restore_from(self, uri: str) -> int:
         local = self.workdir / "restore" / uri.rsplit("/", 1)[-1]
         shutil.rmtree(local, ignore_errors=True)
         metadata = restore_checkpoint(self.storage, uri, local)
@@ -182,6 +197,8 @@ class TrialRunner:
             self.reporter.report(result)
         self._log_progress(result)
         decision = self.reporter.take_decision() if self.reporter is not None else None
+        if decision == FENCED:
+            return FENCED  # before any checkpoint: the trial folder is no longer this attempt's
         frequency = self.env.checkpoint.frequency
         if result.get("should_checkpoint"):
             self.checkpoint("should_checkpoint")
@@ -239,6 +256,8 @@ class TrialRunner:
                 final checkpoint may replace one of the same iteration).
         """
         with self._checkpoint_lock:
+            if self.reporter is not None and self.reporter.fenced.is_set():
+                return None
             state = self.trainable.get_state()
             iteration = state["iteration"]
             if not self._can_checkpoint or iteration == 0 or (iteration == self.committed_iteration and not force):
@@ -288,6 +307,11 @@ class TrialRunner:
             Exception: the final checkpoint or result upload failed.
         """
         log.info("trial ends: %s at iteration %d", reason, self.trainable.iteration if self.trainable else 0)
+        if reason == FENCED:  # write nothing more: no checkpoint, no result upload, no final batch
+            self.results.close()
+            if stop_trainable and self.trainable is not None:
+                self.trainable.stop()
+            return
         if self.trainable is not None and (reason in _ALWAYS_CHECKPOINT or self.env.checkpoint.atEnd):
             self.checkpoint(f"end: {reason}")
         self.results.sync()

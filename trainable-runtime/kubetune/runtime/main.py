@@ -35,7 +35,7 @@ from pathlib import Path
 
 from kubetune import env as trial_env
 from kubetune.reporter import Reporter
-from kubetune.runtime.loop import DONE, PAUSE, STOP, STOP_CRITERIA, TERMINATED, Abandoned, TrialRunner
+from kubetune.runtime.loop import DONE, FENCED, PAUSE, STOP, STOP_CRITERIA, TERMINATED, Abandoned, TrialRunner
 from kubetune.storage import join_uri, open_storage
 
 log = logging.getLogger("kubetune.runtime")
@@ -48,7 +48,8 @@ TERMINATION_MESSAGE_BYTES = 4096
 _ERROR_TXT_BYTES = 64 << 10
 #: How each way of ending reads in the termination message.
 OUTCOMES = {DONE: trial_env.OUTCOME_COMPLETED, STOP_CRITERIA: trial_env.OUTCOME_COMPLETED,
-            STOP: trial_env.OUTCOME_STOPPED, PAUSE: trial_env.OUTCOME_PAUSED, TERMINATED: trial_env.OUTCOME_TERMINATED}
+            STOP: trial_env.OUTCOME_STOPPED, PAUSE: trial_env.OUTCOME_PAUSED, TERMINATED: trial_env.OUTCOME_TERMINATED,
+            FENCED: trial_env.OUTCOME_FENCED}
 
 
 #: Bytes of the last result kept in the termination message (the rest of the message fits in 1 KiB).
