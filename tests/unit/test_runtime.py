@@ -120,6 +120,18 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_next_newest(tmp_path):
         (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]  # iterations 3 and 4 ran again, each logged once
 
 
+def test_a_trial_restored_at_its_stop_criteria_runs_no_further_step(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    policy = CheckpointPolicy(frequency=0, atEnd=True)
+    for attempt in (0, 1):  # the second attempt restores the checkpoint taken at iteration 4
+        code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 4},
+                                               checkpoint=policy, attempt=attempt, **_source()))
+        assert code == 0, output
+    assert "already meets the stop criteria" in output
+    assert [r["training_iteration"] for r in _lines(storage, trial_dir)] == [1, 2, 3, 4]
+    assert json.loads((tmp_path / "termination-log").read_text())["iteration"] == 4
+
+
 def test_cloudpickled_function_trainable(tmp_path):
     storage, trial_dir = _storage(tmp_path)
 

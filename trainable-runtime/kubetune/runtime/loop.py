@@ -84,6 +84,7 @@ class TrialRunner:
         self.committed_iteration = 0
         self.checkpoint_uri: str | None = None
         self.last_result: dict | None = None  # of this attempt; the termination message carries it
+        self.restored_result: dict | None = None  # the last result of the trial's own restored checkpoint
         self._last_progress = float("-inf")
         self._checkpoint_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -153,6 +154,7 @@ class TrialRunner:
         iteration = self.trainable.iteration
         if uri.startswith(join_uri(self.env.trial_dir_uri) + "/"):
             self.committed_iteration, self.checkpoint_uri = iteration, uri
+            self.restored_result = metadata.get("last_result") or None
         log.info("restored %s at iteration %d", uri, iteration)
         return iteration
 
@@ -163,7 +165,17 @@ class TrialRunner:
         self._terminate.set()
 
     def run(self) -> str:
-        """Call :meth:`iterate` until the trial ends; return the reason."""
+        """Call :meth:`iterate` until the trial ends; return the reason.
+
+        A trial restored from its own checkpoint whose last result already ended it (``done``, or the
+        stop criteria) ends at once, without another ``step()``.
+        """
+        last = self.restored_result
+        if last and last.get("done"):
+            return DONE
+        if last and self._stop_keys and should_stop(self._stop_view(last), self.env.stop)[0]:
+            log.info("the restored checkpoint's result already meets the stop criteria")
+            return STOP_CRITERIA
         while True:
             reason = self.iterate()
             if reason is not None:
