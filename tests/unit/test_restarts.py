@@ -266,3 +266,20 @@ def test_the_journal_of_an_earlier_experiment_of_the_same_name_is_ignored():
     world.trials.clear()
     world.boot()
     assert world.ctl.journal.next_seq == 0 and world.ctl.applied == {} and not world.ctl.trials
+
+
+def test_nan_and_infinite_metrics_reach_the_scheduler_and_the_journal_but_never_a_status():
+    world = World({"scheduler": SCHEDULERS["asha"]})
+    world.reconcile()
+    world.reconcile()
+    decisions = [world.ctl.record_results(f"exp-0000{i}", 0, [{"training_iteration": 1, "score": value}], None)
+                 for i, value in enumerate([math.nan, math.inf, -math.inf])]
+    assert decisions == ["continue", "continue", "stop"]  # NaN is ignored by the cutoff, -inf is below inf
+    world.commit()
+    rung = world.ctl.scheduler.rungs[0][-1][1]  # the grace-period rung
+    assert math.isnan(rung["exp-00000"]) and rung["exp-00001"] == math.inf
+    plan = world.ctl.plan(dict(world.pods), world.now + 10)
+    json.dumps([plan.trial_status, plan.experiment_status], allow_nan=False)  # Kubernetes' JSON has no NaN
+    world.boot()  # the journal keeps NaN and infinities as they were
+    rung = world.ctl.scheduler.rungs[0][-1][1]
+    assert math.isnan(rung["exp-00000"]) and rung["exp-00001"] == math.inf and rung["exp-00002"] == -math.inf
