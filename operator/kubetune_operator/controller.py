@@ -173,7 +173,8 @@ class ExperimentController:
         self.key = key
         self.trials: dict[str, TrialState] = {}
         self.stop_reason: str | None = None  # as of the last plan(); the collector answers by it
-        self.adopted = False  # the Trials that exist in the API have been read (the daemon does it first)
+        self.restored = False  # the Trials in the API and the journal have been read (the daemon does it first)
+        self.adopted = False  # ... and the first plan() has run: the collector may take results
         self.created_pods: dict[str, float] = {}
         self.exp_written_at = 0.0
         self.exp_write_failed = False
@@ -185,7 +186,6 @@ class ExperimentController:
         self.applied: dict[str, list] = {}  # trial -> [highest training_iteration seen, decision, attempt]
         self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
         self.finish_told = False  # the scheduler was told the searcher is finished
-        self.pods_seen = False  # the first plan() has compared the Trials' attempts with their pods
         meta = experiment["metadata"]
         self.journal = Journal(meta["namespace"], meta["name"], meta.get("uid") or "")
         self.update(experiment)
@@ -265,7 +265,8 @@ class ExperimentController:
 
     def restore(self, configmaps: list[dict]) -> None:
         """Rebuild what the searcher and scheduler knew from the stored journal, after :meth:`observe_trial`
-        has taken every Trial in the API; then the controller is ``adopted``.
+        has taken every Trial in the API; then the controller is ``restored`` (and ``adopted``, ready for
+        the collector, once its first :meth:`plan` has compared the Trials with their pods).
 
         Args:
             configmaps: the Experiment's journal ConfigMaps (see :mod:`kubetune_operator.journal`).
@@ -284,7 +285,7 @@ class ExperimentController:
                     self._do("add", trial.name)
         highest = max((t.index for t in self.trials.values()), default=-1)
         self.missing = set(range(highest + 1)) - {t.index for t in self.trials.values()}
-        self.adopted = True
+        self.restored = True
 
     def snapshot(self) -> dict:
         """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions."""
@@ -554,12 +555,12 @@ class ExperimentController:
         """
         now = time.time() if now is None else now
         plan = Plan()
-        if not self.pods_seen:  # first pass after a (re)start: a newer attempt than the status says wins
-            self.pods_seen = True
+        if not self.adopted:  # first pass after a (re)start: a newer attempt than the status says wins
             for pod in pods.values():
                 trial = self.trials.get(pod.trial)
                 if trial is not None and pod.attempt > trial.attempt and pod.owner_uid in (None, trial.uid):
                     self._set(trial, now, attempt=pod.attempt, podName=pod.name)
+            self.adopted = True  # now the collector may take results: every trial's attempt is known
         self.exp_status.setdefault("startTime", _now_iso(now))
         stop_reason = self.stopping_reason(now)
         suspended = bool(self.spec.get("suspend"))

@@ -182,7 +182,7 @@ async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.In
         Exception: anything else (the caller reports it as ``Degraded`` and backs off).
     """
     namespace, name = ctl.namespace, ctl.name
-    if not ctl.adopted:
+    if not ctl.restored:
         for trial in await kube.call(kube.list_trials, namespace, name, ctl.experiment["metadata"].get("uid")):
             ctl.observe_trial(trial)
         ctl.restore(await kube.call(kube.list_journal, namespace, name))
