@@ -54,9 +54,12 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.unit.journal_store, in the spawned server too
 
 from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator.collector import make_app
@@ -66,6 +69,7 @@ from kubetune_operator.labels import pod_name
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import mint_token, new_key
+from tests.unit.journal_store import ConfigMaps
 
 NAMESPACE, EXPERIMENT = "bench", "asha-bench"
 GOAL_RESULTS_PER_S, GOAL_P99_MS = 5000, 20.0
@@ -95,9 +99,11 @@ def load_registry(key: bytes, trials: int) -> tuple[Registry, dict[str, PodView]
     Raises:
         RuntimeError: the controller did not bring every trial to Running.
     """
-    registry = Registry(Settings(), key)
+    # The journal is committed before every answer, as in the operator, into ConfigMaps held in memory:
+    # this measures the collector's own work, not the API server's write latency.
+    registry = Registry(Settings(), key, ConfigMaps().write)
     ctl = registry.load(experiment(trials))
-    ctl.adopted = True  # no Trials existed before: what the daemon's first pass finds
+    ctl.restore([])  # no Trials or journal existed before: what the daemon's first pass finds
     now = time.time()
     for manifest in ctl.plan({}, now).create_trials:
         ctl.trial_created(manifest["metadata"]["name"], "uid-" + manifest["metadata"]["name"])
