@@ -57,8 +57,13 @@ def run_with_kills(custom, operator, namespace, spec, expected_trials):
     name = spec["metadata"]["name"]
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
     with Killer(operator) as killer:
-        wait_for(lambda: phase_is(custom, namespace, name, "Succeeded", "Failed"), timeout=300,
-                 what=f"{name} to finish while its operator is killed every 3 s")
+        try:
+            wait_for(lambda: phase_is(custom, namespace, name, "Succeeded", "Failed"), timeout=300,
+                     what=f"{name} to finish while its operator is killed every 3 s")
+        except AssertionError as exc:  # say where each trial got stuck
+            states = {n: {k: t.get("status", {}).get(k) for k in ("phase", "reason", "attempt", "iteration")}
+                      for n, t in sorted(trials(custom, namespace).items())}
+            raise AssertionError(f"{exc}; trials: {states}") from None
     assert killer.kills >= 2
     exp = get(custom, namespace, "experiments", name)
     assert exp["status"]["phase"] == "Succeeded", exp["status"]

@@ -139,3 +139,30 @@ def test_state_round_trip_mid_rung():
 def test_bad_parameters(params, message):
     with pytest.raises(ValueError, match=message):
         hyperband(**params)
+
+
+def test_a_winner_that_paused_on_an_earlier_answer_is_resumed():
+    # Two trials in a bracket closed by the end of the search; the runtime applies an answer one step
+    # late and keeps the first pause it gets.
+    scheduler = small(n=2)
+    assert report(scheduler, "t0", 1, 1.0) == PAUSE and report(scheduler, "t1", 1, 2.0) == PAUSE
+    assert scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True) == "t0"
+    assert scheduler.choose_trial_to_run(["t1"], search_finished=True) == "t1"
+    assert report(scheduler, "t1", 2, 3.0) == CONTINUE
+    assert report(scheduler, "t1", 3, 4.0) == PAUSE  # at the rung first: t1's runtime will pause
+    assert report(scheduler, "t0", 2, 1.5) == CONTINUE
+    assert report(scheduler, "t0", 3, 2.0) == STOP  # the rung is judged: t1 wins
+    assert report(scheduler, "t1", 4, 5.0) == CONTINUE  # t1's late step; it pauses anyway (first answer)
+    assert scheduler.choose_trial_to_run(["t1"], search_finished=True) == "t1"  # not forgotten
+    assert scheduler.choose_trial_to_run(["t1"], search_finished=True) is None  # resumed once
+
+
+def test_the_trial_whose_result_decides_a_rung_is_listed_too():
+    scheduler = small(n=2)
+    report(scheduler, "t0", 1, 1.0), report(scheduler, "t1", 1, 2.0)
+    scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True)
+    scheduler.choose_trial_to_run(["t1"], search_finished=True)
+    assert report(scheduler, "t1", 3, 9.0) == PAUSE
+    assert report(scheduler, "t0", 3, 1.0) == STOP  # answered directly, and listed: were it pausing, it ends
+    assert scheduler.trials_to_stop(["t0", "t1"]) == ["t0"]
+    assert scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True) == "t1"

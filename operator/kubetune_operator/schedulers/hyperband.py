@@ -161,31 +161,35 @@ class HyperBandScheduler(TrialScheduler):
         bracket = self._bracket(self._trial_info[trial_id])
         if trial_id not in bracket.live:
             return STOP  # judged out while its last result was on the way
-        if trial_id in bracket.promoted and result[self.time_attr] > bracket.live[trial_id][0]:
-            bracket.promoted.remove(trial_id)  # it runs past its rung: resumed (a repeated result is not that)
         bracket.live[trial_id] = [result[self.time_attr], self._metric_op * result[self.metric]]
         if bracket.continue_trial(trial_id):
             return CONTINUE
-        self._process(bracket, trial_id)
+        self._process(bracket)
         if trial_id not in bracket.live:
             return STOP
         return CONTINUE if bracket.continue_trial(trial_id) else PAUSE
 
-    def _process(self, bracket: _Bracket, current: str | None) -> None:
-        """Judge every rung whose trials have all arrived; ``current`` is the trial reporting now, if any."""
+    def _process(self, bracket: _Bracket) -> None:
+        """Judge every rung whose trials have all arrived.
+
+        The trial whose result completes a rung is answered directly, and listed among the stopped
+        or promoted trials too: a runtime applies an answer a step late and keeps the first stop or
+        pause it gets, so it may already be pausing on an earlier answer, and a paused trial is ended
+        or resumed only through those lists.
+        """
         halved = False
         while bracket.live and bracket.filled() and bracket.cur_iter_done():
             if bracket.finished():
-                bracket.stopped += [t for t in bracket.live if t != current]
+                bracket.stopped += list(bracket.live)
                 bracket.live.clear()
                 bracket.promoted = []
                 return
             if bracket.halves == 0:  # stop_last_trials=False: the last rung runs on
                 break
-            bracket.stopped += [t for t in bracket.successive_halving() if t != current]
+            bracket.stopped += bracket.successive_halving()
             halved = True
         if halved:
-            bracket.promoted = [t for t in bracket.live if t != current and bracket.continue_trial(t)]
+            bracket.promoted = [t for t in bracket.live if bracket.continue_trial(t)]
 
     def _forget(self, trial_id: str) -> None:
         where = self._trial_info.pop(trial_id, None)
@@ -196,7 +200,7 @@ class HyperBandScheduler(TrialScheduler):
         for ids in (bracket.promoted, bracket.stopped):
             if trial_id in ids:
                 ids.remove(trial_id)
-        self._process(bracket, None)
+        self._process(bracket)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None) -> None:
         self._forget(trial_id)
@@ -205,17 +209,20 @@ class HyperBandScheduler(TrialScheduler):
         self._forget(trial_id)
 
     def choose_trial_to_run(self, paused_ids: Sequence[str], search_finished: bool = False) -> str | None:
-        """A paused trial promoted to the next rung, or None; ``search_finished`` closes unfilled brackets."""
+        """A paused trial promoted to the next rung (it leaves the promoted list), or None;
+        ``search_finished`` closes unfilled brackets."""
         brackets = [b for band in self._bands for b in band if b is not None]
         if search_finished:
             for bracket in brackets:
                 if not bracket.closed:
                     bracket.closed = True
-                    self._process(bracket, None)
+                    self._process(bracket)
         paused = set(paused_ids)
         for bracket in brackets:
             for trial_id in bracket.promoted:
-                if trial_id in paused:
+                # still short of its next rung: a trial that paused there again waits for that rung
+                if trial_id in paused and bracket.continue_trial(trial_id):
+                    bracket.promoted.remove(trial_id)  # resumed now
                     return trial_id
         return None
 
