@@ -127,8 +127,7 @@ class Journal:
             meta["annotations"] = annotations
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
-    def _batch_write(self, first: int, entries: list[list]) -> tuple[Write, tuple[str, int]]:
-        text = _dumps(entries)
+    def _batch_write(self, first: int, text: str) -> tuple[Write, tuple[str, int]]:
         key, write = f"{first:012d}", Write()
         if self.segment is not None and self.segment_bytes + len(text) <= SEGMENT_BYTES:
             write.patches.append((self.segment, {key: text}))
@@ -154,13 +153,14 @@ class Journal:
     async def _commit_locked(self, write: Callable[[Write], Awaitable[None]], snapshot: Callable[[], dict]) -> None:
         first, entries = self.durable_seq, list(self.pending)
         if entries:
-            batch, segment = self._batch_write(first, entries)
+            text = _dumps(entries)
+            batch, segment = self._batch_write(first, text)
             await write(batch)
             self.pending = self.pending[len(entries):]
             self.durable_seq = first + len(entries)
             self.segment, self.segment_bytes = segment
             self.segments[segment[0]] = self.durable_seq - 1
-            self.bytes_since_snapshot += len(_dumps(entries))
+            self.bytes_since_snapshot += len(text)
         due = self.snapshot_due or self.bytes_since_snapshot >= max(MIN_SNAPSHOT_INTERVAL_BYTES,
                                                                     self.last_snapshot_bytes)
         if not (due and self.clean):
