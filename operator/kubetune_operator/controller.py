@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_FENCED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
-from kubetune.search import parse_space
+from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
 from . import status as st
@@ -236,6 +236,8 @@ class ExperimentController:
         self.journal.snapshot_due |= old is not None and not searcher.stateless
         self.journal.enabled = not (searcher.stateless and self.scheduler.stateless)
         self.searcher, self.time_budget_s = searcher, budget
+        #: Likely mistakes in spec.config that are valid as constants; the validate handler posts them as events.
+        self.warnings = space_warnings(spec.get("config") or {})
         self.experiment = experiment
         self.spec, self.metric, self.mode = spec, metric, mode
         self.search_finished = False

@@ -93,11 +93,13 @@ async def validate(body, namespace, name, memo: kopf.Memo, **_) -> None:
     if body.status.get("phase") in TERMINAL:
         return  # finished Experiments keep no controller in memory
     try:
-        memo.registry.load(dict(body))
+        ctl = memo.registry.load(dict(body))
     except InvalidSpec as exc:
         kopf.warn(body, reason="InvalidSpec", message=str(exc)[:1000])
         await memo.kube.call(_mark, memo.kube, body, "Ready", "InvalidSpec", str(exc))
         return
+    for warning in ctl.warnings[:5]:
+        kopf.warn(body, reason="SuspiciousConfig", message=warning[:1000])
     memo.registry.wake(namespace, name)
 
 

@@ -244,3 +244,16 @@ def test_trials_that_cannot_start_say_why(cluster, operator, custom, core, names
                      and condition(custom, namespace, "sideways", "Ready"), what="Ready=False on sideways")
     assert "Sideways" in ready["message"] and "refused trial pod" in ready["message"], ready
     assert any("Sideways" in e.message for e in events(core, namespace, "APICallsFailed"))
+
+
+def test_a_misspelled_domain_is_flagged_and_two_domains_in_one_object_refused(cluster, operator, custom, core,
+                                                                               namespace, storage_secret):
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "typo-domain", cluster, storage_secret, config={"x": 1, "lr": {"loguniforn": [0.0001, 0.1]}}))
+    flagged = wait_for(lambda: events(core, namespace, "SuspiciousConfig"), what="a SuspiciousConfig event")
+    assert "config.lr" in flagged[0].message and "loguniform" in flagged[0].message
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "two-domains", cluster, storage_secret, config={"x": 1, "lr": {"uniform": [0, 1], "choice": [1, 2]}}))
+    ready = wait_for(lambda: condition(custom, namespace, "two-domains", "Ready").get("status") == "False"
+                     and condition(custom, namespace, "two-domains", "Ready"), what="Ready=False on two-domains")
+    assert ready["reason"] == "InvalidSpec" and "several domains" in ready["message"]

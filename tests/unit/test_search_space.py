@@ -8,7 +8,6 @@ import random
 import statistics
 
 import pytest
-
 from kubetune.search import (
     Categorical,
     Domain,
@@ -28,6 +27,7 @@ from kubetune.search import (
     randint,
     randn,
     sample_from,
+    space_warnings,
     uniform,
 )
 
@@ -266,3 +266,17 @@ def test_sdk_factories_validate_too():
         choice([])
     with pytest.raises(ValueError):
         grid_search([])
+
+
+def test_an_object_with_several_domains_is_refused():
+    with pytest.raises(ValueError, match=r"config\.lr: one object holds several domains \(choice, uniform\)"):
+        parse_space({"lr": {"uniform": [0, 1], "choice": [1, 2]}})
+
+
+def test_a_misspelled_domain_is_flagged_but_kept_as_a_constant():
+    space = {"lr": {"loguniforn": [1e-4, 0.1]}, "opt": {"name": "adam"}, "layers": [{"choise": [1, 2]}]}
+    assert parse_space(space)["lr"] == {"loguniforn": [1e-4, 0.1]}
+    assert space_warnings(space) == [
+        "config.lr: {'loguniforn': ...} is taken as a constant; did you mean the loguniform domain?",
+        "config.layers[0]: {'choise': ...} is taken as a constant; did you mean the choice domain?"]
+    assert space_warnings({"lr": {"loguniform": [1e-4, 0.1]}, "name": {"adam": 1}}) == []

@@ -29,13 +29,14 @@ from kubetune.search.sample import (
     randint,
     randn,
     sample_from,
+    space_warnings,
     uniform,
 )
 from kubetune.search.variants import BasicVariantGenerator, format_tag, generate_variants
 
 __all__ = [
     "DOMAIN_NAMES", "Categorical", "Domain", "Float", "Function", "Integer", "Normal", "choice", "grid_search",
-    "is_grid", "lograndint", "loguniform", "parse_space", "qlograndint", "qloguniform", "qrandint", "qrandn",
+    "is_grid", "lograndint", "loguniform", "parse_space", "space_warnings", "qlograndint", "qloguniform", "qrandint", "qrandn",
     "quniform", "randint", "randn", "sample_from", "uniform", "BasicVariantGenerator", "format_tag",
     "generate_variants",
 ]

@@ -16,6 +16,7 @@ reachable) and log scales behave as there. Sampling uses a caller-supplied
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import random
@@ -24,7 +25,7 @@ from typing import Any, Callable, Sequence
 __all__ = [
     "Domain", "Float", "Integer", "Normal", "Categorical", "Function",
     "grid_search", "choice", "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint",
-    "lograndint", "qlograndint", "randn", "qrandn", "sample_from", "parse_space", "is_grid", "DOMAIN_NAMES",
+    "lograndint", "qlograndint", "randn", "qrandn", "sample_from", "parse_space", "space_warnings", "is_grid", "DOMAIN_NAMES",
 ]
 
 GRID_SEARCH = "grid_search"
@@ -445,6 +446,28 @@ def _domain_from_spec(name: str, args: Any) -> Any:
     return factory(*bound.args, **bound.kwargs)
 
 
+def space_warnings(spec: Any, path: str = "config") -> list[str]:
+    """Likely mistakes in a JSON parameter space that :func:`parse_space` accepts as constants: a
+    one-key object whose key is close to a domain name (``{"loguniforn": [1e-4, 0.1]}``).
+
+    Returns:
+        One message per suspicious object, starting with its path.
+    """
+    found: list[str] = []
+    if isinstance(spec, dict):
+        if len(spec) == 1:
+            (name, _), = spec.items()
+            close = difflib.get_close_matches(str(name), sorted(DOMAIN_NAMES), n=1, cutoff=0.8)
+            if name not in DOMAIN_NAMES and close:
+                found.append(f"{path}: {{{name!r}: ...}} is taken as a constant; did you mean the {close[0]} domain?")
+        for key, value in spec.items():
+            found += space_warnings(value, f"{path}.{key}")
+    elif isinstance(spec, (list, tuple)):
+        for i, value in enumerate(spec):
+            found += space_warnings(value, f"{path}[{i}]")
+    return found
+
+
 def parse_space(spec: Any, path: str = "config") -> Any:
     """Turn a JSON parameter space (``spec.config``) into one holding :class:`Domain` objects.
 
@@ -464,10 +487,15 @@ def parse_space(spec: Any, path: str = "config") -> Any:
         A new structure of the same shape with domains in place of their JSON form.
 
     Raises:
-        ValueError: a domain has bad arguments; the message starts with its path,
+        ValueError: a domain has bad arguments, or a dict has two or more domain keys
+            (``{"uniform": ..., "choice": ...}``); the message starts with its path,
             e.g. ``"config.optimizer.lr: loguniform: log scale needs lower > 0, ..."``.
     """
     if isinstance(spec, dict):
+        domains = sorted(k for k in spec if k in DOMAIN_NAMES)
+        if len(domains) > 1:
+            raise ValueError(f"{path}: one object holds several domains ({', '.join(domains)}); "
+                             "give each its own key")
         if len(spec) == 1:
             name, args = next(iter(spec.items()))
             if name in DOMAIN_NAMES:
