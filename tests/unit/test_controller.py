@@ -355,3 +355,16 @@ def test_a_restarted_operator_takes_the_newest_attempt_its_pods_show():
     assert ctl.trials["exp-00000"].attempt == 2 and ctl.trials["exp-00000"].phase == "Running"
     assert ctl.record_results("exp-00000", 2, [{"training_iteration": 1, "acc": 0.5}], None) == "continue"
     assert plan.create_pods == []
+
+
+def test_a_pod_of_an_earlier_trial_of_the_same_name_is_not_adopted(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    old = pod("exp-00000-0", "Succeeded", OUTCOME_COMPLETED)
+    old.owner_uid = "uid-of-a-deleted-trial"  # still being garbage-collected
+    ctl.plan({"exp-00000-0": old}, T0 + 2)
+    assert ctl.trials["exp-00000"].phase == "Pending"  # not completed by someone else's pod
+    mine = pod("exp-00000-0", "Running")
+    mine.owner_uid = "uid-exp-00000"
+    ctl.plan({"exp-00000-0": mine}, T0 + 3)
+    assert ctl.trials["exp-00000"].phase == "Running"
