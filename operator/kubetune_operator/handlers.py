@@ -190,12 +190,11 @@ async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.In
         ctl.restore(await kube.call(kube.list_journal, namespace, name))
     pods = {p.name: p for p in pods_by_experiment.get((namespace, label_value(name)), [])}
     ctl.degraded = None
+    plan = ctl.plan(pods)
     try:
-        plan = ctl.plan(pods)
         await registry.commit(ctl)  # no decision of this pass leaves the operator before it is durable
     except Exception:
-        if "plan" in locals():
-            ctl.plan_not_carried_out(plan)
+        ctl.plan_not_carried_out(plan)
         raise
     return plan, await kube.execute(ctl, plan)
 

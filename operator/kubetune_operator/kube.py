@@ -101,14 +101,15 @@ class Kube:
         Raises:
             kubernetes.client.ApiException: a create or patch was refused.
         """
+        patches = []  # a create the API server had carried out already (a retry) becomes a patch of its data
         for manifest in write.creates:
             try:
                 _drain(self.core.create_namespaced_config_map(namespace, manifest, _preload_content=False))
             except client.ApiException as exc:
                 if exc.status != 409:
                     raise
-                write.patches.insert(0, (manifest["metadata"]["name"], manifest["data"]))
-        for name, data in write.patches:
+                patches.append((manifest["metadata"]["name"], manifest["data"]))
+        for name, data in patches + write.patches:
             _drain(self.core.patch_namespaced_config_map(name, namespace, {"data": data}, _preload_content=False))
         for name in write.deletes:
             try:
