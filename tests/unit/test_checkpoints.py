@@ -142,3 +142,71 @@ def test_a_file_named_like_the_marker_is_refused_before_any_upload(trial, tmp_pa
     with pytest.raises(ValueError, match="commit marker"):
         commit_checkpoint(storage, local, checkpoint_uri(trial_dir, 1), {})
     assert storage.list(trial_dir) == []
+
+
+class _Killed(Exception):
+    """Stands for a SIGKILL: nothing after it runs."""
+
+
+class _DyingStorage:
+    """The storage, dying before its ``budget``-th write (upload, put or delete)."""
+
+    _WRITES = {"upload_dir", "put_bytes", "delete", "delete_prefix"}
+
+    def __init__(self, storage, budget):
+        self._storage, self._budget = storage, budget
+
+    def __getattr__(self, name):
+        method = getattr(self._storage, name)
+        if name not in self._WRITES:
+            return method
+
+        def write(*args, **kwargs):
+            if self._budget == 0:
+                raise _Killed(name)
+            self._budget -= 1
+            return method(*args, **kwargs)
+        return write
+
+
+def _restored_payload(storage, trial_dir, tmp_path, uri):
+    out = tmp_path / "restored"
+    restore_checkpoint(storage, uri, out)
+    payload = (out / "model" / "weights.bin").read_bytes()
+    import shutil
+    shutil.rmtree(out)
+    return payload
+
+
+def test_a_second_commit_of_an_iteration_leaves_a_committed_one_at_every_instant(trial, tmp_path):
+    storage, trial_dir = trial
+    first = _commit(storage, trial_dir, tmp_path, 3)
+    replacement = _local_checkpoint(tmp_path / "again", 3, payload=b"second")
+    budget, finished = 0, False
+    while not finished:
+        try:
+            uri = commit_checkpoint(_DyingStorage(storage, budget), replacement, first, {"iteration": 3})
+            finished = True
+        except _Killed:
+            pass
+        newest = latest_committed(storage, trial_dir)
+        assert newest is not None and newest[1] == 3, f"no committed checkpoint of iteration 3 after {budget} writes"
+        assert _restored_payload(storage, trial_dir, tmp_path, newest[0]) in (b"it3", b"second")
+        budget += 1
+    # a try cut after its marker left its generation committed; the next try made the next one
+    generation = int(uri.rsplit(".", 1)[1])
+    assert generation >= 1 and uri == join_uri(trial_dir, f"checkpoint_000003.{generation}")
+    assert _restored_payload(storage, trial_dir, tmp_path, first) == b"second"  # the old URI gives its replacement
+    apply_retention(storage, trial_dir, keep=1, score_attribute="training_iteration")
+    committed, others = list_checkpoints(storage, trial_dir)
+    assert committed == [(uri, 3, generation)] and others == []
+
+
+def test_a_third_commit_of_an_iteration_takes_the_next_generation(trial, tmp_path):
+    storage, trial_dir = trial
+    first = _commit(storage, trial_dir, tmp_path, 3)
+    second = commit_checkpoint(storage, _local_checkpoint(tmp_path / "b", 3, b"b"), first, {})
+    third = commit_checkpoint(storage, _local_checkpoint(tmp_path / "c", 3, b"c"), first, {})
+    assert (second, third) == (join_uri(trial_dir, "checkpoint_000003.1"), join_uri(trial_dir, "checkpoint_000003.2"))
+    assert list_checkpoints(storage, trial_dir) == ([(third, 3, 2)], [])
+    assert not is_committed(storage, first) and not is_committed(storage, second)

@@ -4,7 +4,10 @@ A checkpoint of a trial is the directory ``<trial_dir>/checkpoint_<iteration:06d
 layout, docs/architecture.md "Object storage layout"). It **exists only once its commit marker**
 (:data:`COMMIT_MARKER`) does: :func:`commit_checkpoint` uploads every file first and writes the
 marker last, and :func:`delete_checkpoint` removes the marker first, so an upload cut by a crash, a
-SIGKILL or a storage outage leaves a directory that every reader ignores. The marker is JSON::
+SIGKILL or a storage outage leaves a directory that every reader ignores. A second commit of an
+iteration that already has a committed checkpoint goes to ``checkpoint_<iteration:06d>.<n>/`` and the
+older one is removed only after it, so there is no instant with neither; for each iteration, readers
+take the committed directory of the highest ``n``. The marker is JSON::
 
     {"format": 1, "committed_at": <unix seconds>, "files": {"<relative path>": <size in bytes>},
      "metadata": {...caller's metadata...}}
@@ -28,19 +31,27 @@ from kubetune.storage import Storage, join_uri
 #: Name of the commit marker object inside a checkpoint directory.
 COMMIT_MARKER = ".kubetune_commit.json"
 _MARKER_FORMAT = 1
-_CHECKPOINT_DIR = re.compile(r"checkpoint_(\d+)")
+_CHECKPOINT_DIR = re.compile(r"checkpoint_(\d+)(?:\.(\d+))?")
+_CHECKPOINT_IN_URI = re.compile(r"^(.*?/checkpoint_\d+(?:\.\d+)?)(?:/.*)?$")
 
 
 class CheckpointRef(NamedTuple):
-    """A checkpoint directory in storage: its URI and the iteration its name carries."""
+    """A checkpoint directory in storage: its URI, the iteration and the generation its name carries."""
 
     uri: str
     iteration: int
+    generation: int = 0
 
 
 def checkpoint_uri(trial_dir_uri: str, iteration: int) -> str:
     """``<trial_dir_uri>/checkpoint_<iteration:06d>`` (Ray 1.x's zero-padded name)."""
     return join_uri(trial_dir_uri, f"checkpoint_{iteration:06d}")
+
+
+def checkpoint_dir_of(uri: str) -> str:
+    """The checkpoint directory holding ``uri`` (a file inside it, or the directory), else ``uri`` itself."""
+    match = _CHECKPOINT_IN_URI.match(uri.rstrip("/"))
+    return match.group(1) if match else uri.rstrip("/")
 
 
 def marker_uri(uri: str) -> str:
@@ -49,10 +60,13 @@ def marker_uri(uri: str) -> str:
 
 
 def commit_checkpoint(storage: Storage, local_dir: str | Path, uri: str, metadata: dict) -> str:
-    """Upload the checkpoint directory ``local_dir`` to ``uri`` and commit it.
+    """Upload the checkpoint directory ``local_dir`` to ``uri`` (or a newer generation of it) and commit it.
 
-    Objects already under ``uri`` (a cut upload of an earlier attempt, or an older commit of the same
-    iteration) are removed first, marker first. Then every file is uploaded, then the marker.
+    Uncommitted directories of the same iteration (cut uploads of an earlier attempt) are removed
+    first. If the iteration already has a committed checkpoint, the new one goes to the next
+    generation (``checkpoint_000010.1``) and the older ones are deleted only once it is committed, so
+    a kill at any instant leaves a committed checkpoint of the iteration. Then every file is uploaded,
+    then the marker. A directory not named ``checkpoint_<n>`` is replaced in place (removed first).
 
     Args:
         storage: the trial's storage.
@@ -62,7 +76,7 @@ def commit_checkpoint(storage: Storage, local_dir: str | Path, uri: str, metadat
             ``path`` relative to the directory, ``last_result``).
 
     Returns:
-        ``uri``.
+        The URI of the committed directory: ``uri``, or a newer generation of it.
 
     Raises:
         ValueError: ``local_dir`` holds a file named like the marker.
@@ -71,7 +85,17 @@ def commit_checkpoint(storage: Storage, local_dir: str | Path, uri: str, metadat
     """
     if (Path(local_dir) / COMMIT_MARKER).exists():
         raise ValueError(f"{local_dir} holds a file named {COMMIT_MARKER}, which is kubetune's commit marker")
-    if storage.list(uri):
+    uri = uri.rstrip("/")
+    parent, name = uri.rsplit("/", 1)
+    match = _CHECKPOINT_DIR.fullmatch(name)
+    same = [(ref, ok) for ref, ok in _scan(storage, parent) if ref.iteration == int(match.group(1))] if match else []
+    replaced = [ref for ref, ok in same if ok]
+    if replaced:
+        uri = join_uri(parent, f"checkpoint_{replaced[0].iteration:06d}.{max(r.generation for r in replaced) + 1}")
+    for ref, ok in same:
+        if not ok:
+            delete_checkpoint(storage, ref.uri)
+    if not match and storage.list(uri):
         delete_checkpoint(storage, uri)
     files = storage.upload_dir(local_dir, uri)
     marker = {
@@ -81,6 +105,8 @@ def commit_checkpoint(storage: Storage, local_dir: str | Path, uri: str, metadat
         "metadata": metadata,
     }
     storage.put_bytes(marker_uri(uri), json.dumps(marker, default=repr).encode())
+    for ref in replaced:
+        delete_checkpoint(storage, ref.uri)
     return uri
 
 
@@ -97,25 +123,33 @@ def is_committed(storage: Storage, uri: str) -> bool:
     return storage.exists(marker_uri(uri))
 
 
-def list_checkpoints(storage: Storage, trial_dir_uri: str) -> tuple[list[CheckpointRef], list[CheckpointRef]]:
-    """Return ``(committed, uncommitted)`` checkpoint directories directly under the trial dir, oldest first.
-
-    One recursive listing of the trial dir; a directory is committed when its marker is listed.
-    """
+def _scan(storage: Storage, trial_dir_uri: str) -> list[tuple[CheckpointRef, bool]]:
+    """Every checkpoint directory directly under the trial dir, with whether it is committed; one listing."""
     base = join_uri(trial_dir_uri)
-    seen: dict[int, bool] = {}
-    names: dict[int, str] = {}
+    committed: dict[str, bool] = {}
+    refs: dict[str, CheckpointRef] = {}
     for uri in storage.list(base):
         parts = uri[len(base) + 1:].split("/")
         match = _CHECKPOINT_DIR.fullmatch(parts[0])
         if len(parts) < 2 or not match:
             continue
-        iteration = int(match.group(1))
-        names[iteration] = parts[0]
-        seen[iteration] = seen.get(iteration, False) or parts[1:] == [COMMIT_MARKER]
-    committed = [CheckpointRef(join_uri(base, names[i]), i) for i in sorted(seen) if seen[i]]
-    uncommitted = [CheckpointRef(join_uri(base, names[i]), i) for i in sorted(seen) if not seen[i]]
-    return committed, uncommitted
+        refs[parts[0]] = CheckpointRef(join_uri(base, parts[0]), int(match.group(1)), int(match.group(2) or 0))
+        committed[parts[0]] = committed.get(parts[0], False) or parts[1:] == [COMMIT_MARKER]
+    return [(refs[name], committed[name]) for name in sorted(refs, key=lambda n: refs[n][1:])]
+
+
+def list_checkpoints(storage: Storage, trial_dir_uri: str) -> tuple[list[CheckpointRef], list[CheckpointRef]]:
+    """Return ``(committed, others)`` checkpoint directories directly under the trial dir, oldest first.
+
+    ``committed`` holds one directory per iteration: the committed one of the highest generation.
+    ``others`` holds the rest: uncommitted directories (cut uploads) and committed ones a newer
+    generation replaced (a kill came before their deletion). One recursive listing of the trial dir.
+    """
+    scanned = _scan(storage, trial_dir_uri)
+    newest: dict[int, CheckpointRef] = {ref.iteration: ref for ref, ok in scanned if ok}
+    committed = [newest[i] for i in sorted(newest)]
+    others = [ref for ref, _ in scanned if newest.get(ref.iteration) != ref]
+    return committed, others
 
 
 def latest_committed(storage: Storage, trial_dir_uri: str) -> tuple[str, int] | None:
@@ -127,8 +161,20 @@ def latest_committed(storage: Storage, trial_dir_uri: str) -> tuple[str, int] | 
     return (committed[-1].uri, committed[-1].iteration) if committed else None
 
 
+def _replacement(storage: Storage, uri: str) -> str:
+    """The committed checkpoint that replaced ``uri`` (same iteration, newer generation), else ``uri``."""
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    match = _CHECKPOINT_DIR.fullmatch(name)
+    if not match:
+        return uri
+    same = [ref for ref in list_checkpoints(storage, parent)[0] if ref.iteration == int(match.group(1))]
+    return same[0].uri if same else uri
+
+
 def restore_checkpoint(storage: Storage, uri: str, local_dir: str | Path) -> dict:
     """Download the committed checkpoint ``uri`` into ``local_dir`` and check it is complete.
+
+    A ``uri`` whose commit a newer generation of the same iteration replaced gives that generation.
 
     Returns:
         The caller's ``metadata`` from the marker.
@@ -138,6 +184,9 @@ def restore_checkpoint(storage: Storage, uri: str, local_dir: str | Path) -> dic
         ValueError: a file listed in the marker is missing or has another size locally.
     """
     marker = read_commit(storage, uri)
+    if marker is None:
+        uri = _replacement(storage, uri)
+        marker = read_commit(storage, uri)
     if marker is None:
         raise FileNotFoundError(f"{uri} is not a committed checkpoint (no {COMMIT_MARKER})")
     storage.download_dir(uri, local_dir)
@@ -174,8 +223,9 @@ def apply_retention(storage: Storage, trial_dir_uri: str, keep: int, score_attri
     Ray's ``keep_checkpoints_num`` / ``checkpoint_score_attr`` (Ray 1.x ``CheckpointManager``): the
     ``keep`` best checkpoints by ``metadata["last_result"][score_attribute]`` stay (higher is better;
     a ``min-`` prefix means lower is better; ties go to the newer), and so does the newest, even when
-    it is not among them. Checkpoints whose result lacks the attribute rank last. Uncommitted
-    directories older than the newest committed one are cut uploads and are deleted too.
+    it is not among them. Checkpoints whose result lacks the attribute rank last. The other
+    directories up to the newest committed iteration (cut uploads, replaced generations) are deleted
+    too.
 
     Args:
         keep: how many best checkpoints to keep; 0 keeps every committed checkpoint.
@@ -186,11 +236,11 @@ def apply_retention(storage: Storage, trial_dir_uri: str, keep: int, score_attri
     """
     if keep < 0:
         raise ValueError(f"keep must be >= 0, got {keep}")
-    committed, uncommitted = list_checkpoints(storage, trial_dir_uri)
+    committed, others = list_checkpoints(storage, trial_dir_uri)
     if not committed:
         return []
     newest = committed[-1]
-    doomed = [ref for ref in uncommitted if ref.iteration < newest.iteration]
+    doomed = [ref for ref in others if ref.iteration <= newest.iteration]
     if keep and len(committed) > keep:
         ranked = []
         for ref in committed:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 
 from kubetune.checkpoint import find_checkpoint_dir
 from kubetune.checkpoints import (
-    apply_retention, commit_checkpoint, list_checkpoints, restore_checkpoint,
+    apply_retention, checkpoint_dir_of, commit_checkpoint, list_checkpoints, restore_checkpoint,
 )
 from kubetune.env import TrialEnv
 from kubetune.reporter import FENCED, Reporter, json_default
@@ -52,7 +51,6 @@ log = logging.getLogger(__name__)
 #: Reasons a trial attempt ends normally (all exit 0).
 DONE, STOP_CRITERIA, STOP, PAUSE, TERMINATED = "done", "stop criteria", "stop", "pause", "terminated"
 _ALWAYS_CHECKPOINT = (PAUSE, TERMINATED)
-_CHECKPOINT_IN_URI = re.compile(r"^(.*?/checkpoint_\d+)(?:/.*)?$")
 
 
 class Abandoned(Exception):
@@ -130,8 +128,7 @@ class TrialRunner:
         committed, _ = list_checkpoints(self.storage, self.env.trial_dir_uri)
         candidates = [ref.uri for ref in reversed(committed)]
         if not candidates and self.env.restore_from:
-            match = _CHECKPOINT_IN_URI.match(self.env.restore_from.rstrip("/"))
-            candidates = [match.group(1) if match else self.env.restore_from.rstrip("/")]
+            candidates = [checkpoint_dir_of(self.env.restore_from)]
         if not candidates:
             log.info("no committed checkpoint; starting at iteration 0")
             return 0
@@ -287,7 +284,7 @@ class TrialRunner:
                 self.results.sync()  # every result up to this checkpoint is in storage before it exists
                 uri = join_uri(self.env.trial_dir_uri, Path(local_dir).name)
                 last_result = {k: v for k, v in (state.get("last_result") or {}).items() if k != "config"}
-                commit_checkpoint(self.storage, local_dir, uri, {
+                uri = commit_checkpoint(self.storage, local_dir, uri, {
                     "iteration": iteration, "path": path[len(local_dir) + 1:].replace(os.sep, "/"),
                     "last_result": json.loads(json.dumps(last_result, default=json_default)),
                     "experiment_id": state.get("experiment_id"), "attempt": self.env.attempt,
