@@ -137,8 +137,9 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, set
     ``settings.trials.run_as_user`` unless ``template.securityContext`` says
     otherwise, RuntimeDefault seccomp, no privilege escalation, all capabilities
     dropped), has no service-account token (trial pods never call the API),
-    never restarts (a retry is a new attempt), and falls back to its log tail
-    for the termination message.
+    never restarts (a retry is a new attempt), and takes its termination message
+    from the runtime's capped file only (``terminationMessagePolicy: File``: what
+    the program printed, credentials included, never reaches the Trial's status).
 
     Args:
         experiment: the Experiment object.
@@ -190,7 +191,7 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, set
         "resources": pod_resources(spec.get("resourcesPerTrial")),
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "terminationMessagePolicy": "File",
     }
     secret = (spec.get("storage") or {}).get("credentialsSecret")
     env_from = ([{"secretRef": {"name": secret}}] if secret else []) + (template.get("envFrom") or [])

@@ -8,9 +8,9 @@ authenticated batch to the Experiment's
 :class:`kubetune_operator.registry.Registry`, and answers only once the
 Experiment's journal holds the decision (so a restarted operator decides on
 from exactly there). Protocol: ``kubetune.env``
-(``COLLECTOR_RESULTS_PATH``). Forged or stale tokens get 401, malformed bodies
-400, bodies over the limit 413, and none of them reaches trial state. Tokens
-and bodies are never logged.
+(``COLLECTOR_RESULTS_PATH``). Forged or stale tokens get 401 (a forged one before
+its body is read), malformed bodies 400, bodies over the limit 413, and none of
+them reaches trial state. Tokens and bodies are never logged.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from aiohttp import web
 from kubetune.env import COLLECTOR_RESULTS_PATH
 
 from . import metrics
-from .tokens import verify_token
+from .tokens import token_claims
 
 log = logging.getLogger("kubetune.collector")
 
@@ -67,22 +67,25 @@ def make_app(registry) -> web.Application:
         return response
 
     async def results(request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            return _error(401, "missing bearer token")
+        claims = token_claims(registry.key, auth[len("Bearer "):])
+        if claims is None:  # checked before the body is read: a forged request costs one HMAC
+            return _error(401, "invalid token")
         if request.content_length is not None and request.content_length > limits.max_body_bytes:
             return _error(413, f"body over {limits.max_body_bytes} bytes")
         try:
             body = await request.read()  # the whole body (a plain read may return a part of a large one)
         except web.HTTPRequestEntityTooLarge:
             return _error(413, f"body over {limits.max_body_bytes} bytes")
-        auth = request.headers.get("Authorization", "")
-        if not auth.startswith("Bearer "):
-            return _error(401, "missing bearer token")
         try:
             data = _parse(body, limits.max_results_per_batch)
         except (ValueError, UnicodeDecodeError) as exc:
             return _error(400, f"malformed batch: {exc}")
         ns, trial, attempt = data["namespace"], data["trial"], data["attempt"]
-        if not verify_token(registry.key, auth[len("Bearer "):], ns, trial, attempt):
-            return _error(401, "invalid token")
+        if (ns, trial, attempt) != claims:
+            return _error(401, "invalid token for this trial and attempt")
         ctl = registry.get(ns, data["experiment"])
         if ctl is None or not ctl.adopted:
             return _error(503, "experiment not loaded yet; retry")

@@ -32,7 +32,9 @@ from kubetune.stopping import should_stop
 from . import status as st
 from .builders import build_pod, build_trial
 from .journal import Journal, JournalCorrupt, load
-from .labels import API_VERSION, LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, TRIAL_KIND, pod_name, trial_name
+from .labels import (
+    API_VERSION, LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, TRIAL_KIND, label_value, pod_name, trial_name,
+)
 from .schedulers import create_scheduler
 from .schedulers.base import is_number
 from .search import create_searcher
@@ -105,6 +107,8 @@ class Plan:
         trial_status: ``{trial name: status merge patch}`` for trials whose status should be written now.
         events: ``(trial name or None for the Experiment, type, reason, message)``.
         experiment_status: the Experiment's status merge patch, or None if nothing need be written now.
+        collect_pods: ``(pod name, trial name)`` of ended pods that ``spec.podRetentionPolicy`` deletes;
+            deleted only after the trial's status in this plan is written.
     """
 
     create_trials: list[dict] = field(default_factory=list)
@@ -113,6 +117,7 @@ class Plan:
     trial_status: dict[str, dict] = field(default_factory=dict)
     events: list[tuple[str | None, str, str, str]] = field(default_factory=list)
     experiment_status: dict | None = None
+    collect_pods: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -546,7 +551,9 @@ class ExperimentController:
             self._disrupted(plan, trial, pod.disruption or "PodDeleted",
                             st.truncate_message(pod.message or "the trial's pod was deleted", 300), now)
         else:
-            self._fail_attempt(plan, trial, pod.reason or "Error", pod.message or f"exit code {pod.exit_code}", now)
+            self._fail_attempt(plan, trial, pod.reason or "Error", pod.message or
+                               f"exit code {pod.exit_code} without the runtime's message; `kubectl logs {pod.name}` "
+                               "shows what the program printed", now)
 
     def plan(self, pods: Mapping[str, PodView], now: float | None = None) -> Plan:
         """Compare desired with observed state and return what to do (level-based, idempotent).
@@ -616,8 +623,31 @@ class ExperimentController:
         stop_reason = self.stop_reason = self.stopping_reason(now)  # outcomes of this pass count too
         self._resume_paused(plan, now, stop_reason, suspended)
         self._new_trials(plan, now, stop_reason, suspended)
+        self._collect(plan, pods)
         self._statuses(plan, now)
         return plan
+
+    def _collect(self, plan: Plan, pods: Mapping[str, PodView]) -> None:
+        """Ask for the deletion of ended pods whose outcome the Trial's status now holds, as
+        ``spec.podRetentionPolicy`` says: an earlier attempt's pod, or the current attempt's pod once
+        the trial ended or paused. Never a pod of an attempt newer than the status knows."""
+        policy = self.spec.get("podRetentionPolicy") or {}
+        deleted = {"Succeeded": policy.get("whenSucceeded", "Delete") == "Delete",
+                   "Failed": policy.get("whenFailed", "Retain") == "Delete"}
+        if not any(deleted.values()):
+            return
+        by_label = None
+        for pod in pods.values():
+            if pod.deleting or not deleted.get(pod.phase):
+                continue
+            if by_label is None:
+                by_label = {label_value(t.name): t for t in self.trials.values()}
+            trial = by_label.get(pod.trial)
+            if trial is None or trial.uid is None or pod.owner_uid not in (None, trial.uid):
+                continue
+            if pod.attempt < trial.attempt or (pod.attempt == trial.attempt and
+                                               (trial.phase in TERMINAL or trial.phase == "Paused")):
+                plan.collect_pods.append((pod.name, trial.name))
 
     def _create_pod(self, plan: Plan, trial: TrialState, now: float) -> None:
         """Ask for the pod of the trial's current attempt, unless asked for in the last 30 s (index lag)."""

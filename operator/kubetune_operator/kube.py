@@ -191,11 +191,15 @@ class Kube:
             if outcome is _FAILED:  # ask again on the next pass
                 ctl.created_pods.pop(manifest["metadata"]["name"], None)
         status_outcomes = outcomes[len(pods) + len(deletes):]
-        for (name, _), outcome in zip(statuses, status_outcomes):
-            if outcome is _FAILED:
-                ctl.status_write_failed(name)
+        unwritten = {name for (name, _), outcome in zip(statuses, status_outcomes) if outcome is _FAILED}
+        for name in unwritten:
+            ctl.status_write_failed(name)
         if exp and status_outcomes[-1] is _FAILED:
             ctl.status_write_failed(None)
+        # ended pods go only once their trial's status holds their outcome (a restart must not read the
+        # deletion of a finished pod as a disruption)
+        await asyncio.gather(*(attempt(f"delete ended pod {pod}", self._delete_pod, ns, pod, 0)
+                               for pod, trial in plan.collect_pods if trial not in unwritten))
         return errors
 
     # ----- the collector's key -------------------------------------------------------------

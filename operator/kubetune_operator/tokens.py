@@ -1,9 +1,11 @@
-"""Per-trial collector tokens: HMAC-SHA256 of (namespace, trial, attempt) under the operator's key.
+"""Per-trial collector tokens: (namespace, trial, attempt), signed with HMAC-SHA256 under the operator's key.
 
 The reconcile loop mints a token for each trial pod (``KUBETUNE_TOKEN``, see
-:func:`kubetune_operator.builders.build_pod`); the collector verifies the
-``Authorization: Bearer`` header of every results request against the
-namespace, trial and attempt the request names. A token is worth one attempt of
+:func:`kubetune_operator.builders.build_pod`). A token names what it is worth
+(``<base64url JSON [namespace, trial, attempt]>.<64 hex digits of HMAC>``), so
+the collector checks the ``Authorization: Bearer`` header of a results request
+(:func:`token_claims`) before it reads the body, then that the body names the
+same namespace, trial and attempt. A token is worth one attempt of
 one trial: a pod of an earlier attempt, or of another trial, cannot report for
 this one. The key lives in a Secret only the operator reads
 (:func:`key_secret_data` / :func:`key_from_secret_data`); tokens carry no expiry
@@ -37,32 +39,60 @@ def _message(namespace: str, trial: str, attempt: int) -> bytes:
     return json.dumps([_DOMAIN, namespace, trial, int(attempt)]).encode()
 
 
-def mint_token(key: bytes, namespace: str, trial: str, attempt: int) -> str:
-    """Return the token of ``attempt`` of Trial ``namespace/trial``.
-
-    Returns:
-        64 lower-case hex digits (HMAC-SHA256, RFC 2104), safe in URLs and headers.
-
-    Raises:
-        ValueError: ``key`` is shorter than :data:`KEY_BYTES` bytes.
-    """
+def _mac(key: bytes, namespace: str, trial: str, attempt: int) -> str:
     if len(key) < KEY_BYTES:
         raise ValueError(f"HMAC key must have at least {KEY_BYTES} bytes")
     return hmac.new(key, _message(namespace, trial, attempt), hashlib.sha256).hexdigest()
 
 
-def verify_token(key: bytes, token: object, namespace: str, trial: str, attempt: int) -> bool:
-    """True if ``token`` is the token of ``attempt`` of ``namespace/trial``; compared in constant time.
+def mint_token(key: bytes, namespace: str, trial: str, attempt: int) -> str:
+    """Return the token of ``attempt`` of Trial ``namespace/trial``.
 
-    Any non-string or malformed ``token`` is False, never an exception.
+    Returns:
+        ``<claims>.<mac>``: the unpadded base64url of the JSON ``[namespace, trial, attempt]``, a dot,
+        and the 64 lower-case hex digits of HMAC-SHA256 (RFC 2104) over the domain and those fields;
+        safe in URLs and headers.
+
+    Raises:
+        ValueError: ``key`` is shorter than :data:`KEY_BYTES` bytes.
+    """
+    claims = base64.urlsafe_b64encode(json.dumps([namespace, trial, int(attempt)]).encode()).rstrip(b"=")
+    return f"{claims.decode()}.{_mac(key, namespace, trial, attempt)}"
+
+
+def token_claims(key: bytes, token: object) -> tuple[str, str, int] | None:
+    """Return ``(namespace, trial, attempt)`` of a genuine ``token``, else None; MACs compared in constant time.
+
+    Any non-string or malformed ``token`` is None, never an exception.
 
     Raises:
         ValueError: ``key`` is shorter than :data:`KEY_BYTES` bytes (a configuration error).
     """
-    expected = mint_token(key, namespace, trial, attempt)
-    if not isinstance(token, str):
-        return False
-    return hmac.compare_digest(expected.encode(), token.encode("utf-8", "surrogatepass"))
+    if len(key) < KEY_BYTES:
+        raise ValueError(f"HMAC key must have at least {KEY_BYTES} bytes")
+    if not isinstance(token, str) or token.count(".") != 1 or len(token) > 2048:
+        return None
+    encoded, mac = token.split(".")
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
+    except ValueError:
+        return None
+    if not (isinstance(claims, list) and len(claims) == 3 and isinstance(claims[0], str)
+            and isinstance(claims[1], str) and type(claims[2]) is int and claims[2] >= 0):
+        return None
+    expected = _mac(key, *claims)
+    if not hmac.compare_digest(expected.encode(), mac.encode("utf-8", "surrogatepass")):
+        return None
+    return claims[0], claims[1], claims[2]
+
+
+def verify_token(key: bytes, token: object, namespace: str, trial: str, attempt: int) -> bool:
+    """True if ``token`` is the token of ``attempt`` of ``namespace/trial`` (see :func:`token_claims`).
+
+    Raises:
+        ValueError: ``key`` is shorter than :data:`KEY_BYTES` bytes (a configuration error).
+    """
+    return token_claims(key, token) == (namespace, trial, attempt)
 
 
 def key_secret_data(key: bytes) -> dict[str, str]:

@@ -137,6 +137,10 @@ def test_retry_after_a_crash_and_failure_after_max_failures(cluster, operator, c
     assert "this trainable always fails" in broken["status"]["message"]
     assert "Traceback" in broken["status"]["message"] or "ValueError" in broken["status"]["message"]
     assert get(custom, namespace, "experiments", "broken")["status"]["phase"] == "Failed"
+    # spec.podRetentionPolicy's defaults: a pod that exited 0 goes once recorded, failed attempts stay for their logs
+    names = lambda: {p.metadata.name for p in core.list_namespaced_pod(namespace).items}  # noqa: E731
+    wait_for(lambda: "flaky-00000-1" not in names(), timeout=30, what="the completed attempt's pod to be deleted")
+    assert {"flaky-00000-0", "broken-00000-0", "broken-00000-1"} <= names()
 
 
 def test_a_killed_pod_resumes_at_its_checkpoint(cluster, operator, custom, core, s3, namespace, storage_secret):

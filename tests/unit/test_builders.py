@@ -258,7 +258,7 @@ def test_pod_lifecycle_fields():
     p = pod(settings=Settings(trials=TrialSettings(termination_grace_period_s=17)))
     assert p["spec"]["restartPolicy"] == "Never"
     assert p["spec"]["terminationGracePeriodSeconds"] == 17
-    assert container(p)["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert container(p)["terminationMessagePolicy"] == "File"  # never the log tail: it may hold secrets
     assert container(p)["terminationMessagePath"] == TERMINATION_MESSAGE_PATH
 
 

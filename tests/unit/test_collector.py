@@ -132,6 +132,18 @@ def test_oversized_bodies_get_413(registry):
     assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
 
 
+@pytest.mark.parametrize("body", [b"not json", json.dumps(batch(results=[{"note": "x" * 5000}])).encode()])
+def test_a_forged_token_is_refused_before_the_body_is_looked_at(registry, body):
+    status, reply = post(registry, body, token(key=OTHER_KEY))
+    assert status == 401 and reply["error"] == "invalid token"  # not 400 or 413: the body was never read
+
+
+def test_a_genuine_token_of_another_trial_than_the_body_names_gets_401(registry):
+    status, reply = post(registry, batch(trial="exp-00000"), token(trial="exp-00001"))
+    assert status == 401 and "this trial" in reply["error"]
+    assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
+
+
 def test_an_unknown_or_not_yet_adopted_experiment_asks_the_runtime_to_retry(registry):
     status, _ = post(registry, {**batch(), "experiment": "later"}, token())
     assert status == 503

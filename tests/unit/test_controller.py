@@ -368,3 +368,40 @@ def test_a_pod_of_an_earlier_trial_of_the_same_name_is_not_adopted(ctl):
     mine.owner_uid = "uid-exp-00000"
     ctl.plan({"exp-00000-0": mine}, T0 + 3)
     assert ctl.trials["exp-00000"].phase == "Running"
+
+
+def _run_two_trials_to_their_end(ctl):
+    """exp-00000: attempt 0 fails, attempt 1 completes; exp-00001: attempt 0 pauses. Returns the pods."""
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    pods = {"exp-00000-0": pod("exp-00000-0", "Failed", exit_code=1, message="boom"),
+            "exp-00001-0": pod("exp-00001-0", "Succeeded", OUTCOME_PAUSED)}
+    first = ctl.plan(pods, T0 + 2)
+    pods["exp-00000-1"] = pod("exp-00000-1", "Running")
+    ctl.plan(pods, T0 + 3)
+    pods["exp-00000-1"] = pod("exp-00000-1", "Succeeded", OUTCOME_COMPLETED)
+    return first, ctl.plan(pods, T0 + 4), pods
+
+
+def test_ended_pods_are_deleted_once_recorded_keeping_failed_ones_by_default(ctl):
+    first, last, pods = _run_two_trials_to_their_end(ctl)
+    # the paused pod goes in the pass that records the pause, and only after its status write
+    assert first.collect_pods == [("exp-00001-0", "exp-00001")] and "exp-00001" in first.trial_status
+    assert ("exp-00000-1", "exp-00000") in last.collect_pods and "exp-00000" in last.trial_status
+    assert all(name != "exp-00000-0" for name, _ in first.collect_pods + last.collect_pods)  # failed: kept
+    # a running pod, or a pod of an attempt newer than the status knows, is never collected
+    pods["exp-00002-0"] = pod("exp-00002-0", "Running")
+    pods["exp-00000-7"] = pod("exp-00000-7", "Succeeded", OUTCOME_COMPLETED)
+    names = [name for name, _ in ctl.plan(pods, T0 + 5).collect_pods]
+    assert "exp-00002-0" not in names and "exp-00000-7" not in names
+
+
+@pytest.mark.parametrize("policy, collected", [
+    ({"whenSucceeded": "Retain", "whenFailed": "Retain"}, set()),
+    ({"whenSucceeded": "Retain", "whenFailed": "Delete"}, {"exp-00000-0"}),
+    ({"whenSucceeded": "Delete", "whenFailed": "Delete"}, {"exp-00000-0", "exp-00000-1", "exp-00001-0"}),
+])
+def test_the_pod_retention_policy_chooses_what_is_deleted(policy, collected):
+    ctl = ExperimentController(experiment(podRetentionPolicy=policy), Settings(), KEY)
+    first, last, pods = _run_two_trials_to_their_end(ctl)
+    assert {name for name, _ in first.collect_pods + last.collect_pods} == collected

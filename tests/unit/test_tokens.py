@@ -11,21 +11,31 @@ import re
 import pytest
 
 from kubetune_operator.tokens import (
-    KEY_BYTES, SECRET_DATA_KEY, key_from_secret_data, key_secret_data, mint_token, new_key, verify_token,
+    KEY_BYTES, SECRET_DATA_KEY, key_from_secret_data, key_secret_data, mint_token, new_key, token_claims, verify_token,
 )
 
 KEY = bytes(range(32))
 
 
-def test_token_is_64_lowercase_hex_digits_and_deterministic():
+def test_token_names_its_claims_and_is_deterministic():
     token = mint_token(KEY, "team-a", "mnist-00003", 0)
-    assert re.fullmatch(r"[0-9a-f]{64}", token)
+    assert re.fullmatch(r"[A-Za-z0-9_-]+\.[0-9a-f]{64}", token)
     assert token == mint_token(KEY, "team-a", "mnist-00003", 0)
+    assert token_claims(KEY, token) == ("team-a", "mnist-00003", 0)
 
 
-def test_token_is_hmac_sha256_of_the_fields():
+def test_token_mac_is_hmac_sha256_of_the_fields():
     message = json.dumps(["kubetune.io/v1alpha1 collector token", "team-a", "mnist-00003", 2]).encode()
-    assert mint_token(KEY, "team-a", "mnist-00003", 2) == hmac.new(KEY, message, hashlib.sha256).hexdigest()
+    mac = mint_token(KEY, "team-a", "mnist-00003", 2).split(".")[1]
+    assert mac == hmac.new(KEY, message, hashlib.sha256).hexdigest()
+
+
+def test_claims_changed_under_a_genuine_mac_are_refused():
+    mac = mint_token(KEY, "team-a", "mnist-00003", 1).split(".")[1]
+    for claims in (["team-a", "mnist-00003", 2], ["team-b", "mnist-00003", 1], ["team-a", "mnist-00003", True],
+                   ["team-a", "mnist-00003", -1], ["team-a", "mnist-00003"], {"a": 1}):
+        encoded = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+        assert token_claims(KEY, f"{encoded}.{mac}") is None, claims
 
 
 def test_verify_accepts_the_right_token():
@@ -55,11 +65,13 @@ def test_forged_tokens_are_rejected():
     flipped = token[:-1] + ("0" if token[-1] != "0" else "1")
     other_key = mint_token(bytes(32), "ns", "t", 0)
     plain_sha = hashlib.sha256(b"ns/t/0").hexdigest()
-    for forged in (flipped, token[:-1], token + "0", token.upper(), other_key, plain_sha, "", " " + token):
+    bare_mac = token.split(".")[1]
+    for forged in (flipped, token[:-1], token + "0", token.upper(), other_key, plain_sha, "", " " + token, bare_mac,
+                   token + ".x", "." + bare_mac):
         assert not verify_token(KEY, forged, "ns", "t", 0), forged
 
 
-@pytest.mark.parametrize("junk", [None, 42, b"bytes", "\u00e9" * 64, "\ud800" * 64])
+@pytest.mark.parametrize("junk", [None, 42, b"bytes", "\u00e9" * 64, "\ud800" * 64, "\ud800.\ud800", "!!.00", "a" * 5000])
 def test_malformed_tokens_are_false_not_errors(junk):
     assert verify_token(KEY, junk, "ns", "t", 0) is False
 
