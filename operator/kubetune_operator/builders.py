@@ -22,8 +22,8 @@ from .labels import (
 )
 from .settings import Settings
 
-__all__ = ["build_pod", "build_trial", "owner_reference", "pod_name", "pod_resources", "trial_dir_uri",
-           "trial_name"]
+__all__ = ["build_pod", "build_trial", "owner_reference", "pod_name", "pod_resources", "sample_pod",
+           "trial_dir_uri", "trial_name"]
 
 #: Command of the trial container: the in-pod runtime of the ``kubetune`` package.
 RUNTIME_COMMAND = ("python", "-m", "kubetune.runtime")
@@ -214,6 +214,20 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, set
     }
     pod_spec.update({k: template[k] for k in _POD_SPEC_FIELDS if template.get(k)})
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def sample_pod(experiment: Mapping, settings: Settings) -> dict:
+    """The pod of attempt 0 of a config-less trial 0 of ``experiment``: what its spec makes of every trial
+    pod, for checking a spec before anything is created.
+
+    Raises:
+        ValueError: as :func:`build_pod`.
+    """
+    meta = experiment["metadata"]
+    trial = {"apiVersion": API_VERSION, "kind": TRIAL_KIND, "metadata": {
+        "name": trial_name(meta["name"], 0), "namespace": meta["namespace"], "uid": "sample"},
+        "spec": {"index": 0, "config": {}}}
+    return build_pod(experiment, trial, 0, "sample", settings)
 
 
 def _storage(spec: Mapping, settings: Settings) -> tuple[str, str | None, str | None]:

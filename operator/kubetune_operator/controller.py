@@ -30,7 +30,7 @@ from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
 from . import status as st
-from .builders import build_pod, build_trial
+from .builders import build_pod, build_trial, sample_pod
 from .journal import Journal, JournalCorrupt, load
 from .labels import (
     API_VERSION, LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, TRIAL_KIND, label_value, pod_name, trial_name,
@@ -39,6 +39,7 @@ from .schedulers import create_scheduler
 from .schedulers.base import is_number
 from .search import create_searcher
 from .settings import Settings
+from .podsecurity import violations
 from .tokens import mint_token
 
 TERMINAL = ("Succeeded", "Failed")
@@ -223,6 +224,7 @@ class ExperimentController:
             raise InvalidSpec(f"the operator cannot load what the spec chooses: {exc}") from exc
         if not ((spec.get("storage") or {}).get("uri") or self.settings.storage.default_uri):
             raise InvalidSpec("spec.storage.uri is required (the operator has no default storage)")
+        self._check_pod(experiment)
         old = getattr(self, "searcher", None)
         if old is not None and type(old) is type(searcher) and not searcher.stateless:
             try:
@@ -301,6 +303,19 @@ class ExperimentController:
                 "searcher": None if self.searcher.stateless else self.searcher.get_state(),
                 "applied": self.applied, "ended": sorted(self.ended), "finishTold": self.finish_told,
                 "lastResult": {name: result for name, result in last.items() if result}}
+
+    def _check_pod(self, experiment: Mapping) -> None:
+        """Build a sample trial pod: the spec's template must make a valid one that meets the operator's
+        Pod Security level (``trials.pod_security_level``)."""
+        try:
+            pod = sample_pod(experiment, self.settings)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InvalidSpec(f"no trial pod can be made of this spec: {exc}") from exc
+        level = self.settings.trials.pod_security_level
+        broken = violations(pod, level)
+        if broken:
+            raise InvalidSpec(f"spec.template makes trial pods break the {level!r} Pod Security level, the loosest "
+                              f"this operator allows (its trials.pod_security_level setting): {'; '.join(broken)}")
 
     def _load_snapshot(self, snapshot: dict) -> None:
         try:

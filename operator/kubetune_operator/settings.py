@@ -22,6 +22,8 @@ from typing import Mapping
 
 from kubetune.env import MAX_BATCH_BYTES
 
+from .podsecurity import LEVELS
+
 ENV_PREFIX = "KUBETUNE_OPERATOR_"
 
 
@@ -90,6 +92,11 @@ class TrialSettings:
     run_as_user: int = 1000
     """UID trial containers run as unless the Experiment's ``template.securityContext`` says otherwise."""
 
+    pod_security_level: str = "restricted"
+    """The loosest Pod Security Standards level (``restricted``, ``baseline`` or ``privileged``) an
+    Experiment's ``template`` may bring its trial pods to; a template that goes further is refused
+    (:mod:`kubetune_operator.podsecurity`)."""
+
 
 @dataclass(frozen=True)
 class StorageSettings:
@@ -145,7 +152,8 @@ class Settings:
         """Check ranges.
 
         Raises:
-            ValueError: a port outside 0-65535, or a size, count, interval or UID out of range.
+            ValueError: a port outside 0-65535, a size, count, interval or UID out of range, or an
+                unknown Pod Security level.
         """
         checks = [
             (0 <= self.collector.bind_port <= 65535, "collector.bind_port must be in 0..65535"),
@@ -155,6 +163,7 @@ class Settings:
             (self.trials.default_max_concurrent_trials > 0, "trials.default_max_concurrent_trials must be > 0"),
             (self.trials.termination_grace_period_s >= 0, "trials.termination_grace_period_s must be >= 0"),
             (self.trials.run_as_user > 0, "trials.run_as_user must be > 0 (trial pods run as non-root)"),
+            (self.trials.pod_security_level in LEVELS, f"trials.pod_security_level must be one of {', '.join(LEVELS)}"),
         ]
         for ok, message in checks:
             if not ok:

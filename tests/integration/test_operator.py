@@ -173,12 +173,18 @@ def test_invalid_specs_are_rejected_or_marked(cluster, operator, custom, core, n
     assert exc.value.status == 422 and "mode" in exc.value.body
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
         "badspace", cluster, storage_secret, config={"lr": {"loguniform": [0, 1]}}))
+    root = experiment("asroot", cluster, storage_secret, config={"x": 1})
+    root["spec"]["template"] = {"securityContext": {"runAsUser": 0, "runAsNonRoot": False}}
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", root)
 
-    def marked():
-        conds = get(custom, namespace, "experiments", "badspace").get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "False" and c["reason"] == "InvalidSpec" for c in conds)
+    def marked(name):
+        conds = get(custom, namespace, "experiments", name).get("status", {}).get("conditions", [])
+        return next((c["message"] for c in conds if c["type"] == "Ready" and c["status"] == "False"
+                     and c["reason"] == "InvalidSpec"), None)
 
-    wait_for(marked, what="the InvalidSpec condition")
+    wait_for(lambda: marked("badspace"), what="the InvalidSpec condition")
+    wait_for(lambda: marked("asroot"), what="the InvalidSpec condition of a root template")
+    assert "'restricted' Pod Security level" in marked("asroot") and "runAsUser is 0" in marked("asroot")
     assert events(core, namespace, "InvalidSpec")
     assert trials(custom, namespace) == {}
     # the operator still serves other experiments

@@ -126,7 +126,8 @@ def test_every_operator_setting_the_chart_sets_exists():
     names = set(re.findall(r"name: (KUBETUNE_OPERATOR_\w+)", template))
     environ = {name: "1" for name in names}
     environ.update({"KUBETUNE_OPERATOR_WATCH_NAMESPACES": "a,b", "KUBETUNE_OPERATOR_COLLECTOR_URL": "http://x:1",
-                    "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "0.0.0.0"})
+                    "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "0.0.0.0",
+                    "KUBETUNE_OPERATOR_TRIALS_POD_SECURITY_LEVEL": "baseline"})
     known = {f"KUBETUNE_OPERATOR_{group}_{field}".upper()
              for group, cls in Settings.__dataclass_fields__.items()
              for field in cls.default_factory.__dataclass_fields__}
