@@ -15,6 +15,7 @@ them reaches trial state. Tokens and bodies are never logged.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -23,7 +24,11 @@ from aiohttp import web
 from kubetune.env import COLLECTOR_RESULTS_PATH
 
 from . import metrics
+from .controller import DECISION_RANK
 from .tokens import token_claims
+
+#: Results handed to the scheduler at a time; the event loop (probes, other requests) runs between steps.
+RESULTS_PER_STEP = 50
 
 log = logging.getLogger("kubetune.collector")
 
@@ -89,20 +94,27 @@ def make_app(registry) -> web.Application:
         ctl = registry.get(ns, data["experiment"])
         if ctl is None or not ctl.adopted:
             return _error(503, "experiment not loaded yet; retry")
-        try:
-            decision = ctl.record_results(trial, attempt, data.get("results", []), data.get("checkpoint"))
-        except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
-            log.exception("experiment %s/%s: results of %s could not be taken", ns, data["experiment"], trial)
-            return _error(500, "the operator could not take these results; retry")
-        if decision is None:
-            return _error(401, "stale token: not the trial's current attempt")
+        results, decision = data.get("results", []), "continue"
+        for start in range(0, max(len(results), 1), RESULTS_PER_STEP):
+            if start:
+                await asyncio.sleep(0)  # let the probes and other requests in between the steps of a large batch
+            last = start + RESULTS_PER_STEP >= len(results)
+            try:
+                step = ctl.record_results(trial, attempt, results[start:start + RESULTS_PER_STEP],
+                                          data.get("checkpoint") if last else None)
+            except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
+                log.exception("experiment %s/%s: results of %s could not be taken", ns, data["experiment"], trial)
+                return _error(500, "the operator could not take these results; retry")
+            if step is None:
+                return _error(401, "stale token: not the trial's current attempt")
+            decision = max(decision, step, key=DECISION_RANK.__getitem__)
         try:
             await registry.commit(ctl)  # the decision is durable before the trial acts on it
         except Exception as exc:  # noqa: BLE001 - the runtime retries; the results are de-duplicated
             log.warning("experiment %s/%s: journal not committed: %s", ns, data["experiment"], exc)
             return _error(503, "the operator could not persist its decision; retry")
         registry.wake(ns, data["experiment"])
-        metrics.RESULTS.inc(len(data.get("results", [])))
+        metrics.RESULTS.inc(len(results))
         metrics.DECISIONS.labels(decision).inc()
         return web.json_response({"decision": decision})
 

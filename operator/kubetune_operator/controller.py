@@ -23,7 +23,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_FENCED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
 from kubetune.search import parse_space, space_warnings
@@ -47,6 +47,9 @@ TERMINAL = ("Succeeded", "Failed")
 WAITING_CAUSES = ("Unschedulable", "CreateContainerConfigError", "CreateContainerError", "ErrImagePull",
                   "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff")
 DECISION_RANK = {"continue": 0, "checkpoint": 1, "pause": 2, "stop": 3}
+#: Longest a pass spends asking the searcher for new trials (seconds; at least one is asked for): the
+#: event loop it runs on also answers the collector and the liveness probe.
+SUGGEST_SECONDS_PER_PASS = 0.05
 
 
 class InvalidSpec(ValueError):
@@ -283,10 +286,18 @@ class ExperimentController:
         Raises:
             JournalCorrupt: the journal cannot be replayed (an entry is missing or unknown).
         """
+        for _ in self.restore_steps(configmaps):
+            pass
+
+    def restore_steps(self, configmaps: list[dict], entries_per_step: int = 500) -> Iterator[None]:
+        """:meth:`restore` in steps of ``entries_per_step`` journal entries: the daemon lets the event loop
+        run (probes, other Experiments) between them. Raises as :meth:`restore`."""
         snapshot, entries = load(self.journal, configmaps)
         if snapshot is not None:
             self._load_snapshot(snapshot)
-        for entry in entries:
+        for i, entry in enumerate(entries):
+            if i and i % entries_per_step == 0:
+                yield
             self._apply(entry)
         if snapshot is None and not entries:  # a new Experiment, or one from before the journal
             for trial in sorted(self.trials.values(), key=lambda t: t.index):
@@ -367,8 +378,12 @@ class ExperimentController:
                 decision = d
         if results:
             self.searcher.on_trial_result(trial, results[-1])
+            before = self.applied.get(trial, [0, "continue", attempt])
             seen = max((r["training_iteration"] for r in results if is_number(r.get("training_iteration"))),
-                       default=self.applied.get(trial, [0])[0])
+                       default=before[0])
+            if before[2] == attempt and before[1] in ("pause", "stop") and \
+                    DECISION_RANK[before[1]] > DECISION_RANK[decision]:
+                decision = before[1]  # an attempt told to pause or stop is told so until it ends
             self.applied[trial] = [seen, decision, attempt]
             if trial in self.trials:
                 self._show_result(self.trials[trial], results[-1])
@@ -720,7 +735,10 @@ class ExperimentController:
         highest = max((t.index for t in self.trials.values()), default=-1)
         next_index = highest + 1
         total = getattr(self.searcher, "total", None)
+        started = time.monotonic()
         while not stop_reason and not suspended and self._active() < self._limit():
+            if plan.create_trials and time.monotonic() - started > SUGGEST_SECONDS_PER_PASS:
+                break  # a slow searcher (Optuna's TPE at 1,000s of trials) goes on next pass, at once
             index = min(self.missing) if self.missing else next_index  # a failed create first, same config
             if total is not None:  # random-access searcher: config i is a function of i alone
                 if index >= total:

@@ -187,7 +187,8 @@ async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.In
     if not ctl.restored:
         for trial in await kube.call(kube.list_trials, namespace, name, ctl.experiment["metadata"].get("uid")):
             ctl.observe_trial(trial)
-        ctl.restore(await kube.call(kube.list_journal, namespace, name))
+        for _ in ctl.restore_steps(await kube.call(kube.list_journal, namespace, name)):
+            await asyncio.sleep(0)  # a long journal does not hold up the probes or other Experiments
     pods = {p.name: p for p in pods_by_experiment.get((namespace, label_value(name)), [])}
     ctl.degraded = None
     plan = ctl.plan(pods)

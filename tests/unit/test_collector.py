@@ -125,6 +125,20 @@ def test_a_large_valid_batch_is_read_whole():
     assert reg.get("ns", "exp").trials["exp-00000"].status["iteration"] == 1000
 
 
+def test_a_stop_early_in_a_large_batch_is_the_answer_and_stays_the_answer():
+    settings = Settings(collector=CollectorSettings(max_body_bytes=2_000_000, max_results_per_batch=1000))
+    reg = Registry(settings, KEY, ConfigMaps().write)
+    ctl = reg.load(experiment())  # spec.stop: training_iteration 5
+    for manifest in ctl.plan({}, 0.0).create_trials:
+        ctl.trial_created(manifest["metadata"]["name"], "uid")
+    ctl.adopted = True
+    results = [{"acc": 0.1, "training_iteration": i} for i in range(1, 121)]  # several steps; iteration 5 in the first
+    assert post(reg, batch(results=results), token()) == (200, {"decision": "stop"})
+    assert post(reg, batch(results=results), token()) == (200, {"decision": "stop"})  # re-sent: the same answer
+    assert post(reg, batch(results=[]), token()) == (200, {"decision": "stop"})
+    assert reg.get("ns", "exp").trials["exp-00000"].status["iteration"] == 120
+
+
 def test_oversized_bodies_get_413(registry):
     big = batch(results=[{"acc": 0.5, "note": "x" * 5000}])
     status, reply = post(registry, big, token())

@@ -405,3 +405,18 @@ def test_the_pod_retention_policy_chooses_what_is_deleted(policy, collected):
     ctl = ExperimentController(experiment(podRetentionPolicy=policy), Settings(), KEY)
     first, last, pods = _run_two_trials_to_their_end(ctl)
     assert {name for name, _ in first.collect_pods + last.collect_pods} == collected
+
+
+def test_a_pass_stops_asking_a_slow_searcher_and_the_next_goes_on(monkeypatch):
+    import kubetune_operator.controller as controller
+    monkeypatch.setattr(controller, "SUGGEST_SECONDS_PER_PASS", 0.0)  # every searcher is "slow"
+    ctl = ExperimentController(experiment(searchAlgorithm={"name": "optuna", "seed": 1},
+                                          config={"lr": {"uniform": [0, 1]}}, numSamples=3, maxConcurrentTrials=3),
+                               Settings(), KEY)
+    names = []
+    for step in range(4):
+        plan = ctl.plan({}, T0 + step)
+        assert len(plan.create_trials) <= 1
+        adopt_created(ctl, plan)
+        names += [m["metadata"]["name"] for m in plan.create_trials]
+    assert names == ["exp-00000", "exp-00001", "exp-00002"]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from kubetune_operator.schedulers import CONTINUE, PAUSE, STOP, create_scheduler
+from kubetune_operator.schedulers.median_stopping import MedianStoppingRule
 
 
 def msr(**params):
@@ -109,3 +113,55 @@ def test_completed_trials_stay_peers_across_a_restart():
 def test_bad_parameters(params, message):
     with pytest.raises(ValueError, match=message):
         msr(**params)
+
+
+def _brute_force_decisions(results, grace, min_samples, mode):
+    """The rule as written, O(all results) per result: the reference the indexed scheduler must match."""
+    import statistics
+    seen, stopped, decisions = {}, set(), []
+    sign = 1 if mode == "max" else -1
+    for trial, time, value in results:
+        if trial in stopped:
+            decisions.append("continue")
+            continue
+        seen.setdefault(trial, []).append((time, value))
+        if time < grace:
+            decisions.append("continue")
+            continue
+        means = []
+        for peer, rs in seen.items():
+            if peer != trial and rs[-1][0] >= time:
+                window = [v for t, v in rs if grace <= t <= time]
+                try:
+                    mean = statistics.fmean(window) if window else math.nan
+                except ValueError:  # fsum of +inf and -inf (the rule before indexing raised here)
+                    mean = math.nan
+                if not math.isnan(mean):
+                    means.append(mean)
+        own = [v for _, v in seen[trial] if not math.isnan(v)]
+        if len(means) < min_samples or not own:
+            decisions.append("continue")
+            continue
+        best = max(own) if mode == "max" else min(own)
+        if sign * statistics.median(means) > sign * best:
+            stopped.add(trial)
+            decisions.append("stop")
+        else:
+            decisions.append("continue")
+    return decisions
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_indexed_running_means_decide_as_the_rule_computed_in_full(seed):
+    rng = random.Random(seed)
+    mode = rng.choice(["max", "min"])
+    clocks = {f"t{i}": 0.0 for i in range(rng.randint(3, 12))}
+    results = []
+    for _ in range(rng.randint(20, 200)):
+        trial = rng.choice(list(clocks))
+        clocks[trial] += rng.choice([0.5, 1.0, 2.0]) if rng.random() > 0.05 else -1.5  # now and then out of order
+        value = rng.choice([math.nan, math.inf, -math.inf]) if rng.random() < 0.04 else round(rng.gauss(0, 1), 3)
+        results.append((trial, clocks[trial], value))
+    scheduler = MedianStoppingRule(metric="m", mode=mode, time_attr="t", grace_period=2.0, min_samples_required=2)
+    ours = [scheduler.on_trial_result(trial, {"t": time, "m": value}) for trial, time, value in results]
+    assert ours == _brute_force_decisions(results, 2.0, 2, mode)

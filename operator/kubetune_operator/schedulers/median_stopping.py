@@ -14,6 +14,7 @@ contributing NaN.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 
@@ -45,7 +46,8 @@ class MedianStoppingRule(TrialScheduler):
         ValueError: missing metric/mode, negative ``grace_period``, ``min_samples_required < 1``.
 
     The state keeps every ``(time, value)`` of every trial (the running mean needs
-    them): about 40 bytes of JSON per result.
+    them): about 40 bytes of JSON per result. A decision costs O(trials x log(results
+    per trial)): each peer's running mean comes from prefix sums.
     """
 
     def __init__(self, metric: str | None = None, mode: str | None = None, time_attr: str = "time_total_s",
@@ -60,32 +62,41 @@ class MedianStoppingRule(TrialScheduler):
         self.time_attr, self.grace_period = time_attr, grace_period
         self.min_samples_required, self.hard_stop = min_samples_required, hard_stop
         self._results: dict[str, list[tuple[float, float]]] = {}
+        self._histories: dict[str, _History] = {}
         self._stopped: set[str] = set()
 
     def _record(self, trial_id: str, result: dict | None) -> bool:
         if not result or not is_number(result.get(self.time_attr)) or not is_number(result.get(self.metric)):
             return False
-        self._results.setdefault(trial_id, []).append((result[self.time_attr], result[self.metric]))
+        self._add(trial_id, result[self.time_attr], result[self.metric])
         return True
 
-    def _running_mean(self, trial_id: str, time: float) -> float:
-        values = [v for t, v in self._results[trial_id] if self.grace_period <= t <= time]
-        return statistics.fmean(values) if values else math.nan
+    def _add(self, trial_id: str, time: float, value: float) -> None:
+        self._results.setdefault(trial_id, []).append((time, value))
+        if trial_id not in self._histories:
+            self._histories[trial_id] = _History(self.mode)
+        self._histories[trial_id].add(time, value)
 
     def on_trial_result(self, trial_id: str, result: dict) -> str:
-        """CONTINUE, or STOP/PAUSE for a trial worse than the median; unusable results CONTINUE."""
+        """CONTINUE, or STOP/PAUSE for a trial worse than the median; unusable results CONTINUE.
+
+        Cost: O(trials x log(results per trial)).
+        """
         if trial_id in self._stopped or not self._record(trial_id, result):
             return CONTINUE
         time = result[self.time_attr]
         if time < self.grace_period:
             return CONTINUE
-        peers = [t for t, rs in self._results.items() if t != trial_id and rs[-1][0] >= time]
-        means = [m for m in (self._running_mean(t, time) for t in peers) if not math.isnan(m)]
-        own = [v for _, v in self._results[trial_id] if not math.isnan(v)]
-        if len(means) < self.min_samples_required or not own:
+        means = []
+        for peer, history in self._histories.items():
+            if peer != trial_id and history.last_time >= time:
+                mean = history.mean(self.grace_period, time)
+                if not math.isnan(mean):
+                    means.append(mean)
+        best = self._histories[trial_id].best
+        if len(means) < self.min_samples_required or best is None:
             return CONTINUE
         median = statistics.median(means)
-        best = max(own) if self.mode == "max" else min(own)
         if self._metric_op * median > self._metric_op * best:
             self._stopped.add(trial_id)
             return STOP if self.hard_stop else PAUSE
@@ -101,6 +112,58 @@ class MedianStoppingRule(TrialScheduler):
         return {"results": results, "stopped": sorted(self._stopped)}
 
     def set_state(self, state: dict) -> None:
-        self._results = {t: [(decode_number(x), decode_number(v)) for x, v in rs]
-                         for t, rs in state["results"].items()}
+        self._results, self._histories = {}, {}
+        for trial_id, results in state["results"].items():
+            for time, value in results:
+                self._add(trial_id, decode_number(time), decode_number(value))
         self._stopped = set(state["stopped"])
+
+
+class _History:
+    """One trial's ``(time, value)`` results, indexed for running means over a time window.
+
+    Times sorted, with prefix sums of the finite values and prefix counts of NaN, +inf and -inf, so
+    :meth:`mean` costs two binary searches; ``best`` is the best value so far (NaN never is).
+    """
+
+    __slots__ = ("mode", "pairs", "times", "sums", "nans", "pinfs", "ninfs", "last_time", "best")
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.pairs: list[tuple[float, float]] = []
+        self.times: list[float] = []
+        self.sums, self.nans, self.pinfs, self.ninfs = [0.0], [0], [0], [0]
+        self.last_time = -math.inf
+        self.best: float | None = None
+
+    def add(self, time: float, value: float) -> None:
+        self.last_time = time
+        if not math.isnan(value) and (self.best is None or (value > self.best if self.mode == "max"
+                                                             else value < self.best)):
+            self.best = value
+        if not self.times or time >= self.times[-1]:
+            self.pairs.append((time, value))
+            self._append(time, value)
+            return
+        bisect.insort(self.pairs, (time, value))  # out of time order (rare): rebuild the prefixes
+        self.times, self.sums, self.nans, self.pinfs, self.ninfs = [], [0.0], [0], [0], [0]
+        for t, v in self.pairs:
+            self._append(t, v)
+
+    def _append(self, time: float, value: float) -> None:
+        self.times.append(time)
+        self.sums.append(self.sums[-1] + (value if math.isfinite(value) else 0.0))
+        self.nans.append(self.nans[-1] + math.isnan(value))
+        self.pinfs.append(self.pinfs[-1] + (value == math.inf))
+        self.ninfs.append(self.ninfs[-1] + (value == -math.inf))
+
+    def mean(self, start: float, end: float) -> float:
+        """Mean of the values with time in ``[start, end]``; NaN when there are none (or NaN among them,
+        or both infinities), as ``statistics.fmean`` gives it (up to rounding of the prefix sums)."""
+        lo, hi = bisect.bisect_left(self.times, start), bisect.bisect_right(self.times, end)
+        if hi <= lo or self.nans[hi] > self.nans[lo]:
+            return math.nan
+        pinf, ninf = self.pinfs[hi] > self.pinfs[lo], self.ninfs[hi] > self.ninfs[lo]
+        if pinf or ninf:
+            return math.nan if pinf and ninf else (math.inf if pinf else -math.inf)
+        return (self.sums[hi] - self.sums[lo]) / (hi - lo)
