@@ -77,20 +77,23 @@ GOAL_RESULTS_PER_S, GOAL_P99_MS = 5000, 20.0
 ASHA_PARAMS = {"max_t": 4 ** 8, "grace_period": 1, "reduction_factor": 4}
 
 
-def experiment(trials: int) -> dict:
-    """The benchmark's Experiment object: ``trials`` random ``lr`` samples, ASHA, all running at once."""
+def experiment(trials: int, scheduler: dict | None = None) -> dict:
+    """The benchmark's Experiment object: ``trials`` random ``lr`` samples, all running at once, under
+    ``scheduler`` (default ASHA with :data:`ASHA_PARAMS`)."""
     return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
             "metadata": {"name": EXPERIMENT, "namespace": NAMESPACE, "uid": "bench-uid", "generation": 1},
             "spec": {"trainable": {"entrypoint": "bench:Trainable"}, "image": "bench",
                      "config": {"lr": {"loguniform": [1e-5, 1e-1]}}, "numSamples": trials,
                      "metric": "loss", "mode": "min", "maxConcurrentTrials": trials,
                      "searchAlgorithm": {"name": "basic", "seed": 7},
-                     "scheduler": {"name": "asha", "params": ASHA_PARAMS},
+                     "scheduler": scheduler or {"name": "asha", "params": ASHA_PARAMS},
                      "storage": {"uri": "s3://bench/results"}}}
 
 
-def load_registry(key: bytes, trials: int) -> tuple[Registry, dict[str, PodView], list[dict]]:
-    """A registry holding the Experiment with all its trials created and their pods Running.
+def load_registry(key: bytes, trials: int, scheduler: dict | None = None
+                  ) -> tuple[Registry, dict[str, PodView], list[dict]]:
+    """A registry holding the Experiment (``scheduler`` as for :func:`experiment`) with all its trials
+    created and their pods Running.
 
     Returns:
         The registry, the pods by name (as the daemon observes them), and
@@ -102,17 +105,20 @@ def load_registry(key: bytes, trials: int) -> tuple[Registry, dict[str, PodView]
     # The journal is committed before every answer, as in the operator, into ConfigMaps held in memory:
     # this measures the collector's own work, not the API server's write latency.
     registry = Registry(Settings(), key, ConfigMaps().write)
-    ctl = registry.load(experiment(trials))
+    ctl = registry.load(experiment(trials, scheduler))
     ctl.restore([])  # no Trials or journal existed before: what the daemon's first pass finds
     now = time.time()
-    for manifest in ctl.plan({}, now).create_trials:
-        ctl.trial_created(manifest["metadata"]["name"], "uid-" + manifest["metadata"]["name"])
-    pods = {}
-    for manifest in ctl.plan({}, now + 1).create_pods:
-        name = manifest["metadata"]["name"]
-        trial, attempt = name.rsplit("-", 1)
-        pods[name] = PodView(name, trial, int(attempt), "Running")
-    ctl.plan(pods, now + 2)
+    pods, created = {}, True
+    while created:  # a pass asks the searcher for what fits in its time (SUGGEST_SECONDS_PER_PASS)
+        plan = ctl.plan({}, now)
+        created = plan.create_trials
+        for manifest in created:
+            ctl.trial_created(manifest["metadata"]["name"], "uid-" + manifest["metadata"]["name"])
+        for manifest in plan.create_pods:
+            name = manifest["metadata"]["name"]
+            trial, attempt = name.rsplit("-", 1)
+            pods[name] = PodView(name, trial, int(attempt), "Running")
+    ctl.plan(pods, now + 1)
     running = [t for t in ctl.trials.values() if t.phase == "Running"]
     if len(running) != trials or any(pod_name(t.name, t.attempt) not in pods for t in running):
         raise RuntimeError(f"expected {trials} running trials, got {len(running)}")

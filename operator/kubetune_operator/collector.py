@@ -28,7 +28,7 @@ from .controller import DECISION_RANK
 from .tokens import token_claims
 
 #: Results handed to the scheduler at a time; the event loop (probes, other requests) runs between steps.
-RESULTS_PER_STEP = 50
+RESULTS_PER_STEP = 10
 
 log = logging.getLogger("kubetune.collector")
 
@@ -63,6 +63,7 @@ def _parse(body: bytes, max_results: int) -> dict:
 def make_app(registry) -> web.Application:
     """Return the collector's application for ``registry`` (which holds settings, key and controllers)."""
     limits = registry.settings.collector
+    busy = asyncio.Lock()
 
     @web.middleware
     async def count(request: web.Request, handler) -> web.StreamResponse:
@@ -84,30 +85,31 @@ def make_app(registry) -> web.Application:
             body = await request.read()  # the whole body (a plain read may return a part of a large one)
         except web.HTTPRequestEntityTooLarge:
             return _error(413, f"body over {limits.max_body_bytes} bytes")
-        try:
-            data = _parse(body, limits.max_results_per_batch)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return _error(400, f"malformed batch: {exc}")
-        ns, trial, attempt = data["namespace"], data["trial"], data["attempt"]
-        if (ns, trial, attempt) != claims:
-            return _error(401, "invalid token for this trial and attempt")
-        ctl = registry.get(ns, data["experiment"])
-        if ctl is None or not ctl.adopted:
-            return _error(503, "experiment not loaded yet; retry")
-        results, decision = data.get("results", []), "continue"
-        for start in range(0, max(len(results), 1), RESULTS_PER_STEP):
-            if start:
-                await asyncio.sleep(0)  # let the probes and other requests in between the steps of a large batch
-            last = start + RESULTS_PER_STEP >= len(results)
+        async with busy:  # one batch parsed and judged at a time: a flood queues here, not in the event loop
             try:
-                step = ctl.record_results(trial, attempt, results[start:start + RESULTS_PER_STEP],
-                                          data.get("checkpoint") if last else None)
-            except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
-                log.exception("experiment %s/%s: results of %s could not be taken", ns, data["experiment"], trial)
-                return _error(500, "the operator could not take these results; retry")
-            if step is None:
-                return _error(401, "stale token: not the trial's current attempt")
-            decision = max(decision, step, key=DECISION_RANK.__getitem__)
+                data = _parse(body, limits.max_results_per_batch)
+            except (ValueError, UnicodeDecodeError) as exc:
+                return _error(400, f"malformed batch: {exc}")
+            ns, trial, attempt = data["namespace"], data["trial"], data["attempt"]
+            if (ns, trial, attempt) != claims:
+                return _error(401, "invalid token for this trial and attempt")
+            ctl = registry.get(ns, data["experiment"])
+            if ctl is None or not ctl.adopted:
+                return _error(503, "experiment not loaded yet; retry")
+            results, decision = data.get("results", []), "continue"
+            for start in range(0, max(len(results), 1), RESULTS_PER_STEP):
+                if start:
+                    await asyncio.sleep(0)  # the probes and the daemons run between the steps of a large batch
+                last = start + RESULTS_PER_STEP >= len(results)
+                try:
+                    step = ctl.record_results(trial, attempt, results[start:start + RESULTS_PER_STEP],
+                                              data.get("checkpoint") if last else None)
+                except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
+                    log.exception("experiment %s/%s: results of %s could not be taken", ns, data["experiment"], trial)
+                    return _error(500, "the operator could not take these results; retry")
+                if step is None:
+                    return _error(401, "stale token: not the trial's current attempt")
+                decision = max(decision, step, key=DECISION_RANK.__getitem__)
         try:
             await registry.commit(ctl)  # the decision is durable before the trial acts on it
         except Exception as exc:  # noqa: BLE001 - the runtime retries; the results are de-duplicated

@@ -308,11 +308,13 @@ class ExperimentController:
         self.restored = True
 
     def snapshot(self) -> dict:
-        """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions."""
+        """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions; a copy
+        that later calls do not change (the journal encodes it in steps)."""
         last = {name: self.trials[name].status.get("lastResult") for name in self.applied if name in self.trials}
         return {"scheduler": self.scheduler.get_state(),
                 "searcher": None if self.searcher.stateless else self.searcher.get_state(),
-                "applied": self.applied, "ended": sorted(self.ended), "finishTold": self.finish_told,
+                "applied": {name: list(value) for name, value in self.applied.items()},
+                "ended": sorted(self.ended), "finishTold": self.finish_told,
                 "lastResult": {name: result for name, result in last.items() if result}}
 
     def _check_pod(self, experiment: Mapping) -> None:

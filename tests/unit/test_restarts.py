@@ -283,3 +283,24 @@ def test_nan_and_infinite_metrics_reach_the_scheduler_and_the_journal_but_never_
     world.boot()  # the journal keeps NaN and infinities as they were
     rung = world.ctl.scheduler.rungs[0][-1][1]
     assert math.isnan(rung["exp-00000"]) and rung["exp-00001"] == math.inf and rung["exp-00002"] == -math.inf
+
+
+def test_a_snapshot_encoded_in_steps_is_the_same_text_and_lets_the_loop_run(monkeypatch):
+    monkeypatch.setattr(journal, "STEP_SECONDS", 0.0)  # a step after every item
+    state = {"seq": 3, "scheduler": {"results": {f"t{i}": [[i, math.nan], [i + 1, math.inf]] for i in range(40)},
+                                     "stopped": ["t1"]},
+             "applied": {f"t{i}": [i, "continue", 0] for i in range(20)}, "1": None, "empty": {}}
+    ticks = []
+
+    async def main():
+        async def tick():
+            while True:
+                ticks.append(1)
+                await asyncio.sleep(0)
+        ticker = asyncio.create_task(tick())
+        text = await journal._dumps_in_steps(state, [0.0])
+        ticker.cancel()
+        return text
+
+    assert asyncio.run(main()) == journal._dumps(state)
+    assert len(ticks) > 40  # the event loop ran between the items

@@ -61,7 +61,7 @@ class MedianStoppingRule(TrialScheduler):
             raise ValueError(f"min_samples_required must be an integer >= 1, got {min_samples_required!r}")
         self.time_attr, self.grace_period = time_attr, grace_period
         self.min_samples_required, self.hard_stop = min_samples_required, hard_stop
-        self._results: dict[str, list[tuple[float, float]]] = {}
+        self._results: dict[str, list[list]] = {}  # trial -> [[time, value], ...] in arrival order, encoded
         self._histories: dict[str, _History] = {}
         self._stopped: set[str] = set()
 
@@ -72,7 +72,7 @@ class MedianStoppingRule(TrialScheduler):
         return True
 
     def _add(self, trial_id: str, time: float, value: float) -> None:
-        self._results.setdefault(trial_id, []).append((time, value))
+        self._results.setdefault(trial_id, []).append([encode_number(time), encode_number(value)])  # as get_state gives
         if trial_id not in self._histories:
             self._histories[trial_id] = _History(self.mode)
         self._histories[trial_id].add(time, value)
@@ -108,8 +108,7 @@ class MedianStoppingRule(TrialScheduler):
 
     def get_state(self) -> dict:
         """``{"results": {trial_id: [[time, value], ...]}, "stopped": [trial_id, ...]}``, strict JSON."""
-        results = {t: [[encode_number(x), encode_number(v)] for x, v in rs] for t, rs in self._results.items()}
-        return {"results": results, "stopped": sorted(self._stopped)}
+        return {"results": {t: rs.copy() for t, rs in self._results.items()}, "stopped": sorted(self._stopped)}
 
     def set_state(self, state: dict) -> None:
         self._results, self._histories = {}, {}
