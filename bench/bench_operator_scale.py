@@ -85,7 +85,7 @@ def baseline(api: client.ApiClient, cluster: Cluster, trials: int) -> float:
     def one(i: int) -> None:
         trial = custom.create_namespaced_custom_object(GROUP, VERSION, "baseline", "trials",
                                                        build_trial(exp, i, {"x": 0.5}, str(i)))
-        pod = build_pod(exp, trial, 0, "token", settings)
+        pod = build_pod(exp, trial, 0, settings)
         pod["spec"]["nodeSelector"] = {"kubetune.io/bench": "nowhere"}
         core.create_namespaced_pod("baseline", pod, _preload_content=False)
 

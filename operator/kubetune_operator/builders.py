@@ -14,7 +14,7 @@ import copy
 import dataclasses
 from typing import Mapping
 
-from kubetune.env import TERMINATION_MESSAGE_PATH, CheckpointPolicy, TrialEnv, encode_trial_env
+from kubetune.env import TERMINATION_MESSAGE_PATH, TOKEN, CheckpointPolicy, TrialEnv, encode_trial_env
 
 from .labels import (
     API_VERSION, LABEL_ATTEMPT, LABEL_EXPERIMENT, LABEL_MANAGED_BY, LABEL_TRIAL, MANAGED_BY,
@@ -22,7 +22,7 @@ from .labels import (
 )
 from .settings import Settings
 
-__all__ = ["build_pod", "build_trial", "owner_reference", "pod_name", "pod_resources", "sample_pod",
+__all__ = ["build_pod", "build_token_secret", "build_trial", "owner_reference", "pod_name", "pod_resources", "sample_pod",
            "trial_dir_uri", "trial_name"]
 
 #: Command of the trial container: the in-pod runtime of the ``kubetune`` package.
@@ -31,6 +31,8 @@ RUNTIME_COMMAND = ("python", "-m", "kubetune.runtime")
 RESERVED_ENV_PREFIX = "KUBETUNE_"
 #: Longest ``spec.tag`` of a Trial; longer tags are cut (the tag is for display only).
 MAX_TAG_LENGTH = 256
+#: Key of the collector token in an attempt's token Secret (:func:`build_token_secret`).
+TOKEN_SECRET_KEY = "token"
 #: Ray's default CPUs per trial, used when ``resourcesPerTrial.cpu`` is absent (the CRD defaults it too).
 DEFAULT_CPU = "1"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -123,9 +125,12 @@ def pod_resources(resources_per_trial: Mapping | None) -> dict:
     return {"requests": requests, "limits": limits} if limits else {"requests": requests}
 
 
-def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, settings: Settings,
+def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Settings,
               restore_from: str | None = None) -> dict:
     """Return the manifest of the pod running ``attempt`` of ``trial``.
+
+    The attempt's collector token is not in the manifest: ``KUBETUNE_TOKEN`` comes from the Secret
+    :func:`build_token_secret` makes (same name as the pod), so ``get pods`` does not show it.
 
     The pod runs ``python -m kubetune.runtime`` in the experiment's image
     (``settings.trials.default_image`` without one) with the variables of
@@ -145,7 +150,6 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, set
         experiment: the Experiment object.
         trial: the Trial object (with ``metadata.uid``), owner of the pod.
         attempt: attempt number (0 for the first pod, +1 for each retry or resume).
-        token: the attempt's collector token (:func:`kubetune_operator.tokens.mint_token`).
         settings: operator settings (collector URL, default image and storage, grace period, UID).
         restore_from: checkpoint URI to restore first. None: ``spec.restoreFrom`` of the
             trial while it has no checkpoint of its own in ``status.checkpoint``, else
@@ -176,18 +180,20 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, set
         checkpoint=CheckpointPolicy(**{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy)
                                        if f.name in checkpoint}),
         metric=spec.get("metric"), mode=spec.get("mode"), storage_endpoint=endpoint, storage_region=region,
-        restore_from=restore_from, collector_url=settings.collector.base_url(), token=token, pod_name=name,
+        restore_from=restore_from, collector_url=settings.collector.base_url(), pod_name=name,
         grace_period_s=settings.trials.termination_grace_period_s,
     )
     user_env = template.get("env") or []
     reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
     if reserved:
         raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
+    env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
+    env.append({"name": TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": TOKEN_SECRET_KEY}}})
     container = {
         "name": TRIAL_CONTAINER,
         "image": spec.get("image") or settings.trials.default_image,
         "command": list(RUNTIME_COMMAND),
-        "env": [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()] + user_env,
+        "env": env + user_env,
         "resources": pod_resources(spec.get("resourcesPerTrial")),
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
@@ -216,6 +222,26 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, token: str, set
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
+def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
+    """Return the Secret holding the collector token of the attempt ``pod`` runs (same name and namespace,
+    owned by ``trial``, the pod's labels); the pod reads it as ``KUBETUNE_TOKEN``.
+
+    Args:
+        pod: the attempt's pod manifest (:func:`build_pod`).
+        trial: the Trial object (with ``metadata.uid``).
+        token: the attempt's collector token (:func:`kubetune_operator.tokens.mint_token`).
+
+    Raises:
+        ValueError: a Trial without ``metadata.uid``.
+    """
+    meta = pod["metadata"]
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "labels": dict(meta["labels"]),
+                         "ownerReferences": [owner_reference(trial)]},
+            "stringData": {TOKEN_SECRET_KEY: token}}
+
+
 def sample_pod(experiment: Mapping, settings: Settings) -> dict:
     """The pod of attempt 0 of a config-less trial 0 of ``experiment``: what its spec makes of every trial
     pod, for checking a spec before anything is created.
@@ -227,7 +253,7 @@ def sample_pod(experiment: Mapping, settings: Settings) -> dict:
     trial = {"apiVersion": API_VERSION, "kind": TRIAL_KIND, "metadata": {
         "name": trial_name(meta["name"], 0), "namespace": meta["namespace"], "uid": "sample"},
         "spec": {"index": 0, "config": {}}}
-    return build_pod(experiment, trial, 0, "sample", settings)
+    return build_pod(experiment, trial, 0, settings)
 
 
 def _storage(spec: Mapping, settings: Settings) -> tuple[str, str | None, str | None]:

@@ -30,7 +30,7 @@ from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
 from . import status as st
-from .builders import build_pod, build_trial, sample_pod
+from .builders import build_pod, build_token_secret, build_trial, sample_pod
 from .journal import Journal, JournalCorrupt, load
 from .labels import (
     API_VERSION, LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, TRIAL_KIND, label_value, pod_name, trial_name,
@@ -107,12 +107,15 @@ class Plan:
     Attributes:
         create_trials: Trial manifests.
         create_pods: Pod manifests.
+        token_secrets: ``{pod name: manifest}`` of each new pod's token Secret, created before the pod.
         delete_pods: ``(pod name, grace seconds)`` to delete gracefully.
         trial_status: ``{trial name: status merge patch}`` for trials whose status should be written now.
         events: ``(trial name or None for the Experiment, type, reason, message)``.
         experiment_status: the Experiment's status merge patch, or None if nothing need be written now.
         collect_pods: ``(pod name, trial name)`` of ended pods that ``spec.podRetentionPolicy`` deletes;
             deleted only after the trial's status in this plan is written.
+        collect_secrets: ``(Secret name, trial name)`` of the token Secrets of ended attempts, deleted as
+            ``collect_pods``.
     """
 
     create_trials: list[dict] = field(default_factory=list)
@@ -122,6 +125,8 @@ class Plan:
     events: list[tuple[str | None, str, str, str]] = field(default_factory=list)
     experiment_status: dict | None = None
     collect_pods: list[tuple[str, str]] = field(default_factory=list)
+    token_secrets: dict[str, dict] = field(default_factory=dict)
+    collect_secrets: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -185,6 +190,7 @@ class ExperimentController:
         self.restored = False  # the Trials in the API and the journal have been read (the daemon does it first)
         self.adopted = False  # ... and the first plan() has run: the collector may take results
         self.created_pods: dict[str, float] = {}
+        self.secrets_deleted: set[str] = set()  # token Secrets of ended attempts asked to go (not kept across restarts)
         self.exp_written_at = 0.0
         self.exp_write_failed = False
         self.exp_status: dict = dict(experiment.get("status") or {})
@@ -434,6 +440,7 @@ class ExperimentController:
             self.trial_created(manifest["metadata"]["name"], None)
         for manifest in plan.create_pods:
             self.created_pods.pop(manifest["metadata"]["name"], None)
+        self.secrets_deleted -= {name for name, _ in plan.collect_secrets}
         for name in plan.trial_status:
             self.status_write_failed(name)
         if plan.experiment_status:
@@ -660,17 +667,15 @@ class ExperimentController:
         return plan
 
     def _collect(self, plan: Plan, pods: Mapping[str, PodView]) -> None:
-        """Ask for the deletion of ended pods whose outcome the Trial's status now holds, as
-        ``spec.podRetentionPolicy`` says: an earlier attempt's pod, or the current attempt's pod once
-        the trial ended or paused. Never a pod of an attempt newer than the status knows."""
+        """For ended pods whose outcome the Trial's status now holds (an earlier attempt's pod, or the
+        current attempt's once the trial ended or paused; never one of an attempt newer than the status
+        knows): delete the attempt's token Secret, and the pod as ``spec.podRetentionPolicy`` says."""
         policy = self.spec.get("podRetentionPolicy") or {}
         deleted = {"Succeeded": policy.get("whenSucceeded", "Delete") == "Delete",
                    "Failed": policy.get("whenFailed", "Retain") == "Delete"}
-        if not any(deleted.values()):
-            return
         by_label = None
         for pod in pods.values():
-            if pod.deleting or not deleted.get(pod.phase):
+            if pod.phase not in ("Succeeded", "Failed") or (pod.deleting and pod.name in self.secrets_deleted):
                 continue
             if by_label is None:
                 by_label = {label_value(t.name): t for t in self.trials.values()}
@@ -679,7 +684,11 @@ class ExperimentController:
                 continue
             if pod.attempt < trial.attempt or (pod.attempt == trial.attempt and
                                                (trial.phase in TERMINAL or trial.phase == "Paused")):
-                plan.collect_pods.append((pod.name, trial.name))
+                if pod.name not in self.secrets_deleted:
+                    self.secrets_deleted.add(pod.name)
+                    plan.collect_secrets.append((pod.name, trial.name))
+                if deleted[pod.phase] and not pod.deleting:
+                    plan.collect_pods.append((pod.name, trial.name))
 
     def _create_pod(self, plan: Plan, trial: TrialState, now: float) -> None:
         """Ask for the pod of the trial's current attempt, unless asked for in the last 30 s (index lag)."""
@@ -687,16 +696,20 @@ class ExperimentController:
         if now - self.created_pods.get(name, -1e9) < 30:
             return
         self.created_pods[name] = now
-        plan.create_pods.append(self._pod(trial))
+        pod = self._pod(trial)
+        plan.create_pods.append(pod)
+        plan.token_secrets[name] = build_token_secret(pod, self._trial_object(trial), self.token(trial.name, trial.attempt))
         if trial.status.get("podName") != name:
             self._set(trial, now, podName=name)
         trial.phase_changed |= not trial.written  # a new Trial's first status goes out with its first pod
 
+    def _trial_object(self, trial: TrialState) -> dict:
+        return {"apiVersion": API_VERSION, "kind": TRIAL_KIND,
+                "metadata": {"name": trial.name, "namespace": self.namespace, "uid": trial.uid},
+                "spec": {"index": trial.index, "config": trial.config}}
+
     def _pod(self, trial: TrialState) -> dict:
-        obj = {"apiVersion": API_VERSION, "kind": TRIAL_KIND,
-               "metadata": {"name": trial.name, "namespace": self.namespace, "uid": trial.uid},
-               "spec": {"index": trial.index, "config": trial.config}}
-        return build_pod(self.experiment, obj, trial.attempt, self.token(trial.name, trial.attempt), self.settings)
+        return build_pod(self.experiment, self._trial_object(trial), trial.attempt, self.settings)
 
     def _active(self) -> int:
         return sum(1 for t in self.trials.values() if t.phase in ("Pending", "Running"))

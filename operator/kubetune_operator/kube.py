@@ -129,6 +129,21 @@ class Kube:
             if exc.status != 409:
                 raise
 
+    def _create_secret(self, manifest: dict) -> None:
+        try:
+            _drain(self.core.create_namespaced_secret(manifest["metadata"]["namespace"], manifest,
+                                                      _preload_content=False))
+        except client.ApiException as exc:
+            if exc.status != 409:  # the same attempt's Secret from an earlier pass: the same token
+                raise
+
+    def _delete_secret(self, namespace: str, name: str) -> None:
+        try:
+            _drain(self.core.delete_namespaced_secret(name, namespace, _preload_content=False))
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def _delete_pod(self, namespace: str, name: str, grace: int) -> None:
         try:
             _drain(self.core.delete_namespaced_pod(name, namespace, body={"gracePeriodSeconds": grace},
@@ -173,7 +188,14 @@ class Kube:
         for manifest, uid in zip(plan.create_trials, uids):
             ctl.trial_created(manifest["metadata"]["name"], None if uid is _FAILED else uid)
         # pods, deletions and statuses are independent of one another: one round of calls
-        pods = [attempt(f"create pod {m['metadata']['name']}", self._create_pod, m) for m in plan.create_pods]
+        async def create_attempt(manifest):  # the token Secret first: the pod reads it when it starts
+            name = manifest["metadata"]["name"]
+            if await attempt(f"create token Secret {name}", self._create_secret,
+                             plan.token_secrets[name]) is _FAILED:
+                return _FAILED
+            return await attempt(f"create pod {name}", self._create_pod, manifest)
+
+        pods = [create_attempt(m) for m in plan.create_pods]
         deletes = [attempt(f"delete pod {name}", self._delete_pod, ns, name, grace) for name, grace in plan.delete_pods]
         statuses = [(name, attempt(f"status of trial {name}", self._patch_trial_status, ns, name, patch))
                     for name, patch in plan.trial_status.items() if name in ctl.trials]
@@ -182,11 +204,6 @@ class Kube:
         exp = [attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)] \
             if plan.experiment_status and not final else []
         outcomes = await asyncio.gather(*pods, *deletes, *(c for _, c in statuses), *exp)
-        if final:
-            written = all(o is not _FAILED for o in outcomes[len(pods) + len(deletes):])
-            outcome = await attempt("experiment status", self.patch_experiment_status, ns, ctl.name,
-                                    plan.experiment_status) if written else _FAILED
-            outcomes, exp = [*outcomes, outcome], [None]
         for manifest, outcome in zip(plan.create_pods, outcomes):
             if outcome is _FAILED:  # ask again on the next pass
                 ctl.created_pods.pop(manifest["metadata"]["name"], None)
@@ -196,10 +213,22 @@ class Kube:
             ctl.status_write_failed(name)
         if exp and status_outcomes[-1] is _FAILED:
             ctl.status_write_failed(None)
-        # ended pods go only once their trial's status holds their outcome (a restart must not read the
-        # deletion of a finished pod as a disruption)
-        await asyncio.gather(*(attempt(f"delete ended pod {pod}", self._delete_pod, ns, pod, 0)
-                               for pod, trial in plan.collect_pods if trial not in unwritten))
+        # Ended pods and their tokens go only once their trial's status holds their outcome (a restart must
+        # not read the deletion of a finished pod as a disruption), and before a terminal Experiment
+        # status, which ends the daemon.
+        secrets = [(name, attempt(f"delete token Secret {name}", self._delete_secret, ns, name))
+                   for name, trial in plan.collect_secrets if trial not in unwritten]
+        collected = await asyncio.gather(*(c for _, c in secrets),
+                                         *(attempt(f"delete ended pod {pod}", self._delete_pod, ns, pod, 0)
+                                           for pod, trial in plan.collect_pods if trial not in unwritten))
+        kept = {name for (name, _), outcome in zip(secrets, collected) if outcome is _FAILED}
+        ctl.secrets_deleted -= kept | {name for name, trial in plan.collect_secrets if trial in unwritten}
+        if final:
+            if unwritten:
+                ctl.status_write_failed(None)
+            elif await attempt("experiment status", self.patch_experiment_status, ns, ctl.name,
+                               plan.experiment_status) is _FAILED:
+                ctl.status_write_failed(None)
         return errors
 
     # ----- the collector's key -------------------------------------------------------------

@@ -81,6 +81,23 @@ def test_happy_path_runs_every_trial_and_reports_the_best(cluster, operator, cus
     assert events(core, namespace, "TrialSucceeded")
     table = cluster.kubectl("get", "trials", "-n", namespace).stdout
     assert "Succeeded" in table and "ITERATION" in table.upper()
+    # each attempt's collector token lived in its own Secret, gone once the attempt ended
+    left = lambda: [s.metadata.name for s in core.list_namespaced_secret(namespace).items  # noqa: E731
+                    if s.metadata.name.startswith("happy-")]
+    wait_for(lambda: not left(), timeout=30, what=f"the token Secrets to be deleted ({left()} are not)")
+
+
+def test_a_running_trial_pod_shows_no_token(cluster, operator, custom, core, namespace, storage_secret):
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "tokenless", cluster, storage_secret, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 6}))
+    wait_for(lambda: (get(custom, namespace, "trials", "tokenless-00000").get("status", {}).get("iteration") or 0) >= 1,
+             what="the trial to report (its runtime read the token from the Secret)")
+    pod = json.loads(core.read_namespaced_pod("tokenless-00000-0", namespace, _preload_content=False).data)
+    token_var = next(e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "KUBETUNE_TOKEN")
+    assert "value" not in token_var and token_var["valueFrom"]["secretKeyRef"]["name"] == "tokenless-00000-0"
+    secret = core.read_namespaced_secret("tokenless-00000-0", namespace)
+    assert secret.metadata.owner_references[0].name == "tokenless-00000"
+    wait_for(lambda: phase_is(custom, namespace, "tokenless", "Succeeded"), what="the experiment to succeed")
 
 
 def test_kubectl_explains_the_api(cluster):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 import pytest
 
 from conftest_crds import root_schema, validate
 from kubetune.env import TERMINATION_MESSAGE_PATH, CheckpointPolicy, read_trial_env
-from kubetune_operator.builders import build_pod, build_trial, owner_reference, pod_resources, trial_dir_uri
+from kubetune_operator.builders import (
+    build_pod, build_token_secret, build_trial, owner_reference, pod_resources, trial_dir_uri,
+)
 from kubetune_operator.labels import (
     LABEL_ATTEMPT, LABEL_EXPERIMENT, LABEL_MANAGED_BY, LABEL_TRIAL, MAX_TRIAL_NAME_LENGTH, label_value, pod_name,
     trial_name,
@@ -39,7 +42,7 @@ def trial(exp: dict | None = None, index: int = 3, **status) -> dict:
 def pod(exp: dict | None = None, tr: dict | None = None, attempt: int = 0, settings: Settings | None = None,
         **kwargs) -> dict:
     exp = exp or experiment()
-    return build_pod(exp, tr or trial(exp), attempt, "tok", settings or Settings(), **kwargs)
+    return build_pod(exp, tr or trial(exp), attempt, settings or Settings(), **kwargs)
 
 
 def container(p: dict) -> dict:
@@ -169,7 +172,7 @@ def test_pod_env_is_the_runtime_contract():
                                                                    "scoreAttribute": "min-loss"},
                      storage={"uri": "s3://bucket/runs/", "endpoint": "http://127.0.0.1:9000", "region": "eu-1"})
     settings = Settings(collector=CollectorSettings(url="http://collector.kubetune-system.svc:8080"))
-    p = build_pod(exp, trial(exp), 1, "secret-token", settings)
+    p = build_pod(exp, trial(exp), 1, settings)
     env = read_trial_env(env_of(p))
     assert (env.namespace, env.experiment, env.trial, env.trial_id, env.attempt) == (
         "team-a", "mnist", "mnist-00003", "mnist-00003", 1)
@@ -181,7 +184,14 @@ def test_pod_env_is_the_runtime_contract():
     assert (env.metric, env.mode) == ("acc", "max")
     assert (env.storage_endpoint, env.storage_region) == ("http://127.0.0.1:9000", "eu-1")
     assert env.collector_url == "http://collector.kubetune-system.svc:8080"
-    assert env.token == "secret-token" and env.pod_name == "mnist-00003-1"
+    assert env.token is None and env.pod_name == "mnist-00003-1"  # the token comes from the attempt's Secret
+    token_var = next(e for e in container(p)["env"] if e["name"] == "KUBETUNE_TOKEN")
+    assert token_var == {"name": "KUBETUNE_TOKEN", "valueFrom": {"secretKeyRef": {"name": "mnist-00003-1",
+                                                                                  "key": "token"}}}
+    secret = build_token_secret(p, trial(exp), "secret-token")
+    assert secret["metadata"]["name"] == "mnist-00003-1" and secret["stringData"] == {"token": "secret-token"}
+    assert secret["metadata"]["ownerReferences"][0]["kind"] == "Trial"
+    assert "secret-token" not in json.dumps(p)
     assert env.restore_from is None
 
 
@@ -228,7 +238,7 @@ def test_restore_from(status, restore_from, expected):
     exp = experiment()
     tr = trial(exp, **status)
     tr["spec"]["restoreFrom"] = "s3://bucket/other/checkpoint_000004"
-    assert read_trial_env(env_of(build_pod(exp, tr, 1, "t", Settings(), restore_from))).restore_from == expected
+    assert read_trial_env(env_of(build_pod(exp, tr, 1, Settings(), restore_from))).restore_from == expected
 
 
 # ------------------------------------------------------------------ Pod: security and lifecycle
@@ -262,11 +272,12 @@ def test_pod_lifecycle_fields():
     assert container(p)["terminationMessagePath"] == TERMINATION_MESSAGE_PATH
 
 
-def test_credentials_secret_is_the_only_secret_we_add():
+def test_the_credentials_secret_and_the_attempts_own_token_are_the_only_secrets_we_add():
     exp = experiment(storage={"uri": "s3://b", "credentialsSecret": "s3-creds"})
     assert container(pod(exp))["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
     assert "envFrom" not in container(pod())
-    assert not [e for e in container(pod(exp))["env"] if "valueFrom" in e]
+    assert [e["valueFrom"] for e in container(pod(exp))["env"] if "valueFrom" in e] == [
+        {"secretKeyRef": {"name": "mnist-00003-0", "key": "token"}}]
 
 
 # ------------------------------------------------------------------ Pod: resources
@@ -359,7 +370,7 @@ def test_build_pod_does_not_change_or_alias_its_inputs():
     exp = experiment(template=copy.deepcopy(TEMPLATE))
     tr = trial(exp)
     before = copy.deepcopy((exp, tr))
-    p = build_pod(exp, tr, 0, "t", Settings())
+    p = build_pod(exp, tr, 0, Settings())
     assert (exp, tr) == before
     p["spec"]["tolerations"].append({"key": "x"})
     container(p)["env"][-1]["name"] = "CHANGED"
@@ -370,7 +381,7 @@ def test_pod_names_and_labels_stay_valid_for_long_experiment_names():
     exp = experiment()
     exp["metadata"]["name"] = "a-very-long-experiment-name." + "x" * 200
     tr = trial(exp, index=12)
-    p = build_pod(exp, tr, 5, "t", Settings())
+    p = build_pod(exp, tr, 5, Settings())
     assert DNS_LABEL.match(p["metadata"]["name"]) and p["metadata"]["name"].endswith("-00012-5")
     for value in p["metadata"]["labels"].values():
         assert len(value) <= 63 and LABEL_VALUE.match(value)

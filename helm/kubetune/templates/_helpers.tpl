@@ -96,6 +96,11 @@ that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itsel
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [list, create, patch, delete]
+# Each trial attempt's collector token Secret: Kube._create_secret before its pod, Kube._delete_secret
+# once the attempt ended. No get, list, watch or update: the operator cannot read or change Secrets.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create, delete]
 # kopf.event / kopf.warn on Experiments and Trials.
 - apiGroups: [""]
   resources: [events]
