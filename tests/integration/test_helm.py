@@ -302,7 +302,9 @@ def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster,
     assert can("update", "experiments.kubetune.io", "-n", TEAM) == "no"
 
     started = time.monotonic()
-    custom.create_namespaced_custom_object(GROUP, VERSION, TEAM, "experiments", experiment("proof", own_cluster))
+    proof = experiment("proof", own_cluster)
+    proof["spec"]["podRetentionPolicy"] = {"whenSucceeded": "Retain"}  # kept to be looked at below
+    custom.create_namespaced_custom_object(GROUP, VERSION, TEAM, "experiments", proof)
     wait_for(lambda: exp_status(custom, "proof").get("phase") in ("Succeeded", "Failed"), timeout=90,
              what="the experiment to finish")
     print(f"[helm] experiment through the installed operator: {time.monotonic() - started:.1f} s")
@@ -313,6 +315,9 @@ def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster,
     trial_pod = core.read_namespaced_pod("proof-00000-0", TEAM)
     assert trial_pod.spec.containers[0].image == "kubetune/runtime:0.1.0"
     assert trial_pod.spec.automount_service_account_token is False
+    # its token Secret was deleted with the chart's RBAC once the attempt ended
+    wait_for(lambda: not [s for s in core.list_namespaced_secret(TEAM).items if s.metadata.name == "proof-00000-0"],
+             timeout=30, what="the attempt's token Secret to be deleted")
     with pytest.raises(client.ApiException) as refused:  # the namespace does enforce "restricted"
         core.create_namespaced_pod(TEAM, {"metadata": {"name": "privileged"}, "spec": {"containers": [
             {"name": "c", "image": "busybox", "command": ["true"]}]}})
