@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
-from kubetune.env import OUTCOME_COMPLETED, OUTCOME_FENCED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
 from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
@@ -39,7 +38,9 @@ from .schedulers import create_scheduler
 from .schedulers.base import is_number
 from .search import create_searcher
 from .settings import Settings
+from .lifecycle import STOP_REASON, transition
 from .podsecurity import violations
+from .spec import ExperimentSpec
 from .tokens import mint_token
 
 TERMINAL = ("Succeeded", "Failed")
@@ -47,6 +48,9 @@ TERMINAL = ("Succeeded", "Failed")
 WAITING_CAUSES = ("Unschedulable", "CreateContainerConfigError", "CreateContainerError", "ErrImagePull",
                   "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff")
 DECISION_RANK = {"continue": 0, "checkpoint": 1, "pause": 2, "stop": 3}
+#: Trial messages of the retries whose cause the runtime reported (the others carry the pod's message).
+_RETRY_MESSAGES = {"Terminated": "the trial was terminated before it finished, after a final checkpoint",
+                   "Fenced": "the collector refused the attempt's token; it stopped at once"}
 #: Longest a pass spends asking the searcher for new trials (seconds; at least one is asked for): the
 #: event loop it runs on also answers the collector and the liveness probe.
 SUGGEST_SECONDS_PER_PASS = 0.05
@@ -212,26 +216,22 @@ class ExperimentController:
         Raises:
             InvalidSpec: as for the constructor; the previous spec stays in force.
         """
-        spec = experiment.get("spec") or {}
-        metric, mode = spec.get("metric"), spec.get("mode")
         try:
-            parse_space(spec.get("config") or {})
-            algo = spec.get("searchAlgorithm") or {}
-            seed = algo.get("seed")
+            model = ExperimentSpec.parse(experiment.get("spec") or {})
+            metric, mode = model.metric, model.mode
+            parse_space(model.config)
+            seed = model.search_algorithm.seed
             if seed is None:  # stable across restarts and spec edits: a function of the Experiment's uid
                 uid = experiment["metadata"].get("uid") or experiment["metadata"]["name"]
                 seed = int.from_bytes(hashlib.sha256(uid.encode()).digest()[:4], "big")
-            searcher = create_searcher(algo.get("name", "basic"), spec.get("config") or {}, metric, mode,
-                                       num_samples=int(spec.get("numSamples", 1)), seed=seed,
-                                       **(algo.get("params") or {}))
-            sched = spec.get("scheduler") or {}
-            scheduler = create_scheduler(sched.get("name", "fifo"), metric, mode, **(sched.get("params") or {}))
-            budget = st.parse_duration(spec["timeBudget"]) if spec.get("timeBudget") else None
+            searcher = create_searcher(model.search_algorithm.name, model.config, metric, mode,
+                                       num_samples=model.num_samples, seed=seed, **model.search_algorithm.params)
+            scheduler = create_scheduler(model.scheduler.name, metric, mode, **model.scheduler.params)
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidSpec(str(exc)) from exc
         except ImportError as exc:
             raise InvalidSpec(f"the operator cannot load what the spec chooses: {exc}") from exc
-        if not ((spec.get("storage") or {}).get("uri") or self.settings.storage.default_uri):
+        if not (model.storage_uri or self.settings.storage.default_uri):
             raise InvalidSpec("spec.storage.uri is required (the operator has no default storage)")
         self._check_pod(experiment)
         old = getattr(self, "searcher", None)
@@ -240,7 +240,7 @@ class ExperimentController:
                 searcher.set_state(old.get_state())  # model-based searchers keep what they learned
             except (ValueError, TypeError, KeyError) as exc:
                 raise InvalidSpec(f"the new spec does not fit what the searcher has learned: {exc}") from exc
-        params = dict(sched.get("params") or {})
+        params = model.scheduler.params
         if getattr(self, "scheduler", None) is not None and type(self.scheduler) is type(scheduler) \
                 and params != self.scheduler_params:
             raise InvalidSpec("scheduler.params cannot change while the experiment runs (what the scheduler "
@@ -251,11 +251,11 @@ class ExperimentController:
             self.scheduler, self.scheduler_params = scheduler, params
         self.journal.snapshot_due |= old is not None and not searcher.stateless
         self.journal.enabled = not (searcher.stateless and self.scheduler.stateless)
-        self.searcher, self.time_budget_s = searcher, budget
+        self.searcher = searcher
         #: Likely mistakes in spec.config that are valid as constants; the validate handler posts them as events.
-        self.warnings = space_warnings(spec.get("config") or {})
+        self.warnings = space_warnings(model.config)
         self.experiment = experiment
-        self.spec, self.metric, self.mode = spec, metric, mode
+        self.spec, self.metric, self.mode = model, metric, mode
         self.search_finished = False
 
     @property
@@ -379,7 +379,7 @@ class ExperimentController:
         decision = "continue"
         for result in results:
             d = self.scheduler.on_trial_result(trial, result)
-            stop, _ = should_stop(result, self.spec.get("stop") or {})
+            stop, _ = should_stop(result, self.spec.stop)
             if stop or result.get("done"):
                 d = "stop"
             if DECISION_RANK[d] > DECISION_RANK[decision]:
@@ -469,8 +469,8 @@ class ExperimentController:
         state = self.trials.get(trial)
         if state is None or attempt != state.attempt:
             return None
-        if state.phase in TERMINAL or self.stop_reason or self.spec.get("suspend"):
-            return "pause" if self.spec.get("suspend") and state.phase not in TERMINAL else "stop"
+        if state.phase in TERMINAL or self.stop_reason or self.spec.suspend:
+            return "pause" if self.spec.suspend and state.phase not in TERMINAL else "stop"
         seen, decision, decided_by = self.applied.get(trial, [0, "continue", attempt])
         fresh = [r for r in results if not (is_number(r.get("training_iteration"))
                                             and r["training_iteration"] <= seen)]
@@ -499,14 +499,15 @@ class ExperimentController:
 
     def _phase_decision(self, now: float) -> st.PhaseDecision:
         counts = st.trial_counts(t.phase for t in self.trials.values())
-        goal = self.spec.get("goal")
+        goal = self.spec.goal
         best = self.best() if goal is not None else None  # O(trials): only when a goal needs it
         started = self.exp_status.get("startTime")
-        budget_over = bool(self.time_budget_s is not None and started and
-                           now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() >= self.time_budget_s)
-        max_failed = (self.spec.get("failure") or {}).get("maxFailedTrials")
+        budget = self.spec.time_budget_s
+        budget_over = bool(budget is not None and started and
+                           now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() >= budget)
+        max_failed = self.spec.failure.max_failed_trials
         return st.experiment_phase(
-            counts, suspended=bool(self.spec.get("suspend")), search_finished=self.search_finished,
+            counts, suspended=self.spec.suspend, search_finished=self.search_finished,
             goal_reached=goal is not None and best is not None and st.goal_reached(best["metricValue"], goal, self.mode),
             time_budget_exhausted=budget_over, max_failed_trials=max_failed)
 
@@ -536,7 +537,7 @@ class ExperimentController:
 
     def _fail_attempt(self, plan: Plan, trial: TrialState, reason: str, message: str, now: float) -> None:
         failures = int(trial.status.get("failures") or 0) + 1
-        max_failures = int((self.spec.get("failure") or {}).get("maxFailures") or 0)
+        max_failures = self.spec.failure.max_failures
         message = st.truncate_message(message or reason, st.MAX_TRIAL_MESSAGE_BYTES)
         if 0 <= max_failures < failures:  # -1: retry without limit
             self._set(trial, now, phase="Failed", reason=reason, message=message, failures=failures)
@@ -568,29 +569,24 @@ class ExperimentController:
         if isinstance(checkpoint, str) and is_number(iteration) and \
                 iteration > ((trial.status.get("checkpoint") or {}).get("iteration") or 0):
             trial.status["checkpoint"] = {"uri": checkpoint, "iteration": iteration}
-        if pod.phase == "Succeeded" and kind == OUTCOME_COMPLETED:
-            self._finish(plan, trial, "Completed", now)
-        elif pod.phase == "Succeeded" and kind == OUTCOME_STOPPED and not stop_reason and not self.spec.get("suspend"):
-            self._finish(plan, trial, "EarlyStopped", now)
-        elif self.spec.get("suspend") and not stop_reason and (pod.phase == "Succeeded" or pod.deleting):
-            self._set(trial, now, phase="Paused", reason="Suspended", message=None)
-        elif stop_reason and (pod.phase == "Succeeded" or pod.deleting):
-            self._finish(plan, trial, stop_reason, now)
-        elif pod.phase == "Succeeded" and kind == OUTCOME_PAUSED:
-            self._set(trial, now, phase="Paused", reason="SchedulerPaused", message=None)
-        elif pod.phase == "Succeeded" and kind == OUTCOME_TERMINATED:
-            self._disrupted(plan, trial, pod.disruption or "Terminated",
-                            "the trial was terminated before it finished, after a final checkpoint", now)
-        elif pod.phase == "Succeeded" and kind == OUTCOME_FENCED:
-            self._disrupted(plan, trial, "Fenced", "the collector refused the attempt's token; it stopped at once", now)
-        elif pod.phase == "Succeeded":
-            self._fail_attempt(plan, trial, "NoOutcome", "the trial's process exited 0 without the runtime's outcome "
+        end = "Succeeded" if pod.phase == "Succeeded" else "Disrupted" if pod.disruption or pod.deleting else "Failed"
+        situation = "stopping" if stop_reason else "suspending" if self.spec.suspend else "running"
+        step = transition(end, kind, situation)
+        reason = stop_reason if step.reason == STOP_REASON else step.reason
+        if step.pod_reason:
+            reason = (pod.disruption if end != "Failed" else pod.reason) or reason
+        if step.action == "complete" or step.action == "finish":
+            self._finish(plan, trial, reason, now)
+        elif step.action == "pause":
+            self._set(trial, now, phase="Paused", reason=reason, message=None)
+        elif step.action == "retry":
+            self._disrupted(plan, trial, reason, st.truncate_message(_RETRY_MESSAGES.get(
+                step.reason, "") or pod.message or "the trial's pod was deleted", 300), now)
+        elif step.reason == "NoOutcome":
+            self._fail_attempt(plan, trial, reason, "the trial's process exited 0 without the runtime's outcome "
                                "(is the pod's command `python -m kubetune.runtime`?)", now)
-        elif pod.disruption or pod.deleting:
-            self._disrupted(plan, trial, pod.disruption or "PodDeleted",
-                            st.truncate_message(pod.message or "the trial's pod was deleted", 300), now)
         else:
-            self._fail_attempt(plan, trial, pod.reason or "Error", pod.message or
+            self._fail_attempt(plan, trial, reason, pod.message or
                                f"exit code {pod.exit_code} without the runtime's message; `kubectl logs {pod.name}` "
                                "shows what the program printed", now)
 
@@ -611,7 +607,7 @@ class ExperimentController:
             self.adopted = True  # now the collector may take results: every trial's attempt is known
         self.exp_status.setdefault("startTime", _now_iso(now))
         stop_reason = self.stopping_reason(now)
-        suspended = bool(self.spec.get("suspend"))
+        suspended = self.spec.suspend
         grace = self.settings.trials.termination_grace_period_s
         for trial in sorted(self.trials.values(), key=lambda t: t.index):
             if trial.phase in TERMINAL or trial.uid is None:
@@ -670,9 +666,6 @@ class ExperimentController:
         """For ended pods whose outcome the Trial's status now holds (an earlier attempt's pod, or the
         current attempt's once the trial ended or paused; never one of an attempt newer than the status
         knows): delete the attempt's token Secret, and the pod as ``spec.podRetentionPolicy`` says."""
-        policy = self.spec.get("podRetentionPolicy") or {}
-        deleted = {"Succeeded": policy.get("whenSucceeded", "Delete") == "Delete",
-                   "Failed": policy.get("whenFailed", "Retain") == "Delete"}
         by_label = None
         for pod in pods.values():
             if pod.phase not in ("Succeeded", "Failed") or (pod.deleting and pod.name in self.secrets_deleted):
@@ -687,7 +680,7 @@ class ExperimentController:
                 if pod.name not in self.secrets_deleted:
                     self.secrets_deleted.add(pod.name)
                     plan.collect_secrets.append((pod.name, trial.name))
-                if deleted[pod.phase] and not pod.deleting:
+                if self.spec.pod_retention.deletes(pod.phase) and not pod.deleting:
                     plan.collect_pods.append((pod.name, trial.name))
 
     def _create_pod(self, plan: Plan, trial: TrialState, now: float) -> None:
@@ -715,7 +708,7 @@ class ExperimentController:
         return sum(1 for t in self.trials.values() if t.phase in ("Pending", "Running"))
 
     def _limit(self) -> int:
-        return int(self.spec.get("maxConcurrentTrials") or self.settings.trials.default_max_concurrent_trials)
+        return self.spec.max_concurrent_trials or self.settings.trials.default_max_concurrent_trials
 
     def _scheduler_paused(self) -> list[str]:
         return [t.name for t in sorted(self.trials.values(), key=lambda t: t.index)

@@ -1,0 +1,124 @@
+"""The Experiment's ``spec`` as the operator decides by it: one typed model, parsed once, with the CRD's defaults.
+
+``ExperimentController.update`` parses each new spec with :meth:`ExperimentSpec.parse` (a
+``ValueError`` becomes ``Ready=False``, ``InvalidSpec``) and reads every decision's input from the
+model, never from the raw dict. Each default below equals the CRD's ``default:`` for the field
+(``tests/unit/test_spec.py`` checks every one against ``crds/``), so an object the API server did
+not default (a unit test, a stored object from an older CRD) behaves as one it did. What the pod
+builder copies into manifests (``template``, ``trainable``, ``resourcesPerTrial``,
+``checkpoint``) stays a dict there (:mod:`kubetune_operator.builders`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .status import parse_duration
+
+RETENTION = ("Retain", "Delete")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """``spec.searchAlgorithm`` or ``spec.scheduler``: a registered name and its parameters."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """``spec.failure``."""
+
+    max_failures: int = 0
+    """Retries per trial after a failed attempt; -1: without limit."""
+    max_failed_trials: int | None = None
+    """The experiment fails once more than this many trials failed; None: no limit."""
+
+
+@dataclass(frozen=True)
+class PodRetentionPolicy:
+    """``spec.podRetentionPolicy``: what becomes of an ended, recorded pod (``Retain`` or ``Delete``)."""
+
+    when_succeeded: str = "Delete"
+    when_failed: str = "Retain"
+
+    def deletes(self, pod_phase: str) -> bool:
+        """Whether an ended pod in ``pod_phase`` (``Succeeded`` or ``Failed``) is deleted."""
+        return (self.when_succeeded if pod_phase == "Succeeded" else self.when_failed) == "Delete"
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """What the operator decides an Experiment by. Field names are the spec's, in snake case."""
+
+    metric: str | None = None
+    mode: str | None = None
+    config: dict = field(default_factory=dict)
+    num_samples: int = 1
+    search_algorithm: Algorithm = field(default_factory=lambda: Algorithm("basic"))
+    scheduler: Algorithm = field(default_factory=lambda: Algorithm("fifo"))
+    stop: dict = field(default_factory=dict)
+    goal: float | None = None
+    time_budget_s: float | None = None
+    """``spec.timeBudget`` in seconds."""
+    max_concurrent_trials: int | None = None
+    """None: the operator's default (``trials.default_max_concurrent_trials``)."""
+    failure: FailurePolicy = field(default_factory=FailurePolicy)
+    pod_retention: PodRetentionPolicy = field(default_factory=PodRetentionPolicy)
+    suspend: bool = False
+    storage_uri: str | None = None
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, Any]) -> ExperimentSpec:
+        """Read ``spec`` (the Experiment's ``spec`` dict), filling in the CRD's defaults.
+
+        Raises:
+            ValueError: a field the operator decides by has the wrong type or range (the message names
+                it); the CRD's schema refuses these first where it can.
+        """
+        def number(key: str, value: Any, minimum: float | None = None, integer: bool = False) -> Any:
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    (integer and not float(value).is_integer()) or not math.isfinite(value):
+                raise ValueError(f"spec.{key} must be {'an integer' if integer else 'a finite number'}, got {value!r}")
+            if minimum is not None and value < minimum:
+                raise ValueError(f"spec.{key} must be >= {minimum:g}, got {value!r}")
+            return int(value) if integer else value
+
+        def obj(key: str) -> Mapping:
+            value = spec.get(key) or {}
+            if not isinstance(value, Mapping):
+                raise ValueError(f"spec.{key} must be an object, got {value!r}")
+            return value
+
+        def algorithm(key: str, default: str) -> Algorithm:
+            value = obj(key)
+            params = value.get("params") or {}
+            if not isinstance(params, Mapping):
+                raise ValueError(f"spec.{key}.params must be an object, got {params!r}")
+            return Algorithm(str(value.get("name") or default), dict(params),
+                             number(f"{key}.seed", value.get("seed"), integer=True))
+
+        failure, retention = obj("failure"), obj("podRetentionPolicy")
+        for key in ("whenSucceeded", "whenFailed"):
+            if retention.get(key, "Retain") not in RETENTION:
+                raise ValueError(f"spec.podRetentionPolicy.{key} must be Retain or Delete, got {retention[key]!r}")
+        budget = spec.get("timeBudget")
+        return cls(
+            metric=spec.get("metric"), mode=spec.get("mode"), config=dict(obj("config")),
+            num_samples=number("numSamples", spec.get("numSamples", 1), 1, integer=True),
+            search_algorithm=algorithm("searchAlgorithm", "basic"), scheduler=algorithm("scheduler", "fifo"),
+            stop=dict(obj("stop")), goal=number("goal", spec.get("goal")),
+            time_budget_s=parse_duration(budget) if budget else None,
+            max_concurrent_trials=number("maxConcurrentTrials", spec.get("maxConcurrentTrials") or None, 1,
+                                         integer=True),
+            failure=FailurePolicy(number("failure.maxFailures", failure.get("maxFailures", 0), -1, integer=True),
+                                  number("failure.maxFailedTrials", failure.get("maxFailedTrials"), 0, integer=True)),
+            pod_retention=PodRetentionPolicy(retention.get("whenSucceeded", "Delete"),
+                                             retention.get("whenFailed", "Retain")),
+            suspend=bool(spec.get("suspend", False)), storage_uri=obj("storage").get("uri") or None)
