@@ -289,7 +289,7 @@ def start_server(kind: str, key: bytes, trials: int, reconcile: bool) -> Server:
     port, info = parent.recv()
     if info is None:  # the baseline checks nothing: any names and tokens do
         info = [{"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / trials)} for i in range(trials)]
-    feeds = [TrialFeed(t["name"], t["attempt"], t["lr"], mint_token(key, NAMESPACE, t["name"], t["attempt"]),
+    feeds = [TrialFeed(t["name"], t["attempt"], t["lr"], mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
                        rng=random.Random(i)) for i, t in enumerate(info)]
     return Server(kind, proc, parent, f"http://127.0.0.1:{port}{COLLECTOR_RESULTS_PATH}", feeds)
 
@@ -370,7 +370,7 @@ async def auth_checks(server: Server, key: bytes) -> dict[str, int]:
     body = json.dumps({"namespace": NAMESPACE, "experiment": EXPERIMENT, "trial": victim.name,
                        "attempt": victim.attempt, "results": [{"loss": -1e9, "training_iteration": 1}],
                        "checkpoint": None, "done": False}).encode()
-    tokens = {"forged token": mint_token(new_key(), NAMESPACE, victim.name, victim.attempt),
+    tokens = {"forged token": mint_token(new_key(), NAMESPACE, victim.name, victim.attempt, "uid-" + victim.name),
               "another trial's token": other.token}
     codes = {}
     async with aiohttp.ClientSession() as session:

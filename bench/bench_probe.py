@@ -120,7 +120,7 @@ async def load(phase: str, url: str, feeds: list[TrialFeed], args: argparse.Name
     if phase == "idle":
         await asyncio.sleep(args.duration)
         return counts
-    forged = "Bearer " + mint_token(new_key(), NAMESPACE, feeds[0].name, 0)
+    forged = "Bearer " + mint_token(new_key(), NAMESPACE, feeds[0].name, 0, "uid-" + feeds[0].name)
     junk = b"x" * (1 << 20)
 
     async def worker(w: int, session: aiohttp.ClientSession, connections: int) -> None:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             port, info = parent.recv()
             info = info or [{"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / args.trials)}
                             for i in range(args.trials)]
-            feeds = [TrialFeed(t["name"], t["attempt"], t["lr"], mint_token(key, NAMESPACE, t["name"], t["attempt"]),
+            feeds = [TrialFeed(t["name"], t["attempt"], t["lr"], mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
                                rng=random.Random(i)) for i, t in enumerate(info)]
             servers[kind] = (proc, parent, port, feeds)
         for phase in PHASES:

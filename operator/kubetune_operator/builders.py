@@ -22,8 +22,8 @@ from .labels import (
 )
 from .settings import Settings
 
-__all__ = ["build_pod", "build_token_secret", "build_trial", "owner_reference", "pod_name", "pod_resources", "sample_pod",
-           "trial_dir_uri", "trial_name"]
+__all__ = ["build_pod", "build_token_secret", "build_trial", "owner_reference", "pod_name", "pod_resources",
+           "sample_pod", "token_secret_name", "trial_dir_uri", "trial_name"]
 
 #: Command of the trial container: the in-pod runtime of the ``kubetune`` package.
 RUNTIME_COMMAND = ("python", "-m", "kubetune.runtime")
@@ -59,9 +59,11 @@ def owner_reference(obj: Mapping) -> dict:
             "controller": True, "blockOwnerDeletion": True}
 
 
-def trial_dir_uri(storage_uri: str, namespace: str, experiment: str, trial: str) -> str:
-    """Return ``<storage_uri>/<namespace>/<experiment>/<trial>`` (docs/architecture.md, "Object storage layout")."""
-    return f"{storage_uri.rstrip('/')}/{namespace}/{experiment}/{trial}"
+def trial_dir_uri(storage_uri: str, namespace: str, experiment: str, uid: str, trial: str) -> str:
+    """Return ``<storage_uri>/<namespace>/<experiment>/<uid[:8]>/<trial>`` (docs/architecture.md, "Object
+    storage layout"): an Experiment deleted and created again under its name (another ``uid``) starts
+    afresh instead of restoring the earlier one's checkpoints."""
+    return f"{storage_uri.rstrip('/')}/{namespace}/{experiment}/{uid[:8]}/{trial}"
 
 
 def build_trial(experiment: Mapping, index: int, config: Mapping, tag: str | None = None) -> dict:
@@ -130,7 +132,7 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
     """Return the manifest of the pod running ``attempt`` of ``trial``.
 
     The attempt's collector token is not in the manifest: ``KUBETUNE_TOKEN`` comes from the Secret
-    :func:`build_token_secret` makes (same name as the pod), so ``get pods`` does not show it.
+    :func:`build_token_secret` makes, so ``get pods`` does not show it.
 
     The pod runs ``python -m kubetune.runtime`` in the experiment's image
     (``settings.trials.default_image`` without one) with the variables of
@@ -174,7 +176,7 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
     trial_env = TrialEnv(
         namespace=namespace, experiment=exp_name, trial=name_of_trial, trial_id=name_of_trial, attempt=attempt,
         config=trial["spec"].get("config") or {},
-        trial_dir_uri=trial_dir_uri(storage_uri, namespace, exp_name, name_of_trial),
+        trial_dir_uri=trial_dir_uri(storage_uri, namespace, exp_name, experiment["metadata"]["uid"], name_of_trial),
         entrypoint=trainable.get("entrypoint"), source=trainable.get("source"), name=trainable.get("name"),
         pickle_uri=trainable.get("pickleURI"), stop=dict(spec.get("stop") or {}),
         checkpoint=CheckpointPolicy(**{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy)
@@ -188,7 +190,8 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
     if reserved:
         raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
     env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
-    env.append({"name": TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": TOKEN_SECRET_KEY}}})
+    env.append({"name": TOKEN, "valueFrom": {"secretKeyRef": {
+        "name": token_secret_name(name, trial["metadata"]["uid"]), "key": TOKEN_SECRET_KEY}}})
     container = {
         "name": TRIAL_CONTAINER,
         "image": spec.get("image") or settings.trials.default_image,
@@ -222,9 +225,15 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
+def token_secret_name(pod: str, trial_uid: str) -> str:
+    """``<pod>-<trial_uid[:8]>``: the name of the token Secret of the attempt pod ``pod`` runs. The uid keeps
+    an Experiment created again under its name from reading the earlier one's Secret."""
+    return f"{pod}-{trial_uid[:8]}"
+
+
 def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
-    """Return the Secret holding the collector token of the attempt ``pod`` runs (same name and namespace,
-    owned by ``trial``, the pod's labels); the pod reads it as ``KUBETUNE_TOKEN``.
+    """Return the Secret holding the collector token of the attempt ``pod`` runs (named by
+    :func:`token_secret_name`, owned by ``trial``, the pod's labels); the pod reads it as ``KUBETUNE_TOKEN``.
 
     Args:
         pod: the attempt's pod manifest (:func:`build_pod`).
@@ -236,7 +245,8 @@ def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
     """
     meta = pod["metadata"]
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+            "metadata": {"name": token_secret_name(meta["name"], trial["metadata"]["uid"]),
+                         "namespace": meta["namespace"],
                          "labels": dict(meta["labels"]),
                          "ownerReferences": [owner_reference(trial)]},
             "stringData": {TOKEN_SECRET_KEY: token}}

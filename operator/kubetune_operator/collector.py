@@ -91,7 +91,7 @@ def make_app(registry) -> web.Application:
             except (ValueError, UnicodeDecodeError) as exc:
                 return _error(400, f"malformed batch: {exc}")
             ns, trial, attempt = data["namespace"], data["trial"], data["attempt"]
-            if (ns, trial, attempt) != claims:
+            if (ns, trial, attempt) != claims[:3]:
                 return _error(401, "invalid token for this trial and attempt")
             ctl = registry.get(ns, data["experiment"])
             if ctl is None or not ctl.adopted:
@@ -103,7 +103,7 @@ def make_app(registry) -> web.Application:
                 last = start + RESULTS_PER_STEP >= len(results)
                 try:
                     step = ctl.record_results(trial, attempt, results[start:start + RESULTS_PER_STEP],
-                                              data.get("checkpoint") if last else None)
+                                              data.get("checkpoint") if last else None, uid=claims[3])
                 except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
                     log.exception("experiment %s/%s: results of %s could not be taken", ns, data["experiment"], trial)
                     return _error(500, "the operator could not take these results; retry")

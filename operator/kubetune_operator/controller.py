@@ -29,7 +29,7 @@ from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
 from . import status as st
-from .builders import build_pod, build_token_secret, build_trial, sample_pod
+from .builders import build_pod, build_token_secret, build_trial, sample_pod, token_secret_name
 from .journal import Journal, JournalCorrupt, load
 from .labels import (
     API_VERSION, LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, TRIAL_KIND, label_value, pod_name, trial_name,
@@ -456,18 +456,23 @@ class ExperimentController:
 
     def token(self, trial: str, attempt: int) -> str:
         """The collector bearer token of ``trial``'s ``attempt`` (see :func:`kubetune_operator.tokens.mint_token`)."""
-        return mint_token(self.key, self.namespace, trial, attempt)
+        return mint_token(self.key, self.namespace, trial, attempt, self.trials[trial].uid or "")
 
     # ----- results from the collector ----------------------------------------------------
-    def record_results(self, trial: str, attempt: int, results: list[dict], checkpoint: dict | None) -> str | None:
+    def record_results(self, trial: str, attempt: int, results: list[dict], checkpoint: dict | None,
+                       uid: str | None = None) -> str | None:
         """Take a batch of results of ``trial``'s ``attempt``; return the decision for the runtime.
+
+        Args:
+            uid: the Trial uid the reporting pod's token names; another than this Trial's is stale (a
+                pod of an earlier Experiment of the same name). None: not checked.
 
         Returns:
             ``continue``, ``checkpoint``, ``pause`` or ``stop``; None when ``attempt`` is not the
-            trial's current one (a stale token: the collector answers 401).
+            trial's current one, or ``uid`` not its uid (a stale token: the collector answers 401).
         """
         state = self.trials.get(trial)
-        if state is None or attempt != state.attempt:
+        if state is None or attempt != state.attempt or (uid is not None and uid != state.uid):
             return None
         if state.phase in TERMINAL or self.stop_reason or self.spec.suspend:
             return "pause" if self.spec.suspend and state.phase not in TERMINAL else "stop"
@@ -668,7 +673,7 @@ class ExperimentController:
         knows): delete the attempt's token Secret, and the pod as ``spec.podRetentionPolicy`` says."""
         by_label = None
         for pod in pods.values():
-            if pod.phase not in ("Succeeded", "Failed") or (pod.deleting and pod.name in self.secrets_deleted):
+            if pod.phase not in ("Succeeded", "Failed"):
                 continue
             if by_label is None:
                 by_label = {label_value(t.name): t for t in self.trials.values()}
@@ -677,9 +682,10 @@ class ExperimentController:
                 continue
             if pod.attempt < trial.attempt or (pod.attempt == trial.attempt and
                                                (trial.phase in TERMINAL or trial.phase == "Paused")):
-                if pod.name not in self.secrets_deleted:
-                    self.secrets_deleted.add(pod.name)
-                    plan.collect_secrets.append((pod.name, trial.name))
+                secret = token_secret_name(pod.name, trial.uid)
+                if secret not in self.secrets_deleted:
+                    self.secrets_deleted.add(secret)
+                    plan.collect_secrets.append((secret, trial.name))
                 if self.spec.pod_retention.deletes(pod.phase) and not pod.deleting:
                     plan.collect_pods.append((pod.name, trial.name))
 

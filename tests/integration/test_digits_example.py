@@ -20,7 +20,7 @@ from examples.digits.function_trainable import train_digits
 from examples.digits.trainable import DigitsTrainable
 from kubetune.checkpoints import COMMIT_MARKER, restore_checkpoint
 from kubetune.storage import open_storage
-from tests.integration.support import wait_for
+from tests.integration.support import trial_prefix, wait_for
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
@@ -55,7 +55,7 @@ def run_example(custom, s3, cluster, namespace: str, path: Path, *, node: str | 
     assert exp["status"]["phase"] == "Succeeded", exp["status"]
     trials = trials_of(custom, namespace)
     assert len(trials) == spec["numSamples"]
-    lines = {t: result_lines(s3, f"experiments/{namespace}/{name}/{t}") for t in trials}
+    lines = {t: result_lines(s3, trial_prefix(s3, S3_BUCKET, "experiments", namespace, name, t)) for t in trials}
     for trial, results in lines.items():
         assert [r["training_iteration"] for r in results] == list(range(1, spec["stop"]["training_iteration"] + 1)), \
             trial
@@ -102,11 +102,12 @@ def test_digits_experiment_trains_every_trial_on_its_own_gpu_and_the_best_checkp
         cluster, operator, custom, s3, storage, namespace, storage_secret):
     spec, exp, trials, lines = run_example(custom, s3, cluster, namespace, EXAMPLE / "experiment.yaml",
                                            node=GPU_NODE)
-    prefix, iterations = f"experiments/{namespace}/{exp['metadata']['name']}", spec["stop"]["training_iteration"]
+    name, iterations = exp["metadata"]["name"], spec["stop"]["training_iteration"]
     for trial, results in lines.items():
         assert all(0 <= r["mean_accuracy"] <= 1 and r["mean_loss"] > 0 for r in results)
         every = spec["checkpoint"]["frequency"]
-        assert committed_checkpoints(s3, f"{prefix}/{trial}") == [
+        prefix = trial_prefix(s3, S3_BUCKET, "experiments", namespace, name, trial)
+        assert committed_checkpoints(s3, prefix) == [
             f"checkpoint_{i:06d}" for i in range(every, iterations + 1, every)]
     finals = {t: results[-1]["mean_accuracy"] for t, results in lines.items()}
     best = check_counts_and_best(exp, trials, finals)
@@ -139,10 +140,10 @@ def test_digits_experiment_trains_every_trial_on_its_own_gpu_and_the_best_checkp
 def test_digits_function_experiment_succeeds_and_its_checkpoints_resume(
         cluster, operator, custom, s3, storage, namespace, storage_secret, tmp_path):
     spec, exp, trials, lines = run_example(custom, s3, cluster, namespace, EXAMPLE / "experiment-function.yaml")
-    prefix, iterations = f"experiments/{namespace}/{exp['metadata']['name']}", spec["stop"]["training_iteration"]
+    name, iterations = exp["metadata"]["name"], spec["stop"]["training_iteration"]
     for trial in lines:
         # the function reports a checkpoint with every result, and each one is committed
-        assert committed_checkpoints(s3, f"{prefix}/{trial}") == [
+        assert committed_checkpoints(s3, trial_prefix(s3, S3_BUCKET, "experiments", namespace, name, trial)) == [
             f"checkpoint_{i:06d}" for i in range(1, iterations + 1)]
     best = check_counts_and_best(exp, trials, {t: r[-1]["mean_accuracy"] for t, r in lines.items()})
 

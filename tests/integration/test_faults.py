@@ -24,6 +24,7 @@ from kubetune_operator.search import create_searcher
 from kubetune_operator.settings import Settings
 from kubetune_operator.status import compact_result
 
+from devcluster.cluster import S3_BUCKET
 from tests.integration.support import wait_for
 from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
 
@@ -213,6 +214,29 @@ def test_an_experiment_with_a_100_character_name_runs(cluster, operator, custom,
     wait_for(lambda: phase_is(custom, namespace, name, "Succeeded", "Failed"), what="the long-named experiment")
     exp = get(custom, namespace, "experiments", name)
     assert exp["status"]["phase"] == "Succeeded" and exp["status"]["trials"]["succeeded"] == 2
+
+
+def test_an_experiment_deleted_and_created_again_starts_afresh(cluster, operator, custom, s3, namespace,
+                                                               storage_secret):
+    old = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "again", cluster, storage_secret, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 30}))
+    wait_for(lambda: (trials(custom, namespace).get("again-00000", {}).get("status", {}).get("iteration") or 0) >= 3,
+             what="the first incarnation's trial to checkpoint a few iterations")
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "again")
+    wait_for(lambda: not get(custom, namespace, "experiments", "again"), what="the Experiment to go")
+    new = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "again", cluster, storage_secret, config={"x": 2}, stop={"training_iteration": 4}))
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    wait_for(lambda: phase_is(custom, namespace, "again", "Succeeded", "Failed"), what="the new incarnation to end")
+    status = get(custom, namespace, "experiments", "again")["status"]
+    assert status["phase"] == "Succeeded" and status["trials"]["total"] == 1, status
+    trial = wait_for(lambda: [t for t in trials(custom, namespace).values()
+                              if t["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]])[0]
+    assert trial["spec"]["config"] == {"x": 2} and trial["status"]["iteration"] == 4
+    assert status["bestTrial"]["metricValue"] == 8.0  # 4 steps of 2: nothing carried over from the old trial
+    key = f"experiments/{namespace}/again/{new['metadata']['uid'][:8]}/again-00000/result.json"
+    lines = [json.loads(line) for line in s3.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read().splitlines()]
+    assert [(r["training_iteration"], r["score"]) for r in lines] == [(1, 2.0), (2, 4.0), (3, 6.0), (4, 8.0)]
 
 
 def test_an_invalid_edit_keeps_ready_false_while_the_last_valid_spec_runs(cluster, operator, custom, core, namespace,

@@ -32,7 +32,7 @@ from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig, build, procs
 from devcluster.cluster import S3_BUCKET
-from tests.integration.support import wait_for
+from tests.integration.support import trial_prefix, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kubetune"
@@ -316,7 +316,8 @@ def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster,
     assert trial_pod.spec.containers[0].image == "kubetune/runtime:0.1.0"
     assert trial_pod.spec.automount_service_account_token is False
     # its token Secret was deleted with the chart's RBAC once the attempt ended
-    wait_for(lambda: not [s for s in core.list_namespaced_secret(TEAM).items if s.metadata.name == "proof-00000-0"],
+    wait_for(lambda: not [s for s in core.list_namespaced_secret(TEAM).items
+                          if s.metadata.name.startswith("proof-00000-0-")],
              timeout=30, what="the attempt's token Secret to be deleted")
     with pytest.raises(client.ApiException) as refused:  # the namespace does enforce "restricted"
         core.create_namespaced_pod(TEAM, {"metadata": {"name": "privileged"}, "spec": {"containers": [
@@ -361,7 +362,8 @@ def test_upgrade_keeps_the_key_and_running_trials_keep_reporting(own_cluster, co
     env = own_cluster.env()
     s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                       aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
-    body = s3.get_object(Bucket=S3_BUCKET, Key=f"helm/{TEAM}/across/across-00000/result.json")["Body"].read()
+    prefix = trial_prefix(s3, S3_BUCKET, "helm", TEAM, "across", "across-00000")
+    body = s3.get_object(Bucket=S3_BUCKET, Key=f"{prefix}/result.json")["Body"].read()
     assert [json.loads(line)["training_iteration"] for line in body.splitlines()] == list(range(1, 81))
     trial_log = (own_cluster.pod_log_dir() / f"{TEAM}_across-00000-0" / "trial.log").read_text(errors="replace")
     assert "collector rejected" not in trial_log, trial_log[-3000:]  # no batch refused (401: another key)

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from devcluster.cluster import S3_BUCKET
-from tests.integration.support import wait_for
+from tests.integration.support import trial_prefix, wait_for
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 TRAINABLE = "tests.integration.trainables:Counter"
@@ -47,7 +47,7 @@ def phase_is(custom, ns, name, *phases):
 
 
 def result_lines(s3, ns, exp, trial):
-    key = f"experiments/{ns}/{exp}/{trial}/result.json"
+    key = f"{trial_prefix(s3, S3_BUCKET, 'experiments', ns, exp, trial)}/result.json"
     body = s3.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read().decode()
     return [json.loads(line) for line in body.splitlines() if line.strip()]
 
@@ -94,8 +94,9 @@ def test_a_running_trial_pod_shows_no_token(cluster, operator, custom, core, nam
              what="the trial to report (its runtime read the token from the Secret)")
     pod = json.loads(core.read_namespaced_pod("tokenless-00000-0", namespace, _preload_content=False).data)
     token_var = next(e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "KUBETUNE_TOKEN")
-    assert "value" not in token_var and token_var["valueFrom"]["secretKeyRef"]["name"] == "tokenless-00000-0"
-    secret = core.read_namespaced_secret("tokenless-00000-0", namespace)
+    secret_name = token_var["valueFrom"]["secretKeyRef"]["name"]
+    assert "value" not in token_var and secret_name.startswith("tokenless-00000-0-")
+    secret = core.read_namespaced_secret(secret_name, namespace)
     assert secret.metadata.owner_references[0].name == "tokenless-00000"
     wait_for(lambda: phase_is(custom, namespace, "tokenless", "Succeeded"), what="the experiment to succeed")
 

@@ -177,7 +177,7 @@ def test_pod_env_is_the_runtime_contract():
     assert (env.namespace, env.experiment, env.trial, env.trial_id, env.attempt) == (
         "team-a", "mnist", "mnist-00003", "mnist-00003", 1)
     assert env.config == {"lr": 0.01, "layers": 2}
-    assert env.trial_dir_uri == "s3://bucket/runs/team-a/mnist/mnist-00003"
+    assert env.trial_dir_uri == "s3://bucket/runs/team-a/mnist/exp-uid-/mnist-00003"  # the uid's first 8
     assert env.entrypoint == "mytrain:Trainable" and env.source is None and env.pickle_uri is None
     assert env.stop == {"training_iteration": 10}
     assert env.checkpoint == CheckpointPolicy(frequency=5, atEnd=False, keep=2, scoreAttribute="min-loss")
@@ -186,10 +186,10 @@ def test_pod_env_is_the_runtime_contract():
     assert env.collector_url == "http://collector.kubetune-system.svc:8080"
     assert env.token is None and env.pod_name == "mnist-00003-1"  # the token comes from the attempt's Secret
     token_var = next(e for e in container(p)["env"] if e["name"] == "KUBETUNE_TOKEN")
-    assert token_var == {"name": "KUBETUNE_TOKEN", "valueFrom": {"secretKeyRef": {"name": "mnist-00003-1",
-                                                                                  "key": "token"}}}
+    assert token_var == {"name": "KUBETUNE_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "mnist-00003-1-trial-ui", "key": "token"}}}  # <pod>-<the Trial uid's first 8>
     secret = build_token_secret(p, trial(exp), "secret-token")
-    assert secret["metadata"]["name"] == "mnist-00003-1" and secret["stringData"] == {"token": "secret-token"}
+    assert secret["metadata"]["name"] == "mnist-00003-1-trial-ui" and secret["stringData"] == {"token": "secret-token"}
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "Trial"
     assert "secret-token" not in json.dumps(p)
     assert env.restore_from is None
@@ -218,14 +218,14 @@ def test_storage_falls_back_to_the_operator_default_and_is_required():
     settings = Settings(storage=StorageSettings(default_uri="file:///data/", default_endpoint=None,
                                                 default_region="local"))
     env = read_trial_env(env_of(pod(exp, settings=settings)))
-    assert env.trial_dir_uri == "file:///data/team-a/mnist/mnist-00003" and env.storage_region == "local"
+    assert env.trial_dir_uri == "file:///data/team-a/mnist/exp-uid-/mnist-00003" and env.storage_region == "local"
     with pytest.raises(ValueError, match="storage"):
         pod(exp)
 
 
 def test_trial_dir_uri_joins_without_a_double_slash():
-    assert trial_dir_uri("s3://b/p/", "ns", "e", "t") == "s3://b/p/ns/e/t"
-    assert trial_dir_uri("file:///x", "ns", "e", "t") == "file:///x/ns/e/t"
+    assert trial_dir_uri("s3://b/p/", "ns", "e", "0123456789", "t") == "s3://b/p/ns/e/01234567/t"
+    assert trial_dir_uri("file:///x", "ns", "e", "0123456789", "t") == "file:///x/ns/e/01234567/t"
 
 
 @pytest.mark.parametrize("status, restore_from, expected", [
@@ -277,7 +277,7 @@ def test_the_credentials_secret_and_the_attempts_own_token_are_the_only_secrets_
     assert container(pod(exp))["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
     assert "envFrom" not in container(pod())
     assert [e["valueFrom"] for e in container(pod(exp))["env"] if "valueFrom" in e] == [
-        {"secretKeyRef": {"name": "mnist-00003-0", "key": "token"}}]
+        {"secretKeyRef": {"name": "mnist-00003-0-trial-ui", "key": "token"}}]
 
 
 # ------------------------------------------------------------------ Pod: resources

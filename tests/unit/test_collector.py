@@ -63,7 +63,7 @@ def post(registry, body, token):
 
 
 def token(trial="exp-00000", attempt=0, key=KEY):
-    return mint_token(key, "ns", trial, attempt)
+    return mint_token(key, "ns", trial, attempt, "uid")
 
 
 def test_a_good_batch_gets_a_decision_and_updates_the_trial(registry):
@@ -150,6 +150,13 @@ def test_oversized_bodies_get_413(registry):
 def test_a_forged_token_is_refused_before_the_body_is_looked_at(registry, body):
     status, reply = post(registry, body, token(key=OTHER_KEY))
     assert status == 401 and reply["error"] == "invalid token"  # not 400 or 413: the body was never read
+
+
+def test_a_token_of_an_earlier_trial_of_the_same_name_gets_401(registry):
+    # a pod of an Experiment deleted and created again under its name: same names, another Trial uid
+    status, reply = post(registry, batch(), mint_token(KEY, "ns", "exp-00000", 0, "uid-of-the-deleted-trial"))
+    assert status == 401 and "stale" in reply["error"]
+    assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
 
 
 def test_a_genuine_token_of_another_trial_than_the_body_names_gets_401(registry):

@@ -54,7 +54,7 @@ def test_creates_trials_up_to_max_concurrent_then_their_pods(ctl):
     assert sorted(p["metadata"]["name"] for p in plan.create_pods) == ["exp-00000-0", "exp-00001-0"]
     assert plan.create_trials == []
     token = plan.token_secrets["exp-00000-0"]["stringData"]["token"]  # created before the pod, which reads it
-    assert verify_token(KEY, token, "ns", "exp-00000", 0)
+    assert verify_token(KEY, token, "ns", "exp-00000", 0, "uid-exp-00000")
     assert sorted(plan.token_secrets) == ["exp-00000-0", "exp-00001-0"]
     # asking again soon does not re-create what the index has not shown yet
     assert ctl.plan({}, T0 + 2).create_pods == []
@@ -387,7 +387,8 @@ def test_ended_pods_are_deleted_once_recorded_keeping_failed_ones_by_default(ctl
     first, last, pods = _run_two_trials_to_their_end(ctl)
     # every ended attempt's token Secret goes, once, whatever the retention policy
     assert sorted(first.collect_secrets + last.collect_secrets) == [
-        ("exp-00000-0", "exp-00000"), ("exp-00000-1", "exp-00000"), ("exp-00001-0", "exp-00001")]
+        ("exp-00000-0-uid-exp-", "exp-00000"), ("exp-00000-1-uid-exp-", "exp-00000"),
+        ("exp-00001-0-uid-exp-", "exp-00001")]
     assert ctl.plan(pods, T0 + 4.5).collect_secrets == []
     # the paused pod goes in the pass that records the pause, and only after its status write
     assert first.collect_pods == [("exp-00001-0", "exp-00001")] and "exp-00001" in first.trial_status

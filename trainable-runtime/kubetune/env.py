@@ -92,7 +92,7 @@ class TrialEnv:
     """Everything the runtime needs to run one trial attempt, as read from the env.
 
     Attributes:
-        trial_dir_uri: ``<storage.uri>/<namespace>/<experiment>/<trial>`` (``s3://`` or ``file://``).
+        trial_dir_uri: ``<storage.uri>/<namespace>/<experiment>/<uid[:8]>/<trial>`` (``s3://`` or ``file://``).
         restore_from: checkpoint URI to start from (``spec.restoreFrom``) while the trial has no
             committed checkpoint of its own; its own latest committed checkpoint always wins.
         collector_url: base URL of the operator's collector, or None to run without one.
