@@ -184,6 +184,7 @@ async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.In
         Exception: anything else (the caller reports it as ``Degraded`` and backs off).
     """
     namespace, name = ctl.namespace, ctl.name
+    resuming = None if ctl.adopted else time.monotonic()
     if not ctl.restored:
         for trial in await kube.call(kube.list_trials, namespace, name, ctl.experiment["metadata"].get("uid")):
             ctl.observe_trial(trial)
@@ -192,6 +193,9 @@ async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.In
     pods = {p.name: p for p in pods_by_experiment.get((namespace, label_value(name)), [])}
     ctl.degraded = None
     plan = ctl.plan(pods)
+    if resuming is not None:
+        log.info("experiment %s/%s: resumed with %d trials and %d pods in %.2f s (Trials read, journal replayed, "
+                 "first pass planned)", namespace, name, len(ctl.trials), len(pods), time.monotonic() - resuming)
     try:
         await registry.commit(ctl)  # no decision of this pass leaves the operator before it is durable
     except Exception:

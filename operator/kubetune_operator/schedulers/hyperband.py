@@ -2,18 +2,17 @@
 
 Owns :class:`HyperBandScheduler` and its brackets. Algorithm: Li et al.,
 "Hyperband: A Novel Bandit-Based Approach to Hyperparameter Optimization"
-(JMLR 2018); bracket sizes, pausing and halving as Ray Tune 2.x
+(JMLR 2018); bracket order and sizes, rungs, pausing and halving as Ray Tune 2.x
 ``schedulers/hyperband.py``. Created through
 ``kubetune_operator.schedulers.create_scheduler``.
 
-Trials pause at the end of their rung; when every trial of the bracket has
-reached it, the best ``ceil(n / reduction_factor)`` are promoted (the operator
-resumes them through :meth:`HyperBandScheduler.choose_trial_to_run`) and the
-others end (:meth:`HyperBandScheduler.trials_to_stop`). Unlike Ray, a rung is
-judged only once its bracket is full, or once the searcher is finished (the
-operator says so through ``choose_trial_to_run(..., search_finished=True)``):
-the operator creates trials as slots free up, and judging a half-filled
-bracket would promote everyone.
+Trials pause at the end of their rung; when every live trial of the bracket has
+reached it (filled or not, as in Ray), the best ``ceil(n / reduction_factor)``
+are promoted (the operator resumes them through
+:meth:`HyperBandScheduler.choose_trial_to_run`) and the others end
+(:meth:`HyperBandScheduler.trials_to_stop`). The operator creates trials as
+slots free up (a paused trial frees its slot), where Ray creates pending trials
+ahead: a bracket is judged with the trials that joined it by then.
 """
 
 from __future__ import annotations
@@ -34,17 +33,15 @@ class _Bracket:
         self.n0, self.r0, self.n, self.r, self.cumul_r, self.halves = n0, r0, n0, r0, r0, halves
         self.max_t, self.eta, self.stop_last_trials = max_t, eta, stop_last_trials
         self.live: dict[str, list] = {}  # trial_id -> [time, sign-adjusted value or None]
-        self.added = 0
         self.promoted: list[str] = []
         self.stopped: list[str] = []
-        self.closed = False
 
     def filled(self) -> bool:
-        return self.closed or self.added >= self.n0
+        """As Ray: as many live trials as the current rung holds (a trial that ended early frees a place)."""
+        return len(self.live) >= self.n
 
     def add(self, trial_id: str) -> None:
         self.live[trial_id] = [0, None]
-        self.added += 1
 
     def cur_iter_done(self) -> bool:
         return all(time >= self.cumul_r for time, _ in self.live.values())
@@ -61,7 +58,9 @@ class _Bracket:
         """Advance one rung; return the trials that did not make it (removed from ``live``)."""
         self.halves -= 1
         self.n = math.ceil(self.n / self.eta)
-        self.r = int(min(self.r * self.eta, self.max_t))
+        # Ray's rule, to the letter: the next rung is r * eta, capped at max_t - (this rung), so with
+        # max_t 81 and eta 3 the 1-iteration bracket's rungs are 1, 3, 9, 27 and then 54
+        self.r = int(min(self.r * self.eta, self.max_t - self.cumul_r))
         self.cumul_r = self.r
 
         def score(trial_id: str) -> float:
@@ -77,12 +76,11 @@ class _Bracket:
     def to_json(self) -> dict:
         return {"n0": self.n0, "r0": self.r0, "n": self.n, "r": self.r, "cumul_r": self.cumul_r, "halves": self.halves,
                 "live": {t: [encode_number(x), encode_number(v)] for t, (x, v) in self.live.items()},
-                "added": self.added, "promoted": self.promoted, "stopped": self.stopped, "closed": self.closed}
+                "promoted": list(self.promoted), "stopped": list(self.stopped)}
 
     def load(self, data: dict) -> None:
         self.n0, self.r0, self.n, self.r = data["n0"], data["r0"], data["n"], data["r"]
-        self.cumul_r = data["cumul_r"]
-        self.halves, self.added, self.closed = data["halves"], data["added"], data["closed"]
+        self.cumul_r, self.halves = data["cumul_r"], data["halves"]
         self.live = {t: [decode_number(x), decode_number(v)] for t, (x, v) in data["live"].items()}
         self.promoted, self.stopped = list(data["promoted"]), list(data["stopped"])
 
@@ -91,12 +89,13 @@ class HyperBandScheduler(TrialScheduler):
     """HyperBand over brackets of successive halving, trials paused between rungs.
 
     With ``s_max = round(log(max_t) / log(reduction_factor))``, bands of
-    ``s_max + 1`` brackets are filled in turn, bracket ``s`` (from ``s_max`` down
-    to 0) taking ``n = ceil((s_max + 1) / (s + 1) * reduction_factor**s)`` trials
-    run for ``r = int(max_t * reduction_factor**-s)`` first (defaults: (81, 1),
-    (34, 3), (15, 9), (8, 27), (5, 81)). At each rung the best
-    ``ceil(n / reduction_factor)`` continue for ``reduction_factor`` times longer;
-    after the last rung (``max_t``) the bracket's trials stop (``stop_last_trials``).
+    ``s_max + 1`` brackets are filled in turn, as Ray fills them: bracket ``s``
+    (from 0 up to ``s_max``) takes ``n = ceil((s_max + 1) / (s + 1) * reduction_factor**s)``
+    trials run for ``r = int(max_t * reduction_factor**-s)`` first (defaults: (5, 81),
+    (8, 27), (15, 9), (34, 3), (81, 1)); a bracket whose ``r`` would be 0 is skipped.
+    At each rung the best ``ceil(n / reduction_factor)`` continue to the next rung,
+    ``min(r * reduction_factor, max_t - r)`` (Ray's rule); after the last rung the
+    bracket's trials stop (``stop_last_trials``).
 
     Args:
         metric, mode: required.
@@ -132,7 +131,7 @@ class HyperBandScheduler(TrialScheduler):
             if not self._bands or len(self._bands[-1]) == self._s_max_1:
                 self._bands.append([])
             band = self._bands[-1]
-            s = self._s_max_1 - len(band) - 1
+            s = len(band)
             r0 = int(self.max_t * self.eta ** -s)
             if r0 == 0:  # bracket too small for this max_t: skipped, as in Ray
                 band.append(None)
@@ -178,7 +177,7 @@ class HyperBandScheduler(TrialScheduler):
         or resumed only through those lists.
         """
         halved = False
-        while bracket.live and bracket.filled() and bracket.cur_iter_done():
+        while bracket.live and bracket.cur_iter_done():
             if bracket.finished():
                 bracket.stopped += list(bracket.live)
                 bracket.live.clear()
@@ -209,14 +208,8 @@ class HyperBandScheduler(TrialScheduler):
         self._forget(trial_id)
 
     def choose_trial_to_run(self, paused_ids: Sequence[str], search_finished: bool = False) -> str | None:
-        """A paused trial promoted to the next rung (it leaves the promoted list), or None;
-        ``search_finished`` closes unfilled brackets."""
+        """A paused trial promoted to the next rung (it leaves the promoted list), or None."""
         brackets = [b for band in self._bands for b in band if b is not None]
-        if search_finished:
-            for bracket in brackets:
-                if not bracket.closed:
-                    bracket.closed = True
-                    self._process(bracket)
         paused = set(paused_ids)
         for bracket in brackets:
             for trial_id in bracket.promoted:
