@@ -255,6 +255,37 @@ def test_collector_decisions(tmp_path, decision, at_end, expected):
         assert committed == ([] if expected is None else [last])
 
 
+@pytest.mark.parametrize("decision", ["stop", "pause"])
+def test_with_a_decision_wait_a_stop_or_pause_applies_at_the_result_it_is_about(tmp_path, decision):
+    # As Ray: the scheduler's answer to iteration 5 is applied before step 6 (the collector answers slowly).
+    storage, trial_dir = _storage(tmp_path)
+
+    def decide(batch, batches):
+        time.sleep(0.3)  # slower than a step: without waiting, the trial would run on meanwhile
+        return decision if 5 in [r["training_iteration"] for r in batch["results"]] else "continue"
+
+    collector = Collector(decide=decide).start()
+    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.01}, collector=collector, decision_wait_s=5.0,
+                      checkpoint=CheckpointPolicy(frequency=0, atEnd=True), **_source())
+    code, output = run_runtime(env)
+    collector.stop()
+    assert code == 0, output
+    assert len(_lines(storage, trial_dir)) == 5
+    assert [c.iteration for c in list_checkpoints(storage, trial_dir)[0]] == [5]
+
+
+def test_a_decision_wait_does_not_hold_training_while_the_collector_is_down(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    collector = Collector()  # never started: connections are refused
+    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.01}, stop={"training_iteration": 30},
+                      collector=collector, decision_wait_s=5.0, **_source())
+    started = time.monotonic()
+    code, output = run_runtime(env)
+    assert code == 0, output
+    assert len(_lines(storage, trial_dir)) == 30
+    assert time.monotonic() - started < 30  # not 5 s per step: the wait ends once the collector is unreachable
+
+
 def test_a_stale_attempt_stops_at_once_and_writes_nothing_more(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     collector = Collector().start()

@@ -42,6 +42,7 @@ COLLECTOR_URL = "KUBETUNE_COLLECTOR_URL"
 TOKEN = "KUBETUNE_TOKEN"
 POD_NAME = "KUBETUNE_POD_NAME"
 GRACE_PERIOD = "KUBETUNE_GRACE_PERIOD_S"
+DECISION_WAIT = "KUBETUNE_DECISION_WAIT_S"
 
 #: Where the runtime writes its termination message (Kubernetes' default path).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -97,6 +98,9 @@ class TrialEnv:
             committed checkpoint of its own; its own latest committed checkpoint always wins.
         collector_url: base URL of the operator's collector, or None to run without one.
         grace_period_s: the pod's ``terminationGracePeriodSeconds``: time between SIGTERM and SIGKILL.
+        decision_wait_s: longest the runtime waits, after each result, for the collector's answer to
+            it before the next step (the scheduler may stop or pause the trial at that result, as
+            Ray decides before the next ``step()``); 0: never waits.
     """
 
     namespace: str
@@ -121,6 +125,7 @@ class TrialEnv:
     token: str | None = None
     pod_name: str | None = None
     grace_period_s: float = 30.0
+    decision_wait_s: float = 0.0
 
 
 def encode_trial_env(env: TrialEnv) -> dict[str, str]:
@@ -134,6 +139,7 @@ def encode_trial_env(env: TrialEnv) -> dict[str, str]:
         METRIC: env.metric, MODE: env.mode, STORAGE_ENDPOINT: env.storage_endpoint,
         STORAGE_REGION: env.storage_region, RESTORE_FROM: env.restore_from, COLLECTOR_URL: env.collector_url,
         TOKEN: env.token, POD_NAME: env.pod_name, GRACE_PERIOD: f"{env.grace_period_s:g}",
+        DECISION_WAIT: f"{env.decision_wait_s:g}" if env.decision_wait_s else None,
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
@@ -155,6 +161,7 @@ def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
         mode=e.get(MODE), storage_endpoint=e.get(STORAGE_ENDPOINT), storage_region=e.get(STORAGE_REGION),
         restore_from=e.get(RESTORE_FROM), collector_url=e.get(COLLECTOR_URL), token=e.get(TOKEN),
         pod_name=e.get(POD_NAME), grace_period_s=float(e.get(GRACE_PERIOD, "30")),
+        decision_wait_s=float(e.get(DECISION_WAIT, "0")),
     )
 
 

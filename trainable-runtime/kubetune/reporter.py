@@ -1,7 +1,9 @@
 """Results from the trial pod to the operator's collector, posted in the background.
 
 The in-pod runtime (``kubetune.runtime``) hands every result to :meth:`Reporter.report`, which only
-appends to a bounded in-memory buffer: training never waits on the network. A daemon thread posts
+appends to a bounded in-memory buffer; where the scheduler decides at results, the runtime then
+waits for that result's answer (:meth:`Reporter.wait_answered`: one round trip, bounded, and not at
+all while the collector is unreachable) before the next step, as Ray does. A daemon thread posts
 the buffer in batches to ``<collector>/v1alpha1/results`` (protocol in :mod:`kubetune.env`), retries
 with exponential backoff while the collector is unreachable or answers 5xx, and reads the
 scheduler's decision from each reply (``continue``, ``stop``, ``pause``, ``checkpoint``), which the
@@ -126,6 +128,9 @@ class Reporter:
         self._conn: http.client.HTTPConnection | None = None
         #: Set once the collector said this attempt is stale (401): the attempt must stop writing at once.
         self.fenced = threading.Event()
+        #: The last post failed and is being retried.
+        self.unreachable = False
+        self._answered = 0  # sequence number of the newest result the collector answered for
         self.dropped = 0
         self.delivered = 0
         self._thread = threading.Thread(target=self._run, name="kubetune-reporter", daemon=True)
@@ -136,8 +141,9 @@ class Reporter:
         """Start the sender thread."""
         self._thread.start()
 
-    def report(self, result: dict) -> None:
-        """Queue ``result`` for delivery. O(1); drops the oldest queued result when the buffer is full."""
+    def report(self, result: dict) -> int:
+        """Queue ``result`` for delivery and return its sequence number (for :meth:`wait_answered`). O(1);
+        drops the oldest queued result when the buffer is full."""
         with self._cond:
             self._seq += 1
             self._buffer.append((self._seq, result))
@@ -145,6 +151,24 @@ class Reporter:
                 self._buffer.popleft()
                 self.dropped += 1
             self._cond.notify()
+            return self._seq
+
+    def wait_answered(self, seq: int, timeout_s: float) -> bool:
+        """Wait until the collector answered a batch holding result ``seq`` (its decision is then in
+        :meth:`take_decision`), at most ``timeout_s`` seconds; at once while the collector is unreachable
+        (training goes on, and a late answer applies when it comes).
+
+        Returns:
+            Whether the answer came (or the attempt was fenced).
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._answered < seq and not self.fenced.is_set() and not self.unreachable:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return self._answered >= seq or self.fenced.is_set()
 
     def set_checkpoint(self, uri: str, iteration: int) -> None:
         """Announce a newly committed checkpoint; it rides on the next batch."""
@@ -235,6 +259,9 @@ class Reporter:
                 return
             except _Retry as exc:
                 failures += 1
+                with self._cond:
+                    self.unreachable = True
+                    self._cond.notify_all()  # a result waiting for its answer goes on without it
                 now = time.monotonic()
                 down_since = down_since or now
                 if now - last_log >= _LOG_EVERY_S:
@@ -258,8 +285,10 @@ class Reporter:
                     self._checkpoint_sent = version
                 if final and covered == len(entries) and not self._buffer:
                     self._done_sent = True
+                self._apply(decision)  # before the waiting step sees its result answered
+                self._answered = max(self._answered, last_seq)
+                self.unreachable = False
                 self._cond.notify_all()
-            self._apply(decision)
 
     def _encode(self, entries: list[tuple[int, dict]], checkpoint: dict | None,
                 final: bool) -> tuple[bytes, int, int]:

@@ -5,7 +5,9 @@ thread stays free to react to SIGTERM during a long ``step()``), and by ``bench/
 It follows Ray Tune's trial runner for a single trial:
 
 * **Stop**: a result with ``done: True`` or meeting ``spec.stop`` (``kubetune.stopping.should_stop``)
-  ends the trial; so do the collector's ``stop`` and ``pause`` decisions and SIGTERM.
+  ends the trial; so do the collector's ``stop`` and ``pause`` decisions and SIGTERM. With
+  ``decision_wait_s`` the loop waits for the collector's answer to each result before the next
+  ``train()``, so a stop or pause applies at the result it is about, as in Ray.
 * **Checkpoint** after a result when ``checkpoint.frequency`` divides the iteration, when the result
   has ``should_checkpoint``, or when the collector replied ``checkpoint``; at the end when
   ``checkpoint.atEnd`` (done, stop criteria, ``stop``), and always on ``pause`` and SIGTERM. Each
@@ -203,7 +205,9 @@ class TrialRunner:
         self.results.append(result)
         self.last_result = result
         if self.reporter is not None:
-            self.reporter.report(result)
+            seq = self.reporter.report(result)
+            if self.env.decision_wait_s > 0:  # the scheduler's answer to this result, before the next step
+                self.reporter.wait_answered(seq, self.env.decision_wait_s)
         self._log_progress(result)
         decision = self.reporter.take_decision() if self.reporter is not None else None
         if decision == FENCED:
