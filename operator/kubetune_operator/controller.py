@@ -201,6 +201,7 @@ class ExperimentController:
         self.invalid: str | None = None  # why the latest spec was refused (it keeps Ready=False)
         self.degraded: str | None = None  # why the last pass failed (the Degraded condition)
         self.missing: set[int] = set()  # trial indices below the highest whose Trial is not in the API
+        self.next_index = 0  # one more than the highest trial index created or seen
         # What the journal rebuilds after a restart, next to the searcher's and scheduler's own state:
         self.applied: dict[str, list] = {}  # trial -> [highest training_iteration seen, decision, attempt]
         self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
@@ -255,8 +256,9 @@ class ExperimentController:
         #: Likely mistakes in spec.config that are valid as constants; the validate handler posts them as events.
         self.warnings = space_warnings(model.config)
         self.experiment = experiment
+        if getattr(self, "spec", None) != model:
+            self.searcher_finished = False  # an edit (more samples) may give the searcher more to do
         self.spec, self.metric, self.mode = model, metric, mode
-        self.search_finished = False
 
     @property
     def name(self) -> str:
@@ -278,6 +280,7 @@ class ExperimentController:
             self.trials[name] = TrialState(name, int(spec.get("index", 0)), dict(spec.get("config") or {}),
                                            status, trial["metadata"].get("uid"), written=written,
                                            dirty=status != written, phase_changed=status != written)
+            self.next_index = max(self.next_index, self.trials[name].index + 1)
         elif state.uid is None:
             state.uid = trial["metadata"].get("uid")
 
@@ -363,7 +366,10 @@ class ExperimentController:
         if kind == "add":
             self.scheduler.on_trial_add(entry[1])
         elif kind == "suggest":
-            return self.searcher.suggest(entry[1])
+            suggestion = self.searcher.suggest(entry[1])
+            if suggestion is not None and not isinstance(suggestion, dict):
+                self.searcher_finished = True  # replayed after a restart too
+            return suggestion
         elif kind == "results":
             return self._apply_results(entry[1], entry[2], entry[3])
         elif kind == "end":
@@ -746,8 +752,7 @@ class ExperimentController:
         return chosen
 
     def _new_trials(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
-        highest = max((t.index for t in self.trials.values()), default=-1)
-        next_index = highest + 1
+        next_index = self.next_index
         total = getattr(self.searcher, "total", None)
         started = time.monotonic()
         while not stop_reason and not suspended and self._active() < self._limit():
@@ -761,18 +766,16 @@ class ExperimentController:
             else:
                 suggestion = self._do("suggest", trial_name(self.name, index))
                 if not isinstance(suggestion, dict):
-                    self.search_finished = suggestion is not None  # None: nothing to suggest yet
-                    break
+                    break  # FINISHED (search_finished from now on), or None: nothing to suggest yet
                 config, tag = suggestion, f"{index}"
             self.missing.discard(index)
             manifest = build_trial(self.experiment, index, config, tag)
             plan.create_trials.append(manifest)
             name = manifest["metadata"]["name"]
             self.trials[name] = TrialState(name, index, config, {"phase": "Pending", "attempt": 0})
+            self.next_index = max(self.next_index, index + 1)
             self._do("add", name)
             next_index = max(next_index, index + 1)
-        if total is not None and next_index >= total:
-            self.search_finished = True
         if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial
             names = [m["metadata"]["name"] for m in plan.create_trials]
             span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
@@ -834,6 +837,15 @@ class ExperimentController:
         if st.get_condition(conditions, "TrialsWaiting"):
             conditions = st.set_condition(conditions, "TrialsWaiting", False, "NoTrialWaiting", "", gen, now)
         return conditions
+
+    @property
+    def search_finished(self) -> bool:
+        """The searcher will suggest nothing more, as of the trials created (and the journal replayed): a
+        random-access searcher's every variant has a Trial, or a suggesting searcher said FINISHED."""
+        total = getattr(self.searcher, "total", None)
+        if total is None:
+            return self.searcher_finished
+        return not self.missing and self.next_index >= total
 
     @property
     def finished(self) -> bool:

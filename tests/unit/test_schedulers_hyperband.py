@@ -47,7 +47,8 @@ def test_rungs_follow_rays_rule_up_to_its_last_one():
     scheduler = hyperband()
     for i in range(5 + 8 + 15 + 34):
         scheduler.on_trial_add(f"f{i}")
-    scheduler.on_trial_add("x")  # alone in its bracket: promoted at every rung
+    scheduler.on_trial_add("x")  # alone in its bracket: promoted at every rung once the search is finished
+    scheduler.choose_trial_to_run([], search_finished=True)
     decisions = [report(scheduler, "x", t, 1.0) for t in range(1, 55)]
     assert decisions == [CONTINUE] * 53 + [STOP]
 
@@ -77,11 +78,12 @@ def test_the_reporting_trial_continues_when_promoted_and_stops_at_the_last_rung(
     assert scheduler.trials_to_stop(["t4"]) == ["t4"]
 
 
-def test_a_partly_filled_bracket_is_judged_once_its_live_trials_arrive_as_ray_does():
+def test_an_unfilled_bracket_waits_until_the_search_is_finished():
     scheduler = small(n=2)
-    assert report(scheduler, "t0", 3, 1.0) == PAUSE
-    assert report(scheduler, "t1", 3, 2.0) == CONTINUE  # both live trials are at the rung: both of ceil(5/3) go on
-    assert scheduler.choose_trial_to_run(["t0"]) == "t0"
+    assert report(scheduler, "t0", 3, 1.0) == PAUSE and report(scheduler, "t1", 3, 2.0) == PAUSE
+    assert scheduler.choose_trial_to_run(["t0", "t1"]) is None  # three more trials would join in Ray
+    # the searcher is finished: both of ceil(5 / 3) = 2 go on
+    assert sorted(scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True) for _ in range(2)) == ["t0", "t1"]
 
 
 def test_ranking_follows_the_mode():
@@ -100,11 +102,12 @@ def test_a_failed_trial_no_longer_holds_the_rung():
     assert sorted(scheduler.trials_to_stop([f"t{i}" for i in range(4)])) == ["t0", "t1"]
 
 
-def test_a_trial_that_ended_early_frees_its_place_for_a_new_one():
+def test_a_bracket_takes_its_n0_trials_in_creation_order_even_when_some_ended():
+    # As Ray's pending trials fill brackets before any trial ends: an early end frees no place.
     scheduler = small(n=5)
     scheduler.on_trial_remove("t0")
-    scheduler.on_trial_add("late")  # the (5, 3) bracket has a place again, as in Ray
-    assert scheduler.brackets() == [(3, 9), (5, 3)]
+    scheduler.on_trial_add("late")
+    assert scheduler.brackets() == [(3, 9), (5, 3), (9, 1)]
 
 
 def test_late_result_of_a_judged_out_trial_gets_stop_and_removal_clears_it():
@@ -151,8 +154,9 @@ def test_bad_parameters(params, message):
 def test_a_winner_that_paused_on_an_earlier_answer_is_resumed():
     # The runtime may keep a pause it got before the rung was judged.
     scheduler = small(n=2)
-    assert report(scheduler, "t0", 3, 1.0) == PAUSE and report(scheduler, "t1", 3, 2.0) == CONTINUE
-    assert scheduler.choose_trial_to_run(["t0"]) == "t0"
+    assert report(scheduler, "t0", 3, 1.0) == PAUSE and report(scheduler, "t1", 3, 2.0) == PAUSE
+    assert scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True) == "t0"
+    assert scheduler.choose_trial_to_run(["t1"], search_finished=True) == "t1"
     assert report(scheduler, "t1", 6, 4.0) == PAUSE  # at the last rung first: t1's runtime will pause
     assert report(scheduler, "t0", 6, 2.0) == STOP  # the bracket is finished
     assert scheduler.trials_to_stop(["t1"]) == ["t1"]  # the paused one is ended too, not forgotten
@@ -160,6 +164,7 @@ def test_a_winner_that_paused_on_an_earlier_answer_is_resumed():
 
 def test_the_trial_whose_result_decides_a_rung_is_listed_too():
     scheduler = small(n=3)
+    scheduler.choose_trial_to_run([], search_finished=True)
     report(scheduler, "t0", 3, 1.0), report(scheduler, "t1", 3, 2.0)
     assert report(scheduler, "t2", 3, 0.5) == STOP  # answered directly, and listed: were it pausing, it ends
     assert scheduler.trials_to_stop(["t0", "t1", "t2"]) == ["t2"]

@@ -6,13 +6,16 @@ Owns :class:`HyperBandScheduler` and its brackets. Algorithm: Li et al.,
 ``schedulers/hyperband.py``. Created through
 ``kubetune_operator.schedulers.create_scheduler``.
 
-Trials pause at the end of their rung; when every live trial of the bracket has
-reached it (filled or not, as in Ray), the best ``ceil(n / reduction_factor)``
-are promoted (the operator resumes them through
-:meth:`HyperBandScheduler.choose_trial_to_run`) and the others end
-(:meth:`HyperBandScheduler.trials_to_stop`). The operator creates trials as
-slots free up (a paused trial frees its slot), where Ray creates pending trials
-ahead: a bracket is judged with the trials that joined it by then.
+Trials pause at the end of their rung; when every trial of the bracket has
+reached it, the best ``ceil(n / reduction_factor)`` are promoted (the operator
+resumes them through :meth:`HyperBandScheduler.choose_trial_to_run`) and the
+others end (:meth:`HyperBandScheduler.trials_to_stop`). A bracket takes ``n0``
+trials in creation order. Ray creates pending trials ahead and counts them in a
+rung (a pending trial has not reached it), so a rung waits for the whole
+bracket unless the searcher runs out; kubetune creates a trial when a slot
+frees up, so it waits, the same way, until ``n0`` trials joined the bracket or
+the searcher is finished (the operator says so through
+``choose_trial_to_run(..., search_finished=True)``).
 """
 
 from __future__ import annotations
@@ -33,15 +36,18 @@ class _Bracket:
         self.n0, self.r0, self.n, self.r, self.cumul_r, self.halves = n0, r0, n0, r0, r0, halves
         self.max_t, self.eta, self.stop_last_trials = max_t, eta, stop_last_trials
         self.live: dict[str, list] = {}  # trial_id -> [time, sign-adjusted value or None]
+        self.added = 0
         self.promoted: list[str] = []
         self.stopped: list[str] = []
+        self.closed = False  # no more trials will come (the searcher is finished)
 
     def filled(self) -> bool:
-        """As Ray: as many live trials as the current rung holds (a trial that ended early frees a place)."""
-        return len(self.live) >= self.n
+        """``n0`` trials joined, or no more will come."""
+        return self.closed or self.added >= self.n0
 
     def add(self, trial_id: str) -> None:
         self.live[trial_id] = [0, None]
+        self.added += 1
 
     def cur_iter_done(self) -> bool:
         return all(time >= self.cumul_r for time, _ in self.live.values())
@@ -76,11 +82,13 @@ class _Bracket:
     def to_json(self) -> dict:
         return {"n0": self.n0, "r0": self.r0, "n": self.n, "r": self.r, "cumul_r": self.cumul_r, "halves": self.halves,
                 "live": {t: [encode_number(x), encode_number(v)] for t, (x, v) in self.live.items()},
-                "promoted": list(self.promoted), "stopped": list(self.stopped)}
+                "added": self.added, "promoted": list(self.promoted), "stopped": list(self.stopped),
+                "closed": self.closed}
 
     def load(self, data: dict) -> None:
         self.n0, self.r0, self.n, self.r = data["n0"], data["r0"], data["n"], data["r"]
-        self.cumul_r, self.halves = data["cumul_r"], data["halves"]
+        self.cumul_r, self.halves, self.added = data["cumul_r"], data["halves"], data["added"]
+        self.closed = data["closed"]
         self.live = {t: [decode_number(x), decode_number(v)] for t, (x, v) in data["live"].items()}
         self.promoted, self.stopped = list(data["promoted"]), list(data["stopped"])
 
@@ -177,7 +185,7 @@ class HyperBandScheduler(TrialScheduler):
         or resumed only through those lists.
         """
         halved = False
-        while bracket.live and bracket.cur_iter_done():
+        while bracket.live and bracket.filled() and bracket.cur_iter_done():
             if bracket.finished():
                 bracket.stopped += list(bracket.live)
                 bracket.live.clear()
@@ -208,8 +216,14 @@ class HyperBandScheduler(TrialScheduler):
         self._forget(trial_id)
 
     def choose_trial_to_run(self, paused_ids: Sequence[str], search_finished: bool = False) -> str | None:
-        """A paused trial promoted to the next rung (it leaves the promoted list), or None."""
+        """A paused trial promoted to the next rung (it leaves the promoted list), or None;
+        ``search_finished`` closes unfilled brackets (no more trials will join them)."""
         brackets = [b for band in self._bands for b in band if b is not None]
+        if search_finished:
+            for bracket in brackets:
+                if not bracket.closed:
+                    bracket.closed = True
+                    self._process(bracket)
         paused = set(paused_ids)
         for bracket in brackets:
             for trial_id in bracket.promoted:
