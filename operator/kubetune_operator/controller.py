@@ -41,6 +41,7 @@ from .settings import Settings
 from .lifecycle import STOP_REASON, transition
 from .podsecurity import violations
 from .spec import ExperimentSpec
+from .stoppers import create_stoppers
 from .tokens import mint_token
 
 TERMINAL = ("Succeeded", "Failed")
@@ -228,6 +229,7 @@ class ExperimentController:
             searcher = create_searcher(model.search_algorithm.name, model.config, metric, mode,
                                        num_samples=model.num_samples, seed=seed, **model.search_algorithm.params)
             scheduler = create_scheduler(model.scheduler.name, metric, mode, **model.scheduler.params)
+            stoppers = create_stoppers(model.stoppers, metric, mode)
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidSpec(str(exc)) from exc
         except ImportError as exc:
@@ -247,11 +249,16 @@ class ExperimentController:
             raise InvalidSpec("scheduler.params cannot change while the experiment runs (what the scheduler "
                               "has decided belongs to the parameters it started with); the previous ones stay in "
                               "force: create a new Experiment to use new ones")
+        if getattr(self, "stoppers", None) is not None and model.stoppers != self.spec.stoppers:
+            raise InvalidSpec("spec.stoppers cannot change while the experiment runs (what they saw belongs to "
+                              "the stoppers it started with); the previous ones stay in force")
+        if getattr(self, "stoppers", None) is None:
+            self.stoppers = stoppers
         if getattr(self, "scheduler", None) is None or type(self.scheduler) is not type(scheduler):
             self.journal.snapshot_due = hasattr(self, "scheduler")
             self.scheduler, self.scheduler_params = scheduler, params
         self.journal.snapshot_due |= old is not None and not searcher.stateless
-        self.journal.enabled = not (searcher.stateless and self.scheduler.stateless)
+        self.journal.enabled = not (searcher.stateless and self.scheduler.stateless and not self.stoppers.stoppers)
         self.searcher = searcher
         #: Likely mistakes in spec.config that are valid as constants; the validate handler posts them as events.
         self.warnings = space_warnings(model.config)
@@ -320,7 +327,7 @@ class ExperimentController:
         """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions; a copy
         that later calls do not change (the journal encodes it in steps)."""
         last = {name: self.trials[name].status.get("lastResult") for name in self.applied if name in self.trials}
-        return {"scheduler": self.scheduler.get_state(),
+        return {"scheduler": self.scheduler.get_state(), "stoppers": self.stoppers.get_state(),
                 "searcher": None if self.searcher.stateless else self.searcher.get_state(),
                 "applied": {name: list(value) for name, value in self.applied.items()},
                 "ended": sorted(self.ended), "finishTold": self.finish_told,
@@ -342,6 +349,7 @@ class ExperimentController:
     def _load_snapshot(self, snapshot: dict) -> None:
         try:
             self.scheduler.set_state(snapshot["scheduler"])
+            self.stoppers.set_state(snapshot.get("stoppers") or [])
             if snapshot["searcher"] is not None and not self.searcher.stateless:
                 self.searcher.set_state(snapshot["searcher"])
         except (ValueError, TypeError, KeyError) as exc:
@@ -386,7 +394,7 @@ class ExperimentController:
         for result in results:
             d = self.scheduler.on_trial_result(trial, result)
             stop, _ = should_stop(result, self.spec.stop)
-            if stop or result.get("done"):
+            if self.stoppers(trial, result) or stop or result.get("done"):
                 d = "stop"
             if DECISION_RANK[d] > DECISION_RANK[decision]:
                 decision = d
@@ -520,7 +528,7 @@ class ExperimentController:
         return st.experiment_phase(
             counts, suspended=self.spec.suspend, search_finished=self.search_finished,
             goal_reached=goal is not None and best is not None and st.goal_reached(best["metricValue"], goal, self.mode),
-            time_budget_exhausted=budget_over, max_failed_trials=max_failed)
+            time_budget_exhausted=budget_over, max_failed_trials=max_failed, stoppers_stop_all=self.stoppers.stop_all())
 
     def _set(self, trial: TrialState, now: float, **changes: Any) -> None:
         """Apply ``changes`` to the trial's status (None removes a key), stamping start/completion times."""

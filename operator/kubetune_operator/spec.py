@@ -71,6 +71,8 @@ class ExperimentSpec:
     pod_retention: PodRetentionPolicy = field(default_factory=PodRetentionPolicy)
     suspend: bool = False
     storage_uri: str | None = None
+    stoppers: tuple = ()
+    """``spec.stoppers``: ``({"name", "params"}, ...)`` (:mod:`kubetune_operator.stoppers`)."""
 
     @classmethod
     def parse(cls, spec: Mapping[str, Any]) -> ExperimentSpec:
@@ -121,4 +123,5 @@ class ExperimentSpec:
                                   number("failure.maxFailedTrials", failure.get("maxFailedTrials"), 0, integer=True)),
             pod_retention=PodRetentionPolicy(retention.get("whenSucceeded", "Delete"),
                                              retention.get("whenFailed", "Retain")),
-            suspend=bool(spec.get("suspend", False)), storage_uri=obj("storage").get("uri") or None)
+            suspend=bool(spec.get("suspend", False)), storage_uri=obj("storage").get("uri") or None,
+            stoppers=tuple(dict(item) for item in spec.get("stoppers") or ()))

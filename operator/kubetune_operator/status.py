@@ -235,11 +235,11 @@ class PhaseDecision:
 
 def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, search_finished: bool = False,
                      goal_reached: bool = False, time_budget_exhausted: bool = False,
-                     max_failed_trials: int | None = None) -> PhaseDecision:
+                     max_failed_trials: int | None = None, stoppers_stop_all: bool = False) -> PhaseDecision:
     """Decide an Experiment's phase from its trial counts and the end criteria.
 
     The experiment ends (docs/architecture.md, "When an Experiment ends") when ``goal`` is reached, when
-    ``timeBudget`` ran out, when more than ``maxFailedTrials`` trials failed,
+    ``timeBudget`` ran out, when more than ``maxFailedTrials`` trials failed, when a stopper says so,
     or when the searcher is finished and every trial is terminal. It keeps
     phase Running with ``stop_remaining`` until its last Pending, Running or
     Paused trial has stopped, then turns Succeeded (Failed when trials failed
@@ -255,6 +255,7 @@ def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, sear
         goal_reached: :func:`goal_reached` of the best trial's value.
         time_budget_exhausted: ``timeBudget`` has passed since ``status.startTime``.
         max_failed_trials: ``spec.failure.maxFailedTrials`` (None: no limit).
+        stoppers_stop_all: a stopper of ``spec.stoppers`` says the whole experiment should stop.
     """
     active = counts["pending"] + counts["running"] + counts["paused"]
     failed = counts["failed"]
@@ -266,6 +267,8 @@ def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, sear
                f"{failed} trials failed, more than maxFailedTrials={max_failed_trials}")
     elif time_budget_exhausted:
         end = ("Succeeded", "TimeBudgetExhausted", "spec.timeBudget has passed")
+    elif stoppers_stop_all:
+        end = ("Succeeded", "StopperStoppedAll", "a stopper of spec.stoppers stopped the experiment")
     elif search_finished and active == 0:
         if failed and not counts["succeeded"]:
             end = ("Failed", "AllTrialsFailed", f"all {failed} trials failed")

@@ -304,3 +304,15 @@ def test_a_snapshot_encoded_in_steps_is_the_same_text_and_lets_the_loop_run(monk
 
     assert asyncio.run(main()) == journal._dumps(state)
     assert len(ticks) > 40  # the event loop ran between the items
+
+
+def test_stoppers_continue_where_they_were_after_restarts():
+    spec = {"stoppers": [{"name": "trial_plateau", "params": {"std": 0.05, "num_results": 3, "grace_period": 3}},
+                         {"name": "experiment_plateau", "params": {"top": 3, "std": 0.2, "patience": 2}}]}
+    calm = World(spec)
+    expected = calm.run()
+    stormy = World(spec, kill_at=range(2, 10_000, 3))
+    assert stormy.run() == expected
+    assert stormy.decisions == calm.decisions and stormy.kills >= 5
+    reasons = {t["reason"] for t in expected.values()}
+    assert "EarlyStopped" in reasons, reasons  # FIFO never stops a trial: the plateau stopper did
