@@ -289,7 +289,8 @@ def start_server(kind: str, key: bytes, trials: int, reconcile: bool) -> Server:
     port, info = parent.recv()
     if info is None:  # the baseline checks nothing: any names and tokens do
         info = [{"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / trials)} for i in range(trials)]
-    feeds = [TrialFeed(t["name"], t["attempt"], t["lr"], mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
+    feeds = [TrialFeed(t["name"], t["attempt"], t["lr"],
+                       mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
                        rng=random.Random(i)) for i, t in enumerate(info)]
     return Server(kind, proc, parent, f"http://127.0.0.1:{port}{COLLECTOR_RESULTS_PATH}", feeds)
 

@@ -174,6 +174,7 @@ def main() -> int:
             custom.create_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", experiment("scale", n, cluster))
             for w in watchers:
                 w.join()
+            offset = started_apply - started
             resumed_s, restart_rss = restart(operator, n)
             if args.stop_after_restart:
                 exp = custom.get_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", "scale")
@@ -184,7 +185,6 @@ def main() -> int:
                       "(goal <= 300 MiB at 10,000 trials)")
                 return 0
             core.patch_node(NODE, {"spec": {"unschedulable": False}})
-            offset = started_apply - started
             print(f"{n} trials: all Trials created {trials_at['all'] - offset:.1f} s after apply, "
                   f"all pods {pods_at['all'] - offset:.1f} s after apply")
             deadline = time.monotonic() + 1800

@@ -48,7 +48,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_collector import (  # noqa: E402
-    NAMESPACE, EXPERIMENT, TrialFeed, baseline_app, load_registry, reconcile_passes,
+    NAMESPACE, TrialFeed, baseline_app, load_registry, reconcile_passes,
 )
 from kubetune.env import COLLECTOR_RESULTS_PATH  # noqa: E402
 from kubetune_operator.collector import make_app  # noqa: E402
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             port, info = parent.recv()
             info = info or [{"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / args.trials)}
                             for i in range(args.trials)]
-            feeds = [TrialFeed(t["name"], t["attempt"], t["lr"], mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
+            feeds = [TrialFeed(t["name"], t["attempt"], t["lr"],
+                               mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
                                rng=random.Random(i)) for i, t in enumerate(info)]
             servers[kind] = (proc, parent, port, feeds)
         for phase in PHASES:

@@ -527,8 +527,10 @@ class ExperimentController:
         max_failed = self.spec.failure.max_failed_trials
         return st.experiment_phase(
             counts, suspended=self.spec.suspend, search_finished=self.search_finished,
-            goal_reached=goal is not None and best is not None and st.goal_reached(best["metricValue"], goal, self.mode),
-            time_budget_exhausted=budget_over, max_failed_trials=max_failed, stoppers_stop_all=self.stoppers.stop_all())
+            goal_reached=goal is not None and best is not None and st.goal_reached(best["metricValue"], goal,
+                                                                                   self.mode),
+            time_budget_exhausted=budget_over, max_failed_trials=max_failed,
+            stoppers_stop_all=self.stoppers.stop_all())
 
     def _set(self, trial: TrialState, now: float, **changes: Any) -> None:
         """Apply ``changes`` to the trial's status (None removes a key), stamping start/completion times."""
@@ -711,7 +713,8 @@ class ExperimentController:
         self.created_pods[name] = now
         pod = self._pod(trial)
         plan.create_pods.append(pod)
-        plan.token_secrets[name] = build_token_secret(pod, self._trial_object(trial), self.token(trial.name, trial.attempt))
+        plan.token_secrets[name] = build_token_secret(pod, self._trial_object(trial),
+                                                      self.token(trial.name, trial.attempt))
         if trial.status.get("podName") != name:
             self._set(trial, now, podName=name)
         trial.phase_changed |= not trial.written  # a new Trial's first status goes out with its first pod

@@ -79,7 +79,8 @@ def token_claims(key: bytes, token: object) -> tuple[str, str, int, str] | None:
     except ValueError:
         return None
     if not (isinstance(claims, list) and len(claims) == 4 and isinstance(claims[0], str)
-            and isinstance(claims[1], str) and type(claims[2]) is int and claims[2] >= 0 and isinstance(claims[3], str)):
+            and isinstance(claims[1], str) and type(claims[2]) is int and claims[2] >= 0
+            and isinstance(claims[3], str)):
         return None
     expected = _mac(key, *claims)
     if not hmac.compare_digest(expected.encode(), mac.encode("utf-8", "surrogatepass")):
@@ -88,7 +89,8 @@ def token_claims(key: bytes, token: object) -> tuple[str, str, int, str] | None:
 
 
 def verify_token(key: bytes, token: object, namespace: str, trial: str, attempt: int, uid: str) -> bool:
-    """True if ``token`` is the token of ``attempt`` of Trial ``namespace/trial`` with ``uid`` (see :func:`token_claims`).
+    """True if ``token`` is the token of ``attempt`` of Trial ``namespace/trial`` with ``uid``
+    (see :func:`token_claims`).
 
     Raises:
         ValueError: ``key`` is shorter than :data:`KEY_BYTES` bytes (a configuration error).
