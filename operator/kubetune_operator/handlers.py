@@ -192,10 +192,11 @@ async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.In
             await asyncio.sleep(0)  # a long journal does not hold up the probes or other Experiments
     pods = {p.name: p for p in pods_by_experiment.get((namespace, label_value(name)), [])}
     ctl.degraded = None
+    found = len(ctl.trials)
     plan = ctl.plan(pods)
-    if resuming is not None:
+    if resuming is not None and found:
         log.info("experiment %s/%s: resumed with %d trials and %d pods in %.2f s (Trials read, journal replayed, "
-                 "first pass planned)", namespace, name, len(ctl.trials), len(pods), time.monotonic() - resuming)
+                 "first pass planned)", namespace, name, found, len(pods), time.monotonic() - resuming)
     try:
         await registry.commit(ctl)  # no decision of this pass leaves the operator before it is durable
     except Exception:
