@@ -17,7 +17,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from kubetune_operator.schedulers.base import is_number
-from kubetune_operator.search.base import check_mode, decode_number, encode_number
+from kubetune_operator.search.base import check_count, check_mode, decode_number, encode_number
 
 __all__ = ["STOPPERS", "Stoppers", "create_stoppers"]
 
@@ -31,8 +31,7 @@ class MaximumIterationStopper:
     """
 
     def __init__(self, max_iter: int):
-        if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-            raise ValueError(f"maximum_iteration: max_iter must be an integer >= 1, got {max_iter!r}")
+        check_count("maximum_iteration: max_iter", max_iter)
         self.max_iter = max_iter
         self.seen: dict[str, int] = {}
 
@@ -63,9 +62,8 @@ class TrialPlateauStopper:
                  metric_threshold: float | None = None, mode: str | None = None):
         if metric_threshold is not None and mode not in ("min", "max"):
             raise ValueError("trial_plateau: metric_threshold needs a mode, min or max")
-        for name, value in (("num_results", num_results), ("grace_period", grace_period)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"trial_plateau: {name} must be an integer >= 1, got {value!r}")
+        check_count("trial_plateau: num_results", num_results)
+        check_count("trial_plateau: grace_period", grace_period)
         self.metric, self.std, self.num_results, self.grace_period = metric, std, num_results, grace_period
         self.metric_threshold, self.mode = metric_threshold, mode
         self.seen: dict[str, int] = {}
@@ -108,10 +106,8 @@ class ExperimentPlateauStopper:
 
     def __init__(self, metric: str, std: float = 0.001, top: int = 10, mode: str = "min", patience: int = 0):
         check_mode(metric, mode, required=True)
-        if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-            raise ValueError(f"experiment_plateau: top must be an integer >= 1, got {top!r}")
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
-            raise ValueError(f"experiment_plateau: patience must be an integer >= 0, got {patience!r}")
+        check_count("experiment_plateau: top", top)
+        check_count("experiment_plateau: patience", patience, 0)
         self.metric, self.std, self.top, self.mode, self.patience = metric, std, top, mode, patience
         self.top_values: list[float] = []
         self.iterations = 0

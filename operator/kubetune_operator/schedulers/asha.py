@@ -15,7 +15,7 @@ import math
 from typing import Iterable
 
 from kubetune_operator.schedulers.base import CONTINUE, STOP, TrialScheduler, is_number
-from kubetune_operator.search.base import check_mode, decode_number, encode_number
+from kubetune_operator.search.base import check_count, check_mode, decode_number, encode_number
 
 __all__ = ["AsyncHyperBandScheduler", "ASHAScheduler", "nanpercentile"]
 
@@ -75,8 +75,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
             raise ValueError(f"grace_period ({grace_period}) must be <= max_t ({max_t})")
         if reduction_factor <= 1:
             raise ValueError(f"reduction_factor must be > 1, got {reduction_factor!r}")
-        if isinstance(brackets, bool) or not isinstance(brackets, int) or brackets < 1:
-            raise ValueError(f"brackets must be an integer >= 1, got {brackets!r}")
+        check_count("brackets", brackets)
         self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period
         self.reduction_factor, self.stop_last_trials = reduction_factor, stop_last_trials
         #: Per bracket, its rungs from the highest milestone down: ``[milestone, {trial_id: value}]``.

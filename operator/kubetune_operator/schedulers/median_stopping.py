@@ -19,7 +19,7 @@ import math
 import statistics
 
 from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler, is_number
-from kubetune_operator.search.base import check_mode, decode_number, encode_number
+from kubetune_operator.search.base import check_count, check_mode, decode_number, encode_number
 
 __all__ = ["MedianStoppingRule"]
 
@@ -56,9 +56,7 @@ class MedianStoppingRule(TrialScheduler):
         super().__init__(metric, mode)
         if not is_number(grace_period) or not math.isfinite(grace_period) or grace_period < 0:
             raise ValueError(f"grace_period must be a number >= 0, got {grace_period!r}")
-        if isinstance(min_samples_required, bool) or not isinstance(min_samples_required, int) \
-                or min_samples_required < 1:
-            raise ValueError(f"min_samples_required must be an integer >= 1, got {min_samples_required!r}")
+        check_count("min_samples_required", min_samples_required)
         self.time_attr, self.grace_period = time_attr, grace_period
         self.min_samples_required, self.hard_stop = min_samples_required, hard_stop
         self._results: dict[str, list[list]] = {}  # trial -> [[time, value], ...] in arrival order, encoded

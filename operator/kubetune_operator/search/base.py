@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["FINISHED", "Searcher", "encode_number", "decode_number", "check_mode"]
+__all__ = ["FINISHED", "Searcher", "encode_number", "decode_number", "check_count", "check_mode"]
 
 #: Returned by :meth:`Searcher.suggest` once the searcher will never suggest again (Ray's ``Searcher.FINISHED``).
 FINISHED = "FINISHED"
@@ -31,6 +31,16 @@ def check_mode(metric: str | None, mode: str | None, required: bool) -> None:
         raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
     if required and (metric is None or mode is None):
         raise ValueError(f"metric and mode are required, got metric={metric!r}, mode={mode!r}")
+
+
+def check_count(name: str, value: object, minimum: int = 1) -> None:
+    """Check an algorithm's count parameter.
+
+    Raises:
+        ValueError: ``value`` is not an int (bools excluded) ``>= minimum``; the message names ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def encode_number(value: float | int | None) -> Any:

@@ -26,7 +26,7 @@ from optuna.trial import TrialState, create_trial
 
 from kubetune.search import Categorical, Domain, Float, Integer, is_grid, parse_space
 from kubetune.search.variants import find_domains, substitute
-from kubetune_operator.search.base import FINISHED, Searcher, decode_number, encode_number
+from kubetune_operator.search.base import FINISHED, Searcher, check_count, decode_number, encode_number
 
 __all__ = ["OptunaSearch"]
 
@@ -109,8 +109,7 @@ class OptunaSearch(Searcher):
         super().__init__(metric, mode)
         if metric is None or mode is None:
             raise ValueError("optuna search needs metric and mode")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        check_count("num_samples", num_samples)
         if sampler not in _SAMPLERS:
             raise ValueError(f"unknown optuna sampler {sampler!r}; valid: {', '.join(sorted(_SAMPLERS))}")
         self.space = parse_space(space)
