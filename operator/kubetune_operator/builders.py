@@ -23,7 +23,7 @@ from .labels import (
 from .settings import Settings
 
 __all__ = ["build_pod", "build_token_secret", "build_trial", "owner_reference", "pod_name", "pod_resources",
-           "sample_pod", "token_secret_name", "trial_dir_uri", "trial_name"]
+           "sample_pod", "token_secret_name", "trial_dir_uri", "trial_name", "trial_object"]
 
 #: Command of the trial container: the in-pod runtime of the ``kubetune`` package.
 RUNTIME_COMMAND = ("python", "-m", "kubetune.runtime")
@@ -257,6 +257,12 @@ def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
             "stringData": {TOKEN_SECRET_KEY: token}}
 
 
+def trial_object(namespace: str, name: str, uid: str, index: int, config: Mapping) -> dict:
+    """A Trial as the pod builders read it (what the operator keeps of each Trial): owner and env source."""
+    return {"apiVersion": API_VERSION, "kind": TRIAL_KIND,
+            "metadata": {"name": name, "namespace": namespace, "uid": uid}, "spec": {"index": index, "config": config}}
+
+
 def sample_pod(experiment: Mapping, settings: Settings) -> dict:
     """The pod of attempt 0 of a config-less trial 0 of ``experiment``: what its spec makes of every trial
     pod, for checking a spec before anything is created.
@@ -265,9 +271,7 @@ def sample_pod(experiment: Mapping, settings: Settings) -> dict:
         ValueError: as :func:`build_pod`.
     """
     meta = experiment["metadata"]
-    trial = {"apiVersion": API_VERSION, "kind": TRIAL_KIND, "metadata": {
-        "name": trial_name(meta["name"], 0), "namespace": meta["namespace"], "uid": "sample"},
-        "spec": {"index": 0, "config": {}}}
+    trial = trial_object(meta["namespace"], trial_name(meta["name"], 0), "sample", 0, {})
     return build_pod(experiment, trial, 0, settings)
 
 

@@ -29,10 +29,10 @@ from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
 from . import status as st
-from .builders import build_pod, build_token_secret, build_trial, sample_pod, token_secret_name
+from .builders import build_pod, build_token_secret, build_trial, sample_pod, token_secret_name, trial_object
 from .journal import Journal, JournalCorrupt, load
 from .labels import (
-    API_VERSION, LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, TRIAL_KIND, label_value, pod_name, trial_name,
+    LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, label_value, pod_name, trial_name,
 )
 from .schedulers import create_scheduler
 from .schedulers.base import is_number
@@ -720,9 +720,7 @@ class ExperimentController:
         trial.phase_changed |= not trial.written  # a new Trial's first status goes out with its first pod
 
     def _trial_object(self, trial: TrialState) -> dict:
-        return {"apiVersion": API_VERSION, "kind": TRIAL_KIND,
-                "metadata": {"name": trial.name, "namespace": self.namespace, "uid": trial.uid},
-                "spec": {"index": trial.index, "config": trial.config}}
+        return trial_object(self.namespace, trial.name, trial.uid, trial.index, trial.config)
 
     def _pod(self, trial: TrialState) -> dict:
         return build_pod(self.experiment, self._trial_object(trial), trial.attempt, self.settings)
