@@ -18,9 +18,9 @@ Run: ``.venv/bin/python bench/bench_runtime.py [--iterations N] [--rounds R] [--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +31,7 @@ from pathlib import Path
 import boto3
 
 from kubetune import Trainable
+from moto_process import moto_server  # bench/moto_process.py, beside this script
 from kubetune.checkpoints import commit_checkpoint, restore_checkpoint
 from kubetune.env import CheckpointPolicy, TrialEnv
 from kubetune.reporter import Reporter
@@ -67,22 +68,6 @@ class Noop(Trainable):
 
     def step(self):
         return {"loss": 0.5}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on port {port}")
 
 
 def _timings_ns(call, n: int) -> list[int]:
@@ -147,12 +132,9 @@ def _make_checkpoint(root: Path, big_mib: int) -> tuple[Path, int]:
 
 def bench_checkpoints(rounds: int, big_mib: int, workdir: Path) -> None:
     os.environ.update(AWS)
-    port = _free_port()
-    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    moto = contextlib.ExitStack()
     try:
-        _wait_port(port)
-        endpoint = f"http://127.0.0.1:{port}"
+        endpoint = moto.enter_context(moto_server())
         client = boto3.client("s3", endpoint_url=endpoint)
         client.create_bucket(Bucket="bench")
         storage = open_storage("s3://bench", endpoint=endpoint)
@@ -195,8 +177,7 @@ def bench_checkpoints(rounds: int, big_mib: int, workdir: Path) -> None:
             first(n)
             second(n)
     finally:
-        moto.kill()
-        moto.wait()
+        moto.close()
 
     mb = size / 1e6
     med = {key: statistics.median(value) for key, value in times.items()}

@@ -31,9 +31,10 @@ RUNTIME_COMMAND = ("python", "-m", "kubetune.runtime")
 RESERVED_ENV_PREFIX = "KUBETUNE_"
 #: Longest ``spec.tag`` of a Trial; longer tags are cut (the tag is for display only).
 MAX_TAG_LENGTH = 256
-#: Longest a trial waits for the scheduler's answer to a result before its next step (seconds; every
-#: scheduler but ``fifo`` may stop or pause a trial at a result): as in Ray, the answer applies before
-#: the next ``step()``, and an operator that does not answer in time costs at most this per step.
+#: Longest a trial waits for the operator's answer to a result before its next step (seconds; every
+#: scheduler but ``fifo``, and ``spec.stoppers``, may stop or pause a trial at a result): as in Ray, the
+#: answer applies before the next ``step()``, and an operator that does not answer in time costs at most
+#: this per step.
 DECISION_WAIT_S = 10.0
 #: Key of the collector token in an attempt's token Secret (:func:`build_token_secret`).
 TOKEN_SECRET_KEY = "token"
@@ -188,7 +189,8 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
         metric=spec.get("metric"), mode=spec.get("mode"), storage_endpoint=endpoint, storage_region=region,
         restore_from=restore_from, collector_url=settings.collector.base_url(), pod_name=name,
         grace_period_s=settings.trials.termination_grace_period_s,
-        decision_wait_s=DECISION_WAIT_S if (spec.get("scheduler") or {}).get("name", "fifo") != "fifo" else 0.0,
+        decision_wait_s=DECISION_WAIT_S if (spec.get("scheduler") or {}).get("name", "fifo") != "fifo"
+        or spec.get("stoppers") else 0.0,
     )
     user_env = template.get("env") or []
     reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))

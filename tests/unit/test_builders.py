@@ -11,6 +11,7 @@ import pytest
 from conftest_crds import root_schema, validate
 from kubetune.env import TERMINATION_MESSAGE_PATH, CheckpointPolicy, read_trial_env
 from kubetune_operator.builders import (
+    DECISION_WAIT_S,
     build_pod, build_token_secret, build_trial, owner_reference, pod_resources, trial_dir_uri,
 )
 from kubetune_operator.labels import (
@@ -193,6 +194,13 @@ def test_pod_env_is_the_runtime_contract():
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "Trial"
     assert "secret-token" not in json.dumps(p)
     assert env.restore_from is None
+
+
+def test_trials_wait_for_the_answer_to_each_result_when_the_operator_may_stop_them_there():
+    assert read_trial_env(env_of(pod())).decision_wait_s == 0  # fifo, no stoppers: nothing to wait for
+    for spec in ({"scheduler": {"name": "asha"}}, {"stoppers": [{"name": "maximum_iteration",
+                                                                "params": {"max_iter": 3}}]}):
+        assert read_trial_env(env_of(pod(experiment(**spec)))).decision_wait_s == DECISION_WAIT_S
 
 
 def test_pod_env_for_inline_source_and_pickled_trainables():

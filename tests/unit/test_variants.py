@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from kubetune.search import (
-    BasicVariantGenerator,
+    VariantSpace,
     choice,
     format_tag,
     generate_variants,
@@ -27,16 +27,16 @@ SPACE = {
 
 
 def test_total_is_num_samples_times_grid_product():
-    assert BasicVariantGenerator(SPACE, num_samples=1, seed=0).total == 6
-    assert BasicVariantGenerator(SPACE, num_samples=4, seed=0).total == 24
+    assert VariantSpace(SPACE, num_samples=1, seed=0).total == 6
+    assert VariantSpace(SPACE, num_samples=4, seed=0).total == 24
     assert len(generate_variants(SPACE, 3, seed=0)) == 18
-    assert BasicVariantGenerator({"lr": {"uniform": [0, 1]}}, 5, seed=0).total == 5
-    assert BasicVariantGenerator({"a": 1}, 2, seed=0).total == 2
-    assert BasicVariantGenerator({}, 1, seed=0).total == 1
+    assert VariantSpace({"lr": {"uniform": [0, 1]}}, 5, seed=0).total == 5
+    assert VariantSpace({"a": 1}, 2, seed=0).total == 2
+    assert VariantSpace({}, 1, seed=0).total == 1
 
 
 def test_grid_sorted_by_path_first_varies_fastest_each_pass_covers_the_grid():
-    gen = BasicVariantGenerator(SPACE, num_samples=2, seed=1)
+    gen = VariantSpace(SPACE, num_samples=2, seed=1)
     points = [(c["model"]["depth"], c["optimizer"]) for c, _ in (gen.variant(i) for i in range(gen.total))]
     # paths sorted: ("model", "depth") < ("optimizer",), so depth varies fastest.
     one_pass = [(d, o) for o in ("sgd", "adam") for d in (2, 4, 8)]
@@ -52,7 +52,7 @@ def test_grid_order_with_three_variables():
 
 
 def test_fresh_random_draws_for_every_grid_point_and_pass():
-    gen = BasicVariantGenerator(SPACE, num_samples=3, seed=2)
+    gen = VariantSpace(SPACE, num_samples=3, seed=2)
     lrs = [gen.variant(i)[0]["lr"] for i in range(gen.total)]
     assert len(set(lrs)) == gen.total
 
@@ -70,9 +70,9 @@ def test_same_seed_same_variants_other_seed_other_variants():
 
 
 def test_random_access_matches_sequential_order_and_survives_a_restart():
-    first = BasicVariantGenerator(SPACE, num_samples=3, seed=11)
+    first = VariantSpace(SPACE, num_samples=3, seed=11)
     sequence = [first.variant(i) for i in range(first.total)]
-    restarted = BasicVariantGenerator(SPACE, num_samples=3, seed=11)  # e.g. a new operator process
+    restarted = VariantSpace(SPACE, num_samples=3, seed=11)  # e.g. a new operator process
     assert [restarted.variant(i) for i in reversed(range(restarted.total))] == sequence[::-1]
     assert restarted.variant(7) == restarted.variant(7)
 
@@ -90,7 +90,7 @@ def test_a_value_does_not_depend_on_other_parameters_of_the_space():
 
 
 def test_seed_none_picks_one_that_reproduces():
-    gen = BasicVariantGenerator(SPACE, 2)
+    gen = VariantSpace(SPACE, 2)
     assert isinstance(gen.seed, int)
     assert [gen.variant(i) for i in range(gen.total)] == generate_variants(SPACE, 2, seed=gen.seed)
 
@@ -105,7 +105,7 @@ def test_domains_inside_lists_and_deep_nesting():
 
 def test_configs_are_independent_copies():
     space = {"opts": {"betas": [0.9, 0.99]}, "g": grid_search([{"k": [1]}, {"k": [2]}])}
-    gen = BasicVariantGenerator(space, 1, seed=0)
+    gen = VariantSpace(space, 1, seed=0)
     config, _ = gen.variant(0)
     config["opts"]["betas"].append(0)
     config["g"]["k"].append(0)
@@ -129,7 +129,7 @@ def test_tag_format_is_rays_experiment_tag():
 
 
 def test_tag_of_sampled_values_uses_last_path_key_sorted_by_path():
-    config, tag = BasicVariantGenerator({"z": {"a": randint(0, 10)}, "b": uniform(0, 1)}, 1, seed=0).variant(0)
+    config, tag = VariantSpace({"z": {"a": randint(0, 10)}, "b": uniform(0, 1)}, 1, seed=0).variant(0)
     # sorted by full path: ("b",) < ("z", "a"), shown by the last key
     assert tag == f"0_b={config['b']:.4f},a={config['z']['a']}"
 
@@ -167,10 +167,10 @@ def test_sample_from_chains_resolve_in_dependency_order():
 
 def test_sample_from_cycle_and_failure_raise():
     with pytest.raises(ValueError, match="cycle: a, b"):
-        BasicVariantGenerator({"a": sample_from(lambda c: c["b"]), "b": sample_from(lambda c: c["a"])}, seed=0)\
+        VariantSpace({"a": sample_from(lambda c: c["b"]), "b": sample_from(lambda c: c["a"])}, seed=0)\
             .variant(0)
     with pytest.raises(ValueError, match="sample_from at a failed"):
-        BasicVariantGenerator({"a": sample_from(lambda c: 1 / 0)}, seed=0).variant(0)
+        VariantSpace({"a": sample_from(lambda c: 1 / 0)}, seed=0).variant(0)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -179,13 +179,13 @@ def test_sample_from_cycle_and_failure_raise():
 @pytest.mark.parametrize("num_samples", [0, -1, 1.5, True, "2"])
 def test_bad_num_samples(num_samples):
     with pytest.raises(ValueError, match="num_samples"):
-        BasicVariantGenerator(SPACE, num_samples, seed=0)
+        VariantSpace(SPACE, num_samples, seed=0)
 
 
 def test_bad_seed_and_index():
     with pytest.raises(ValueError, match="seed"):
-        BasicVariantGenerator(SPACE, 1, seed="x")
-    gen = BasicVariantGenerator(SPACE, 1, seed=0)
+        VariantSpace(SPACE, 1, seed="x")
+    gen = VariantSpace(SPACE, 1, seed=0)
     for index in (-1, 6, 100):
         with pytest.raises(IndexError):
             gen.variant(index)
@@ -193,4 +193,4 @@ def test_bad_seed_and_index():
 
 def test_bad_space_raises_with_path():
     with pytest.raises(ValueError, match=r"^config\.model\.lr: loguniform"):
-        BasicVariantGenerator({"model": {"lr": {"loguniform": [0, 1]}}}, seed=0)
+        VariantSpace({"model": {"lr": {"loguniform": [0, 1]}}}, seed=0)

@@ -1,21 +1,78 @@
-"""kubetune: Ray-Tune-compatible trainables, run one pod per trial by the kubetune operator.
+"""kubetune: Ray Tune's API for hyperparameter tuning on Kubernetes, one pod per trial.
 
-The public surface users import (``import kubetune as tune`` works for most Ray Tune code):
-the class API :class:`Trainable`, the function API (:func:`report`, :func:`get_checkpoint`,
-:class:`Checkpoint`, :func:`checkpoint_dir`, ``kubetune.track.log``) and, below, the search
-space helpers. The in-pod runtime lives in ``kubetune.runtime``; object storage in
-``kubetune.storage``.
+``import kubetune as tune`` gives what a Ray Tune script imports from ``ray.tune``: the class API
+:class:`Trainable`, the function API (:func:`report`, :func:`get_checkpoint`, :class:`Checkpoint`,
+:func:`checkpoint_dir`, ``track.log``), the search space (``uniform``, ``choice``,
+``grid_search``, ...), and the SDK (``run``, ``Tuner``, ``with_parameters``, ``ExperimentAnalysis``,
+``tune.schedulers``, ``tune.search``, ``tune.stopper``), which is loaded on first use so that a
+trial pod, which needs only the runtime, does not import it. The in-pod runtime lives in
+``kubetune.runtime``; object storage in ``kubetune.storage``. Ray names kubetune cannot honour
+raise an error that says why and what to use instead (``docs/ray-tune.md``).
 """
+
+import importlib
 
 from kubetune import track
 from kubetune.checkpoint import Checkpoint
 from kubetune.function_trainable import as_trainable_class, wrap_function
+from kubetune.search import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
 from kubetune.session import checkpoint_dir, get_checkpoint, get_trial_dir, get_trial_id, get_trial_name, report
+from kubetune.specs import unsupported
 from kubetune.trainable import Trainable
+
+#: SDK names, imported when first used: name → module.
+_LAZY = {
+    "run": "kubetune.tuner", "run_experiments": "kubetune.tuner", "Tuner": "kubetune.tuner",
+    "TuneConfig": "kubetune.tuner", "RunConfig": "kubetune.tuner", "CheckpointConfig": "kubetune.tuner",
+    "FailureConfig": "kubetune.tuner", "TuneError": "kubetune.tuner",
+    "with_parameters": "kubetune.shipping", "with_resources": "kubetune.shipping",
+    "ExperimentAnalysis": "kubetune.analysis", "ResultGrid": "kubetune.analysis", "Result": "kubetune.analysis",
+    "Stopper": "kubetune.stopper",
+    "CLIReporter": "kubetune.progress", "JupyterNotebookReporter": "kubetune.progress",
+    "ProgressReporter": "kubetune.progress",
+}
+#: Submodules reached as attributes, as ``tune.schedulers.ASHAScheduler``.
+_SUBMODULES = ("schedulers", "stopper", "analysis", "tuner", "progress")
+#: Ray names kubetune cannot honour: name → (why, what to use).
+_UNSUPPORTED = {
+    "Callback": ("callbacks are user code run by Ray's driver", "the returned ExperimentAnalysis"),
+    "Experiment": ("experiments are Kubernetes objects", "tune.run(...) with its arguments"),
+    "register_trainable": ("trials import or unpickle the trainable itself", "pass the trainable to tune.run"),
+    "register_env": ("there is no Ray registry", "create the environment in the trainable"),
+    "PlacementGroupFactory": ("each trial is one pod", "resources_per_trial={'cpu': ..., 'gpu': ...}"),
+    "SyncConfig": ("trials write to object storage themselves", "storage="),
+}
 
 __all__ = [
     "Checkpoint", "Trainable", "as_trainable_class", "checkpoint_dir", "get_checkpoint", "get_trial_dir",
     "get_trial_id", "get_trial_name", "report", "track", "wrap_function",
+    "choice", "grid_search", "lograndint", "loguniform", "qlograndint", "qloguniform", "qrandint", "qrandn",
+    "quniform", "randint", "randn", "sample_from", "uniform", *_LAZY, *_SUBMODULES,
 ]
 
-# Search space helpers: `from kubetune.search import uniform, ...` and `__all__ += [...]` go below. ----
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"kubetune.{name}")
+    elif name in _UNSUPPORTED:
+        raise unsupported(name, *_UNSUPPORTED[name])
+    else:
+        raise AttributeError(f"module 'kubetune' has no attribute {name!r}")
+    globals()[name] = value
+    return value

@@ -1,7 +1,7 @@
 """The ``basic``/``random`` searcher: Ray's basic variant generation, restart-safe.
 
 Owns :class:`BasicVariantSearcher`, a :class:`~kubetune_operator.search.base.Searcher`
-over :class:`kubetune.search.BasicVariantGenerator`. Variant ``i`` depends only
+over :class:`kubetune.search.VariantSpace`. Variant ``i`` depends only
 on ``(space, numSamples, seed, i)``, so the state is two integers and the
 operator may regenerate any trial's config with :meth:`BasicVariantSearcher.variant`.
 Created through ``kubetune_operator.search.create_searcher``.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetune.search import BasicVariantGenerator
+from kubetune.search import VariantSpace
 from kubetune_operator.search.base import FINISHED, Searcher
 
 __all__ = ["BasicVariantSearcher"]
@@ -40,7 +40,7 @@ class BasicVariantSearcher(Searcher):
                  seed: int | None = None):
         super().__init__(metric, mode)
         self._space = space
-        self.generator = BasicVariantGenerator(space, num_samples, seed)
+        self.generator = VariantSpace(space, num_samples, seed)
         self.total = self.generator.total
         self.next_index = 0
 
@@ -77,7 +77,7 @@ class BasicVariantSearcher(Searcher):
             ValueError: ``next_index`` outside ``[0, total]``.
         """
         if state["seed"] != self.generator.seed:
-            self.generator = BasicVariantGenerator(self._space, self.generator.num_samples, state["seed"])
+            self.generator = VariantSpace(self._space, self.generator.num_samples, state["seed"])
         if not 0 <= state["next_index"] <= self.total:
             raise ValueError(f"next_index {state['next_index']!r} outside [0, {self.total}]")
         self.next_index = state["next_index"]

@@ -61,14 +61,15 @@ def exec_source(source: str, name: str) -> Any:
 
 
 def load_pickle(storage: Storage, uri: str) -> Any:
-    """Return the object cloudpickled at ``uri``.
+    """Return the object the SDK pickled at ``uri`` (format: :func:`kubetune.shipping.loads`).
 
     Raises:
         FileNotFoundError: nothing at ``uri``.
+        RuntimeError: the pickle was made by another Python minor version (the message names both).
     """
-    import cloudpickle
+    from kubetune.shipping import loads
 
-    return cloudpickle.loads(storage.get_bytes(uri))
+    return loads(storage.get_bytes(uri))
 
 
 def load_trainable_class(env: TrialEnv, storage: Storage) -> type:

@@ -1,10 +1,12 @@
-"""Parameter spaces and basic variant generation, shared by the SDK and the operator.
+"""Parameter spaces, basic variant generation and the searcher specifications (Ray's ``tune.search``).
 
 ``kubetune.search.sample`` holds the domains (``uniform``, ``choice``, ...), their
 JSON form and :func:`parse_space`; ``kubetune.search.variants`` holds the
-restart-safe :class:`BasicVariantGenerator`. Users write
-``from kubetune.search import choice, loguniform, grid_search`` as they would
-``from ray import tune``; the operator's searchers import the same names.
+restart-safe :class:`VariantSpace`; ``kubetune.search.algorithms`` the searchers a script
+chooses (``OptunaSearch``, ``BasicVariantGenerator``, ``ConcurrencyLimiter``), which the operator
+runs. Users write ``from kubetune.search import choice, loguniform, grid_search`` as they would
+``from ray import tune``; the operator's searchers import the same names. Ray's searchers
+kubetune lacks raise an error that says why and what to use instead.
 """
 
 from kubetune.search.sample import (
@@ -29,14 +31,24 @@ from kubetune.search.sample import (
     randint,
     randn,
     sample_from,
+    space_spec,
     space_warnings,
     uniform,
 )
-from kubetune.search.variants import BasicVariantGenerator, format_tag, generate_variants
+from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, Searcher
+from kubetune.search.variants import VariantSpace, format_tag, generate_variants
+from kubetune.specs import unsupported_names
 
 __all__ = [
     "DOMAIN_NAMES", "Categorical", "Domain", "Float", "Function", "Integer", "Normal", "choice", "grid_search",
     "is_grid", "lograndint", "loguniform", "parse_space", "space_warnings", "qlograndint", "qloguniform", "qrandint", "qrandn",
-    "quniform", "randint", "randn", "sample_from", "uniform", "BasicVariantGenerator", "format_tag",
-    "generate_variants",
+    "quniform", "randint", "randn", "sample_from", "space_spec", "uniform", "VariantSpace", "format_tag",
+    "generate_variants", "BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Searcher",
 ]
+
+_OTHER = "the operator runs only the basic and optuna searchers"
+__getattr__ = unsupported_names(__name__, {
+    name: (_OTHER, "OptunaSearch (its TPE sampler is Bayesian optimization)") for name in (
+        "HyperOptSearch", "BayesOptSearch", "AxSearch", "TuneBOHB", "HEBOSearch", "NevergradSearch",
+        "ZOOptSearch", "SkOptSearch", "DragonflySearch", "SigOptSearch", "FLAMLSearch", "BlendSearch", "CFO",
+        "Repeater", "SearchGenerator")})

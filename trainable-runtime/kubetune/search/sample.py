@@ -507,3 +507,38 @@ def parse_space(spec: Any, path: str = "config") -> Any:
     if isinstance(spec, (list, tuple)):
         return type(spec)(parse_space(v, f"{path}[{i}]") for i, v in enumerate(spec))
     return spec
+
+
+def space_spec(space: Any, path: str = "config") -> Any:
+    """Turn an SDK parameter space (with :class:`Domain` objects) into its JSON form, ``spec.config``.
+
+    The inverse of :func:`parse_space`: domains become ``{name: [args]}``, tuples lists, NumPy
+    scalars Python numbers; dict keys must be strings.
+
+    Raises:
+        ValueError: a ``sample_from`` function (user code the operator does not run), a non-string
+            key, or a value JSON cannot hold (the message gives its path and suggests
+            ``with_parameters`` for large objects).
+    """
+    if isinstance(space, Function):
+        raise ValueError(f"{path}: sample_from is user code, which kubetune does not run yet; compute the value "
+                         "from the config inside the trainable, or use a built-in domain")
+    if isinstance(space, Domain):
+        return space.to_spec()
+    if isinstance(space, dict):
+        bad = [k for k in space if not isinstance(k, str)]
+        if bad:
+            raise ValueError(f"{path}: keys must be strings, got {bad[0]!r}")
+        return {k: space_spec(v, f"{path}.{k}") for k, v in space.items()}
+    if isinstance(space, (list, tuple)):
+        return [space_spec(v, f"{path}[{i}]") for i, v in enumerate(space)]
+    if space is None or isinstance(space, str):
+        return space
+    for kind in (bool, int, float):  # subclasses too (numpy.float64): plain Python numbers
+        if isinstance(space, kind):
+            return kind(space)
+    item = getattr(space, "item", None)  # a NumPy scalar
+    if callable(item) and getattr(space, "shape", None) == ():
+        return item()
+    raise ValueError(f"{path}: a {type(space).__name__} cannot be written to spec.config (JSON); pass large or "
+                     "custom objects with tune.with_parameters")

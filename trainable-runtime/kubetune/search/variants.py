@@ -1,6 +1,6 @@
 """Basic variant generation: grid cross product × ``num_samples`` random draws, random access.
 
-Owns :class:`BasicVariantGenerator`, the equivalent of Ray Tune's
+Owns :class:`VariantSpace`, the equivalent of Ray Tune's
 ``BasicVariantGenerator``/``generate_variants``, rebuilt so that variant ``i``
 is a pure function of ``(space, num_samples, seed, i)``: no iterator state, no
 global RNG. An operator restarted mid-experiment therefore regenerates exactly
@@ -25,7 +25,7 @@ from typing import Any
 
 from kubetune.search.sample import Domain, Function, is_grid, parse_space
 
-__all__ = ["BasicVariantGenerator", "generate_variants", "format_tag", "find_domains", "substitute"]
+__all__ = ["VariantSpace", "generate_variants", "format_tag", "find_domains", "substitute"]
 
 Path = tuple  # of str (dict keys) and int (list indices)
 
@@ -125,7 +125,7 @@ class _ConfigView(dict):
         raise AttributeError(name)
 
 
-class BasicVariantGenerator:
+class VariantSpace:
     """Random-access variants of a parameter space (Ray's basic variant generation).
 
     Args:
@@ -235,7 +235,7 @@ def generate_variants(space: Any, num_samples: int = 1, seed: int | None = None)
     """All variants of ``space`` as ``[(config, tag), ...]`` in index order.
 
     Raises:
-        ValueError: as :class:`BasicVariantGenerator`.
+        ValueError: as :class:`VariantSpace`.
     """
-    generator = BasicVariantGenerator(space, num_samples, seed)
+    generator = VariantSpace(space, num_samples, seed)
     return [generator.variant(i) for i in range(generator.total)]

@@ -1,0 +1,246 @@
+"""The SDK's pure parts: the ``tune`` namespace, algorithm specs, Experiment building and shipping."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+
+import numpy as np
+import pytest
+
+import kubetune as tune
+from kubetune import shipping
+from kubetune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule
+from kubetune.search import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, parse_space
+from kubetune.stopper import (
+    CombinedStopper, ExperimentPlateauStopper, MaximumIterationStopper, TimeoutStopper, TrialPlateauStopper,
+)
+from kubetune.storage import open_storage
+from kubetune.tuner import build_experiment, default_name, storage_spec
+from kubetune_operator.schedulers import create_scheduler
+from kubetune_operator.spec import ExperimentSpec
+from kubetune_operator.stoppers import create_stoppers
+
+STORAGE = "s3://bucket/root"
+TRAINABLE = {"entrypoint": "pkg.mod:Train"}
+
+#: What a Ray Tune 0.8-2.x script reaches for as ``tune.<name>``.
+RAY_NAMES = (
+    "uniform quniform loguniform qloguniform randn qrandn randint qrandint lograndint qlograndint choice "
+    "grid_search sample_from Trainable report get_checkpoint checkpoint_dir Checkpoint track run run_experiments "
+    "with_parameters with_resources Stopper ExperimentAnalysis Tuner TuneConfig RunConfig CheckpointConfig "
+    "FailureConfig ResultGrid schedulers search stopper TuneError"
+).split()
+
+
+def build(**kwargs):
+    kwargs.setdefault("storage", STORAGE)
+    return build_experiment("exp", TRAINABLE, **kwargs)
+
+
+def test_tune_namespace_has_what_a_ray_script_imports():
+    missing = [name for name in RAY_NAMES if not hasattr(tune, name)]
+    assert missing == []
+    assert tune.schedulers.AsyncHyperBandScheduler is tune.schedulers.ASHAScheduler
+    assert {tune.search.OptunaSearch, tune.search.BasicVariantGenerator, tune.search.ConcurrencyLimiter}
+
+
+@pytest.mark.parametrize("module, name", [(tune, "Callback"), (tune, "PlacementGroupFactory"),
+                                          (tune.schedulers, "PopulationBasedTraining"),
+                                          (tune.search, "HyperOptSearch"), (tune.stopper, "FunctionStopper")])
+def test_names_kubetune_cannot_honour_say_why_and_what_instead(module, name):
+    with pytest.raises(NotImplementedError, match=f"{name} is not supported by kubetune: .*; use "):
+        getattr(module, name)
+
+
+def test_unknown_names_are_attribute_errors():
+    with pytest.raises(AttributeError):
+        tune.no_such_thing  # noqa: B018
+
+
+def test_scheduler_specs_are_accepted_by_the_operators_schedulers():
+    for spec in (ASHAScheduler(max_t=27, grace_period=3, reduction_factor=3), HyperBandScheduler(max_t=9),
+                 MedianStoppingRule(grace_period=1.0, hard_stop=False)):
+        body = spec.to_spec()
+        scheduler = create_scheduler(body["name"], "acc", "max", **body["params"])
+        assert type(scheduler).__name__ in ("AsyncHyperBandScheduler", "HyperBandScheduler", "MedianStoppingRule")
+    assert ASHAScheduler(max_t=27).to_spec()["params"]["max_t"] == 27
+
+
+def test_median_rule_min_time_slice_is_refused():
+    with pytest.raises(ValueError, match="min_time_slice"):
+        MedianStoppingRule(min_time_slice=5)
+
+
+def test_searcher_specs():
+    assert OptunaSearch(seed=7, sampler="random").to_spec() == {"name": "optuna", "params": {"sampler": "random"},
+                                                                "seed": 7}
+    assert BasicVariantGenerator(random_state=3).to_spec() == {"name": "basic", "params": {}, "seed": 3}
+    with pytest.raises(ValueError, match="sampler objects"):
+        OptunaSearch(sampler=object())
+    with pytest.raises(ValueError, match="points_to_evaluate"):
+        BasicVariantGenerator(points_to_evaluate=[{"a": 1}])
+    with pytest.raises(ValueError, match="max_concurrent"):
+        ConcurrencyLimiter(OptunaSearch(), 0)
+
+
+def test_build_experiment_maps_ray_arguments():
+    space = {"lr": tune.loguniform(1e-4, 1e-1), "layers": tune.grid_search([1, 2]), "n": np.int64(3)}
+    body = build(config=space, num_samples=4, metric="acc", mode="max", stop={"training_iteration": 5},
+                 time_budget_s=90, resources_per_trial={"CPU": 2, "gpu": 1, "memory": 2**30},
+                 scheduler=ASHAScheduler(max_t=10), search_alg=ConcurrencyLimiter(OptunaSearch(seed=1), 3),
+                 max_concurrent_trials=5, checkpoint_freq=2, checkpoint_at_end=True, keep_checkpoints_num=2,
+                 checkpoint_score_attr="min-loss", max_failures=-1, fail_fast=True, image="img:1",
+                 template={"labels": {"team": "a"}})
+    spec = body["spec"]
+    assert body["metadata"] == {"name": "exp"} and body["kind"] == "Experiment"
+    assert spec["config"] == {"lr": {"loguniform": [1e-4, 1e-1]}, "layers": {"grid_search": [1, 2]}, "n": 3}
+    assert parse_space(spec["config"])["lr"] == tune.loguniform(1e-4, 1e-1)
+    assert spec["numSamples"] == 4 and spec["metric"] == "acc" and spec["mode"] == "max"
+    assert spec["stop"] == {"training_iteration": 5} and spec["timeBudget"] == "90s"
+    assert spec["resourcesPerTrial"] == {"cpu": 2, "gpu": 1, "memory": str(2**30)}
+    assert spec["scheduler"]["name"] == "asha" and spec["searchAlgorithm"] == {"name": "optuna", "params": {},
+                                                                                "seed": 1}
+    assert spec["maxConcurrentTrials"] == 3
+    assert spec["checkpoint"] == {"frequency": 2, "atEnd": True, "keep": 2, "scoreAttribute": "min-loss"}
+    assert spec["failure"] == {"maxFailures": -1, "maxFailedTrials": 0}
+    assert spec["image"] == "img:1" and spec["template"] == {"labels": {"team": "a"}}
+    assert spec["storage"] == {"uri": STORAGE}
+    parsed = ExperimentSpec.parse(spec)  # the operator reads it as built
+    assert parsed.num_samples == 4 and parsed.max_concurrent_trials == 3
+
+
+def test_build_experiment_defaults_follow_ray():
+    spec = build()["spec"]
+    assert spec["searchAlgorithm"] == {"name": "basic", "params": {}}
+    assert spec["checkpoint"] == {"frequency": 0, "atEnd": False}  # Ray's checkpoint_at_end=False
+    assert "scheduler" not in spec and "metric" not in spec and spec["config"] == {}
+
+
+def test_metric_and_mode_come_from_the_scheduler_or_clash():
+    spec = build(scheduler=ASHAScheduler(metric="loss", mode="min"))["spec"]
+    assert (spec["metric"], spec["mode"]) == ("loss", "min")
+    with pytest.raises(ValueError, match="set it in one place"):
+        build(metric="acc", scheduler=ASHAScheduler(metric="loss", mode="min"))
+
+
+def test_stoppers_become_spec_stoppers_and_time_budget():
+    stop = CombinedStopper(MaximumIterationStopper(5), TrialPlateauStopper("loss", mode="min"),
+                           ExperimentPlateauStopper("loss", top=3), TimeoutStopper(datetime.timedelta(minutes=2)))
+    spec = build(stop=stop, time_budget_s=300, metric="loss", mode="min")["spec"]
+    assert spec["timeBudget"] == "120s"
+    assert [s["name"] for s in spec["stoppers"]] == ["maximum_iteration", "trial_plateau", "experiment_plateau"]
+    create_stoppers(spec["stoppers"], "loss", "min")  # the operator accepts them
+    assert spec["stoppers"][2]["params"] == {"metric": "loss", "mode": "min", "std": 0.001, "top": 3, "patience": 0}
+
+
+def test_nested_stop_dicts_are_flattened():
+    assert build(stop={"info": {"acc": 0.9}})["spec"]["stop"] == {"info/acc": 0.9}
+
+
+@pytest.mark.parametrize("stop", [lambda trial_id, result: False, type("Mine", (tune.Stopper,), {})()])
+def test_user_code_stops_are_refused_before_anything_is_created(stop):
+    with pytest.raises(ValueError, match="user code"):
+        build(stop=stop)
+
+
+def test_sample_from_and_non_json_config_are_refused():
+    with pytest.raises(ValueError, match="config.b: sample_from is user code"):
+        build(config={"a": 1, "b": tune.sample_from(lambda c: c["a"] * 2)})
+    with pytest.raises(ValueError, match="config.data: a object cannot .*with_parameters"):
+        build(config={"data": object()})
+
+
+def test_bad_resources_and_budgets_are_refused():
+    with pytest.raises(ValueError, match="'TPU'"):
+        build(resources_per_trial={"TPU": 1})
+    with pytest.raises(ValueError, match="time_budget_s"):
+        build(time_budget_s=0)
+    with pytest.raises(ValueError, match="search_alg"):
+        build(search_alg=object())
+
+
+def test_storage_spec(monkeypatch):
+    monkeypatch.delenv("KUBETUNE_STORAGE_URI", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3.local:9000")
+    assert storage_spec("s3://b/p") == {"uri": "s3://b/p", "endpoint": "http://s3.local:9000"}
+    assert storage_spec({"uri": "s3://b/p", "endpoint": "http://other"})["endpoint"] == "http://other"
+    assert storage_spec("file:///data") == {"uri": "file:///data"}
+    with pytest.raises(ValueError, match="storage="):
+        storage_spec(None)
+
+
+def test_default_name_is_a_kubernetes_name():
+    def My_Train_Fn(config):
+        pass
+    name = default_name(My_Train_Fn)
+    assert name.startswith("my-train-fn-") and name == name.lower()
+
+
+# ------------------------------------------------------------------ shipping
+
+
+def test_pickles_name_their_python_version_and_refuse_another(monkeypatch):
+    data = shipping.dumps({"a": 1})
+    assert data.startswith(b"kubetune-pickle python=%d.%d\n" % sys.version_info[:2])
+    assert shipping.loads(data) == {"a": 1}
+    forged = data.replace(b"python=%d.%d" % sys.version_info[:2], b"python=3.99", 1)
+    with pytest.raises(RuntimeError, match=r"pickled by Python 3\.99 but this trial image runs Python 3\.\d+"):
+        shipping.loads(forged)
+
+
+class Fit(tune.Trainable):
+    def setup(self, config, data=None, scale=1):
+        self.total = float(np.sum(data)) * scale
+
+
+def test_ship_trainable_by_import_path_or_by_value(tmp_path):
+    storage = open_storage(f"file://{tmp_path}")
+    base = f"file://{tmp_path}/ns/exp/sdk"
+    assert shipping.ship_trainable("pkg.mod:Train", storage, base) == {"entrypoint": "pkg.mod:Train"}
+    assert shipping.ship_trainable(np.zeros, storage, base) == {"entrypoint": "numpy:zeros"}
+    shipped = shipping.ship_trainable(Fit, storage, base)  # a test module is not installed: by value
+    uri = shipped["pickleURI"]
+    assert uri.startswith(f"{base}/trainable/")
+    assert shipping.loads(storage.get_bytes(uri)).__name__ == "Fit"
+
+
+def test_with_parameters_uploads_each_object_once_and_pods_load_it(tmp_path, monkeypatch):
+    storage = open_storage(f"file://{tmp_path}")
+    base = f"file://{tmp_path}/ns/exp/sdk"
+    data = np.arange(1000.0)
+    wrapped = tune.with_parameters(Fit, data=data, scale=2)
+    first = shipping.ship_trainable(wrapped, storage, base)["pickleURI"]
+    objects = sorted(p.name for p in (tmp_path / "ns/exp/sdk/parameters").iterdir())
+    assert len(objects) == 2
+    again = tune.with_parameters(Fit, data=data, scale=2)
+    assert again._kubetune_parameters[0].upload(storage, base) == 0  # same objects: nothing uploaded
+    raw = storage.get_bytes(first)
+    assert len(raw) < data.nbytes  # the trainable carries URIs, not the array
+    monkeypatch.setenv("KUBETUNE_NAMESPACE", "ns")
+    monkeypatch.setenv("KUBETUNE_EXPERIMENT", "exp")
+    monkeypatch.setenv("KUBETUNE_TRIAL", "exp-00000")
+    monkeypatch.setenv("KUBETUNE_STORAGE_URI", f"file://{tmp_path}/trial")
+    cls = shipping.loads(raw)
+    trainable = cls(config={})
+    assert trainable.total == pytest.approx(2 * data.sum())
+
+
+def test_with_parameters_function_keeps_checkpoint_dir(tmp_path):
+    seen = {}
+
+    def train(config, checkpoint_dir=None, data=None):
+        seen.update(config=config, checkpoint_dir=checkpoint_dir, data=data)
+
+    wrapped = tune.with_parameters(train, data=[1, 2])
+    wrapped({"a": 1}, checkpoint_dir="/ck")
+    assert seen == {"config": {"a": 1}, "checkpoint_dir": "/ck", "data": [1, 2]}
+    with pytest.raises(TypeError, match="not uploaded"):
+        shipping.dumps(wrapped)
+
+
+def test_with_resources_sets_the_pod_shape():
+    wrapped = tune.with_resources(Fit, {"cpu": 2, "gpu": 1})
+    assert wrapped._kubetune_resources == {"cpu": 2, "gpu": 1} and issubclass(wrapped, Fit)
+    with pytest.raises(TypeError, match="one shape"):
+        tune.with_resources(Fit, lambda config: {"cpu": 1})

@@ -1,0 +1,275 @@
+"""The ``kubetune`` command: run, watch and read Experiments from a shell, with kubectl's conventions.
+
+Owns argument parsing, output formats (``-o json|yaml|wide``, ``csv`` for ``analysis``) and exit
+codes; the work is done by :mod:`kubetune.client` (API calls), :mod:`kubetune.progress` (the live
+table), :mod:`kubetune.analysis` (results from storage) and :mod:`kubetune.tuner` (``run
+module:Trainable``). Installed as a console script by the ``kubetune`` package.
+
+Exit codes: 0 success (for ``run --watch`` and ``watch``: the Experiment succeeded); 1 the
+Experiment failed, or a trial failed where the command reports on trials; 2 bad usage or a spec
+the API server or the operator refused; 3 not found; 130 interrupted (the Experiment keeps
+running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from typing import Any, Sequence
+
+import yaml
+
+OK, FAILED, USAGE, NOT_FOUND, INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _cluster(args: argparse.Namespace):
+    from kubetune.client import Cluster
+
+    return Cluster.connect(args.context, args.namespace)
+
+
+def _print(obj: Any, output: str | None) -> None:
+    if output == "json":
+        print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    else:
+        print(yaml.safe_dump(obj, sort_keys=False).rstrip())
+
+
+def _age(timestamp: str | None) -> str:
+    if not timestamp:
+        return "-"
+    created = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    seconds = int((datetime.datetime.now(datetime.timezone.utc) - created).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _table(rows: list[list[Any]]) -> None:
+    rows = [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("   ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _experiment_row(exp: dict, wide: bool) -> list:
+    status = exp.get("status") or {}
+    counts, best = status.get("trials") or {}, status.get("bestTrial") or {}
+    row = [exp["metadata"]["name"], status.get("phase", "Pending"), counts.get("running", 0),
+           counts.get("succeeded", 0), counts.get("failed", 0), best.get("metricValue")]
+    if wide:
+        row += [exp["spec"].get("metric"), best.get("name")]
+    return row + [_age(exp["metadata"].get("creationTimestamp"))]
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    experiments = [cluster.get(args.name)] if args.name else cluster.list()
+    if args.output in ("json", "yaml"):
+        _print(experiments[0] if args.name else {"items": experiments}, args.output)
+        return OK
+    wide = args.output == "wide"
+    header = ["NAME", "PHASE", "RUNNING", "SUCCEEDED", "FAILED", "BEST"] + (["METRIC", "BEST-TRIAL"] if wide else [])
+    if not experiments:
+        print(f"No experiments in namespace {cluster.namespace}.", file=sys.stderr)
+        return OK
+    _table([header + ["AGE"]] + [_experiment_row(e, wide) for e in experiments])
+    if args.name:
+        trials = cluster.trials(experiments[0])
+        if trials:
+            print()
+            _table([["TRIAL", "PHASE", "ITER", "METRIC", "REASON"]] + [
+                [t["metadata"]["name"], (t.get("status") or {}).get("phase", "Pending"),
+                 (t.get("status") or {}).get("iteration"), (t.get("status") or {}).get("metricValue"),
+                 (t.get("status") or {}).get("reason")] for t in trials])
+    return OK
+
+
+def _follow(cluster, name: str) -> int:
+    from kubetune.client import follow
+    from kubetune.progress import StatusTable
+
+    with StatusTable() as table:
+        final, _ = follow(cluster, name, table.update)
+    return OK if final["status"]["phase"] == "Succeeded" else FAILED
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    return _follow(_cluster(args), args.name)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if ":" in args.target and not args.target.endswith((".yaml", ".yml", ".json")):
+        return _run_trainable(args)
+    with open(args.target) as f:
+        body = yaml.safe_load(f)
+    cluster = _cluster(args)
+    body.setdefault("metadata", {})
+    if args.name:
+        body["metadata"]["name"] = args.name
+    created = cluster.create(body)
+    name = created["metadata"]["name"]
+    print(f"experiment.kubetune.io/{name} created", file=sys.stderr)
+    return _follow(cluster, name) if args.watch else OK
+
+
+def _run_trainable(args: argparse.Namespace) -> int:
+    from kubetune.tuner import run
+
+    analysis = run(args.target, name=args.name, config=json.loads(args.config or "{}"), num_samples=args.num_samples,
+                   metric=args.metric, mode=args.mode, stop=json.loads(args.stop) if args.stop else None,
+                   namespace=args.namespace, context=args.context, image=args.image, storage=args.storage,
+                   raise_on_failed_trial=False)
+    if args.metric and args.mode:
+        print(json.dumps({"best_config": analysis.get_best_config(args.metric, args.mode)}, sort_keys=True))
+    return FAILED if any(t.error for t in analysis.trials) else OK
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    trial = cluster.trial(args.trial)
+    status = trial.get("status") or {}
+    if args.attempt is not None:
+        pod = f"{args.trial}-{args.attempt}"
+    elif status.get("podName"):
+        pod = status["podName"]
+    else:
+        print(f"trial {args.trial} has no pod yet", file=sys.stderr)
+        return NOT_FOUND
+    if args.follow:
+        for chunk in cluster.pod_log(pod, follow=True):
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+    else:
+        sys.stdout.write(cluster.pod_log(pod))
+    return OK
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    exp = cluster.get(args.name)
+    best = (exp.get("status") or {}).get("bestTrial")
+    if not best:
+        print(f"experiment {args.name} has no best trial yet (needs spec.metric and a result)", file=sys.stderr)
+        return NOT_FOUND
+    if "config" not in best:
+        best = {**best, "config": cluster.trial(best["name"])["spec"].get("config")}
+    _print({"metric": exp["spec"].get("metric"), "mode": exp["spec"].get("mode"), **best}, args.output or "yaml")
+    return OK
+
+
+def _analysis(cluster, name: str):
+    from kubetune.analysis import ExperimentAnalysis
+    from kubetune.storage import join_uri
+    from kubetune.tuner import storage_spec
+
+    exp = cluster.get(name)
+    storage = storage_spec(exp["spec"].get("storage"))
+    errors = {t["metadata"]["name"]: (t.get("status") or {}).get("message") or "failed"
+              for t in cluster.trials(exp) if (t.get("status") or {}).get("phase") == "Failed"}
+    path = join_uri(storage["uri"], cluster.namespace, name, exp["metadata"]["uid"][:8])
+    return ExperimentAnalysis(path, default_metric=exp["spec"].get("metric"), default_mode=exp["spec"].get("mode"),
+                              storage_endpoint=storage.get("endpoint"), storage_region=storage.get("region"),
+                              trial_errors=errors)
+
+
+def cmd_analysis(args: argparse.Namespace) -> int:
+    frame = _analysis(_cluster(args), args.name).dataframe()
+    if args.output == "json":
+        print(frame.to_json(orient="records", indent=2))
+    else:
+        sys.stdout.write(frame.to_csv(index=False))
+    return OK
+
+
+def _suspend(value: bool):
+    def command(args: argparse.Namespace) -> int:
+        _cluster(args).set_suspend(args.name, value)
+        print(f"experiment.kubetune.io/{args.name} {'suspended' if value else 'resumed'}", file=sys.stderr)
+        return OK
+    return command
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    _cluster(args).delete(args.name)
+    print(f"experiment.kubetune.io/{args.name} deleted (its results stay in storage)", file=sys.stderr)
+    return OK
+
+
+def parser() -> argparse.ArgumentParser:
+    """Return the command's argument parser."""
+    top = argparse.ArgumentParser(prog="kubetune", description="Run, watch and read kubetune Experiments.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--context", help="kubeconfig context (default: the current one)")
+    common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def add(name: str, func, help_: str, output: Sequence[str] = ()) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_, description=help_)
+        p.set_defaults(func=func)
+        if output:
+            p.add_argument("-o", "--output", choices=output)
+        return p
+
+    p = add("run", cmd_run, "create an Experiment from a manifest, or run module:Trainable with tune.run")
+    p.add_argument("target", help="experiment.yaml, or an import path module:Trainable available in the image")
+    p.add_argument("--name", help="Experiment name (default: the manifest's, or <trainable>-<date>)")
+    p.add_argument("--watch", action="store_true", help="show the live table until the Experiment ends")
+    p.add_argument("--config", help="module:Trainable only: the parameter space as JSON")
+    p.add_argument("--num-samples", type=int, default=1)
+    p.add_argument("--metric")
+    p.add_argument("--mode", choices=("min", "max"))
+    p.add_argument("--stop", help="stop criteria as JSON, e.g. '{\"training_iteration\": 10}'")
+    p.add_argument("--image")
+    p.add_argument("--storage", help="storage URI, e.g. s3://bucket/prefix")
+    p = add("get", cmd_get, "list Experiments, or show one with its trials", ("json", "yaml", "wide"))
+    p.add_argument("name", nargs="?")
+    add("watch", cmd_watch, "show an Experiment's live table until it ends").add_argument("name")
+    p = add("logs", cmd_logs, "print a trial pod's log")
+    p.add_argument("trial")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    add("best", cmd_best, "print the best trial: name, config, metric value, checkpoint",
+        ("json", "yaml")).add_argument("name")
+    add("analysis", cmd_analysis, "print one row per trial (Ray's dataframe) from storage",
+        ("csv", "json")).add_argument("name")
+    add("suspend", _suspend(True), "suspend an Experiment: running trials checkpoint and stop").add_argument("name")
+    add("resume", _suspend(False), "resume a suspended Experiment").add_argument("name")
+    add("delete", cmd_delete, "delete an Experiment with its trials and pods").add_argument("name")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; return its exit code (see the module docstring)."""
+    args = parser().parse_args(argv)
+    from kubernetes.client import ApiException
+
+    from kubetune.client import InvalidExperiment
+
+    try:
+        return args.func(args)
+    except ApiException as exc:
+        reason = _api_message(exc)
+        print(f"error: {reason}", file=sys.stderr)
+        return NOT_FOUND if exc.status == 404 else USAGE if exc.status in (400, 409, 422) else FAILED
+    except (InvalidExperiment, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        print("\ninterrupted; an Experiment already created keeps running (kubetune get, kubetune delete NAME)",
+              file=sys.stderr)
+        return INTERRUPTED
+
+
+def _api_message(exc: Any) -> str:
+    try:
+        return json.loads(exc.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return f"{exc.status} {exc.reason}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Ray Tune's trial schedulers as client-side specifications (``tune.schedulers.*``).
+
+Owns the scheduler classes a ported script builds, with Ray 2.x's names, arguments and
+defaults; each serializes to the Experiment's ``spec.scheduler`` (:mod:`kubetune.specs`), and the
+operator runs the algorithm. Called by users (``from kubetune.schedulers import ASHAScheduler``)
+and by :mod:`kubetune.tuner`. Ray's schedulers kubetune lacks raise an error that says why.
+"""
+
+from __future__ import annotations
+
+from kubetune.specs import AlgorithmSpec, unsupported_names
+
+__all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
+           "MedianStoppingRule"]
+
+
+class TrialScheduler(AlgorithmSpec):
+    """Base of the scheduler specifications. Subclassing it to write a scheduler is not supported:
+    schedulers run in the operator, which never runs user code."""
+
+
+class FIFOScheduler(TrialScheduler):
+    """Runs every trial to its stop criteria (Ray's default scheduler)."""
+
+    name = "fifo"
+
+    def __init__(self):
+        super().__init__()
+
+
+class AsyncHyperBandScheduler(TrialScheduler):
+    """Asynchronous Successive Halving (Li et al. 2018, ASHA), Ray's ``AsyncHyperBandScheduler``.
+
+    Args:
+        time_attr: result key that measures progress, e.g. ``"training_iteration"``.
+        metric: result key to optimize; None uses the experiment's ``metric``.
+        mode: ``"min"`` or ``"max"``; None uses the experiment's.
+        max_t: trials stop at this ``time_attr``.
+        grace_period: no trial stops before this ``time_attr``.
+        reduction_factor: keep the top ``1 / reduction_factor`` at each rung.
+        brackets: number of brackets.
+        stop_last_trials: whether trials reaching ``max_t`` stop.
+    """
+
+    name = "asha"
+
+    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None, mode: str | None = None,
+                 max_t: float = 100, grace_period: float = 1, reduction_factor: float = 4, brackets: int = 1,
+                 stop_last_trials: bool = True):
+        super().__init__(metric, mode, time_attr=time_attr, max_t=max_t, grace_period=grace_period,
+                         reduction_factor=reduction_factor, brackets=brackets, stop_last_trials=stop_last_trials)
+
+
+#: Ray's alias.
+ASHAScheduler = AsyncHyperBandScheduler
+
+
+class HyperBandScheduler(TrialScheduler):
+    """Synchronous HyperBand (Li et al. 2017) in Ray's bracket order, Ray's ``HyperBandScheduler``.
+
+    Args:
+        time_attr: result key that measures progress.
+        metric: result key to optimize; None uses the experiment's.
+        mode: ``"min"`` or ``"max"``; None uses the experiment's.
+        max_t: the most ``time_attr`` a trial gets.
+        reduction_factor: ``eta``, the halving rate.
+        stop_last_trials: whether trials reaching ``max_t`` stop.
+    """
+
+    name = "hyperband"
+
+    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None, mode: str | None = None,
+                 max_t: int = 81, reduction_factor: float = 3, stop_last_trials: bool = True):
+        super().__init__(metric, mode, time_attr=time_attr, max_t=max_t, reduction_factor=reduction_factor,
+                         stop_last_trials=stop_last_trials)
+
+
+class MedianStoppingRule(TrialScheduler):
+    """The median stopping rule (Golovin et al. 2017, Google Vizier), Ray's ``MedianStoppingRule``.
+
+    Args:
+        time_attr: result key that measures progress, e.g. ``"time_total_s"``.
+        metric: result key to optimize; None uses the experiment's.
+        mode: ``"min"`` or ``"max"``; None uses the experiment's.
+        grace_period: no trial stops before this ``time_attr``.
+        min_samples_required: peers needed before a trial can stop.
+        min_time_slice: must be 0: Ray uses it to pause trials for queued ones, which only Ray's
+            runner sees (``docs/ray-tune.md``, porting table).
+        hard_stop: stop (True) or pause (False) a trial below the median.
+
+    Raises:
+        ValueError: ``min_time_slice`` is not 0.
+    """
+
+    name = "median_stopping_rule"
+
+    def __init__(self, time_attr: str = "time_total_s", metric: str | None = None, mode: str | None = None,
+                 grace_period: float = 60.0, min_samples_required: int = 3, min_time_slice: float = 0,
+                 hard_stop: bool = True):
+        if min_time_slice:
+            raise ValueError("MedianStoppingRule: min_time_slice is not supported (it pauses trials for queued "
+                             "ones, which only Ray's own runner sees); leave it at 0")
+        super().__init__(metric, mode, time_attr=time_attr, grace_period=grace_period,
+                         min_samples_required=min_samples_required, hard_stop=hard_stop)
+
+
+__getattr__ = unsupported_names(__name__, {
+    "PopulationBasedTraining": ("the operator has no PBT yet", "AsyncHyperBandScheduler or HyperBandScheduler"),
+    "PopulationBasedTrainingReplay": ("the operator has no PBT yet", "a fixed config"),
+    "PB2": ("the operator has no PBT yet", "AsyncHyperBandScheduler"),
+    "HyperBandForBOHB": ("BOHB's searcher is not available", "HyperBandScheduler with OptunaSearch"),
+    "ResourceChangingScheduler": ("a trial's pod resources are fixed when the pod is created",
+                                  "resources_per_trial"),
+})

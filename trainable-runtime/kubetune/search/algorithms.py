@@ -1,0 +1,120 @@
+"""Ray Tune's search algorithms as client-side specifications (``tune.search.*``).
+
+Owns the searcher classes a ported script builds, with Ray 2.x's names and arguments; each
+serializes to the Experiment's ``spec.searchAlgorithm`` (:mod:`kubetune.specs`), and the operator
+runs the algorithm over ``spec.config``. Called by users (``from kubetune.search import
+OptunaSearch``) and by :mod:`kubetune.tuner`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetune.specs import AlgorithmSpec
+
+__all__ = ["Searcher", "BasicVariantGenerator", "OptunaSearch", "ConcurrencyLimiter"]
+
+
+class Searcher(AlgorithmSpec):
+    """Base of the searcher specifications. Subclassing it to write a searcher is not supported:
+    searchers run in the operator, which never runs user code.
+
+    Attributes:
+        seed: the searcher's random seed, or None (the operator derives one from the
+            Experiment's uid, so a restart continues the same search).
+        max_concurrent: most trials at once (Ray's ``max_concurrent``), 0 for no limit.
+    """
+
+    seed: int | None = None
+    max_concurrent = 0
+
+    def to_spec(self) -> dict:
+        """Return ``spec.searchAlgorithm``: ``{"name": ..., "params": {...}}`` plus ``seed`` when set."""
+        spec = super().to_spec()
+        if self.seed is not None:
+            spec["seed"] = self.seed
+        return spec
+
+
+class BasicVariantGenerator(Searcher):
+    """Grid cross product × ``num_samples`` random draws (Ray's ``BasicVariantGenerator``).
+
+    Args:
+        points_to_evaluate: not supported by the ``basic`` searcher; raises when given.
+        max_concurrent: most trials at once, 0 for no limit.
+        constant_grid_search: not supported; raises when True.
+        random_state: an ``int`` seed (Ray also takes a NumPy generator, which cannot travel).
+
+    Raises:
+        ValueError: an argument kubetune cannot honour.
+    """
+
+    name = "basic"
+
+    def __init__(self, points_to_evaluate: list[dict] | None = None, max_concurrent: int = 0,
+                 constant_grid_search: bool = False, random_state: int | None = None):
+        if points_to_evaluate:
+            raise ValueError("BasicVariantGenerator: points_to_evaluate is not supported; "
+                             "use OptunaSearch(points_to_evaluate=...)")
+        if constant_grid_search:
+            raise ValueError("BasicVariantGenerator: constant_grid_search is not supported")
+        if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, int)):
+            raise ValueError(f"BasicVariantGenerator: random_state must be an int seed, got {type(random_state)}")
+        super().__init__()
+        self.seed, self.max_concurrent = random_state, max_concurrent
+
+
+class OptunaSearch(Searcher):
+    """Optuna's samplers over ``spec.config`` (Ray's ``OptunaSearch``), run by the operator.
+
+    Args:
+        space: must be None: the space is the run's ``config``/``param_space`` (Optuna's own
+            space format and define-by-run functions would be user code in the operator).
+        metric: result key to optimize; None uses the experiment's.
+        mode: ``"min"`` or ``"max"``; None uses the experiment's.
+        points_to_evaluate: configs to try first.
+        sampler: ``"tpe"`` (default) or ``"random"``; Optuna sampler objects cannot travel to
+            the operator, name one and give its arguments as ``sampler_args``.
+        seed: the sampler's seed.
+        sampler_args: keyword arguments of the sampler (kubetune's addition), e.g.
+            ``{"n_startup_trials": 5}``.
+
+    Raises:
+        ValueError: ``space`` given or a sampler object passed.
+    """
+
+    name = "optuna"
+
+    def __init__(self, space: Any = None, metric: str | None = None, mode: str | None = None,
+                 points_to_evaluate: list[dict] | None = None, sampler: str | None = None, seed: int | None = None,
+                 evaluated_rewards: list | None = None, sampler_args: dict | None = None):
+        if space is not None:
+            raise ValueError("OptunaSearch: pass the space as the run's config (param_space), not as space=")
+        if evaluated_rewards is not None:
+            raise ValueError("OptunaSearch: evaluated_rewards is not supported; the points are run as trials")
+        if sampler is not None and not isinstance(sampler, str):
+            raise ValueError(f"OptunaSearch: sampler objects ({type(sampler).__name__}) cannot be sent to the "
+                             "operator; pass sampler='tpe' or 'random' and sampler_args={...}")
+        super().__init__(metric, mode, sampler=sampler, sampler_args=sampler_args,
+                         points_to_evaluate=points_to_evaluate)
+        self.seed = seed
+
+
+class ConcurrencyLimiter:
+    """Limits the trials running at once (Ray's ``ConcurrencyLimiter``): ``spec.maxConcurrentTrials``.
+
+    Args:
+        searcher: the searcher to wrap.
+        max_concurrent: most trials at once, >= 1.
+        batch: must be False.
+
+    Raises:
+        ValueError: ``max_concurrent`` below 1, or ``batch`` set.
+    """
+
+    def __init__(self, searcher: Searcher, max_concurrent: int, batch: bool = False):
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
+            raise ValueError(f"ConcurrencyLimiter: max_concurrent must be an integer >= 1, got {max_concurrent!r}")
+        if batch:
+            raise ValueError("ConcurrencyLimiter: batch is not supported")
+        self.searcher, self.max_concurrent = searcher, max_concurrent

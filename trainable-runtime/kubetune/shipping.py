@@ -1,0 +1,249 @@
+"""How the SDK's trainables and their large arguments travel from a script to the trial pods.
+
+Owns the format of the pickles the SDK writes to object storage (:func:`dumps`/:func:`loads`: a
+header naming the Python version, then cloudpickle's bytes), the choice between an import path and
+a pickle (:func:`ship_trainable`), and Ray's :func:`with_parameters` and :func:`with_resources`.
+Called by :mod:`kubetune.tuner` on the client and by :mod:`kubetune.runtime.loader` in the pod.
+
+``with_parameters`` objects are pickled one by one, content-addressed
+(``<experiment storage>/sdk/parameters/<sha256[:32]>.pkl``) and uploaded only when absent, so the same
+object is uploaded once however many trials or runs use it; the trainable itself carries their
+URIs only, and each pod downloads an object the first time its trainable is set up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import sys
+from typing import Any, Callable
+
+from kubetune.storage import Storage, join_uri
+
+#: First bytes of an SDK pickle: ``b"kubetune-pickle python=3.12\n"`` then cloudpickle's bytes.
+MAGIC = b"kubetune-pickle"
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def dumps(obj: Any) -> bytes:
+    """Cloudpickle ``obj`` behind a header naming this interpreter's Python version."""
+    import cloudpickle
+
+    return MAGIC + f" python={PYTHON}\n".encode() + cloudpickle.dumps(obj)
+
+
+def loads(data: bytes) -> Any:
+    """Unpickle what :func:`dumps` wrote (bytes without the header are read as plain cloudpickle).
+
+    Raises:
+        RuntimeError: the pickle was made by another Python minor version (cloudpickle's byte code
+            does not travel between them); the message names both.
+    """
+    import cloudpickle
+
+    if data.startswith(MAGIC):
+        header, _, data = data.partition(b"\n")
+        fields = dict(part.split("=", 1) for part in header.decode().split()[1:])
+        made_by = fields.get("python")
+        if made_by != PYTHON:
+            raise RuntimeError(f"the trainable was pickled by Python {made_by} but this trial image runs Python "
+                               f"{PYTHON}: run the script with Python {PYTHON}, or use an image with Python "
+                               f"{made_by}")
+    return cloudpickle.loads(data)
+
+
+class Parameters:
+    """The objects of one :func:`with_parameters` call: values on the client, URIs once uploaded.
+
+    Pickling a ``Parameters`` keeps only the URIs, so a trainable never carries the objects.
+
+    Attributes:
+        names: the keyword names.
+        uris: name → URI of its pickle, filled by :meth:`upload`.
+    """
+
+    _loaded: dict[str, Any] = {}  # URI → object, once per process (the pod)
+
+    def __init__(self, values: dict[str, Any]):
+        self.names = sorted(values)
+        self._values: dict[str, Any] | None = dict(values)
+        self.uris: dict[str, str] = {}
+
+    def upload(self, storage: Storage, base_uri: str) -> int:
+        """Upload each object absent from ``<base_uri>/parameters/``; return how many were uploaded."""
+        uploaded = 0
+        for name, value in (self._values or {}).items():
+            data = dumps(value)
+            uri = join_uri(base_uri, "parameters", hashlib.sha256(data).hexdigest()[:32] + ".pkl")
+            if not storage.exists(uri):
+                storage.put_bytes(uri, data)
+                uploaded += 1
+            self.uris[name] = uri
+        return uploaded
+
+    def load(self) -> dict[str, Any]:
+        """Return name → object: the client's own values, or, in a pod, the objects downloaded (once).
+
+        Raises:
+            FileNotFoundError: an object is missing from storage.
+        """
+        if self._values is not None:
+            return dict(self._values)
+        from kubetune.env import read_trial_env
+        from kubetune.storage import open_storage
+
+        env = read_trial_env()
+        storage = None
+        for uri in self.uris.values():
+            if uri not in Parameters._loaded:
+                storage = storage or open_storage(uri, env.storage_endpoint, env.storage_region)
+                Parameters._loaded[uri] = loads(storage.get_bytes(uri))
+        return {name: Parameters._loaded[uri] for name, uri in self.uris.items()}
+
+    def __getstate__(self) -> dict:
+        missing = set(self.names) - set(self.uris)
+        if missing:
+            raise TypeError(f"with_parameters objects {sorted(missing)} were not uploaded (kubetune.run uploads them)")
+        return {"names": self.names, "uris": self.uris}
+
+    def __setstate__(self, state: dict) -> None:
+        self.names, self.uris, self._values = state["names"], state["uris"], None
+
+
+def with_parameters(trainable: Any, **kwargs: Any) -> Any:
+    """Return ``trainable`` receiving ``kwargs`` as extra arguments (Ray's ``tune.with_parameters``).
+
+    A class trainable gets them in ``setup(config, **kwargs)``, a function as keyword arguments
+    after ``config``. The objects go to the experiment's storage once (see the module docstring).
+
+    Raises:
+        TypeError: ``trainable`` is neither a class nor a function, or no keyword is given.
+    """
+    if not kwargs:
+        raise TypeError("with_parameters needs at least one keyword argument")
+    params = Parameters(kwargs)
+    if inspect.isclass(trainable):
+        class WithParameters(trainable):
+            def setup(self, config):
+                super().setup(config, **params.load())
+
+        wrapped: Any = WithParameters
+    elif callable(trainable):
+        wrapped = _function_with(trainable, params)
+    else:
+        raise TypeError(f"with_parameters needs a Trainable class or a function, got {type(trainable).__name__}")
+    wrapped.__name__ = wrapped.__qualname__ = getattr(trainable, "__name__", "trainable")
+    wrapped._kubetune_wrapped = trainable
+    wrapped._kubetune_parameters = [*getattr(trainable, "_kubetune_parameters", []), params]
+    wrapped._kubetune_resources = getattr(trainable, "_kubetune_resources", None)
+    return wrapped
+
+
+def _function_with(fn: Callable, params: Parameters) -> Callable:
+    """Wrap ``fn`` with the signature ``kubetune.function_trainable`` detects (checkpoint_dir kept)."""
+    if "checkpoint_dir" in inspect.signature(fn).parameters:
+        def inner(config, checkpoint_dir=None):
+            return fn(config, checkpoint_dir=checkpoint_dir, **params.load())
+    else:
+        def inner(config):
+            return fn(config, **params.load())
+    return inner
+
+
+def with_resources(trainable: Any, resources: dict | Callable) -> Any:
+    """Return ``trainable`` with its trials' resources set (Ray's ``tune.with_resources``).
+
+    Args:
+        trainable: a class or function.
+        resources: ``{"cpu": ..., "gpu": ..., "memory": ...}`` (memory in bytes or a Kubernetes
+            quantity); a function of the config is not supported (all trials share one pod shape).
+
+    Raises:
+        TypeError: ``resources`` is not a dict.
+    """
+    if not isinstance(resources, dict):
+        raise TypeError("with_resources needs a dict such as {'cpu': 2, 'gpu': 1}; per-config resources "
+                        "(a function or PlacementGroupFactory) are not supported: every trial pod has one shape")
+    if inspect.isclass(trainable):
+        wrapped: Any = type(trainable.__name__, (trainable,), {"__qualname__": trainable.__qualname__,
+                                                               "__module__": trainable.__module__})
+    else:
+        def wrapped(*args, **kwargs):
+            return trainable(*args, **kwargs)
+        wrapped.__signature__ = inspect.signature(trainable)
+        wrapped.__name__ = wrapped.__qualname__ = getattr(trainable, "__name__", "trainable")
+    wrapped._kubetune_wrapped = trainable
+    wrapped._kubetune_parameters = list(getattr(trainable, "_kubetune_parameters", []))
+    wrapped._kubetune_resources = dict(resources)
+    return wrapped
+
+
+def importable_path(obj: Any) -> str | None:
+    """Return ``"module:QualName"`` when ``obj`` can be imported by name in a trial image, else None.
+
+    That is when it is a module-level name of a module installed as a distribution (the trial image
+    is built from the same requirements). Wrapped trainables, ``__main__`` and modules of a
+    working tree return None: they travel by value.
+    """
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", "")
+    if not module or module == "__main__" or "<locals>" in qualname or hasattr(obj, "_kubetune_wrapped"):
+        return None
+    top = module.split(".")[0]
+    if top not in importlib.metadata.packages_distributions():
+        return None
+    return f"{module}:{qualname}"
+
+
+def ship_trainable(trainable: Any, storage: Storage, base_uri: str) -> dict:
+    """Return ``spec.trainable`` for ``trainable``, uploading what it needs.
+
+    A string is an import path and used as is; an installed module-level name is referenced by
+    import path; anything else (a script's class, a closure, a ``with_parameters`` wrapper) is
+    cloudpickled by value to ``<base_uri>/trainable/<sha256[:32]>.pkl`` after its
+    ``with_parameters`` objects are uploaded.
+
+    Returns:
+        ``{"entrypoint": ...}`` or ``{"pickleURI": ...}``.
+
+    Raises:
+        TypeError: ``trainable`` is not a class, a function or an import path.
+    """
+    if isinstance(trainable, str):
+        return {"entrypoint": trainable}
+    if not callable(trainable):
+        raise TypeError(f"trainable must be a Trainable class, a function or 'module:Name', got {trainable!r}")
+    path = importable_path(trainable)
+    if path:
+        return {"entrypoint": path}
+    for params in getattr(trainable, "_kubetune_parameters", []):
+        params.upload(storage, base_uri)
+    import cloudpickle
+
+    modules = _own_modules(trainable)
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        data = dumps(trainable)
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+    uri = join_uri(base_uri, "trainable", hashlib.sha256(data).hexdigest()[:32] + ".pkl")
+    if not storage.exists(uri):
+        storage.put_bytes(uri, data)
+    return {"pickleURI": uri}
+
+
+def _own_modules(trainable: Any) -> list:
+    """The modules of ``trainable`` and of what it wraps that are not installed (``__main__`` aside):
+    their code travels by value."""
+    installed = importlib.metadata.packages_distributions()
+    modules = []
+    while trainable is not None:
+        module = sys.modules.get(getattr(trainable, "__module__", None) or "")
+        if module is not None and module.__name__ != "__main__" and module not in modules \
+                and module.__name__.split(".")[0] not in installed:
+            modules.append(module)
+        trainable = getattr(trainable, "_kubetune_wrapped", None)
+    return modules

@@ -1,0 +1,526 @@
+"""Ray Tune's entry points on a Kubernetes cluster: ``tune.run``, ``Tuner(...).fit()`` and their configs.
+
+Owns :func:`run`, :func:`run_experiments`, :class:`Tuner` and Ray 2.x's :class:`TuneConfig`,
+:class:`RunConfig`, :class:`CheckpointConfig` and :class:`FailureConfig`, and
+:func:`build_experiment`, which turns Ray's arguments into an ``Experiment`` manifest. A run checks
+every argument, ships the trainable (:mod:`kubetune.shipping`), creates the Experiment with the
+user's kubeconfig (:mod:`kubetune.client`), shows Ray's status table (:mod:`kubetune.progress`)
+until the Experiment ends, and returns its results read from storage (:mod:`kubetune.analysis`).
+Ctrl-C detaches: the Experiment is a Kubernetes object and keeps running. Called by user scripts
+(``import kubetune as tune``) and by :mod:`kubetune.cli`. ``docs/sdk.md`` describes what runs
+where; ``docs/ray-tune.md`` the differences from Ray.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from kubetune.schedulers import TrialScheduler
+from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
+from kubetune.search.sample import space_spec
+from kubetune.stopper import CombinedStopper, Stopper, TimeoutStopper
+from kubetune.storage import join_uri
+
+__all__ = ["TuneError", "run", "run_experiments", "Tuner", "TuneConfig", "RunConfig", "CheckpointConfig",
+           "FailureConfig", "build_experiment", "storage_spec"]
+
+API_VERSION = "kubetune.io/v1alpha1"
+#: Ray arguments that mean nothing when each trial is its own pod; accepted with a warning.
+IGNORED = {
+    "reuse_actors": "each trial runs in its own pod",
+    "local_dir": "results go to the experiment's object storage (storage=)",
+    "log_to_file": "trial output goes to the pod's log (kubetune logs TRIAL)",
+    "sync_config": "trials write to object storage themselves",
+    "queue_trials": "pods wait in the Kubernetes scheduler's queue",
+}
+#: Ray arguments kubetune cannot honour: name → what to do instead.
+REFUSED = {
+    "callbacks": "callbacks are user code run by Ray's driver; read results with the returned analysis",
+    "trial_name_creator": "Trial names are Kubernetes object names, <experiment>-<index>",
+    "trial_dirname_creator": "trial directories are named after their Trial",
+    "export_formats": "checkpoints are kept in Ray's 1.x layout only",
+    "search_alg_state": "the searcher's state lives in the operator's journal",
+}
+
+
+class TuneError(Exception):
+    """A run ended with failed trials (Ray's ``TuneError``, raised when ``raise_on_failed_trial``)."""
+
+
+@dataclass
+class CheckpointConfig:
+    """Ray 2.x's ``CheckpointConfig``: which checkpoints trials take and keep (``spec.checkpoint``)."""
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
+
+
+@dataclass
+class FailureConfig:
+    """Ray 2.x's ``FailureConfig``: retries per trial (-1 without end) and ``fail_fast``."""
+
+    max_failures: int = 0
+    fail_fast: bool = False
+
+
+@dataclass
+class RunConfig:
+    """Ray 2.x's ``RunConfig``. ``storage_path`` is the storage URI (``s3://bucket/prefix``)."""
+
+    name: str | None = None
+    storage_path: str | None = None
+    stop: Any = None
+    checkpoint_config: CheckpointConfig | None = None
+    failure_config: FailureConfig | None = None
+    verbose: int = 2
+    progress_reporter: Any = None
+    callbacks: list | None = None
+
+
+@dataclass
+class TuneConfig:
+    """Ray 2.x's ``TuneConfig``: what to search and how."""
+
+    metric: str | None = None
+    mode: str | None = None
+    search_alg: Any = None
+    scheduler: Any = None
+    num_samples: int = 1
+    max_concurrent_trials: int | None = None
+    time_budget_s: float | datetime.timedelta | None = None
+    reuse_actors: bool | None = None
+    trial_name_creator: Any = None
+    trial_dirname_creator: Any = None
+
+
+def storage_spec(storage: str | dict | None) -> dict:
+    """Return ``spec.storage`` from a URI or a dict of its fields; the endpoint defaults to the
+    client's ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` (what boto3 reads) so pods use the same store.
+
+    Raises:
+        ValueError: no URI (``storage=``, ``storage_path=`` or ``$KUBETUNE_STORAGE_URI``).
+    """
+    spec = {"uri": storage} if isinstance(storage, str) else dict(storage or {})
+    spec.setdefault("uri", os.environ.get("KUBETUNE_STORAGE_URI"))
+    if not spec["uri"]:
+        raise ValueError("the SDK needs the experiment's object storage: pass storage='s3://bucket/prefix' "
+                         "(or storage_path=, or set KUBETUNE_STORAGE_URI)")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if spec["uri"].startswith("s3://") and endpoint:
+        spec.setdefault("endpoint", endpoint)
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def _duration(seconds: float | datetime.timedelta) -> str:
+    if isinstance(seconds, datetime.timedelta):
+        seconds = seconds.total_seconds()
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"time_budget_s must be a positive number of seconds, got {seconds!r}")
+    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+
+
+def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
+    """Split ``stop`` into ``spec.stop``, ``spec.stoppers`` and a time budget (seconds)."""
+    if stop is None:
+        return {}, [], None
+    if isinstance(stop, dict):
+        flat: dict = {}
+
+        def walk(prefix: str, value: Any) -> None:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    walk(f"{prefix}/{k}" if prefix else k, v)
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"stop[{prefix!r}] must be a number, got {value!r}")
+            else:
+                flat[prefix] = value
+        walk("", stop)
+        return flat, [], None
+    if isinstance(stop, TimeoutStopper):
+        return {}, [], stop.timeout_s
+    if isinstance(stop, CombinedStopper):
+        parts = [_stop_spec(s) for s in stop.stoppers]
+        budgets = [b for _, _, b in parts if b is not None]
+        merged: dict = {}
+        for part, _, _ in parts:
+            merged.update(part)
+        return merged, [s for _, stoppers, _ in parts for s in stoppers], min(budgets) if budgets else None
+    if isinstance(stop, Stopper) and stop.name:
+        return {}, [stop.to_spec()], None
+    raise ValueError(f"stop={stop!r}: a stop function or a Stopper class of your own is user code, which kubetune "
+                     "does not run yet; use a dict of thresholds or kubetune.stopper's built-in stoppers")
+
+
+def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tuple[str | None, str | None]:
+    """The experiment's metric and mode: the run's, else the scheduler's or searcher's (Ray's rule:
+    both set differently is an error)."""
+    for algorithm in algorithms:
+        for attr, value in (("metric", metric), ("mode", mode)):
+            theirs = getattr(algorithm, attr, None)
+            if theirs is not None and value is not None and theirs != value:
+                raise ValueError(f"{type(algorithm).__name__} was built with {attr}={theirs!r} but the run has "
+                                 f"{attr}={value!r}; set it in one place")
+        metric = metric or getattr(algorithm, "metric", None)
+        mode = mode or getattr(algorithm, "mode", None)
+    if mode not in (None, "min", "max"):
+        raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+    return metric, mode
+
+
+def _resources(resources: dict | None) -> dict:
+    """``resources_per_trial`` (Ray's keys, any case) → ``spec.resourcesPerTrial``."""
+    out: dict = {}
+    for key, value in (resources or {}).items():
+        k = key.lower()
+        if k == "cpu":
+            out["cpu"] = value
+        elif k == "gpu":
+            if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
+                raise ValueError(f"resources_per_trial: gpu must be a whole number, got {value!r}")
+            out["gpu"] = int(value)
+        elif k == "memory":
+            out["memory"] = str(int(value)) if isinstance(value, (int, float)) else value
+        else:
+            raise ValueError(f"resources_per_trial: {key!r} is not supported (cpu, gpu and memory are; "
+                             "other extended resources go in template)")
+    return out
+
+
+def default_name(trainable: Any) -> str:
+    """Ray's default experiment name, ``<trainable>_<date>``, as a Kubernetes name."""
+    base = trainable.split(":")[-1] if isinstance(trainable, str) else getattr(trainable, "__name__", "trainable")
+    base = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:40] or "trainable"
+    return f"{base}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def build_experiment(name: str, trainable_spec: dict, *, config: Any = None, num_samples: int = 1,
+                     metric: str | None = None, mode: str | None = None, stop: Any = None,
+                     time_budget_s: float | datetime.timedelta | None = None, resources_per_trial: dict | None = None,
+                     search_alg: Any = None, scheduler: Any = None, max_concurrent_trials: int | None = None,
+                     checkpoint_freq: int = 0, checkpoint_at_end: bool = False, keep_checkpoints_num: int | None = None,
+                     checkpoint_score_attr: str | None = None, max_failures: int = 0, fail_fast: bool = False,
+                     storage: str | dict | None = None, image: str | None = None,
+                     template: dict | None = None) -> dict:
+    """Return the Experiment manifest for Ray's ``tune.run`` arguments.
+
+    Args:
+        name: the Experiment's name.
+        trainable_spec: ``spec.trainable`` (from :func:`kubetune.shipping.ship_trainable`).
+        config: the parameter space (Domain objects or their JSON form).
+        num_samples: Ray's ``num_samples``.
+        metric, mode: the experiment's; taken from the scheduler or searcher when None.
+        stop: a dict of thresholds, a built-in :class:`~kubetune.stopper.Stopper` or a
+            ``CombinedStopper`` of them.
+        time_budget_s: seconds or a ``timedelta``.
+        resources_per_trial: ``{"cpu": ..., "gpu": ..., "memory": ...}`` (memory in bytes or a
+            Kubernetes quantity).
+        search_alg: a :class:`~kubetune.search.Searcher` (optionally in a ``ConcurrencyLimiter``).
+        scheduler: a :class:`~kubetune.schedulers.TrialScheduler`.
+        max_concurrent_trials: most trials at once.
+        checkpoint_freq, checkpoint_at_end, keep_checkpoints_num, checkpoint_score_attr: Ray's
+            checkpoint arguments (``spec.checkpoint``).
+        max_failures: retries per trial (-1: no limit).
+        fail_fast: the experiment fails at the first failed trial.
+        storage: see :func:`storage_spec`.
+        image: the trial image; None uses the operator's default.
+        template: ``spec.template``, the trial pods' overlay.
+
+    Raises:
+        ValueError: an argument kubetune cannot honour (the message says why and what to use).
+    """
+    if isinstance(search_alg, ConcurrencyLimiter):
+        limit: int | None = search_alg.max_concurrent
+        search_alg = search_alg.searcher
+    else:
+        limit = None
+    search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
+    if not isinstance(search_alg, Searcher) or not search_alg.name:
+        raise ValueError(f"search_alg={search_alg!r}: kubetune runs BasicVariantGenerator and OptunaSearch from "
+                         "kubetune.search; a searcher of your own would be user code in the operator")
+    if scheduler is not None and (not isinstance(scheduler, TrialScheduler) or not scheduler.name):
+        raise ValueError(f"scheduler={scheduler!r}: use a scheduler from kubetune.schedulers; a scheduler of your "
+                         "own would be user code in the operator")
+    metric, mode = _metric_mode(metric, mode, scheduler, search_alg)
+    limit = limit or search_alg.max_concurrent or None
+    if max_concurrent_trials and limit:
+        limit = min(limit, max_concurrent_trials)
+    limit = limit or max_concurrent_trials
+    stop_dict, stoppers, stop_budget = _stop_spec(stop)
+    budgets = [b for b in (stop_budget, time_budget_s) if b is not None]
+    spec: dict = {
+        "trainable": trainable_spec,
+        "config": space_spec(config or {}),
+        "numSamples": num_samples,
+        "searchAlgorithm": search_alg.to_spec(),
+        "checkpoint": {"frequency": checkpoint_freq, "atEnd": bool(checkpoint_at_end)},
+        "failure": {"maxFailures": max_failures},
+        "storage": storage_spec(storage),
+    }
+    optional = {"metric": metric, "mode": mode, "image": image, "template": template, "stop": stop_dict or None,
+                "stoppers": stoppers or None, "maxConcurrentTrials": limit,
+                "scheduler": scheduler.to_spec() if scheduler is not None else None,
+                "resourcesPerTrial": _resources(resources_per_trial) or None,
+                "timeBudget": _duration(min(budgets, key=_seconds)) if budgets else None}
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    if keep_checkpoints_num:
+        spec["checkpoint"]["keep"] = keep_checkpoints_num
+    if checkpoint_score_attr:
+        spec["checkpoint"]["scoreAttribute"] = checkpoint_score_attr
+    if fail_fast:
+        spec["failure"]["maxFailedTrials"] = 0
+    return {"apiVersion": API_VERSION, "kind": "Experiment", "metadata": {"name": name}, "spec": spec}
+
+
+def _seconds(value: float | datetime.timedelta) -> float:
+    return value.total_seconds() if isinstance(value, datetime.timedelta) else value
+
+
+def _resource_request(trainable: Any, config: Any) -> dict | None:
+    """``Trainable.default_resource_request`` evaluated once on the client, with the param space."""
+    method = getattr(trainable, "default_resource_request", None)
+    from kubetune.trainable import Trainable
+
+    if method is None or getattr(method, "__func__", None) is Trainable.default_resource_request.__func__:
+        return None
+    try:
+        request = method(config)
+    except Exception as exc:
+        raise ValueError(f"{trainable.__name__}.default_resource_request(config) failed ({exc!r}): kubetune calls "
+                         "it once, on the client, with the param space (every trial pod has one shape); "
+                         "pass resources_per_trial instead") from exc
+    if request is not None and not isinstance(request, dict):
+        raise ValueError(f"{trainable.__name__}.default_resource_request must return a dict such as "
+                         f"{{'cpu': 2, 'gpu': 1}}, got {type(request).__name__}")
+    return request
+
+
+def _reporter(progress_reporter: Any, verbose: int) -> Any:
+    if verbose <= 0:
+        return None
+    if progress_reporter is not None:
+        return progress_reporter
+    from kubetune.progress import StatusTable
+
+    return StatusTable(metric_columns=None)
+
+
+def _launch(trainable: Any, *, name: str | None, namespace: str | None, context: str | None, restore: str | None,
+            storage: str | dict | None, resources_per_trial: dict | None, config: Any, verbose: int,
+            progress_reporter: Any, poll_interval_s: float, **experiment: Any) -> tuple[Any, dict, list[dict]]:
+    """Create (or with ``restore`` attach to) the Experiment, follow it to its end; return
+    ``(analysis, experiment, trials)``."""
+    from kubetune.client import Cluster, InvalidExperiment, follow
+    from kubetune.storage import open_storage
+
+    cluster = Cluster.connect(context, namespace)
+    storage_fields = storage_spec(storage)
+    if restore:
+        name = restore
+        body = cluster.get(name)
+        storage_fields = body["spec"].get("storage") or storage_fields
+    else:
+        name = name or default_name(trainable)
+        resources = resources_per_trial or getattr(trainable, "_kubetune_resources", None) \
+            or _resource_request(trainable, config)
+        from kubetune.shipping import ship_trainable
+
+        store = open_storage(storage_fields["uri"], storage_fields.get("endpoint"), storage_fields.get("region"))
+        base = join_uri(storage_fields["uri"], cluster.namespace, name, "sdk")
+        manifest = build_experiment(name, {}, config=config, resources_per_trial=resources,
+                                    storage=storage_fields, **experiment)  # every check before any upload
+        manifest["spec"]["trainable"] = ship_trainable(trainable, store, base)
+        body = cluster.create(manifest)
+    reporter = _reporter(progress_reporter, verbose)
+    try:
+        try:
+            final, trials = follow(cluster, name, reporter.update if reporter else None, poll_interval_s)
+        finally:
+            if reporter is not None:
+                reporter.close()
+    except InvalidExperiment:
+        if not restore:
+            cluster.delete(name)  # nothing ran; the name is free again for a corrected run
+        raise
+    except KeyboardInterrupt:
+        ns = cluster.namespace
+        print(f"\nDetached from experiment {ns}/{name}; it keeps running in the cluster.\n"
+              f"  re-attach:  kubetune watch {name} -n {ns}   (or tune.run(..., restore={name!r}))\n"
+              f"  stop it:    kubetune suspend {name} -n {ns}   (or kubetune delete {name} -n {ns})",
+              file=sys.stderr)
+        raise
+    from kubetune.analysis import ExperimentAnalysis
+
+    errors = {t["metadata"]["name"]: (t.get("status") or {}).get("message") or "failed"
+              for t in trials if (t.get("status") or {}).get("phase") == "Failed"}
+    path = join_uri(storage_fields["uri"], cluster.namespace, name, final["metadata"]["uid"][:8])
+    analysis = ExperimentAnalysis(path, default_metric=final["spec"].get("metric"),
+                                  default_mode=final["spec"].get("mode"),
+                                  storage_endpoint=storage_fields.get("endpoint"),
+                                  storage_region=storage_fields.get("region"), trial_errors=errors)
+    return analysis, final, trials
+
+
+def _check_ray_kwargs(kwargs: dict) -> None:
+    for key, value in kwargs.items():
+        if key in IGNORED:
+            warnings.warn(f"{key} is ignored by kubetune: {IGNORED[key]}", stacklevel=3)
+        elif key in REFUSED:
+            if value is not None:
+                raise ValueError(f"{key} is not supported by kubetune: {REFUSED[key]}")
+        else:
+            raise TypeError(f"run() got an unexpected keyword argument {key!r}")
+
+
+def run(run_or_experiment: Any, name: str | None = None, metric: str | None = None, mode: str | None = None,
+        stop: Any = None, time_budget_s: float | datetime.timedelta | None = None, config: dict | None = None,
+        resources_per_trial: dict | None = None, num_samples: int = 1, storage_path: str | None = None,
+        search_alg: Any = None, scheduler: Any = None, checkpoint_freq: int = 0, checkpoint_at_end: bool = False,
+        keep_checkpoints_num: int | None = None, checkpoint_score_attr: str | None = None, max_failures: int = 0,
+        fail_fast: bool = False, restore: str | None = None, raise_on_failed_trial: bool = True, verbose: int = 2,
+        progress_reporter: Any = None, max_concurrent_trials: int | None = None, *, namespace: str | None = None,
+        image: str | None = None, storage: str | dict | None = None, template: dict | None = None,
+        context: str | None = None, poll_interval_s: float = 1.0, **ray_kwargs: Any) -> Any:
+    """Run a tuning experiment on the cluster, as Ray's ``tune.run`` does locally.
+
+    Ray's arguments keep Ray's names and meanings (see ``docs/sdk.md`` for each); the others
+    are Kubernetes': ``namespace`` (default: the kubeconfig context's), ``image`` (the trial image;
+    default: the operator's), ``storage`` (the storage URI or a dict of ``spec.storage``;
+    ``storage_path`` is the same URI), ``template`` (``spec.template``), ``context`` (kubeconfig
+    context). ``restore`` names an existing Experiment to attach to instead of creating one.
+
+    Returns:
+        A :class:`kubetune.analysis.ExperimentAnalysis` of the ended Experiment.
+
+    Raises:
+        ValueError: an argument kubetune cannot honour, or the operator refused the spec
+            (:class:`kubetune.client.InvalidExperiment`); nothing is left running.
+        TuneError: trials failed and ``raise_on_failed_trial`` is set.
+        KeyboardInterrupt: Ctrl-C: detached, the Experiment keeps running (the message says how to
+            re-attach and how to stop it).
+        kubernetes.client.ApiException: the API refused the Experiment (e.g. 409, the name is taken).
+    """
+    _check_ray_kwargs(ray_kwargs)
+    analysis, _, trials = _launch(
+        run_or_experiment, name=name, namespace=namespace, context=context, restore=restore,
+        storage=storage or storage_path, resources_per_trial=resources_per_trial, config=config, verbose=verbose,
+        progress_reporter=progress_reporter, poll_interval_s=poll_interval_s, num_samples=num_samples,
+        metric=metric, mode=mode, stop=stop, time_budget_s=time_budget_s, search_alg=search_alg,
+        scheduler=scheduler, max_concurrent_trials=max_concurrent_trials, checkpoint_freq=checkpoint_freq,
+        checkpoint_at_end=checkpoint_at_end, keep_checkpoints_num=keep_checkpoints_num,
+        checkpoint_score_attr=checkpoint_score_attr, max_failures=max_failures, fail_fast=fail_fast,
+        image=image, template=template)
+    failed = {t["metadata"]["name"]: (t.get("status") or {}).get("message") or "" for t in trials
+              if (t.get("status") or {}).get("phase") == "Failed"}
+    if failed and raise_on_failed_trial:
+        first, message = next(iter(failed.items()))
+        raise TuneError(f"Trials did not complete: {list(failed)}; {first}: {message.strip().splitlines()[-1:]}")
+    return analysis
+
+
+def run_experiments(experiments: dict, *, verbose: int = 2, raise_on_failed_trial: bool = True,
+                    **kwargs: Any) -> list:
+    """Run Ray's experiment dicts one after another (Ray's ``tune.run_experiments``).
+
+    Args:
+        experiments: name → ``{"run": trainable, "config": ..., "stop": ..., "num_samples": ...,
+            "resources_per_trial": ..., "checkpoint_freq": ..., "checkpoint_at_end": ...,
+            "keep_checkpoints_num": ..., "checkpoint_score_attr": ..., "max_failures": ...}``.
+        verbose, raise_on_failed_trial, kwargs: passed to :func:`run` for each.
+
+    Returns:
+        The trials of all experiments (:class:`kubetune.analysis.TrialRecord`).
+    """
+    trials = []
+    for name, spec in experiments.items():
+        spec = dict(spec)
+        trainable = spec.pop("run")
+        analysis = run(trainable, name=name, verbose=verbose, raise_on_failed_trial=raise_on_failed_trial,
+                       **spec, **kwargs)
+        trials.extend(analysis.trials)
+    return trials
+
+
+class Tuner:
+    """Ray 2.x's ``Tuner``: ``Tuner(trainable, param_space=..., tune_config=..., run_config=...).fit()``.
+
+    Args:
+        trainable: a Trainable class, a function or ``"module:Name"``.
+        param_space: the parameter space.
+        tune_config: what to search and how.
+        run_config: name, storage (``storage_path`` is the storage URI), stop, checkpoints, failures.
+        namespace, image, storage, template, context, resources_per_trial: kubetune's Kubernetes
+            arguments, as :func:`run` takes them.
+        poll_interval_s: seconds between two looks at the Experiment.
+    """
+
+    def __init__(self, trainable: Any, *, param_space: dict | None = None, tune_config: TuneConfig | None = None,
+                 run_config: RunConfig | None = None, namespace: str | None = None, image: str | None = None,
+                 storage: str | dict | None = None, template: dict | None = None, context: str | None = None,
+                 resources_per_trial: dict | None = None, poll_interval_s: float = 1.0):
+        self.trainable, self.param_space = trainable, param_space
+        self.tune_config, self.run_config = tune_config or TuneConfig(), run_config or RunConfig()
+        self.namespace, self.image, self.storage, self.template = namespace, image, storage, template
+        self.context, self.resources_per_trial, self.poll_interval_s = context, resources_per_trial, poll_interval_s
+        self._restore: str | None = None
+        self._result_grid: Any = None
+
+    @classmethod
+    def restore(cls, path: str, trainable: Any = None, **kwargs: Any) -> "Tuner":
+        """Attach to the Experiment named ``path`` (Ray takes a directory; here the Experiment's name)."""
+        tuner = cls(trainable, **kwargs)
+        tuner._restore = path
+        return tuner
+
+    def fit(self) -> Any:
+        """Run (or re-attach to) the Experiment and return its :class:`kubetune.analysis.ResultGrid`.
+
+        Failed trials do not raise (Ray's behaviour): they are in ``ResultGrid.errors``.
+
+        Raises:
+            As :func:`run`, but never :class:`TuneError`.
+        """
+        tc, rc = self.tune_config, self.run_config
+        for key in ("trial_name_creator", "trial_dirname_creator"):
+            if getattr(tc, key) is not None:
+                raise ValueError(f"{key} is not supported by kubetune: {REFUSED[key]}")
+        if rc.callbacks:
+            raise ValueError(f"callbacks is not supported by kubetune: {REFUSED['callbacks']}")
+        cc = rc.checkpoint_config or CheckpointConfig()
+        fc = rc.failure_config or FailureConfig()
+        score = cc.checkpoint_score_attribute
+        if score and cc.checkpoint_score_order == "min":
+            score = f"min-{score}"
+        from kubetune.analysis import ResultGrid
+
+        analysis, _, _ = _launch(
+            self.trainable, name=rc.name, namespace=self.namespace, context=self.context, restore=self._restore,
+            storage=self.storage or rc.storage_path, resources_per_trial=self.resources_per_trial,
+            config=self.param_space, verbose=rc.verbose, progress_reporter=rc.progress_reporter,
+            poll_interval_s=self.poll_interval_s, num_samples=tc.num_samples, metric=tc.metric, mode=tc.mode,
+            stop=rc.stop, time_budget_s=tc.time_budget_s, search_alg=tc.search_alg, scheduler=tc.scheduler,
+            max_concurrent_trials=tc.max_concurrent_trials, checkpoint_freq=cc.checkpoint_frequency,
+            checkpoint_at_end=bool(cc.checkpoint_at_end), keep_checkpoints_num=cc.num_to_keep,
+            checkpoint_score_attr=score, max_failures=fc.max_failures, fail_fast=fc.fail_fast,
+            image=self.image, template=self.template)
+        self._result_grid = ResultGrid(analysis)
+        return self._result_grid
+
+    def get_results(self) -> Any:
+        """Return the :class:`ResultGrid` of the last :meth:`fit`.
+
+        Raises:
+            RuntimeError: :meth:`fit` has not returned yet.
+        """
+        if self._result_grid is None:
+            raise RuntimeError("call fit() first")
+        return self._result_grid
+
