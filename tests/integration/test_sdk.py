@@ -155,6 +155,27 @@ def test_built_in_stoppers_and_analysis_from_storage_alone(operator, custom, nam
     assert analysis.best_config == {"lr": 1.0, "target": 1}
 
 
+class CloseEnough(tune.Stopper):
+    """A Stopper of the user's own: runs in each trial's pod."""
+
+    def __call__(self, trial_id, result):
+        return result["training_iteration"] >= 2 and result["score"] > -1.0
+
+
+def test_sample_from_and_a_users_stopper_run_in_the_trial_pods(operator, custom, namespace, storage_secret, sdk_env):
+    stop = tune.stopper.CombinedStopper(tune.stopper.MaximumIterationStopper(10), CloseEnough())
+    analysis = tune.run(Quadratic, name="user-code", namespace=namespace, storage=storage(storage_secret),
+                        config={"lr": tune.grid_search([0.5, 1.0]),
+                                "target": tune.sample_from(lambda spec: spec.config.lr * 4)},
+                        stop=stop, metric="score", mode="max", verbose=0, poll_interval_s=0.5)
+    exp = experiment(custom, namespace, "user-code")
+    assert exp["spec"]["stoppers"] == [{"name": "maximum_iteration", "params": {"max_iter": 10}}]
+    assert list(exp["spec"]["config"]["target"]) == ["kubetune/pickled_function"]  # resolved in the pod
+    assert [t.config for t in analysis.trials] == [{"lr": 0.5, "target": 2.0}, {"lr": 1.0, "target": 4.0}]
+    # score = -(lr * (n - 4))**2: above -1 at n = 3 for lr 0.5, at n = 4 for lr 1.0
+    assert [t.last_result["training_iteration"] for t in analysis.trials] == [3, 4]
+
+
 def test_a_spec_the_operator_refuses_raises_and_leaves_nothing(operator, custom, namespace, storage_secret, sdk_env):
     scheduler = tune.schedulers.ASHAScheduler(metric="score", mode="max", grace_period=5, max_t=2)
     with pytest.raises(InvalidExperiment, match="grace_period"):

@@ -2,8 +2,15 @@
 
 Owns the format of the pickles the SDK writes to object storage (:func:`dumps`/:func:`loads`: a
 header naming the Python version, then cloudpickle's bytes), the choice between an import path and
-a pickle (:func:`ship_trainable`), and Ray's :func:`with_parameters` and :func:`with_resources`.
-Called by :mod:`kubetune.tuner` on the client and by :mod:`kubetune.runtime.loader` in the pod.
+a pickle (:func:`ship_trainable`), Ray's :func:`with_parameters` and :func:`with_resources`, and
+``sample_from`` functions, which run in the trial pod (:class:`FunctionPickles` on the client,
+:func:`resolve_config` in the pod). Called by :mod:`kubetune.tuner` on the client and by
+:mod:`kubetune.runtime` in the pod.
+
+A ``sample_from`` function is pickled to ``<experiment storage>/sdk/functions/<sha256[:32]>.pkl``
+and stands in ``spec.config`` as ``{"kubetune/pickled_function": "<uri>"}``, a constant to the
+operator's searchers; the trial pod replaces it by the function's value before the trainable sees
+the config, as Ray resolves ``sample_from`` after every other value.
 
 ``with_parameters`` objects are pickled one by one, content-addressed
 (``<experiment storage>/sdk/parameters/<sha256[:32]>.pkl``) and uploaded only when absent, so the same
@@ -13,6 +20,7 @@ URIs only, and each pod downloads an object the first time its trainable is set 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import inspect
@@ -53,6 +61,65 @@ def loads(data: bytes) -> Any:
     return cloudpickle.loads(data)
 
 
+#: Key of the JSON object that stands for a ``sample_from`` function in ``spec.config``.
+FUNCTION_KEY = "kubetune/pickled_function"
+
+
+class FunctionPickles:
+    """The ``sample_from`` functions of one run, pickled on the client and uploaded after every check.
+
+    Args:
+        base_uri: the experiment's SDK folder, ``<storage>/<namespace>/<experiment>/sdk``.
+    """
+
+    def __init__(self, base_uri: str):
+        self.base_uri = base_uri
+        self.pending: dict[str, bytes] = {}
+
+    def marker(self, function: Any) -> dict:
+        """Pickle ``function`` (a :class:`kubetune.search.sample.Function`); return its ``spec.config`` form."""
+        data = _dumps_by_value(function.func)
+        uri = join_uri(self.base_uri, "functions", hashlib.sha256(data).hexdigest()[:32] + ".pkl")
+        self.pending[uri] = data
+        return {FUNCTION_KEY: uri}
+
+    def upload(self, storage: Storage) -> None:
+        """Upload the functions absent from storage."""
+        for uri, data in self.pending.items():
+            if not storage.exists(uri):
+                storage.put_bytes(uri, data)
+
+
+def resolve_config(config: Any, storage: Storage) -> Any:
+    """In the trial pod: ``config`` with each pickled ``sample_from`` function replaced by its value.
+
+    Returns ``config`` itself when it holds none.
+
+    Raises:
+        FileNotFoundError: a function's pickle is missing.
+        RuntimeError: it was pickled by another Python minor version.
+        ValueError: a function failed or functions depend on each other in a cycle.
+    """
+    from kubetune.search.sample import Function
+    from kubetune.search.variants import resolve_sample_from
+
+    found = False
+
+    def load(node: Any) -> Any:
+        nonlocal found
+        if isinstance(node, dict):
+            if len(node) == 1 and FUNCTION_KEY in node:
+                found = True
+                return Function(loads(storage.get_bytes(node[FUNCTION_KEY])))
+            return {k: load(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [load(v) for v in node]
+        return node
+
+    loaded = load(config)
+    return resolve_sample_from(loaded) if found else config
+
+
 class Parameters:
     """The objects of one :func:`with_parameters` call: values on the client, URIs once uploaded.
 
@@ -72,6 +139,8 @@ class Parameters:
 
     def upload(self, storage: Storage, base_uri: str) -> int:
         """Upload each object absent from ``<base_uri>/parameters/``; return how many were uploaded."""
+        if self.uris and all(uri.startswith(join_uri(base_uri, "parameters") + "/") for uri in self.uris.values()):
+            return 0  # done for this experiment already
         uploaded = 0
         for name, value in (self._values or {}).items():
             data = dumps(value)
@@ -151,6 +220,38 @@ def _function_with(fn: Callable, params: Parameters) -> Callable:
     return inner
 
 
+def with_stopper(trainable: Any, stopper: Callable[[str, dict], bool]) -> type:
+    """Return ``trainable`` as a class whose results ``stopper(trial_id, result)`` may end (``done``).
+
+    A ``stop`` function or a ``Stopper`` of the user's own is user code, so it runs in the trial
+    pod, each trial with its own copy: it sees that trial's results with Ray's auto-filled fields,
+    as Ray calls it, and a True ends the trial at that result. State it shares between trials, or
+    keeps across a retried attempt, is not shared (``docs/ray-tune.md``).
+
+    Raises:
+        TypeError: ``trainable`` is an import path (the wrapper needs the class itself).
+    """
+    if isinstance(trainable, str):
+        raise TypeError("a stop function or Stopper of your own needs the trainable itself, not an import path")
+    from kubetune.function_trainable import as_trainable_class
+
+    base = as_trainable_class(trainable)
+
+    class StoppedByUser(base):
+        def train(self):
+            result = super().train()
+            if not result.get("done") and not result.get("__duplicate__") and stopper(self.trial_id, result):
+                result["done"] = True
+            return result
+
+    StoppedByUser.__name__ = StoppedByUser.__qualname__ = base.__name__
+    StoppedByUser._kubetune_wrapped = trainable
+    StoppedByUser._kubetune_code = [stopper if inspect.isfunction(stopper) else type(stopper)]
+    StoppedByUser._kubetune_parameters = list(getattr(trainable, "_kubetune_parameters", []))
+    StoppedByUser._kubetune_resources = getattr(trainable, "_kubetune_resources", None)
+    return StoppedByUser
+
+
 def with_resources(trainable: Any, resources: dict | Callable) -> Any:
     """Return ``trainable`` with its trials' resources set (Ray's ``tune.with_resources``).
 
@@ -190,8 +291,7 @@ def importable_path(obj: Any) -> str | None:
     qualname = getattr(obj, "__qualname__", "")
     if not module or module == "__main__" or "<locals>" in qualname or hasattr(obj, "_kubetune_wrapped"):
         return None
-    top = module.split(".")[0]
-    if top not in importlib.metadata.packages_distributions():
+    if module.split(".")[0] not in _installed_packages():
         return None
     return f"{module}:{qualname}"
 
@@ -219,31 +319,43 @@ def ship_trainable(trainable: Any, storage: Storage, base_uri: str) -> dict:
         return {"entrypoint": path}
     for params in getattr(trainable, "_kubetune_parameters", []):
         params.upload(storage, base_uri)
-    import cloudpickle
-
-    modules = _own_modules(trainable)
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        data = dumps(trainable)
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
+    data = _dumps_by_value(trainable)
     uri = join_uri(base_uri, "trainable", hashlib.sha256(data).hexdigest()[:32] + ".pkl")
     if not storage.exists(uri):
         storage.put_bytes(uri, data)
     return {"pickleURI": uri}
 
 
+@functools.lru_cache(maxsize=1)
+def _installed_packages() -> frozenset:
+    """Top-level names of the installed distributions' packages (scanning them takes ~0.1 s: once)."""
+    return frozenset(importlib.metadata.packages_distributions())
+
+
+def _dumps_by_value(obj: Any) -> bytes:
+    """:func:`dumps` with the code of ``obj``'s own (not installed) modules pickled by value."""
+    import cloudpickle
+
+    modules = _own_modules(obj)
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return dumps(obj)
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
 def _own_modules(trainable: Any) -> list:
-    """The modules of ``trainable`` and of what it wraps that are not installed (``__main__`` aside):
-    their code travels by value."""
-    installed = importlib.metadata.packages_distributions()
+    """The modules of ``trainable``, of what it wraps and of the user code it carries (a stopper)
+    that are not installed (``__main__`` aside): their code travels by value."""
+    installed = _installed_packages()
     modules = []
     while trainable is not None:
-        module = sys.modules.get(getattr(trainable, "__module__", None) or "")
-        if module is not None and module.__name__ != "__main__" and module not in modules \
-                and module.__name__.split(".")[0] not in installed:
-            modules.append(module)
+        for obj in (trainable, *getattr(trainable, "_kubetune_code", ())):
+            module = sys.modules.get(getattr(obj, "__module__", None) or "")
+            if module is not None and module.__name__ != "__main__" and module not in modules \
+                    and module.__name__.split(".")[0] not in installed:
+                modules.append(module)
         trainable = getattr(trainable, "_kubetune_wrapped", None)
     return modules

@@ -5,23 +5,34 @@ Experiment's ``spec.stoppers`` (or, for :class:`TimeoutStopper`, ``spec.timeBudg
 operator runs it on every result, so it continues where it was after an operator restart. Called
 by users (``from kubetune.stopper import TrialPlateauStopper``) and by :mod:`kubetune.tuner`.
 
-A ``Stopper`` subclass of the user's own, or a callable ``stop``, is user code: kubetune does not
-run it yet (the operator never runs user code), and :mod:`kubetune.tuner` says so before anything
-is created.
+A ``Stopper`` subclass of the user's own, or a callable ``stop``, is user code, which the operator
+never runs: :func:`kubetune.run` runs it in each trial's pod (:func:`kubetune.shipping.with_stopper`).
 """
 
 from __future__ import annotations
 
 import datetime
 
-from kubetune.specs import AlgorithmSpec, unsupported_names
+from kubetune.specs import AlgorithmSpec
 
 __all__ = ["Stopper", "MaximumIterationStopper", "TrialPlateauStopper", "ExperimentPlateauStopper",
-           "CombinedStopper", "TimeoutStopper"]
+           "CombinedStopper", "TimeoutStopper", "FunctionStopper"]
 
 
 class Stopper(AlgorithmSpec):
-    """Base of the stopper specifications (Ray's ``tune.Stopper``)."""
+    """Base of the stopper specifications (Ray's ``tune.Stopper``).
+
+    A subclass of the user's own implements ``__call__(trial_id, result) -> bool`` and runs in each
+    trial's pod; ``stop_all`` cannot be overridden (a pod sees one trial).
+    """
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        """Whether the trial should stop at ``result`` (the user's subclass decides)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(trial_id, result)")
+
+    def stop_all(self) -> bool:
+        """Whether the whole experiment should stop; always False here (see the class docstring)."""
+        return False
 
 
 class MaximumIterationStopper(Stopper):
@@ -108,7 +119,12 @@ class TimeoutStopper(Stopper):
         self.timeout_s = float(seconds)
 
 
-__getattr__ = unsupported_names(__name__, {
-    "FunctionStopper": ("a stop function is user code, which kubetune does not run yet",
-                        "a dict of thresholds or the built-in stoppers"),
-})
+class FunctionStopper(Stopper):
+    """Wraps a ``stop(trial_id, result) -> bool`` function (Ray's ``FunctionStopper``); runs in the trial pods."""
+
+    def __init__(self, function):
+        super().__init__()
+        self._function = function
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return bool(self._function(trial_id, result))

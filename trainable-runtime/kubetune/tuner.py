@@ -19,7 +19,7 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kubetune.schedulers import TrialScheduler
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
@@ -28,7 +28,7 @@ from kubetune.stopper import CombinedStopper, Stopper, TimeoutStopper
 from kubetune.storage import join_uri
 
 __all__ = ["TuneError", "run", "run_experiments", "Tuner", "TuneConfig", "RunConfig", "CheckpointConfig",
-           "FailureConfig", "build_experiment", "storage_spec"]
+           "FailureConfig", "build_experiment", "create_experiment", "split_stop", "storage_spec"]
 
 API_VERSION = "kubetune.io/v1alpha1"
 #: Ray arguments that mean nothing when each trial is its own pod; accepted with a warning.
@@ -128,6 +128,34 @@ def _duration(seconds: float | datetime.timedelta) -> str:
     return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
 
 
+def split_stop(stop: Any) -> tuple[Any, Callable | None]:
+    """Split ``stop`` into what the operator runs and the user's own code (a stop function, or a
+    ``Stopper`` subclass of the user's), which runs in the trial pods (:func:`kubetune.shipping.with_stopper`).
+
+    Returns:
+        ``(built-in part or None, the user's part or None)``.
+
+    Raises:
+        ValueError: the user's ``Stopper`` defines ``stop_all``: deciding for the whole experiment
+            needs every trial's results in one process, which kubetune's pods are not.
+    """
+    if isinstance(stop, CombinedStopper):
+        parts = [split_stop(s) for s in stop.stoppers]
+        ours = [p for p, _ in parts if p is not None]
+        users = [u for _, u in parts if u is not None]
+        user = None if not users else users[0] if len(users) == 1 else (
+            lambda trial_id, result: any(u(trial_id, result) for u in users))
+        return (CombinedStopper(*ours) if ours else None), user
+    if isinstance(stop, Stopper) and not stop.name and not isinstance(stop, TimeoutStopper):
+        if getattr(type(stop), "stop_all", Stopper.stop_all) is not Stopper.stop_all:
+            raise ValueError(f"{type(stop).__name__}.stop_all is not supported: a Stopper of your own runs in each "
+                             "trial's pod, which sees only that trial; use ExperimentPlateauStopper or time_budget_s")
+        return None, stop
+    if callable(stop) and not isinstance(stop, (dict, Stopper)):
+        return None, stop
+    return stop, None
+
+
 def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
     """Split ``stop`` into ``spec.stop``, ``spec.stoppers`` and a time budget (seconds)."""
     if stop is None:
@@ -156,8 +184,8 @@ def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
         return merged, [s for _, stoppers, _ in parts for s in stoppers], min(budgets) if budgets else None
     if isinstance(stop, Stopper) and stop.name:
         return {}, [stop.to_spec()], None
-    raise ValueError(f"stop={stop!r}: a stop function or a Stopper class of your own is user code, which kubetune "
-                     "does not run yet; use a dict of thresholds or kubetune.stopper's built-in stoppers")
+    raise ValueError(f"stop={stop!r}: a stop function or a Stopper of your own is user code, which the operator does "
+                     "not run: give it to kubetune.run or Tuner, which run it in the trial pods")
 
 
 def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tuple[str | None, str | None]:
@@ -209,7 +237,7 @@ def build_experiment(name: str, trainable_spec: dict, *, config: Any = None, num
                      checkpoint_freq: int = 0, checkpoint_at_end: bool = False, keep_checkpoints_num: int | None = None,
                      checkpoint_score_attr: str | None = None, max_failures: int = 0, fail_fast: bool = False,
                      storage: str | dict | None = None, image: str | None = None,
-                     template: dict | None = None) -> dict:
+                     template: dict | None = None, sample_from: Any = None) -> dict:
     """Return the Experiment manifest for Ray's ``tune.run`` arguments.
 
     Args:
@@ -233,6 +261,8 @@ def build_experiment(name: str, trainable_spec: dict, *, config: Any = None, num
         storage: see :func:`storage_spec`.
         image: the trial image; None uses the operator's default.
         template: ``spec.template``, the trial pods' overlay.
+        sample_from: gives the JSON standing for a ``sample_from`` function
+            (:meth:`kubetune.shipping.FunctionPickles.marker`); None refuses them.
 
     Raises:
         ValueError: an argument kubetune cannot honour (the message says why and what to use).
@@ -258,7 +288,7 @@ def build_experiment(name: str, trainable_spec: dict, *, config: Any = None, num
     budgets = [b for b in (stop_budget, time_budget_s) if b is not None]
     spec: dict = {
         "trainable": trainable_spec,
-        "config": space_spec(config or {}),
+        "config": space_spec(config or {}, on_function=sample_from),
         "numSamples": num_samples,
         "searchAlgorithm": search_alg.to_spec(),
         "checkpoint": {"frequency": checkpoint_freq, "atEnd": bool(checkpoint_at_end)},
@@ -313,13 +343,48 @@ def _reporter(progress_reporter: Any, verbose: int) -> Any:
     return StatusTable(metric_columns=None)
 
 
+def create_experiment(cluster: Any, trainable: Any, name: str, storage_fields: dict, resources_per_trial: dict | None,
+                      config: Any, **experiment: Any) -> dict:
+    """Check every argument, upload what the trial pods need, create the Experiment; return it as stored.
+
+    Args:
+        cluster: a :class:`kubetune.client.Cluster`.
+        trainable: the trainable (class, function or import path), maybe wrapped.
+        name: the Experiment's name.
+        storage_fields: ``spec.storage`` (:func:`storage_spec`).
+        resources_per_trial: Ray's resources; None takes those of ``with_resources`` or
+            ``default_resource_request``.
+        config: the parameter space.
+        experiment: the other keyword arguments of :func:`build_experiment`.
+
+    Raises:
+        ValueError: an argument kubetune cannot honour (before anything is uploaded or created).
+        kubernetes.client.ApiException: the API server refused the Experiment.
+    """
+    from kubetune.shipping import FunctionPickles, ship_trainable, with_stopper
+    from kubetune.storage import open_storage
+
+    resources = resources_per_trial or getattr(trainable, "_kubetune_resources", None) \
+        or _resource_request(trainable, config)
+    experiment["stop"], user_stop = split_stop(experiment.get("stop"))
+    store = open_storage(storage_fields["uri"], storage_fields.get("endpoint"), storage_fields.get("region"))
+    base = join_uri(storage_fields["uri"], cluster.namespace, name, "sdk")
+    functions = FunctionPickles(base)
+    manifest = build_experiment(name, {}, config=config, resources_per_trial=resources, storage=storage_fields,
+                                sample_from=functions.marker, **experiment)  # every check before any upload
+    functions.upload(store)
+    if user_stop is not None:
+        trainable = with_stopper(trainable, user_stop)
+    manifest["spec"]["trainable"] = ship_trainable(trainable, store, base)
+    return cluster.create(manifest)
+
+
 def _launch(trainable: Any, *, name: str | None, namespace: str | None, context: str | None, restore: str | None,
             storage: str | dict | None, resources_per_trial: dict | None, config: Any, verbose: int,
             progress_reporter: Any, poll_interval_s: float, **experiment: Any) -> tuple[Any, dict, list[dict]]:
     """Create (or with ``restore`` attach to) the Experiment, follow it to its end; return
     ``(analysis, experiment, trials)``."""
     from kubetune.client import Cluster, InvalidExperiment, follow
-    from kubetune.storage import open_storage
 
     cluster = Cluster.connect(context, namespace)
     storage_fields = storage_spec(storage)
@@ -329,16 +394,7 @@ def _launch(trainable: Any, *, name: str | None, namespace: str | None, context:
         storage_fields = body["spec"].get("storage") or storage_fields
     else:
         name = name or default_name(trainable)
-        resources = resources_per_trial or getattr(trainable, "_kubetune_resources", None) \
-            or _resource_request(trainable, config)
-        from kubetune.shipping import ship_trainable
-
-        store = open_storage(storage_fields["uri"], storage_fields.get("endpoint"), storage_fields.get("region"))
-        base = join_uri(storage_fields["uri"], cluster.namespace, name, "sdk")
-        manifest = build_experiment(name, {}, config=config, resources_per_trial=resources,
-                                    storage=storage_fields, **experiment)  # every check before any upload
-        manifest["spec"]["trainable"] = ship_trainable(trainable, store, base)
-        body = cluster.create(manifest)
+        body = create_experiment(cluster, trainable, name, storage_fields, resources_per_trial, config, **experiment)
     reporter = _reporter(progress_reporter, verbose)
     try:
         try:

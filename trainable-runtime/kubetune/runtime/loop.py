@@ -45,6 +45,7 @@ from kubetune.env import TrialEnv
 from kubetune.reporter import FENCED, Reporter, json_default
 from kubetune.runtime.loader import load_trainable_class
 from kubetune.runtime.results import ResultLog
+from kubetune.shipping import resolve_config
 from kubetune.stopping import flatten, should_stop
 from kubetune.storage import Storage, join_uri
 
@@ -96,7 +97,8 @@ class TrialRunner:
     # -- setup -----------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Load and construct the trainable, restore it, resume the result log, write ``params.json``.
+        """Load the trainable, resolve the config's ``sample_from`` values, construct and restore the trainable,
+        resume the result log, write ``params.json`` (the resolved config).
 
         Raises:
             Exception: loading, constructing (``setup()``) or restoring failed.
@@ -105,14 +107,15 @@ class TrialRunner:
         if self.reporter is not None:
             self.reporter.start()  # first, so that even a failing setup ends with a done batch
         cls = load_trainable_class(env, self.storage)
-        self.trainable = cls(config=env.config, trial_id=env.trial_id, trial_name=env.trial,
+        config = resolve_config(env.config, self.storage)  # sample_from values, computed here
+        self.trainable = cls(config=config, trial_id=env.trial_id, trial_name=env.trial,
                              logdir=str(self.workdir / "logdir"))
         restored = self._restore()
         kept, dropped = self.results.resume(restored)
         if kept or dropped:
             log.info("result.json: kept %d results up to iteration %d, dropped %d written after it",
                      kept, restored, dropped)
-        params = json.dumps(env.config, indent=2, sort_keys=True, default=json_default).encode()
+        params = json.dumps(config, indent=2, sort_keys=True, default=json_default).encode()
         self.storage.put_bytes(join_uri(env.trial_dir_uri, "params.json"), params)
         self.results.start_background_sync()
 

@@ -509,29 +509,37 @@ def parse_space(spec: Any, path: str = "config") -> Any:
     return spec
 
 
-def space_spec(space: Any, path: str = "config") -> Any:
+def space_spec(space: Any, path: str = "config", on_function: Callable[[Function], Any] | None = None) -> Any:
     """Turn an SDK parameter space (with :class:`Domain` objects) into its JSON form, ``spec.config``.
 
     The inverse of :func:`parse_space`: domains become ``{name: [args]}``, tuples lists, NumPy
     scalars Python numbers; dict keys must be strings.
 
+    Args:
+        space: the parameter space.
+        path: name of the root in error messages.
+        on_function: gives the JSON that stands for a ``sample_from`` function (the SDK pickles it
+            for the trial pod, :class:`kubetune.shipping.FunctionPickles`).
+
     Raises:
-        ValueError: a ``sample_from`` function (user code the operator does not run), a non-string
-            key, or a value JSON cannot hold (the message gives its path and suggests
-            ``with_parameters`` for large objects).
+        ValueError: a ``sample_from`` function without ``on_function`` (user code the operator does not
+            run), a non-string key, or a value JSON cannot hold (the message gives its path and
+            suggests ``with_parameters`` for large objects).
     """
     if isinstance(space, Function):
-        raise ValueError(f"{path}: sample_from is user code, which kubetune does not run yet; compute the value "
-                         "from the config inside the trainable, or use a built-in domain")
+        if on_function is None:
+            raise ValueError(f"{path}: sample_from is user code, which the operator does not run: give the space "
+                             "to kubetune.run or Tuner, which ship it to the trial pods, or use a built-in domain")
+        return on_function(space)
     if isinstance(space, Domain):
         return space.to_spec()
     if isinstance(space, dict):
         bad = [k for k in space if not isinstance(k, str)]
         if bad:
             raise ValueError(f"{path}: keys must be strings, got {bad[0]!r}")
-        return {k: space_spec(v, f"{path}.{k}") for k, v in space.items()}
+        return {k: space_spec(v, f"{path}.{k}", on_function) for k, v in space.items()}
     if isinstance(space, (list, tuple)):
-        return [space_spec(v, f"{path}[{i}]") for i, v in enumerate(space)]
+        return [space_spec(v, f"{path}[{i}]", on_function) for i, v in enumerate(space)]
     if space is None or isinstance(space, str):
         return space
     for kind in (bool, int, float):  # subclasses too (numpy.float64): plain Python numbers

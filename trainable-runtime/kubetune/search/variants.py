@@ -25,7 +25,7 @@ from typing import Any
 
 from kubetune.search.sample import Domain, Function, is_grid, parse_space
 
-__all__ = ["VariantSpace", "generate_variants", "format_tag", "find_domains", "substitute"]
+__all__ = ["VariantSpace", "generate_variants", "format_tag", "find_domains", "resolve_sample_from", "substitute"]
 
 Path = tuple  # of str (dict keys) and int (list indices)
 
@@ -192,29 +192,49 @@ class VariantSpace:
             # parameters the space holds, and str seeds are hashed stably (SHA-512).
             resolved[path] = domain.sample(random.Random(f"{self.seed}:{index}:{list(path)!r}"))
         config = substitute(self.space, {**resolved, **{path: _Unresolved(path) for path, _ in self._functions}})
-        resolved.update(self._resolve_functions(config))
+        resolved.update(_resolve_functions(config, self._functions))
         return config, format_tag(index, resolved)
 
-    def _resolve_functions(self, config: dict) -> dict[Path, Any]:
-        pending = list(self._functions)
-        done: dict[Path, Any] = {}
-        while pending:
-            waiting = []
-            for path, function in pending:
-                try:
-                    value = function.call(_ConfigView(config))
-                except _DependencyError:
-                    waiting.append((path, function))
-                    continue
-                except Exception as exc:
-                    raise ValueError(f"sample_from at {'.'.join(map(str, path))} failed: {exc!r}") from exc
-                _assign(config, path, value)
-                done[path] = value
-            if len(waiting) == len(pending):
-                names = ", ".join(".".join(map(str, p)) for p, _ in waiting)
-                raise ValueError(f"sample_from values depend on each other in a cycle: {names}")
-            pending = waiting
-        return done
+
+def resolve_sample_from(config: Any) -> Any:
+    """Return a copy of ``config`` with each ``sample_from`` :class:`Function` replaced by its value.
+
+    As Ray resolves them: after every other value, each function called with the config so far
+    (item, attribute or ``spec.config.<key>`` access), functions that read another function's value
+    after it. Used by the trial pod (``kubetune.shipping``) on a config whose other values the
+    operator already chose.
+
+    Raises:
+        ValueError: a function failed, or functions depend on each other in a cycle.
+    """
+    functions = sorted(((path, node) for path, node in find_domains(config) if isinstance(node, Function)),
+                       key=lambda item: _path_key(item[0]))
+    resolved = substitute(config, {path: _Unresolved(path) for path, _ in functions})
+    _resolve_functions(resolved, functions)
+    return resolved
+
+
+def _resolve_functions(config: dict, functions: list[tuple[Path, Function]]) -> dict[Path, Any]:
+    """Call ``functions`` on ``config`` (holding :class:`_Unresolved` at their paths), filling it in place."""
+    pending = list(functions)
+    done: dict[Path, Any] = {}
+    while pending:
+        waiting = []
+        for path, function in pending:
+            try:
+                value = function.call(_ConfigView(config))
+            except _DependencyError:
+                waiting.append((path, function))
+                continue
+            except Exception as exc:
+                raise ValueError(f"sample_from at {'.'.join(map(str, path))} failed: {exc!r}") from exc
+            _assign(config, path, value)
+            done[path] = value
+        if len(waiting) == len(pending):
+            names = ", ".join(".".join(map(str, p)) for p, _ in waiting)
+            raise ValueError(f"sample_from values depend on each other in a cycle: {names}")
+        pending = waiting
+    return done
 
 
 def _assign(config: Any, path: Path, value: Any) -> None:

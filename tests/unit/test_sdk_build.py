@@ -13,10 +13,11 @@ from kubetune import shipping
 from kubetune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule
 from kubetune.search import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, parse_space
 from kubetune.stopper import (
-    CombinedStopper, ExperimentPlateauStopper, MaximumIterationStopper, TimeoutStopper, TrialPlateauStopper,
+    CombinedStopper, ExperimentPlateauStopper, FunctionStopper, MaximumIterationStopper, TimeoutStopper,
+    TrialPlateauStopper,
 )
 from kubetune.storage import open_storage
-from kubetune.tuner import build_experiment, default_name, storage_spec
+from kubetune.tuner import build_experiment, default_name, split_stop, storage_spec
 from kubetune_operator.schedulers import create_scheduler
 from kubetune_operator.spec import ExperimentSpec
 from kubetune_operator.stoppers import create_stoppers
@@ -47,7 +48,7 @@ def test_tune_namespace_has_what_a_ray_script_imports():
 
 @pytest.mark.parametrize("module, name", [(tune, "Callback"), (tune, "PlacementGroupFactory"),
                                           (tune.schedulers, "PopulationBasedTraining"),
-                                          (tune.search, "HyperOptSearch"), (tune.stopper, "FunctionStopper")])
+                                          (tune.search, "HyperOptSearch")])
 def test_names_kubetune_cannot_honour_say_why_and_what_instead(module, name):
     with pytest.raises(NotImplementedError, match=f"{name} is not supported by kubetune: .*; use "):
         getattr(module, name)
@@ -138,17 +139,75 @@ def test_nested_stop_dicts_are_flattened():
     assert build(stop={"info": {"acc": 0.9}})["spec"]["stop"] == {"info/acc": 0.9}
 
 
-@pytest.mark.parametrize("stop", [lambda trial_id, result: False, type("Mine", (tune.Stopper,), {})()])
-def test_user_code_stops_are_refused_before_anything_is_created(stop):
-    with pytest.raises(ValueError, match="user code"):
+class AboveThree(tune.Stopper):
+    def __call__(self, trial_id, result):
+        return result["score"] > 3
+
+
+class StopsAll(AboveThree):
+    def stop_all(self):
+        return True
+
+
+@pytest.mark.parametrize("stop", [lambda trial_id, result: False, AboveThree()])
+def test_user_code_stops_are_not_for_the_operator(stop):
+    with pytest.raises(ValueError, match="user code, which the operator does not run"):
         build(stop=stop)
+    assert split_stop(stop) == (None, stop)
 
 
-def test_sample_from_and_non_json_config_are_refused():
-    with pytest.raises(ValueError, match="config.b: sample_from is user code"):
+def test_split_stop_keeps_built_in_stoppers_for_the_operator():
+    built_in = MaximumIterationStopper(5)
+    ours, user = split_stop(CombinedStopper(built_in, AboveThree(), FunctionStopper(lambda t, r: r["x"] > 1)))
+    assert [s.to_spec() for s in ours.stoppers] == [built_in.to_spec()]
+    assert user("t", {"score": 0, "x": 2}) and user("t", {"score": 4, "x": 0}) and not user("t", {"score": 0, "x": 0})
+    assert split_stop({"training_iteration": 3}) == ({"training_iteration": 3}, None)
+    with pytest.raises(ValueError, match="StopsAll.stop_all is not supported"):
+        split_stop(StopsAll())
+
+
+class Count(tune.Trainable):
+    def step(self):
+        return {"score": self.iteration + 1}
+
+
+def test_with_stopper_ends_the_trial_at_the_result_the_stopper_stops():
+    seen = []
+
+    def stop(trial_id, result):
+        seen.append((trial_id, result["training_iteration"]))
+        return result["score"] >= 3
+
+    trainable = shipping.with_stopper(Count, stop)(config={}, trial_id="t-1")
+    results = [trainable.train() for _ in range(3)]
+    assert [r.get("done", False) for r in results] == [False, False, True]
+    assert seen == [("t-1", 1), ("t-1", 2), ("t-1", 3)]
+    with pytest.raises(TypeError, match="import path"):
+        shipping.with_stopper("pkg.mod:Train", stop)
+
+
+def test_sample_from_needs_the_sdk_to_ship_it_and_non_json_config_is_refused():
+    with pytest.raises(ValueError, match="config.b: sample_from is user code, which the operator does not run"):
         build(config={"a": 1, "b": tune.sample_from(lambda c: c["a"] * 2)})
     with pytest.raises(ValueError, match="config.data: a object cannot .*with_parameters"):
         build(config={"data": object()})
+
+
+def test_sample_from_functions_are_pickled_for_the_trial_pod_which_resolves_them(tmp_path):
+    storage = open_storage(f"file://{tmp_path}")
+    functions = shipping.FunctionPickles(f"file://{tmp_path}/ns/exp/sdk")
+    space = {"a": tune.randint(1, 10), "nested": {"b": tune.sample_from(lambda spec: spec.config.a * 2)},
+             "c": tune.sample_from(lambda config: config["nested"]["b"] + 1)}
+    spec = build(config=space, sample_from=functions.marker)["spec"]
+    marker = spec["config"]["nested"]["b"]
+    assert list(marker) == [shipping.FUNCTION_KEY] and marker[shipping.FUNCTION_KEY].startswith(
+        f"file://{tmp_path}/ns/exp/sdk/functions/")
+    assert parse_space(spec["config"])["nested"]["b"] == marker  # a constant to the operator's searchers
+    functions.upload(storage)
+    # what a trial pod gets from the operator: the searcher's values, the markers as they are
+    trial_config = {**spec["config"], "a": 4}
+    assert shipping.resolve_config(trial_config, storage) == {"a": 4, "nested": {"b": 8}, "c": 9}
+    assert shipping.resolve_config({"a": 1}, storage) == {"a": 1}
 
 
 def test_bad_resources_and_budgets_are_refused():
