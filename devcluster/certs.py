@@ -100,13 +100,18 @@ def write_pki(directory: Path) -> dict[str, Path]:
 
     Returns:
         Paths keyed ``ca.crt``, ``ca.key``, ``apiserver.crt``, ``apiserver.key``, ``admin.crt``,
-        ``admin.key``, ``sa.key`` (RSA private, signs service-account tokens), ``sa.pub``.
+        ``admin.key``, ``sa.key`` (RSA private, signs service-account tokens), ``sa.pub``,
+        ``kubelet.crt``/``kubelet.key`` (the process kubelet's log endpoint) and
+        ``apiserver-kubelet-client.crt``/``.key`` (the API server's client certificate there).
     """
     directory.mkdir(parents=True, exist_ok=True)
     ca = CertificateAuthority()
     files: dict[str, bytes] = {"ca.crt": ca.cert_pem, "ca.key": _pem_key(ca.key)}
     files["apiserver.crt"], files["apiserver.key"] = ca.issue("kube-apiserver", server=True)
     files["admin.crt"], files["admin.key"] = ca.issue("kubetune-admin", org="system:masters")
+    files["kubelet.crt"], files["kubelet.key"] = ca.issue("devcluster-kubelet", server=True)
+    files["apiserver-kubelet-client.crt"], files["apiserver-kubelet-client.key"] = ca.issue(
+        "kube-apiserver-kubelet-client", org="system:masters")
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     files["sa.key"] = _pem_key(sa)
     files["sa.pub"] = sa.public_key().public_bytes(serialization.Encoding.PEM,

@@ -4,8 +4,9 @@ local processes and reports pod status the way a kubelet does.
 Started by :mod:`devcluster.cluster` as ``python -m devcluster.kubelet``; one
 process serves every fake node. It registers the nodes, renews their Leases,
 watches pods, and gives each bound pod a :class:`devcluster.pod.PodWorker`
-thread. It writes ``<workdir>/kubelet.ready`` once the nodes are registered
-and the watch is established.
+thread, and serves container logs (:mod:`devcluster.logserver`, so ``kubectl logs``
+works). It writes ``<workdir>/kubelet.ready`` once the nodes are registered and the watch
+is established.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from . import nodes
+from .logserver import LogServer
 from .pod import GpuAllocator, PodWorker, can_isolate_mounts
 
 log = logging.getLogger("devcluster.kubelet")
@@ -79,6 +81,13 @@ class ProcessKubelet:
             grace = pod["metadata"].get("deletionGracePeriodSeconds")
             worker.terminate(30 if grace is None else grace)
 
+    def container_running(self, namespace: str, pod: str, container: str) -> bool:
+        """Whether ``container`` of pod ``namespace/pod`` runs here and has not exited (for followed logs)."""
+        with self.lock:
+            workers = list(self.workers.values())
+        return any(w.meta["namespace"] == namespace and w.meta["name"] == pod and not c.exited
+                   for w in workers for c in w.containers if c.name == container)
+
     def forget(self, uid: str) -> None:
         """Drop the worker of pod ``uid`` (called by the worker when it ends)."""
         with self.lock:
@@ -134,13 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     cfg.connection_pool_maxsize = 64
     api = client.ApiClient(cfg)
     node_gpus = {f"devcluster-node-{i}": int(g) for i, g in enumerate(args.node_gpus.split(","))}
+    port = int(cfg.host.rsplit(":", 1)[1])
+    kubelet = ProcessKubelet(api, args.workdir, node_gpus, port)
+    logs = LogServer(args.workdir / "pods", kubelet.container_running, args.workdir / "pki")
+    logs.start()
     core = client.CoreV1Api(api)
     for name, gpus in node_gpus.items():
         nodes.register_node(core, nodes.node_manifest(name, cpu=args.cpu, memory=args.memory, pods=args.pods,
-                                                      gpus=gpus))
+                                                      gpus=gpus, kubelet_port=logs.port))
         nodes.renew_lease(client.CoordinationV1Api(api), name)
-    port = int(cfg.host.rsplit(":", 1)[1])
-    kubelet = ProcessKubelet(api, args.workdir, node_gpus, port)
     log.info("registered nodes %s (mount isolation: %s)", node_gpus, kubelet.isolate_mounts)
 
     def on_signal(signum, frame):

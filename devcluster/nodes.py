@@ -28,8 +28,9 @@ def _micro_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def node_manifest(name: str, *, cpu: str, memory: str, pods: int, gpus: int) -> dict:
-    """Return a Node with Ready status and ``gpus`` of ``nvidia.com/gpu`` capacity."""
+def node_manifest(name: str, *, cpu: str, memory: str, pods: int, gpus: int, kubelet_port: int = 0) -> dict:
+    """Return a Node with Ready status, ``gpus`` of ``nvidia.com/gpu`` capacity and its kubelet's log
+    endpoint on ``kubelet_port`` (0: none)."""
     capacity = {"cpu": cpu, "memory": memory, "pods": str(pods), "ephemeral-storage": "100Gi",
                 GPU_RESOURCE: str(gpus)}
     now = now_rfc3339()
@@ -50,7 +51,7 @@ def node_manifest(name: str, *, cpu: str, memory: str, pods: int, gpus: int) -> 
         "status": {
             "capacity": capacity, "allocatable": dict(capacity), "conditions": conditions,
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "nodeInfo": {"machineID": name, "systemUUID": name, "bootID": name, "kernelVersion": "process",
                          "osImage": "devcluster process kubelet", "containerRuntimeVersion": "process://1",
                          "kubeletVersion": "v0.0.0-process", "kubeProxyVersion": "", "operatingSystem": "linux",

@@ -23,7 +23,8 @@ prefix=$2
 src=$(cd "$(dirname "$0")/.." && pwd)
 
 case "$target" in
-    runtime) folders="./trainable-runtime"; packages=$folders; check="import kubetune, kubetune.runtime" ;;
+    runtime) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard]"
+        check="import kubetune, kubetune.runtime, tensorboardX" ;;
     operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna]"
         # every registered search algorithm and scheduler imports in exactly this environment
         check="import kubetune_operator.handlers

@@ -305,6 +305,29 @@ def test_logs_cli_prints_a_pods_output(cluster, core, namespace):
     assert "hello from the pod" in out
 
 
+def test_the_api_server_serves_pod_logs_from_the_process_kubelet(cluster, core, namespace):
+    script = """
+        import sys, time
+        for i in range(4):
+            print(f"line {i}", flush=True)
+            time.sleep(0.5)
+    """
+    core.create_namespaced_pod(namespace, pod_manifest("logger", script))
+    wait_for(lambda: phase(core, namespace, "logger") == "Running", what="logger to run")
+    # follow: the stream ends when the container exits, with every line
+    followed = core.read_namespaced_pod_log("logger", namespace, follow=True, _preload_content=False).data.decode()
+    assert followed.splitlines() == ["line 0", "line 1", "line 2", "line 3"]
+    wait_for(lambda: phase(core, namespace, "logger") == "Succeeded", what="logger to finish")
+    tail = core.read_namespaced_pod_log("logger", namespace, tail_lines=2, _preload_content=False).data
+    assert tail == b"line 2\nline 3\n"  # raw: the Python client would return the bytes' repr as str
+    kubectl = subprocess.run([str(build.binary_path("kubectl")), "--kubeconfig", str(cluster.kubeconfig), "logs",
+                              "logger", "-n", namespace, "--limit-bytes=6"], capture_output=True, text=True, check=True)
+    assert kubectl.stdout == "line 0"
+    with pytest.raises(client.ApiException) as missing:
+        core.read_namespaced_pod_log("logger", namespace, container="other")
+    assert missing.value.status == 400  # the API server checks the container name itself
+
+
 def test_teardown_leaves_no_process_behind(tmp_path):
     with Cluster(ClusterConfig(nodes=1, gpus_per_node=1), workdir=tmp_path / "c") as c:
         core = client.CoreV1Api(c.api_client())

@@ -210,6 +210,7 @@ def test_the_kubetune_command(operator, custom, namespace, storage_secret, sdk_e
         "spec": {"trainable": {"entrypoint": "tests.integration.trainables:Counter"},
                  "config": {"x": {"grid_search": [1, 3]}}, "metric": "score", "mode": "max",
                  "stop": {"training_iteration": 2}, "checkpoint": {"atEnd": True},
+                 "podRetentionPolicy": {"whenSucceeded": "Retain"},
                  "storage": {**storage(storage_secret), "endpoint": cluster.s3_endpoint}}}))
     ns = ["-n", namespace]
     assert "created" in kubetune_cli("run", str(manifest), "--watch", *ns, env=sdk_env).stderr
@@ -223,6 +224,10 @@ def test_the_kubetune_command(operator, custom, namespace, storage_secret, sdk_e
     rows = kubetune_cli("analysis", "cli", *ns, "-o", "csv", env=sdk_env).stdout.splitlines()
     assert len(rows) == 3 and "config/x" in rows[0].split(",")
     assert kubetune_cli("watch", "cli", *ns, env=sdk_env).returncode == 0
+    log = kubetune_cli("logs", "cli-00001", *ns, env=sdk_env).stdout  # the runtime's log, via the API server
+    assert "trial ends" in log and kubetune_cli("logs", "cli-00001", "-f", *ns, env=sdk_env).stdout == log
+    gone = kubetune_cli("logs", "cli-00001", "--attempt", "5", *ns, env=sdk_env, check=False)
+    assert gone.returncode == 3 and "is gone" in gone.stderr
     kubetune_cli("suspend", "cli", *ns, env=sdk_env)
     assert experiment(custom, namespace, "cli")["spec"]["suspend"] is True
     kubetune_cli("resume", "cli", *ns, env=sdk_env)

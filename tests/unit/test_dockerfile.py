@@ -137,6 +137,7 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
     # every registered search algorithm and scheduler imported in the operator image's environment
     assert "imports: basic, optuna, random | asha, fifo, hyperband, median_stopping_rule" in outputs["operator"]
     assert "optuna" in operator and "optuna" not in runtime
+    assert _name("tensorboardX") in runtime  # trials write TensorBoard event files
     help_text = subprocess.run([str(tmp_path / "operator" / "bin" / "python"), "-m", "kubetune_operator", "--help"],
                                capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert "--liveness" in help_text

@@ -63,3 +63,36 @@ def test_csv_columns_come_from_the_first_result_and_sync_only_uploads_changes(tm
         "training_iteration,a/b", "1,1", "2,2", "3,"]
     assert len(storage.get_bytes(f"{trial_dir}/result.json").decode().splitlines()) == 3
     log.close()
+
+
+def _events(data: bytes) -> list:
+    """The records of a TensorBoard event file (TFRecord framing: length, CRC, payload, CRC)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    events, pos = [], 0
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        events.append(event_pb2.Event.FromString(data[pos + 12:pos + 12 + length]))
+        pos += 12 + length + 4
+    return events
+
+
+def test_tensorboard_events_go_to_storage_next_to_result_json(tmp_path):
+    log, storage, trial_dir = _log(tmp_path)
+    for i in (1, 2, 3):
+        log.append({"training_iteration": i, "loss": i / 10, "info": {"grad": 2.0}, "done": False,
+                    "note": "text", "config": {"lr": 0.5, "model": {"layers": 2}}})
+    assert log.sync()  # uploads the event file with what its writer thread has written so far
+    names = [uri.rsplit("/", 1)[1] for uri in storage.list(trial_dir)]
+    (event_file,) = [n for n in names if n.startswith("events.out.tfevents.")]
+    assert log.sync(final=True)  # no new result, but the writer is closed: every event, the hyperparameters
+    events = _events(storage.get_bytes(f"{trial_dir}/{event_file}"))
+    scalars = [(e.step, v.tag, round(v.simple_value, 6)) for e in events for v in e.summary.value
+               if v.tag.startswith("ray/tune/")]
+    assert scalars == [(i, tag, value) for i in (1, 2, 3) for tag, value in (
+        ("ray/tune/training_iteration", i), ("ray/tune/loss", i / 10), ("ray/tune/info/grad", 2.0))]
+    tags = [v.tag for e in events for v in e.summary.value]
+    assert "_hparams_/experiment" in tags and "_hparams_/session_end_info" in tags
+    log.close()

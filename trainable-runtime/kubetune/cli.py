@@ -139,12 +139,21 @@ def cmd_logs(args: argparse.Namespace) -> int:
     else:
         print(f"trial {args.trial} has no pod yet", file=sys.stderr)
         return NOT_FOUND
-    if args.follow:
-        for chunk in cluster.pod_log(pod, follow=True):
-            sys.stdout.write(chunk.decode(errors="replace"))
-            sys.stdout.flush()
-    else:
-        sys.stdout.write(cluster.pod_log(pod))
+    from kubernetes.client import ApiException
+
+    try:
+        if args.follow:
+            for chunk in cluster.pod_log(pod, follow=True):
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+        else:
+            sys.stdout.write(cluster.pod_log(pod))
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        print(f"pod {pod} of trial {args.trial} is gone (spec.podRetentionPolicy deletes the pods of succeeded "
+              "attempts by default); the trial's results are in storage: kubetune analysis", file=sys.stderr)
+        return NOT_FOUND
     return OK
 
 

@@ -104,7 +104,8 @@ class Cluster:
         if follow:
             response = self.core.read_namespaced_pod_log(pod, self.namespace, follow=True, _preload_content=False)
             return response.stream()
-        return self.core.read_namespaced_pod_log(pod, self.namespace)
+        response = self.core.read_namespaced_pod_log(pod, self.namespace, _preload_content=False)
+        return response.data.decode(errors="replace")
 
 
 def invalid_reason(experiment: dict) -> str | None:

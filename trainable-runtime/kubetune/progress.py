@@ -31,9 +31,11 @@ from rich.table import Table
 from rich.text import Text
 
 from kubetune.search import DOMAIN_NAMES
+from kubetune.stopping import flatten
 
 __all__ = [
-    "CLIReporter", "FINAL_PHASES", "JupyterNotebookReporter", "ProgressReporter", "StatusTable", "TRIAL_PHASES", "format_duration", "format_value", "headline", "phase_counts",
+    "CLIReporter", "FINAL_PHASES", "JupyterNotebookReporter", "ProgressReporter", "StatusTable", "TRIAL_PHASES",
+    "format_duration", "format_value", "headline", "phase_counts",
     "searched_keys", "status_lines", "status_renderable",
 ]
 
@@ -337,7 +339,7 @@ class _View:
             last = trial_status.get("lastResult") or {}
             config = (trial.get("spec") or {}).get("config") or {}
             time_total = last.get("time_total_s")
-            cells = [_name(trial), _phase(trial), *(format_value(_lookup(config, key)) for key in keys),
+            cells = [_name(trial), _phase(trial), *(format_value(_flat_get(config, key)) for key in keys),
                      format_value(trial_status.get("iteration", last.get("training_iteration"))),
                      "" if time_total is None else f"{time_total:.2f}"]
             if metric:
@@ -416,14 +418,9 @@ def _metric_value(trial: Mapping, metric: str) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _lookup(config: Mapping, key: str) -> Any:
-    """``config[a][b]`` for ``key`` ``"a/b"``; None when missing."""
-    value: Any = config
-    for part in key.split("/"):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
+def _flat_get(config: Mapping, key: str) -> Any:
+    """``config[a][b]`` for ``key`` ``"a/b"`` (Ray's flattened keys); None when missing."""
+    return flatten(config).get(key)
 
 
 def _note(trial: Mapping) -> str:

@@ -330,7 +330,7 @@ class TrialRunner:
             return
         if self.trainable is not None and (reason in _ALWAYS_CHECKPOINT or self.env.checkpoint.atEnd):
             self.checkpoint(f"end: {reason}")
-        self.results.sync()
+        self.results.sync(final=True)
         self.results.close()
         if stop_trainable and self.trainable is not None:
             self.trainable.stop()

@@ -17,7 +17,9 @@ does) the same rule keeps the trial's own earlier history up to that iteration.
 
 Object stores cannot append, so each sync uploads both files whole; a sync runs only when they
 changed, and the background period stretches to ten times the last upload's duration, which keeps
-uploads under ~10% of wall time for very long histories.
+uploads under ~10% of wall time for very long histories. When ``tensorboardX`` is installed, the
+attempt's TensorBoard event file (:mod:`kubetune.runtime.tensorboard`) is written and uploaded
+alongside; the final sync adds the hyperparameters.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 from kubetune.reporter import json_default
+from kubetune.runtime.tensorboard import open_events
 from kubetune.stopping import flatten
 from kubetune.storage import Storage, join_uri
 
@@ -67,6 +70,7 @@ class ResultLog:
         self._synced_version = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._events = open_events(self.local_dir)
 
     def resume(self, restored_iteration: int) -> tuple[int, int]:
         """Load the trial's ``result.json`` from storage, keeping the lineage up to ``restored_iteration``.
@@ -101,6 +105,8 @@ class ResultLog:
         line = json.dumps(result, default=json_default)
         with self._lock:
             self._write(line, result)
+            if self._events is not None:
+                self._events.add(result)
             self._version += 1
 
     def _write(self, line: str, result: dict) -> None:
@@ -120,8 +126,12 @@ class ResultLog:
         self._csv.writerow([row.get(column, "") for column in self._columns])
         self._csv_file.write(self._row.getvalue().encode())
 
-    def sync(self) -> bool:
-        """Upload both files if they changed since the last sync; return whether anything was uploaded.
+    def sync(self, final: bool = False) -> bool:
+        """Upload the files if they changed since the last sync; return whether anything was uploaded.
+
+        Args:
+            final: the attempt's last sync: the event file gets its hyperparameters and is closed, and
+                it is uploaded even if no result came since the last sync.
 
         Raises:
             Exception: whatever the storage raises once its retries give up.
@@ -134,12 +144,21 @@ class ResultLog:
                 self._csv_file.flush()
                 version = self._version
                 sizes = {RESULT_FILE: self._json.tell(), PROGRESS_FILE: self._csv_file.tell()}
-            if version == self._synced_version:
+                events = []
+                if self._events is not None:
+                    if final:
+                        self._events.close()
+                    events = self._events.files()
+                    if final:
+                        self._events = None
+            if version == self._synced_version and not (final and events):
                 return False
             for name, size in sizes.items():
                 with open(self.local_dir / name, "rb") as f:
                     data = f.read(size)
                 self.storage.put_bytes(join_uri(self.trial_dir_uri, name), data)
+            for path in events:
+                self.storage.put_bytes(join_uri(self.trial_dir_uri, path.name), path.read_bytes())
             self._synced_version = version
             return True
 
@@ -167,3 +186,6 @@ class ResultLog:
         with self._lock:
             self._json.close()
             self._csv_file.close()
+            if self._events is not None:
+                self._events.close()
+                self._events = None

@@ -41,8 +41,8 @@ from kubetune.specs import unsupported_names
 
 __all__ = [
     "DOMAIN_NAMES", "Categorical", "Domain", "Float", "Function", "Integer", "Normal", "choice", "grid_search",
-    "is_grid", "lograndint", "loguniform", "parse_space", "space_warnings", "qlograndint", "qloguniform", "qrandint", "qrandn",
-    "quniform", "randint", "randn", "sample_from", "space_spec", "uniform", "VariantSpace", "format_tag",
+    "is_grid", "lograndint", "loguniform", "parse_space", "space_warnings", "qlograndint", "qloguniform",
+    "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from", "space_spec", "uniform", "VariantSpace", "format_tag",
     "generate_variants", "BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Searcher",
 ]
 

@@ -1,0 +1,80 @@
+"""TensorBoard event files of a trial, as Ray Tune's ``TBXLoggerCallback`` writes them.
+
+Owned by the in-pod runtime: :class:`kubetune.runtime.results.ResultLog` hands every result to
+:class:`TrialEvents` and mirrors its event file to the trial's storage folder next to
+``result.json``, so ``tensorboard --logdir <storage>/<namespace>/<experiment>`` shows every trial's
+curves. Like Ray's logger: each numeric result value (nested keys joined with ``/``, ``config``
+left out) is a scalar ``ray/tune/<key>`` at step ``training_iteration``, and when the trial ends its
+config is written as hyperparameters with the last values as their metrics. Needs the optional
+``tensorboardX`` package (the ``tensorboard`` extra, installed in the runtime image);
+:func:`open_events` returns None without it, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from kubetune.stopping import flatten
+
+#: Tag prefix of every scalar (Ray's).
+PREFIX = "ray/tune/"
+
+
+def _scalars(result: dict) -> dict[str, float]:
+    values = flatten({k: v for k, v in result.items() if k != "config"})
+    return {key: float(value) for key, value in values.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+
+
+class TrialEvents:
+    """One attempt's event file in ``local_dir`` (``events.out.tfevents.<time>.<host>``).
+
+    Args:
+        local_dir: the trial's local folder.
+        writer: a ``tensorboardX.SummaryWriter`` on ``local_dir``.
+    """
+
+    def __init__(self, local_dir: Path, writer):
+        self.local_dir, self._writer = Path(local_dir), writer
+        self._config: dict | None = None
+        self._last: dict[str, float] = {}
+        self._closed = False
+
+    def add(self, result: dict) -> None:
+        """Write ``result``'s numeric values as scalars at its ``training_iteration``."""
+        step = result.get("training_iteration")
+        scalars = _scalars(result)
+        for key, value in scalars.items():
+            self._writer.add_scalar(PREFIX + key, value, global_step=step)
+        self._last.update(scalars)
+        if isinstance(result.get("config"), dict):
+            self._config = result["config"]
+
+    def files(self) -> list[Path]:
+        """Flush, and return the event files written so far."""
+        if not self._closed:
+            self._writer.flush()
+        return sorted(self.local_dir.glob("events.out.tfevents.*"))
+
+    def close(self) -> None:
+        """Write the hyperparameters (the config's scalar values, the last results as metrics) and close."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._config is not None:
+            from tensorboardX.summary import hparams
+
+            values = {k: v for k, v in flatten(self._config).items() if isinstance(v, (bool, int, float, str))}
+            for summary in hparams(values, {PREFIX + k: v for k, v in self._last.items()}):
+                self._writer.file_writer.add_summary(summary)  # in this file, as Ray's logger does
+        self._writer.close()
+
+
+def open_events(local_dir: Path) -> TrialEvents | None:
+    """Return the trial's :class:`TrialEvents`, or None when ``tensorboardX`` is not installed."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        return None
+    return TrialEvents(local_dir, SummaryWriter(logdir=str(local_dir), flush_secs=3600))
