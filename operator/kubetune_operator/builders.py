@@ -71,6 +71,18 @@ def trial_dir_uri(storage_uri: str, namespace: str, experiment: str, uid: str, t
     return f"{storage_uri.rstrip('/')}/{namespace}/{experiment}/{uid[:8]}/{trial}"
 
 
+def experiment_trial_dir(experiment: Mapping, settings: Settings, trial: str) -> str:
+    """The storage folder of ``trial`` of ``experiment``: :func:`trial_dir_uri` under ``spec.storage.uri``,
+    else the operator's default storage.
+
+    Raises:
+        ValueError: neither gives a storage URI.
+    """
+    storage_uri, _, _ = _storage(experiment["spec"], settings)
+    meta = experiment["metadata"]
+    return trial_dir_uri(storage_uri, meta["namespace"], meta["name"], meta["uid"], trial)
+
+
 def build_trial(experiment: Mapping, index: int, config: Mapping, tag: str | None = None) -> dict:
     """Return the Trial manifest for trial ``index`` of ``experiment``.
 
@@ -173,7 +185,7 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
     exp_name = experiment["metadata"]["name"]
     name_of_trial = trial["metadata"]["name"]
     name = pod_name(name_of_trial, attempt)
-    storage_uri, endpoint, region = _storage(spec, settings)
+    _, endpoint, region = _storage(spec, settings)
     if restore_from is None and not ((trial.get("status") or {}).get("checkpoint") or {}).get("uri"):
         restore_from = trial["spec"].get("restoreFrom")
     trainable = spec.get("trainable") or {}
@@ -181,7 +193,7 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
     trial_env = TrialEnv(
         namespace=namespace, experiment=exp_name, trial=name_of_trial, trial_id=name_of_trial, attempt=attempt,
         config=trial["spec"].get("config") or {},
-        trial_dir_uri=trial_dir_uri(storage_uri, namespace, exp_name, experiment["metadata"]["uid"], name_of_trial),
+        trial_dir_uri=experiment_trial_dir(experiment, settings, name_of_trial),
         entrypoint=trainable.get("entrypoint"), source=trainable.get("source"), name=trainable.get("name"),
         pickle_uri=trainable.get("pickleURI"), stop=dict(spec.get("stop") or {}),
         checkpoint=CheckpointPolicy(**{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy)

@@ -25,11 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
+from kubetune.checkpoints import checkpoint_uri
 from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
 from . import status as st
-from .builders import build_pod, build_token_secret, build_trial, sample_pod, token_secret_name, trial_object
+from .builders import (
+    build_pod, build_token_secret, build_trial, experiment_trial_dir, sample_pod, token_secret_name, trial_object,
+)
 from .journal import Journal, JournalCorrupt, load
 from .labels import (
     LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, label_value, pod_name, trial_name,
@@ -49,6 +52,8 @@ TERMINAL = ("Succeeded", "Failed")
 WAITING_CAUSES = ("Unschedulable", "CreateContainerConfigError", "CreateContainerError", "ErrImagePull",
                   "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff")
 DECISION_RANK = {"continue": 0, "checkpoint": 1, "pause": 2, "stop": 3}
+#: PBT perturbations kept in a Trial's ``status.perturbations`` (the newest).
+MAX_PERTURBATIONS_KEPT = 10
 #: Trial messages of the retries whose cause the runtime reported (the others carry the pod's message).
 _RETRY_MESSAGES = {"Terminated": "the trial was terminated before it finished, after a final checkpoint",
                    "Fenced": "the collector refused the attempt's token; it stopped at once"}
@@ -140,9 +145,11 @@ class TrialState:
 
     name: str
     index: int
-    config: dict
+    config: dict  # the current config: the spec's, or the last PBT exploit's (status.config)
     status: dict = field(default_factory=dict)
     uid: str | None = None
+    spec_config: dict | None = None  # the spec's config, when ``config`` is an exploit's
+    restore_from: str | None = None  # the checkpoint of the trial's current lineage (status.restoreFrom)
     dirty: bool = False
     written_at: float = 0.0
     phase_changed: bool = False
@@ -204,9 +211,12 @@ class ExperimentController:
         self.missing: set[int] = set()  # trial indices below the highest whose Trial is not in the API
         self.next_index = 0  # one more than the highest trial index created or seen
         # What the journal rebuilds after a restart, next to the searcher's and scheduler's own state:
-        self.applied: dict[str, list] = {}  # trial -> [highest training_iteration seen, decision, attempt]
+        # trial -> [highest training_iteration seen, decision, attempt(, iteration a later attempt starts over
+        # at: a PBT exploit's donor checkpoint)]
+        self.applied: dict[str, list] = {}
         self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
         self.finish_told = False  # the scheduler was told the searcher is finished
+        self.exploits: dict[str, dict] = {}  # trial -> PBT exploit decided at "attempt", not yet carried out
         meta = experiment["metadata"]
         self.journal = Journal(meta["namespace"], meta["name"], meta.get("uid") or "")
         self.update(experiment)
@@ -284,9 +294,11 @@ class ExperimentController:
             spec = trial.get("spec") or {}
             written = dict(trial.get("status") or {})
             status = {"phase": "Pending", "attempt": 0, **written}  # created, but its first status not written
-            self.trials[name] = TrialState(name, int(spec.get("index", 0)), dict(spec.get("config") or {}),
+            config = dict(spec.get("config") or {})
+            self.trials[name] = TrialState(name, int(spec.get("index", 0)), dict(status.get("config") or config),
                                            status, trial["metadata"].get("uid"), written=written,
-                                           dirty=status != written, phase_changed=status != written)
+                                           dirty=status != written, phase_changed=status != written,
+                                           spec_config=config, restore_from=status.get("restoreFrom"))
             self.next_index = max(self.next_index, self.trials[name].index + 1)
         elif state.uid is None:
             state.uid = trial["metadata"].get("uid")
@@ -331,6 +343,7 @@ class ExperimentController:
                 "searcher": None if self.searcher.stateless else self.searcher.get_state(),
                 "applied": {name: list(value) for name, value in self.applied.items()},
                 "ended": sorted(self.ended), "finishTold": self.finish_told,
+                "exploits": {name: dict(value) for name, value in self.exploits.items()},
                 "lastResult": {name: result for name, result in last.items() if result}}
 
     def _check_pod(self, experiment: Mapping) -> None:
@@ -356,6 +369,7 @@ class ExperimentController:
             raise JournalCorrupt(f"the searcher or scheduler cannot resume from its snapshot: {exc}") from exc
         self.applied = {name: list(value) for name, value in snapshot["applied"].items()}
         self.ended, self.finish_told = set(snapshot["ended"]), snapshot["finishTold"]
+        self.exploits = {name: dict(value) for name, value in (snapshot.get("exploits") or {}).items()}
         for name, result in snapshot["lastResult"].items():
             trial = self.trials.get(name)
             if trial is not None and (trial.status.get("iteration") or 0) < (result.get("training_iteration") or 0):
@@ -373,6 +387,10 @@ class ExperimentController:
         kind = entry[0]
         if kind == "add":
             self.scheduler.on_trial_add(entry[1])
+            set_config = getattr(self.scheduler, "set_trial_config", None)
+            if set_config is not None and entry[1] in self.trials:
+                trial = self.trials[entry[1]]
+                set_config(entry[1], trial.spec_config if trial.spec_config is not None else trial.config)
         elif kind == "suggest":
             suggestion = self.searcher.suggest(entry[1])
             if suggestion is not None and not isinstance(suggestion, dict):
@@ -390,26 +408,42 @@ class ExperimentController:
         return None
 
     def _apply_results(self, trial: str, attempt: int, results: list[dict]) -> str:
-        decision = "continue"
+        decision, exploit = "continue", None
+        take_exploit = getattr(self.scheduler, "take_exploit", None)
         for result in results:
             d = self.scheduler.on_trial_result(trial, result)
             stop, _ = should_stop(result, self.spec.stop)
             if self.stoppers(trial, result) or stop or result.get("done"):
                 d = "stop"
+            elif d == "pause" and take_exploit is not None:
+                exploit = take_exploit(trial)
             if DECISION_RANK[d] > DECISION_RANK[decision]:
                 decision = d
+            if exploit is not None:  # the rest of the batch belongs to the lineage the trial leaves
+                self.exploits[trial] = {**exploit, "attempt": attempt}
+                break
         if results:
             self.searcher.on_trial_result(trial, results[-1])
             before = self.applied.get(trial, [0, "continue", attempt])
             seen = max((r["training_iteration"] for r in results if is_number(r.get("training_iteration"))),
-                       default=before[0])
+                       default=self._seen(trial, attempt))
             if before[2] == attempt and before[1] in ("pause", "stop") and \
                     DECISION_RANK[before[1]] > DECISION_RANK[decision]:
                 decision = before[1]  # an attempt told to pause or stop is told so until it ends
             self.applied[trial] = [seen, decision, attempt]
+            if exploit is not None:  # the next attempt reports again from the donor's checkpoint
+                self.applied[trial].append(exploit["iteration"])
             if trial in self.trials:
                 self._show_result(self.trials[trial], results[-1])
         return decision
+
+    def _seen(self, trial: str, attempt: int) -> int:
+        """The highest ``training_iteration`` of ``trial`` already applied, as ``attempt`` counts: results at or
+        below it are not new. An attempt after a PBT exploit starts over at the donor's iteration."""
+        applied = self.applied.get(trial)
+        if applied is None:
+            return 0
+        return applied[3] if len(applied) > 3 and attempt > applied[2] else applied[0]
 
     def _apply_end(self, trial: str, result: dict | None, how: str) -> None:
         self.ended.add(trial)
@@ -490,7 +524,8 @@ class ExperimentController:
             return None
         if state.phase in TERMINAL or self.stop_reason or self.spec.suspend:
             return "pause" if self.spec.suspend and state.phase not in TERMINAL else "stop"
-        seen, decision, decided_by = self.applied.get(trial, [0, "continue", attempt])
+        _, decision, decided_by = self.applied.get(trial, [0, "continue", attempt])[:3]
+        seen = self._seen(trial, attempt)
         fresh = [r for r in results if not (is_number(r.get("training_iteration"))
                                             and r["training_iteration"] <= seen)]
         if fresh:  # a re-sent batch, or iterations a retry runs again, never reach the scheduler twice
@@ -677,6 +712,7 @@ class ExperimentController:
             elif pod.phase == "Pending" and not pod.waiting and trial.status.get("reason") in WAITING_CAUSES:
                 self._set(trial, now, reason="Starting", message=None)  # the cause went away
         stop_reason = self.stop_reason = self.stopping_reason(now)  # outcomes of this pass count too
+        self._perturb(plan, now, stop_reason, suspended)
         self._resume_paused(plan, now, stop_reason, suspended)
         self._new_trials(plan, now, stop_reason, suspended)
         self._collect(plan, pods)
@@ -723,7 +759,38 @@ class ExperimentController:
         return trial_object(self.namespace, trial.name, trial.uid, trial.index, trial.config)
 
     def _pod(self, trial: TrialState) -> dict:
-        return build_pod(self.experiment, self._trial_object(trial), trial.attempt, self.settings)
+        return build_pod(self.experiment, self._trial_object(trial), trial.attempt, self.settings,
+                         restore_from=trial.restore_from)
+
+    def _perturb(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
+        """Carry out the PBT exploits of trials now paused for them: the explored config, the donor's
+        checkpoint to restore, a new attempt (docs/ray-tune.md, PBT)."""
+        for name, exploit in list(self.exploits.items()):
+            trial = self.trials.get(name)
+            if trial is None or trial.phase in TERMINAL or trial.attempt > exploit["attempt"]:
+                del self.exploits[name]  # ended, or carried out before a restart
+                continue
+            if trial.phase != "Paused" or stop_reason or suspended or self._active() >= self._limit():
+                continue
+            del self.exploits[name]
+            uri = checkpoint_uri(experiment_trial_dir(self.experiment, self.settings, exploit["donor"]),
+                                 exploit["iteration"])
+            changed = sorted(k for k in set(exploit["config"]) | set(exploit["oldConfig"])
+                             if exploit["config"].get(k) != exploit["oldConfig"].get(k))
+            record = {"donor": exploit["donor"], "iteration": exploit["iteration"], "time": _now_iso(now),
+                      "operations": exploit["operations"],
+                      "oldConfig": {k: exploit["oldConfig"].get(k) for k in changed},
+                      "newConfig": {k: exploit["config"].get(k) for k in changed}}
+            trial.config, trial.restore_from = dict(exploit["config"]), uri
+            lineage = (trial.status.get("perturbations") or [])[-(MAX_PERTURBATIONS_KEPT - 1):] + [record]
+            self._set(trial, now, phase="Pending", reason="Perturbed", attempt=trial.attempt + 1, message=None,
+                      config=trial.config, restoreFrom=uri, perturbations=lineage, iteration=exploit["iteration"],
+                      checkpoint={"uri": uri, "iteration": exploit["iteration"]})
+            explored = ", ".join(f"{k} {record['oldConfig'][k]!r} -> {record['newConfig'][k]!r}" for k in changed)
+            plan.events.append((trial.name, "Normal", "TrialPerturbed",
+                                f"exploit: restoring {exploit['donor']} at iteration {exploit['iteration']}; "
+                                f"explore: {explored or 'config unchanged'}"))
+            self._create_pod(plan, trial, now)
 
     def _active(self) -> int:
         return sum(1 for t in self.trials.values() if t.phase in ("Pending", "Running"))
@@ -788,7 +855,8 @@ class ExperimentController:
         if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial
             names = [m["metadata"]["name"] for m in plan.create_trials]
             span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
-            plan.events.append((None, "Normal", "TrialsCreated", f"created {len(names)} trial{'s' * (len(names) > 1)}: {span}"))
+            plan.events.append((None, "Normal", "TrialsCreated",
+                                f"created {len(names)} trial{'s' * (len(names) > 1)}: {span}"))
 
     def _statuses(self, plan: Plan, now: float) -> None:
         interval = self.settings.status.write_interval_s

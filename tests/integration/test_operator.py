@@ -268,3 +268,36 @@ def test_operator_killed_mid_experiment_finishes_without_duplicates(cluster, ope
     for name in found:
         assert [r["training_iteration"] for r in result_lines(s3, namespace, "survivor", name)] == [1, 2, 3, 4, 5]
     assert exp["status"]["bestTrial"]["metricValue"] == 30.0
+
+
+def test_pbt_restarts_the_worst_trial_from_the_best_ones_checkpoint_with_an_explored_config(
+        cluster, operator, custom, core, s3, namespace, storage_secret):
+    mutations = {"x": [1, 2, 3, 4]}
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
+        "pbt", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3, 4]}, "sleep": 0.3},
+        maxConcurrentTrials=4, stop={"training_iteration": 8}, checkpoint={"frequency": 0, "atEnd": True},
+        scheduler={"name": "pbt", "params": {"time_attr": "training_iteration", "perturbation_interval": 2,
+                                             "hyperparam_mutations": mutations, "resample_probability": 0.0}}))
+    wait_for(lambda: phase_is(custom, namespace, "pbt", "Succeeded", "Failed"), timeout=240,
+             what="the PBT experiment to finish")
+    exp = get(custom, namespace, "experiments", "pbt")
+    assert exp["status"]["phase"] == "Succeeded", exp["status"]
+    found = trials(custom, namespace)
+    perturbed = {name: t for name, t in found.items() if t["status"].get("perturbations")}
+    assert perturbed, {name: t["status"].get("reason") for name, t in found.items()}
+    for name, trial in perturbed.items():
+        status = trial["status"]
+        last = status["perturbations"][-1]
+        donor_dir = trial_prefix(s3, S3_BUCKET, "experiments", namespace, "pbt", last["donor"])
+        assert status["restoreFrom"] == f"s3://{S3_BUCKET}/{donor_dir}/checkpoint_{last['iteration']:06d}"
+        assert status["config"]["x"] in mutations["x"] and status["config"] != trial["spec"]["config"]
+        lines = result_lines(s3, namespace, "pbt", name)
+        iterations = [r["training_iteration"] for r in lines]
+        assert iterations == list(range(1, 9)), iterations  # one lineage: up to the donor's iteration, then on
+        # from the donor's iteration on, the score is the donor's checkpoint plus the new x per step
+        donor_score = next(r["score"] for r in result_lines(s3, namespace, "pbt", last["donor"])
+                           if r["training_iteration"] == last["iteration"])
+        after = [r for r in lines if r["training_iteration"] > last["iteration"]]
+        if len(status["perturbations"]) == 1 and after:
+            assert after[0]["score"] == donor_score + status["config"]["x"]
+    assert events(core, namespace, "TrialPerturbed")

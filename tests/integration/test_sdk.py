@@ -228,6 +228,11 @@ def test_the_kubetune_command(operator, custom, namespace, storage_secret, sdk_e
     assert "trial ends" in log and kubetune_cli("logs", "cli-00001", "-f", *ns, env=sdk_env).stdout == log
     gone = kubetune_cli("logs", "cli-00001", "--attempt", "5", *ns, env=sdk_env, check=False)
     assert gone.returncode == 3 and "is gone" in gone.stderr
+    ran = kubetune_cli("run", "tests.integration.trainables:Counter", "--name", "cli-fn", "--config",
+                       '{"x": {"grid_search": [1, 2]}}', "--stop", '{"training_iteration": 2}', "--metric", "score",
+                       "--mode", "max", "--storage", storage(storage_secret)["uri"], "--secret", storage_secret, *ns,
+                       env=sdk_env)
+    assert json.loads(ran.stdout) == {"best_config": {"x": 2}}
     kubetune_cli("suspend", "cli", *ns, env=sdk_env)
     assert experiment(custom, namespace, "cli")["spec"]["suspend"] is True
     kubetune_cli("resume", "cli", *ns, env=sdk_env)

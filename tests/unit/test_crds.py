@@ -115,7 +115,8 @@ def test_enums():
     spec = _spec("Experiment")["properties"]
     assert spec["mode"]["enum"] == ["max", "min"]
     assert spec["searchAlgorithm"]["properties"]["name"]["enum"] == ["basic", "random", "optuna"]
-    assert spec["scheduler"]["properties"]["name"]["enum"] == ["fifo", "asha", "median_stopping_rule", "hyperband"]
+    assert spec["scheduler"]["properties"]["name"]["enum"] == ["fifo", "asha", "median_stopping_rule", "hyperband",
+                                                                "pbt"]
     assert tuple(_status("Experiment")["properties"]["phase"]["enum"]) == status.EXPERIMENT_PHASES
     assert tuple(_status("Trial")["properties"]["phase"]["enum"]) == status.TRIAL_PHASES
 

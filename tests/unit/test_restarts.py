@@ -75,6 +75,8 @@ class World:
         self.pods: dict[str, PodView] = {}
         self.runs: dict[str, int] = {}  # running pod -> iterations done
         self.checkpoint: dict[str, int] = {}  # trial -> iteration of its latest checkpoint
+        self.lineage: dict[str, str | None] = {}  # trial -> the restoreFrom its latest checkpoint descends from
+        self.pod_env: dict[str, dict] = {}  # pod -> its KUBETUNE_ variables
         self.store = ConfigMaps()
         self.kill_at, self.step, self.kills = sorted(kill_at), 0, 0
         self.decisions: dict[tuple[str, int], str] = {}  # (trial, iteration) -> decision the pod acted on
@@ -134,24 +136,30 @@ class World:
                 trial = labels["kubetune.io/trial"]
                 self.pods[name] = PodView(name, trial, int(labels["kubetune.io/attempt"]), "Running",
                                           owner_uid=f"uid-{trial}")
-                self.runs[name] = self.checkpoint.get(trial, 0)
+                env = {e["name"]: e.get("value") for e in manifest["spec"]["containers"][0]["env"]}
+                self.pod_env[name] = env
+                restore_from = env.get("KUBETUNE_RESTORE_FROM")  # a PBT exploit: the donor's checkpoint
+                own = self.checkpoint.get(trial, 0) if self.lineage.get(trial) == restore_from else 0
+                self.runs[name] = own or (int(restore_from.rsplit("_", 1)[1]) if restore_from else 0)
         for name, patch in plan.trial_status.items():
             merge(self.trials[name].setdefault("status", {}), patch)
         assert not plan.delete_pods
 
     def train(self, pod: PodView):
         """One step of a running trial pod: report, obey, end as the runtime does."""
-        trial = self.trials[pod.trial]
+        env = self.pod_env[pod.name]
+        config, lineage = json.loads(env["KUBETUNE_CONFIG"]), env.get("KUBETUNE_RESTORE_FROM")
         iteration = self.runs[pod.name] + 1
-        decision = self.send(pod, {"training_iteration": iteration, "score": score(trial["spec"]["config"], iteration)})
-        previous = self.decisions.setdefault((pod.trial, iteration), decision)
+        decision = self.send(pod, {"training_iteration": iteration, "score": score(config, iteration)})
+        previous = self.decisions.setdefault((pod.trial, lineage, iteration), decision)
         assert previous == decision, (pod.trial, iteration, previous, decision)
         self.runs[pod.name] = self.checkpoint[pod.trial] = iteration
+        self.lineage[pod.trial] = lineage
         outcome = OUTCOME_COMPLETED if iteration >= MAX_ITER else \
             {"stop": OUTCOME_STOPPED, "pause": OUTCOME_PAUSED}.get(decision)
         if outcome:
             pod.phase, pod.message = "Succeeded", json.dumps({"outcome": outcome, "iteration": iteration, "result": {
-                "training_iteration": iteration, "score": score(trial["spec"]["config"], iteration)}})
+                "training_iteration": iteration, "score": score(config, iteration)}})
             del self.runs[pod.name]
 
     def run(self, rounds: int = 400) -> dict:
@@ -165,7 +173,7 @@ class World:
                     self.train(pod)
             self.now += 1.0
         assert self.ctl.finished, "the experiment did not finish"
-        return {name: {"config": t["spec"]["config"], "phase": t["status"]["phase"],
+        return {name: {"config": t["status"].get("config", t["spec"]["config"]), "phase": t["status"]["phase"],
                        "reason": t["status"].get("reason"), "iteration": t["status"].get("iteration"),
                        "attempt": t["status"].get("attempt")}
                 for name, t in sorted(self.trials.items())}
@@ -177,6 +185,8 @@ SCHEDULERS = {
     "hyperband": {"name": "hyperband", "params": {"max_t": MAX_ITER, "reduction_factor": 3}},
     "median": {"name": "median_stopping_rule", "params": {"time_attr": "training_iteration", "grace_period": 2,
                                                           "min_samples_required": 2}},
+    "pbt": {"name": "pbt", "params": {"time_attr": "training_iteration", "perturbation_interval": 2,
+                                      "hyperparam_mutations": {"x": {"uniform": [0, 1]}, "y": [1, 2, 3]}}},
 }
 SEARCHERS = {
     "basic": {"name": "basic", "seed": 7},

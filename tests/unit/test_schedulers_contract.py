@@ -13,7 +13,9 @@ import math
 
 import pytest
 
-from kubetune_operator.schedulers import CONTINUE, PAUSE, SCHEDULERS, STOP, TrialScheduler, create_scheduler
+from kubetune_operator.schedulers import (
+    CHECKPOINT, CONTINUE, PAUSE, SCHEDULERS, STOP, TrialScheduler, create_scheduler,
+)
 
 MAX_T = 9
 END = 12  # a trial's own last iteration, beyond max_t
@@ -22,6 +24,8 @@ CONFIGS = {
     "asha": {"max_t": MAX_T, "grace_period": 1, "reduction_factor": 3},
     "median_stopping_rule": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
     "hyperband": {"max_t": MAX_T, "reduction_factor": 3},
+    "pbt": {"time_attr": "training_iteration", "perturbation_interval": 2,
+            "hyperparam_mutations": {"lr": {"loguniform": [1e-4, 1e-1]}}},
 }
 QUALITY = [0.5, 0.9, 0.1, 0.7, 0.3, 0.8, 0.2, 0.6, 0.4]  # nine trials; index 1 is the best
 
@@ -60,9 +64,9 @@ def simulate(name: str, restart_at: int | None = None, qualities: list[float] = 
             t[trial_id] += 1
             last = result(t[trial_id], qualities[ids.index(trial_id)])
             decision = scheduler.on_trial_result(trial_id, last)
-            assert decision in (CONTINUE, PAUSE, STOP)
+            assert decision in (CONTINUE, CHECKPOINT, PAUSE, STOP)
             log.append((trial_id, t[trial_id], decision))
-            if decision == STOP or (decision == CONTINUE and t[trial_id] >= END):
+            if decision == STOP or (decision in (CONTINUE, CHECKPOINT) and t[trial_id] >= END):
                 status[trial_id] = "stopped" if decision == STOP else "completed"
                 scheduler.on_trial_complete(trial_id, last)
             elif decision == PAUSE:

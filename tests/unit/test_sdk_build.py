@@ -10,7 +10,7 @@ import pytest
 
 import kubetune as tune
 from kubetune import shipping
-from kubetune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule
+from kubetune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
 from kubetune.search import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, parse_space
 from kubetune.stopper import (
     CombinedStopper, ExperimentPlateauStopper, FunctionStopper, MaximumIterationStopper, TimeoutStopper,
@@ -47,7 +47,7 @@ def test_tune_namespace_has_what_a_ray_script_imports():
 
 
 @pytest.mark.parametrize("module, name", [(tune, "Callback"), (tune, "PlacementGroupFactory"),
-                                          (tune.schedulers, "PopulationBasedTraining"),
+                                          (tune.schedulers, "PB2"),
                                           (tune.search, "HyperOptSearch")])
 def test_names_kubetune_cannot_honour_say_why_and_what_instead(module, name):
     with pytest.raises(NotImplementedError, match=f"{name} is not supported by kubetune: .*; use "):
@@ -61,11 +61,20 @@ def test_unknown_names_are_attribute_errors():
 
 def test_scheduler_specs_are_accepted_by_the_operators_schedulers():
     for spec in (ASHAScheduler(max_t=27, grace_period=3, reduction_factor=3), HyperBandScheduler(max_t=9),
-                 MedianStoppingRule(grace_period=1.0, hard_stop=False)):
+                 MedianStoppingRule(grace_period=1.0, hard_stop=False),
+                 PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                         hyperparam_mutations={"lr": tune.loguniform(1e-4, 1e-1), "bs": [16, 32]})):
         body = spec.to_spec()
         scheduler = create_scheduler(body["name"], "acc", "max", **body["params"])
-        assert type(scheduler).__name__ in ("AsyncHyperBandScheduler", "HyperBandScheduler", "MedianStoppingRule")
+        assert type(scheduler).__name__ == type(spec).__name__.replace("ASHA", "AsyncHyperBand")
     assert ASHAScheduler(max_t=27).to_spec()["params"]["max_t"] == 27
+
+
+def test_pbt_refuses_user_code():
+    with pytest.raises(ValueError, match="custom_explore_fn is user code"):
+        PopulationBasedTraining(custom_explore_fn=lambda c: c)
+    with pytest.raises(ValueError, match="functions in hyperparam_mutations"):
+        PopulationBasedTraining(hyperparam_mutations={"lr": lambda: 0.1})
 
 
 def test_median_rule_min_time_slice_is_refused():

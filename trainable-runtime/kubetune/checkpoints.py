@@ -48,6 +48,13 @@ def checkpoint_uri(trial_dir_uri: str, iteration: int) -> str:
     return join_uri(trial_dir_uri, f"checkpoint_{iteration:06d}")
 
 
+def parse_checkpoint_uri(uri: str) -> tuple[str, int] | None:
+    """``(trial dir URI, iteration)`` of a checkpoint directory URI (any generation), or None if it is not one."""
+    parent, _, name = join_uri(uri).rpartition("/")
+    match = _CHECKPOINT_DIR.fullmatch(name)
+    return (parent, int(match.group(1))) if match else None
+
+
 def checkpoint_dir_of(uri: str) -> str:
     """The checkpoint directory holding ``uri`` (a file inside it, or the directory), else ``uri`` itself."""
     match = _CHECKPOINT_IN_URI.match(uri.rstrip("/"))

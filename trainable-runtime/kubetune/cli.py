@@ -119,10 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_trainable(args: argparse.Namespace) -> int:
     from kubetune.tuner import run
 
+    storage = {"uri": args.storage, "credentialsSecret": args.secret} if args.storage else None
     analysis = run(args.target, name=args.name, config=json.loads(args.config or "{}"), num_samples=args.num_samples,
                    metric=args.metric, mode=args.mode, stop=json.loads(args.stop) if args.stop else None,
-                   namespace=args.namespace, context=args.context, image=args.image, storage=args.storage,
-                   raise_on_failed_trial=False)
+                   namespace=args.namespace, context=args.context, image=args.image, storage=storage,
+                   raise_on_failed_trial=False, verbose=1 if args.watch else 0)
     if args.metric and args.mode:
         print(json.dumps({"best_config": analysis.get_best_config(args.metric, args.mode)}, sort_keys=True))
     return FAILED if any(t.error for t in analysis.trials) else OK
@@ -226,14 +227,17 @@ def parser() -> argparse.ArgumentParser:
     p = add("run", cmd_run, "create an Experiment from a manifest, or run module:Trainable with tune.run")
     p.add_argument("target", help="experiment.yaml, or an import path module:Trainable available in the image")
     p.add_argument("--name", help="Experiment name (default: the manifest's, or <trainable>-<date>)")
-    p.add_argument("--watch", action="store_true", help="show the live table until the Experiment ends")
+    p.add_argument("--watch", action="store_true",
+                   help="show the live table until the Experiment ends (module:Trainable runs always wait for the end; "
+                        "--watch shows the table)")
     p.add_argument("--config", help="module:Trainable only: the parameter space as JSON")
     p.add_argument("--num-samples", type=int, default=1)
     p.add_argument("--metric")
     p.add_argument("--mode", choices=("min", "max"))
     p.add_argument("--stop", help="stop criteria as JSON, e.g. '{\"training_iteration\": 10}'")
     p.add_argument("--image")
-    p.add_argument("--storage", help="storage URI, e.g. s3://bucket/prefix")
+    p.add_argument("--storage", help="storage URI, e.g. s3://bucket/prefix (default: $KUBETUNE_STORAGE_URI)")
+    p.add_argument("--secret", help="Secret with the trial pods' storage credentials (spec.storage.credentialsSecret)")
     p = add("get", cmd_get, "list Experiments, or show one with its trials", ("json", "yaml", "wide"))
     p.add_argument("name", nargs="?")
     add("watch", cmd_watch, "show an Experiment's live table until it ends").add_argument("name")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kubetune.specs import AlgorithmSpec, unsupported_names
 
 __all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
-           "MedianStoppingRule"]
+           "MedianStoppingRule", "PopulationBasedTraining"]
 
 
 class TrialScheduler(AlgorithmSpec):
@@ -104,10 +104,64 @@ class MedianStoppingRule(TrialScheduler):
                          min_samples_required=min_samples_required, hard_stop=hard_stop)
 
 
+class PopulationBasedTraining(TrialScheduler):
+    """Population Based Training (Jaderberg et al. 2017), Ray's asynchronous ``PopulationBasedTraining``.
+
+    The worst trials restart from the best ones' checkpoints with explored configs (the operator's
+    ``pbt`` scheduler; see ``docs/ray-tune.md`` for where it differs from Ray).
+
+    Args:
+        time_attr: result key of progress.
+        metric: result key to optimize; None uses the experiment's.
+        mode: ``"min"`` or ``"max"``; None uses the experiment's.
+        perturbation_interval: perturb at most every this much ``time_attr``.
+        burn_in_period: no perturbation before this ``time_attr``.
+        hyperparam_mutations: key → list of values, a domain (``tune.uniform(...)``) or a nested dict
+            of those. Functions are user code the operator does not run: refused.
+        quantile_fraction: top and bottom fraction, 0..0.5.
+        resample_probability: 0..1.
+        perturbation_factors: factors of a perturbed number.
+        custom_explore_fn: must be None (user code).
+        log_config: accepted; each exploit is in the Trial's ``status.perturbations`` and a
+            ``TrialPerturbed`` event.
+        require_attrs: as Ray's.
+        synch: must be False.
+        seed: kubetune's: seeds the donor and explore choices (a restarted operator decides the same).
+
+    Raises:
+        ValueError: a function among the mutations, ``custom_explore_fn`` or ``synch``.
+    """
+
+    name = "pbt"
+
+    def __init__(self, time_attr: str = "time_total_s", metric: str | None = None, mode: str | None = None,
+                 perturbation_interval: float = 60.0, burn_in_period: float = 0.0,
+                 hyperparam_mutations: dict | None = None, quantile_fraction: float = 0.25,
+                 resample_probability: float = 0.25, perturbation_factors: tuple = (1.2, 0.8),
+                 custom_explore_fn=None, log_config: bool = True, require_attrs: bool = True, synch: bool = False,
+                 seed: int | None = None):
+        from kubetune.search.sample import space_spec
+
+        if custom_explore_fn is not None:
+            raise ValueError("PopulationBasedTraining: custom_explore_fn is user code, which the operator does not "
+                             "run; express the mutations in hyperparam_mutations")
+        if synch:
+            raise ValueError("PopulationBasedTraining: synch=True is not supported (kubetune runs PBT asynchronously)")
+        if callable(hyperparam_mutations) or any(callable(v) and not hasattr(v, "to_spec")
+                                                 for v in (hyperparam_mutations or {}).values()):
+            raise ValueError("PopulationBasedTraining: functions in hyperparam_mutations are user code, which the "
+                             "operator does not run; use a list or a domain such as tune.uniform(0, 1)")
+        super().__init__(metric, mode, time_attr=time_attr, perturbation_interval=perturbation_interval,
+                         burn_in_period=burn_in_period,
+                         hyperparam_mutations=space_spec(hyperparam_mutations or {}, "hyperparam_mutations"),
+                         quantile_fraction=quantile_fraction, resample_probability=resample_probability,
+                         perturbation_factors=list(perturbation_factors), require_attrs=require_attrs, seed=seed)
+        self.log_config = log_config
+
+
 __getattr__ = unsupported_names(__name__, {
-    "PopulationBasedTraining": ("the operator has no PBT yet", "AsyncHyperBandScheduler or HyperBandScheduler"),
-    "PopulationBasedTrainingReplay": ("the operator has no PBT yet", "a fixed config"),
-    "PB2": ("the operator has no PBT yet", "AsyncHyperBandScheduler"),
+    "PopulationBasedTrainingReplay": ("replaying a PBT policy is not available yet", "a fixed config"),
+    "PB2": ("PB2's GP-bandit explore is not available yet", "PopulationBasedTraining"),
     "HyperBandForBOHB": ("BOHB's searcher is not available", "HyperBandScheduler with OptunaSearch"),
     "ResourceChangingScheduler": ("a trial's pod resources are fixed when the pod is created",
                                   "resources_per_trial"),

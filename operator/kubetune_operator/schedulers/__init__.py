@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler
+from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, STOP, TrialScheduler
 from kubetune_operator.search.registry import create_registered, registered_class
 
-__all__ = ["CONTINUE", "PAUSE", "STOP", "TrialScheduler", "SCHEDULERS", "scheduler_class", "create_scheduler"]
+__all__ = ["CHECKPOINT", "CONTINUE", "PAUSE", "STOP", "TrialScheduler", "SCHEDULERS", "scheduler_class",
+           "create_scheduler"]
 
 #: Name → ``"module:Class"``.
 SCHEDULERS: dict[str, str] = {
@@ -23,6 +24,7 @@ SCHEDULERS: dict[str, str] = {
     "asha": "kubetune_operator.schedulers.asha:AsyncHyperBandScheduler",
     "median_stopping_rule": "kubetune_operator.schedulers.median_stopping:MedianStoppingRule",
     "hyperband": "kubetune_operator.schedulers.hyperband:HyperBandScheduler",
+    "pbt": "kubetune_operator.schedulers.pbt:PopulationBasedTraining",
 }
 
 

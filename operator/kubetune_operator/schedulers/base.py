@@ -1,8 +1,9 @@
 """The trial-scheduler interface (Ray Tune's ``TrialScheduler``) and its decisions.
 
 Owns :class:`TrialScheduler`, the base of every scheduler in
-``kubetune_operator.schedulers``, and the decisions ``CONTINUE``, ``PAUSE`` and
-``STOP``, spelled as the collector sends them to the runtime
+``kubetune_operator.schedulers``, and the decisions ``CONTINUE``, ``CHECKPOINT``
+(continue after a checkpoint of this result, as PBT asks of its top trials), ``PAUSE``
+and ``STOP``, spelled as the collector sends them to the runtime
 (``kubetune.env.DECISIONS``). Callers: the collector (``on_trial_result`` for
 every result it receives, replying with the decision) and the reconcile loop
 (``on_trial_add`` when it creates a Trial, ``on_trial_complete`` /
@@ -20,9 +21,10 @@ from typing import Sequence
 
 from kubetune_operator.search.base import check_mode
 
-__all__ = ["CONTINUE", "PAUSE", "STOP", "TrialScheduler", "is_number"]
+__all__ = ["CHECKPOINT", "CONTINUE", "PAUSE", "STOP", "TrialScheduler", "is_number"]
 
 CONTINUE = "continue"
+CHECKPOINT = "checkpoint"
 PAUSE = "pause"
 STOP = "stop"
 

@@ -39,7 +39,8 @@ from pathlib import Path
 
 from kubetune.checkpoint import find_checkpoint_dir
 from kubetune.checkpoints import (
-    apply_retention, checkpoint_dir_of, commit_checkpoint, list_checkpoints, restore_checkpoint,
+    apply_retention, checkpoint_dir_of, commit_checkpoint, is_committed, list_checkpoints, parse_checkpoint_uri,
+    read_commit, restore_checkpoint,
 )
 from kubetune.env import TrialEnv
 from kubetune.reporter import FENCED, Reporter, json_default
@@ -54,6 +55,9 @@ log = logging.getLogger(__name__)
 #: Reasons a trial attempt ends normally (all exit 0).
 DONE, STOP_CRITERIA, STOP, PAUSE, TERMINATED = "done", "stop criteria", "stop", "pause", "terminated"
 _ALWAYS_CHECKPOINT = (PAUSE, TERMINATED)
+#: Longest wait for a ``restoreFrom`` checkpoint to be committed (a PBT donor commits it just after the
+#: result that made it a donor), in seconds.
+RESTORE_FROM_WAIT_S = 120.0
 
 
 class Abandoned(Exception):
@@ -120,20 +124,30 @@ class TrialRunner:
         self.results.start_background_sync()
 
     def _restore(self) -> int:
-        """Restore the trial's latest committed checkpoint, else ``restoreFrom``; return the iteration.
+        """Restore the trial's latest committed checkpoint of its current lineage, else ``restoreFrom``;
+        return the iteration.
 
         The trial's own checkpoint wins: a retry or resume continues where this trial got to, and
-        ``restoreFrom`` only seeds its first attempt. A committed checkpoint that cannot be restored
-        (files missing or cut short in storage, or ``load_checkpoint`` failing on it) is skipped with a
-        warning for the next newest one, so one corrupt checkpoint does not fail every retry.
+        ``restoreFrom`` only seeds the lineage. With ``restoreFrom`` set (a PBT exploit, or
+        ``spec.restoreFrom``), only own checkpoints taken since that restore count (their commit
+        records it as ``restored_from``): those from before the exploit belong to a lineage the trial
+        left. A ``restoreFrom`` not committed yet (the donor commits it after the result that made it
+        a donor) is waited for up to :data:`RESTORE_FROM_WAIT_S`, then the donor's newest committed
+        checkpoint at or below that iteration is taken. A committed checkpoint that cannot be restored
+        (files missing or cut short in storage, or ``load_checkpoint`` failing on it) is skipped with
+        a warning for the next newest one, so one corrupt checkpoint does not fail every retry.
 
         Raises:
             Exception: no checkpoint could be restored (the newest one's error).
         """
         committed, _ = list_checkpoints(self.storage, self.env.trial_dir_uri)
-        candidates = [ref.uri for ref in reversed(committed)]
-        if not candidates and self.env.restore_from:
-            candidates = [checkpoint_dir_of(self.env.restore_from)]
+        own = [ref.uri for ref in reversed(committed)]
+        if self.env.restore_from:
+            own = [uri for uri in own
+                   if ((read_commit(self.storage, uri) or {}).get("metadata") or {}).get("restored_from")
+                   == self.env.restore_from]
+        candidates = own or ([self._donor_checkpoint(checkpoint_dir_of(self.env.restore_from))]
+                             if self.env.restore_from else [])
         if not candidates:
             log.info("no committed checkpoint; starting at iteration 0")
             return 0
@@ -146,6 +160,23 @@ class TrialRunner:
                 log.warning("cannot restore %s (%s: %s); trying the next newest checkpoint", uri,
                             type(exc).__name__, exc)
         raise first_error
+
+    def _donor_checkpoint(self, uri: str) -> str:
+        """``uri`` once committed (waiting up to :data:`RESTORE_FROM_WAIT_S`), else the newest committed
+        checkpoint of its trial at or below its iteration, else ``uri`` (whose restore then fails)."""
+        deadline = time.monotonic() + RESTORE_FROM_WAIT_S
+        while not is_committed(self.storage, uri) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if is_committed(self.storage, uri):
+            return uri
+        parsed = parse_checkpoint_uri(uri)
+        committed, _ = list_checkpoints(self.storage, parsed[0]) if parsed else ([], [])
+        older = [ref for ref in committed if ref.iteration <= parsed[1]] if parsed else []
+        if older:
+            log.warning("%s is not committed after %.0f s; restoring %s instead", uri, RESTORE_FROM_WAIT_S,
+                        older[-1].uri)
+            return older[-1].uri
+        return uri
 
     def _restore_from(self, uri: str) -> int:
         local = self.workdir / "restore" / uri.rsplit("/", 1)[-1]
@@ -295,6 +326,7 @@ class TrialRunner:
                     "iteration": iteration, "path": path[len(local_dir) + 1:].replace(os.sep, "/"),
                     "last_result": json.loads(json.dumps(last_result, default=json_default)),
                     "experiment_id": state.get("experiment_id"), "attempt": self.env.attempt,
+                    "restored_from": self.env.restore_from,  # the lineage: see _restore
                 })
             finally:
                 shutil.rmtree(save_root, ignore_errors=True)

@@ -1,0 +1,230 @@
+"""The ``pbt`` scheduler: Population Based Training (Ray's ``PopulationBasedTraining``, asynchronous).
+
+Owns :class:`PopulationBasedTraining` and :func:`explore`. Algorithm: Jaderberg et al., "Population
+Based Training of Neural Networks" (2017); parameters, quantiles, exploit and explore rules as Ray
+Tune 2.x ``schedulers/pbt.py`` with ``synch=False``. Created through
+``kubetune_operator.schedulers.create_scheduler``; the collector calls ``on_trial_result`` for every
+result, and the controller takes each exploit (:meth:`PopulationBasedTraining.take_exploit`) to
+restart the trial from the donor's checkpoint with the explored config (docs/ray-tune.md, PBT).
+
+Every ``perturbation_interval`` of ``time_attr`` (after ``burn_in_period``) a trial's result is
+ranked among the live trials' last perturbation scores: a trial in the top ``quantile_fraction``
+is told to checkpoint (``checkpoint``, Ray saves it then), one in the bottom quantile copies a
+random top trial: it is paused, and its next attempt restores that trial's checkpoint with the
+donor's config explored. Random choices use an RNG seeded by ``(seed, trial, its perturbation
+number)``, never a shared stream, so a restarted operator that replays its journal decides the same.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from typing import Any
+
+from kubetune.search import Domain, parse_space
+from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, TrialScheduler, is_number
+from kubetune_operator.search.base import check_mode, decode_number, encode_number
+
+__all__ = ["PopulationBasedTraining", "explore"]
+
+
+def explore(config: dict, mutations: dict, resample_probability: float, perturbation_factors: list[float],
+            rng: random.Random) -> tuple[dict, dict]:
+    """Ray's explore step: return ``(new config, operations)`` from ``config`` and ``mutations``.
+
+    Per key of ``mutations``: a nested dict recurses; a list resamples (probability
+    ``resample_probability``, or when the current value is not in it) or moves one step left or
+    right, clamped at the ends; a domain resamples (same probability) or multiplies the value by a
+    factor of ``perturbation_factors``, keeping ``int`` values ``int``. A key the config lacks is
+    sampled.
+
+    Args:
+        config: the donor's config (not modified).
+        mutations: ``hyperparam_mutations`` with :class:`Domain` objects (parsed).
+        resample_probability: 0..1.
+        perturbation_factors: factors, e.g. ``[1.2, 0.8]``.
+        rng: the random source.
+
+    Returns:
+        The new config and ``{key: "resample" | "shift left" | "shift right (noop)" | "* 1.2" ...}``.
+    """
+    new, operations = copy.deepcopy(config), {}
+    for key, distribution in mutations.items():
+        if isinstance(distribution, dict):
+            new[key], operations[key] = explore(config.get(key) or {}, distribution, resample_probability,
+                                                perturbation_factors, rng)
+        elif isinstance(distribution, list):
+            if key not in config or rng.random() < resample_probability or config[key] not in distribution:
+                new[key], operations[key] = rng.choice(distribution), "resample"
+            else:
+                shift = rng.choice([-1, 1])
+                old = distribution.index(config[key])
+                index = min(max(old + shift, 0), len(distribution) - 1)
+                new[key] = distribution[index]
+                operations[key] = f"shift {'left' if shift == -1 else 'right'}{' (noop)' if index == old else ''}"
+        else:
+            if key not in config or not is_number(config[key]) or rng.random() < resample_probability:
+                new[key], operations[key] = distribution.sample(rng), "resample"
+            else:
+                factor = rng.choice(perturbation_factors)
+                value = config[key] * factor
+                new[key] = int(value) if isinstance(config[key], int) else value
+                operations[key] = f"* {factor}"
+    return new, operations
+
+
+def _parse_mutations(mutations: Any, path: str = "hyperparam_mutations") -> dict:
+    if not isinstance(mutations, dict) or not mutations:
+        raise ValueError(f"{path} must be a non-empty object of key -> list, domain or nested object")
+    parsed = {}
+    for key, value in mutations.items():
+        where = f"{path}.{key}"
+        domain = parse_space(value, where)
+        if isinstance(domain, Domain) and domain.name != "sample_from":
+            parsed[key] = domain
+        elif isinstance(value, list) and value:
+            parsed[key] = list(value)
+        elif isinstance(value, dict) and value:
+            parsed[key] = _parse_mutations(value, where)
+        else:
+            raise ValueError(f"{where}: give a list of values, a domain such as {{\"uniform\": [0, 1]}} or a "
+                             "nested object")
+    return parsed
+
+
+class PopulationBasedTraining(TrialScheduler):
+    """Ray's asynchronous ``PopulationBasedTraining`` as a restart-safe operator scheduler.
+
+    Args:
+        metric: result key to optimize.
+        mode: ``"min"`` or ``"max"``.
+        time_attr: result key of progress, e.g. ``"training_iteration"``.
+        perturbation_interval: perturb at most every this much ``time_attr``, > 0.
+        burn_in_period: no perturbation before this ``time_attr``.
+        hyperparam_mutations: key → list of values, a domain (``{"uniform": [a, b]}``) or a nested
+            object of those.
+        quantile_fraction: top and bottom fraction, 0..0.5.
+        resample_probability: 0..1.
+        perturbation_factors: two or more positive factors (Ray's ``(1.2, 0.8)``).
+        require_attrs: as Ray's; a result without ``time_attr`` or the metric is skipped either way
+            (Ray raises when True; the operator never fails on a result).
+        synch: must be False (synchronous PBT waits for the whole population, which kubetune's
+            one-pod-per-trial scheduling does not do yet).
+        seed: seeds the random choices (donor, explore), with the trial and its perturbation number.
+
+    Raises:
+        ValueError: a bad parameter (the message names it).
+    """
+
+    def __init__(self, metric: str | None = None, mode: str | None = None, time_attr: str = "time_total_s",
+                 perturbation_interval: float = 60.0, burn_in_period: float = 0.0,
+                 hyperparam_mutations: dict | None = None, quantile_fraction: float = 0.25,
+                 resample_probability: float = 0.25, perturbation_factors: list | tuple = (1.2, 0.8),
+                 require_attrs: bool = True, synch: bool = False, seed: int = 0):
+        check_mode(metric, mode, required=True)
+        super().__init__(metric, mode)
+        if not is_number(perturbation_interval) or not perturbation_interval > 0:
+            raise ValueError(f"perturbation_interval must be a number > 0, got {perturbation_interval!r}")
+        if not is_number(burn_in_period) or burn_in_period < 0:
+            raise ValueError(f"burn_in_period must be a number >= 0, got {burn_in_period!r}")
+        if not is_number(quantile_fraction) or not 0 <= quantile_fraction <= 0.5:
+            raise ValueError(f"quantile_fraction must be between 0 and 0.5, got {quantile_fraction!r}")
+        if not is_number(resample_probability) or not 0 <= resample_probability <= 1:
+            raise ValueError(f"resample_probability must be between 0 and 1, got {resample_probability!r}")
+        factors = list(perturbation_factors)
+        if len(factors) < 2 or not all(is_number(f) and f > 0 for f in factors):
+            raise ValueError(f"perturbation_factors must be two or more positive numbers, got {perturbation_factors!r}")
+        if synch:
+            raise ValueError("synch=True is not supported: kubetune runs PBT asynchronously (synch=False)")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        self.time_attr, self.interval, self.burn_in = time_attr, perturbation_interval, burn_in_period
+        self.mutations = _parse_mutations(hyperparam_mutations)
+        self.quantile_fraction, self.resample_probability = quantile_fraction, resample_probability
+        self.factors, self.require_attrs, self.seed = factors, require_attrs, seed
+        # trial -> [last_perturbation_time, last_train_time, last_score, last_checkpoint iteration, perturbations]
+        self._state: dict[str, list] = {}
+        self._finished: set[str] = set()
+        self._exploits: dict[str, dict] = {}
+        self._configs: dict[str, dict] = {}  # each trial's current config: its first, then each exploit's
+        self.num_perturbations = 0
+
+    def on_trial_add(self, trial_id: str) -> None:
+        self._state.setdefault(trial_id, [0.0, 0.0, None, None, 0])
+
+    def set_trial_config(self, trial_id: str, config: dict) -> None:
+        """The config ``trial_id`` was created with (results reach the operator without it)."""
+        self._configs.setdefault(trial_id, copy.deepcopy(config))
+
+    def _quantiles(self) -> tuple[list[str], list[str]]:
+        """Ray's ``_quantiles``: (bottom, top) of the live trials with a score, worst first."""
+        trials = sorted((t for t, s in self._state.items() if s[2] is not None and t not in self._finished),
+                        key=lambda t: self._state[t][2])
+        if len(trials) <= 1:
+            return [], []
+        size = int(math.ceil(len(trials) * self.quantile_fraction))
+        if size > len(trials) / 2:
+            size = int(math.floor(len(trials) / 2))
+        return trials[:size], trials[len(trials) - size:]
+
+    def on_trial_result(self, trial_id: str, result: dict) -> str:
+        self.on_trial_add(trial_id)
+        time, value = result.get(self.time_attr), result.get(self.metric)
+        if not is_number(time) or not is_number(value):
+            return CONTINUE
+        state = self._state[trial_id]
+        if time < self.burn_in or time - state[0] < self.interval:
+            return CONTINUE
+        state[1], state[2], state[0] = time, self._metric_op * value, time
+        lower, upper = self._quantiles()
+        decision = CONTINUE
+        if trial_id in upper:
+            state[3] = result.get("training_iteration")
+            decision = CHECKPOINT
+        else:
+            state[3] = None
+        if trial_id in lower:
+            rng = random.Random(f"{self.seed}:{trial_id}:{state[4]}")
+            donor = rng.choice(upper)
+            donor_state = self._state[donor]
+            if donor_state[3] is None:
+                return decision  # Ray: no checkpoint of the donor yet, no exploit
+            config = self._configs.get(trial_id, {})
+            donor_config = self._configs.get(donor, {})
+            new_config, operations = explore(donor_config, self.mutations, self.resample_probability, self.factors,
+                                             rng)
+            self._exploits[trial_id] = {"donor": donor, "iteration": donor_state[3], "config": new_config,
+                                        "oldConfig": config, "donorConfig": donor_config, "operations": operations}
+            state[0], state[1], state[4] = donor_state[0], donor_state[1], state[4] + 1
+            self._configs[trial_id] = new_config
+            self.num_perturbations += 1
+            return PAUSE
+        return decision
+
+    def take_exploit(self, trial_id: str) -> dict | None:
+        """The exploit decided for ``trial_id`` by its last result, once (then forgotten): ``{"donor",
+        "iteration" (of the donor's checkpoint), "config" (explored), "oldConfig", "donorConfig",
+        "operations"}``; None when that result did not exploit."""
+        return self._exploits.pop(trial_id, None)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None) -> None:
+        self._finished.add(trial_id)
+
+    def on_trial_remove(self, trial_id: str) -> None:
+        self._finished.add(trial_id)
+
+    def get_state(self) -> dict:
+        """``{"trials": {trial: [...]}, "configs", "finished", "num_perturbations"}`` (scores encoded)."""
+        return {"trials": {t: [s[0], s[1], None if s[2] is None else encode_number(s[2]), s[3], s[4]]
+                           for t, s in self._state.items()},
+                "configs": copy.deepcopy(self._configs), "finished": sorted(self._finished),
+                "num_perturbations": self.num_perturbations}
+
+    def set_state(self, state: dict) -> None:
+        """Resume from :meth:`get_state` output."""
+        self._state = {t: [s[0], s[1], None if s[2] is None else decode_number(s[2]), s[3], s[4]]
+                       for t, s in state["trials"].items()}
+        self._configs = copy.deepcopy(state["configs"])
+        self._finished = set(state["finished"])
+        self.num_perturbations = state["num_perturbations"]
