@@ -36,9 +36,9 @@ from pathlib import Path
 
 import boto3
 import pandas as pd
+from moto_process import moto_server  # bench/moto_process.py, beside this script
 
 from kubetune import Trainable
-from moto_process import moto_server  # bench/moto_process.py, beside this script
 from kubetune.analysis import ExperimentAnalysis
 from kubetune.runtime.results import RESULT_FILE, ResultLog
 from kubetune.storage import join_uri, open_storage

@@ -38,7 +38,8 @@ from kubetune_operator.settings import Settings  # noqa: E402
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 NODE = "devcluster-node-0"
-SOURCE = "import kubetune\nclass Quick(kubetune.Trainable):\n    def step(self):\n        return {'score': self.config['x'], 'done': True}\n"
+SOURCE = ("import kubetune\nclass Quick(kubetune.Trainable):\n    def step(self):\n"
+          "        return {'score': self.config['x'], 'done': True}\n")
 
 
 def experiment(name: str, trials: int, cluster: Cluster) -> dict:
@@ -171,7 +172,8 @@ def main() -> int:
                 r.wait()
             core.patch_node(NODE, {"spec": {"unschedulable": True}})
             started_apply = time.monotonic()
-            custom.create_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", experiment("scale", n, cluster))
+            custom.create_namespaced_custom_object(GROUP, VERSION, "scale", "experiments",
+                                                   experiment("scale", n, cluster))
             for w in watchers:
                 w.join()
             offset = started_apply - started

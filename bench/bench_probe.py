@@ -48,7 +48,11 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_collector import (  # noqa: E402
-    NAMESPACE, TrialFeed, baseline_app, load_registry, reconcile_passes,
+    NAMESPACE,
+    TrialFeed,
+    baseline_app,
+    load_registry,
+    reconcile_passes,
 )
 from kubetune.env import COLLECTOR_RESULTS_PATH  # noqa: E402
 from kubetune_operator.collector import make_app  # noqa: E402

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 import boto3
+from moto_process import moto_server  # bench/moto_process.py, beside this script
 
 from kubetune import Trainable
-from moto_process import moto_server  # bench/moto_process.py, beside this script
 from kubetune.checkpoints import commit_checkpoint, restore_checkpoint
 from kubetune.env import CheckpointPolicy, TrialEnv
 from kubetune.reporter import Reporter

@@ -82,7 +82,8 @@ class Cluster:
         self.config = config or ClusterConfig()
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="devcluster-"))
-        self.state: dict = {"pids": {}, "ports": {}, "startTicks": {}, "config": asdict(self.config), "workdir": str(self.workdir)}
+        self.state: dict = {"pids": {}, "ports": {}, "startTicks": {}, "config": asdict(self.config),
+                            "workdir": str(self.workdir)}
         self._procs: dict[str, subprocess.Popen] = {}
 
     # ----- paths and exports -------------------------------------------------------------

@@ -24,7 +24,7 @@ IMAGE_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "VIRTUAL_ENV")
 def drain(response) -> None:
     """Read a raw (``_preload_content=False``) response to its end, so urllib3 returns the connection to
     its pool (an unread one is dropped, and the next call pays a new TLS handshake)."""
-    response.data
+    response.data  # noqa: B018 - reading it is the point
 
 
 class ConfigError(Exception):
@@ -155,9 +155,11 @@ def prepare_volumes(core: client.CoreV1Api, pod: dict, pod_dir: Path) -> dict[st
             for source in vol["projected"].get("sources") or []:
                 if "serviceAccountToken" in source:
                     sat = source["serviceAccountToken"]
-                    _write_items(target, {"t": _service_account_token(core, pod, sat)}, [{"key": "t", "path": sat["path"]}])
+                    _write_items(target, {"t": _service_account_token(core, pod, sat)},
+                                 [{"key": "t", "path": sat["path"]}])
                 elif "configMap" in source or "secret" in source:
-                    kind, src = ("secret", source["secret"]) if "secret" in source else ("configmap", source["configMap"])
+                    kind, src = (("secret", source["secret"]) if "secret" in source
+                                 else ("configmap", source["configMap"]))
                     data = _read(core, kind, ns, src["name"], src.get("optional", False)) or {}
                     _write_items(target, data, src.get("items"))
                 elif "downwardAPI" in source:

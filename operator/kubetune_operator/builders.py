@@ -17,8 +17,17 @@ from typing import Mapping
 from kubetune.env import TERMINATION_MESSAGE_PATH, TOKEN, CheckpointPolicy, TrialEnv, encode_trial_env
 
 from .labels import (
-    API_VERSION, LABEL_ATTEMPT, LABEL_EXPERIMENT, LABEL_MANAGED_BY, LABEL_TRIAL, MANAGED_BY,
-    TRIAL_CONTAINER, TRIAL_KIND, label_value, pod_name, trial_name,
+    API_VERSION,
+    LABEL_ATTEMPT,
+    LABEL_EXPERIMENT,
+    LABEL_MANAGED_BY,
+    LABEL_TRIAL,
+    MANAGED_BY,
+    TRIAL_CONTAINER,
+    TRIAL_KIND,
+    label_value,
+    pod_name,
+    trial_name,
 )
 from .settings import Settings
 

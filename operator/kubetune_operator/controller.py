@@ -31,18 +31,29 @@ from kubetune.stopping import should_stop
 
 from . import status as st
 from .builders import (
-    build_pod, build_token_secret, build_trial, experiment_trial_dir, sample_pod, token_secret_name, trial_object,
+    build_pod,
+    build_token_secret,
+    build_trial,
+    experiment_trial_dir,
+    sample_pod,
+    token_secret_name,
+    trial_object,
 )
 from .journal import Journal, JournalCorrupt, load
 from .labels import (
-    LABEL_ATTEMPT, LABEL_TRIAL, TRIAL_CONTAINER, label_value, pod_name, trial_name,
+    LABEL_ATTEMPT,
+    LABEL_TRIAL,
+    TRIAL_CONTAINER,
+    label_value,
+    pod_name,
+    trial_name,
 )
+from .lifecycle import STOP_REASON, transition
+from .podsecurity import violations
 from .schedulers import create_scheduler
 from .schedulers.base import is_number
 from .search import create_searcher
 from .settings import Settings
-from .lifecycle import STOP_REASON, transition
-from .podsecurity import violations
 from .spec import ExperimentSpec
 from .stoppers import create_stoppers
 from .tokens import mint_token

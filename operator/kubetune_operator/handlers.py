@@ -24,8 +24,17 @@ from . import status as st
 from .controller import InvalidSpec, pod_view
 from .kube import Kube, api_message
 from .labels import (
-    API_VERSION, EXPERIMENT_PLURAL, FINALIZER, GROUP, KOPF_ANNOTATION_PREFIX, LABEL_EXPERIMENT, LABEL_MANAGED_BY,
-    MANAGED_BY, TRIAL_KIND, VERSION, label_value,
+    API_VERSION,
+    EXPERIMENT_PLURAL,
+    FINALIZER,
+    GROUP,
+    KOPF_ANNOTATION_PREFIX,
+    LABEL_EXPERIMENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    TRIAL_KIND,
+    VERSION,
+    label_value,
 )
 from .registry import Registry
 from .settings import Settings

@@ -18,7 +18,14 @@ from kubernetes import client, config
 from .controller import Plan
 from .journal import LABEL_STATE, Write
 from .labels import (
-    EXPERIMENT_PLURAL, GROUP, LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, TRIAL_PLURAL, VERSION, label_value,
+    EXPERIMENT_PLURAL,
+    GROUP,
+    LABEL_EXPERIMENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    TRIAL_PLURAL,
+    VERSION,
+    label_value,
 )
 from .tokens import key_from_secret_data, key_secret_data, new_key
 
@@ -42,7 +49,7 @@ def api_message(exc: Exception) -> str:
 def _drain(response) -> None:
     """Read a raw response to its end, so urllib3 returns the connection to its pool (an unread one is
     dropped, and the next call pays a new TLS handshake)."""
-    response.data
+    response.data  # noqa: B018 - reading it is the point
 
 
 class Kube:

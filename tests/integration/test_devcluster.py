@@ -62,9 +62,10 @@ def test_crd_fields_are_explained(cluster):
                  "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
                  "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                      "type": "object", "description": "A widget for the test.",
-                     "properties": {"spec": {"type": "object", "description": "What the widget should be.",
-                                             "properties": {"size": {"type": "integer",
-                                                                     "description": "Size of the widget in cogs."}}}}}}}]}}
+                     "properties": {"spec": {
+                         "type": "object", "description": "What the widget should be.",
+                         "properties": {"size": {"type": "integer",
+                                                 "description": "Size of the widget in cogs."}}}}}}}]}}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(crd))
     cluster.kubectl("wait", "--for=condition=Established", "crd/widgets.devcluster.test", "--timeout=60s")
 
@@ -159,8 +160,8 @@ def test_env_volumes_and_working_dir_are_what_a_container_sees(cluster, core, na
            {"name": "D", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
-    manifest = pod_manifest("envy", script, env=env, envFrom=[{"configMapRef": {"name": "settings"}},
-                                                               {"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+    env_from = [{"configMapRef": {"name": "settings"}}, {"configMapRef": {"name": "settings"}, "prefix": "CFG_"}]
+    manifest = pod_manifest("envy", script, env=env, envFrom=env_from,
                             volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}], workingDir="/scratch")
     manifest["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
     core.create_namespaced_pod(namespace, manifest)
@@ -250,7 +251,8 @@ def test_graceful_deletion_sends_sigterm_and_removes_the_pod(cluster, core, name
         time.sleep(600)
     """
     core.create_namespaced_pod(namespace, pod_manifest("polite", script, grace=20))
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('started', flush=True); time.sleep(600)"
+    stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('started', flush=True); "
+                "time.sleep(600)")
     core.create_namespaced_pod(namespace, pod_manifest("stubborn", stubborn, grace=2))
     logs = {n: cluster.workdir / "pods" / f"{namespace}_{n}" / "main.log" for n in ("polite", "stubborn")}
     for name in logs:

@@ -17,14 +17,14 @@ import time
 
 import pytest
 from kubernetes import client
+
+from devcluster.cluster import S3_BUCKET
 from kubetune_operator import journal
 from kubetune_operator.controller import ExperimentController
 from kubetune_operator.schedulers import create_scheduler
 from kubetune_operator.search import create_searcher
 from kubetune_operator.settings import Settings
 from kubetune_operator.status import compact_result
-
-from devcluster.cluster import S3_BUCKET
 from tests.integration.support import wait_for
 from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
 

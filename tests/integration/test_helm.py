@@ -42,7 +42,8 @@ OPERATOR = "kubetune-operator"  # Deployment, Service, ServiceAccount and roles 
 KEY_SECRET = "kubetune-collector-key"
 SA_USER = f"system:serviceaccount:{SYSTEM}:{OPERATOR}"
 GROUP, VERSION = "kubetune.io", "v1alpha1"
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest"}
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
 
 
@@ -222,7 +223,8 @@ def _quiet(fn):
 
 
 def operator_logs(cluster) -> str:
-    return "\n".join(p.read_text(errors="replace") for p in (cluster.pod_log_dir()).glob(f"{SYSTEM}_{OPERATOR}-*/*.log"))
+    return "\n".join(p.read_text(errors="replace")
+                     for p in (cluster.pod_log_dir()).glob(f"{SYSTEM}_{OPERATOR}-*/*.log"))
 
 
 def assert_no_forbidden(cluster) -> None:

@@ -39,7 +39,8 @@ def get(custom, ns, plural, name):
 
 
 def trials(custom, ns):
-    return {t["metadata"]["name"]: t for t in custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trials")["items"]}
+    items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trials")["items"]
+    return {t["metadata"]["name"]: t for t in items}
 
 
 def phase_is(custom, ns, name, *phases):

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from conftest_storage import AWS_TEST_ENV
+
 from kubetune.env import COLLECTOR_RESULTS_PATH, CheckpointPolicy, TrialEnv, encode_trial_env
 
 TOKEN = "test-token-not-a-secret"

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
+
 from kubetune import Checkpoint
 from kubetune.analysis import ExperimentAnalysis, ResultGrid, StoredCheckpoint, TrialRecord
 from kubetune.checkpoints import COMMIT_MARKER, checkpoint_uri, commit_checkpoint

@@ -7,15 +7,26 @@ import json
 import re
 
 import pytest
-
 from conftest_crds import root_schema, validate
+
 from kubetune.env import TERMINATION_MESSAGE_PATH, CheckpointPolicy, read_trial_env
 from kubetune_operator.builders import (
     DECISION_WAIT_S,
-    build_pod, build_token_secret, build_trial, owner_reference, pod_resources, trial_dir_uri,
+    build_pod,
+    build_token_secret,
+    build_trial,
+    owner_reference,
+    pod_resources,
+    trial_dir_uri,
 )
 from kubetune_operator.labels import (
-    LABEL_ATTEMPT, LABEL_EXPERIMENT, LABEL_MANAGED_BY, LABEL_TRIAL, MAX_TRIAL_NAME_LENGTH, label_value, pod_name,
+    LABEL_ATTEMPT,
+    LABEL_EXPERIMENT,
+    LABEL_MANAGED_BY,
+    LABEL_TRIAL,
+    MAX_TRIAL_NAME_LENGTH,
+    label_value,
+    pod_name,
     trial_name,
 )
 from kubetune_operator.settings import CollectorSettings, Settings, StorageSettings, TrialSettings

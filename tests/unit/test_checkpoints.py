@@ -5,11 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
+
 from kubetune.checkpoints import (
-    COMMIT_MARKER, apply_retention, checkpoint_uri, commit_checkpoint, is_committed, latest_committed,
-    list_checkpoints, read_commit, restore_checkpoint,
+    COMMIT_MARKER,
+    apply_retention,
+    checkpoint_uri,
+    commit_checkpoint,
+    is_committed,
+    latest_committed,
+    list_checkpoints,
+    read_commit,
+    restore_checkpoint,
 )
 from kubetune.storage import join_uri, open_storage
 

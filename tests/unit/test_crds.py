@@ -11,8 +11,8 @@ import dataclasses
 import re
 
 import pytest
-
 from conftest_crds import load_crd, node_at, root_schema, validate, version_of, walk
+
 from kubetune.env import CheckpointPolicy
 from kubetune.search.sample import DOMAIN_NAMES
 from kubetune_operator import builders, labels, status

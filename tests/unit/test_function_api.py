@@ -10,9 +10,9 @@ import threading
 import traceback
 
 import pytest
+from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
 
 import kubetune
-from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
 from kubetune import Checkpoint, Trainable, as_trainable_class, wrap_function
 from kubetune.checkpoint import find_checkpoint_dir
 from kubetune.function_trainable import FunctionTrainable

@@ -9,11 +9,11 @@ from __future__ import annotations
 import copy
 import json
 import re
-import tomllib
 from pathlib import Path
 
 import jsonschema
 import pytest
+import tomllib
 import yaml
 
 from kubetune_operator.settings import Settings

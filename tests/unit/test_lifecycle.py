@@ -6,7 +6,14 @@ import pytest
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_FENCED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
 from kubetune_operator.lifecycle import (
-    ACTIONS, ENDS, OUTCOMES, SITUATIONS, STOP_REASON, TRANSITIONS, Transition, transition,
+    ACTIONS,
+    ENDS,
+    OUTCOMES,
+    SITUATIONS,
+    STOP_REASON,
+    TRANSITIONS,
+    Transition,
+    transition,
 )
 
 # (end, outcome) -> the row for each situation (running, suspending, stopping), written out by hand

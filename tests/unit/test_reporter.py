@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from conftest_runtime import TOKEN, Collector, wait_for
+
 from kubetune.reporter import Reporter
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
-
 from conftest_runtime import Collector, free_port, run_runtime, runtime_env, start_runtime, wait_for
+
 from kubetune.checkpoints import latest_committed, list_checkpoints
 from kubetune.env import CheckpointPolicy
 from kubetune.storage import open_storage
@@ -383,6 +383,35 @@ def test_restore_from_seeds_the_first_attempt_and_the_trials_own_checkpoint_wins
     code, output = run_runtime(retry)
     assert code == 0, output
     assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [(3, 12), (4, 22), (5, 32)]
+
+
+def test_after_a_pbt_exploit_only_checkpoints_of_the_new_lineage_win_over_the_donors(tmp_path):
+    storage, donor_dir = _storage(tmp_path)
+    policy = CheckpointPolicy(frequency=2, atEnd=True)
+    code, output = run_runtime(runtime_env(tmp_path, donor_dir, config={"inc": 100}, stop={"training_iteration": 4},
+                                           checkpoint=policy, **_source()))
+    assert code == 0, output
+    trial_dir = donor_dir.replace("/trial-0", "/trial-1")
+    own = runtime_env(tmp_path, trial_dir, config={"inc": 1}, stop={"training_iteration": 6}, checkpoint=policy,
+                      **_source())
+    code, output = run_runtime(own)
+    assert code == 0, output
+    # the exploit: the explored config, the donor's checkpoint at 2, though the trial's own go up to 6
+    donor = f"{donor_dir}/checkpoint_000002"
+    exploit = runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 4}, checkpoint=policy,
+                          attempt=1, **_source(), restore_from=donor)
+    code, output = run_runtime(exploit)
+    assert code == 0, output
+    assert f"restored {donor}" in output
+    assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [
+        (1, 1), (2, 2), (3, 210), (4, 220)]  # its own lines up to the donor's iteration, then the new lineage
+    # a retry of the new lineage restores its own checkpoint taken since the exploit (4), not the donor's
+    retry = runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 5}, checkpoint=policy,
+                        attempt=2, **_source(), restore_from=donor)
+    code, output = run_runtime(retry)
+    assert code == 0, output
+    assert f"restored {trial_dir}/checkpoint_000004" in output
+    assert [r["total"] for r in _lines(storage, trial_dir)][-1] == 230
 
 
 def test_a_failing_trial_still_sends_its_results_and_a_final_done_batch(tmp_path):

@@ -6,13 +6,13 @@ import json
 import time
 
 import pytest
-
 from conftest_runtime import run_runtime, runtime_env, start_runtime, wait_for
 from conftest_storage import RestartableMotoServer, aws_env, moto_endpoint, new_bucket, s3_client  # noqa: F401
+from test_runtime import TRAINABLES
+
 from kubetune.checkpoints import COMMIT_MARKER, list_checkpoints, restore_checkpoint
 from kubetune.env import CheckpointPolicy
 from kubetune.storage import open_storage
-from test_runtime import TRAINABLES
 
 
 def _lines(storage, trial_dir: str) -> list[dict]:

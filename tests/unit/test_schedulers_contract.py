@@ -14,7 +14,13 @@ import math
 import pytest
 
 from kubetune_operator.schedulers import (
-    CHECKPOINT, CONTINUE, PAUSE, SCHEDULERS, STOP, TrialScheduler, create_scheduler,
+    CHECKPOINT,
+    CONTINUE,
+    PAUSE,
+    SCHEDULERS,
+    STOP,
+    TrialScheduler,
+    create_scheduler,
 )
 
 MAX_T = 9

@@ -13,7 +13,11 @@ from kubetune import shipping
 from kubetune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
 from kubetune.search import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, parse_space
 from kubetune.stopper import (
-    CombinedStopper, ExperimentPlateauStopper, FunctionStopper, MaximumIterationStopper, TimeoutStopper,
+    CombinedStopper,
+    ExperimentPlateauStopper,
+    FunctionStopper,
+    MaximumIterationStopper,
+    TimeoutStopper,
     TrialPlateauStopper,
 )
 from kubetune.storage import open_storage

@@ -8,6 +8,7 @@ import random
 import statistics
 
 import pytest
+
 from kubetune.search import (
     Categorical,
     Domain,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from conftest_crds import root_schema, walk
+
 from kubetune.env import CheckpointPolicy
 from kubetune_operator.builders import DEFAULT_CPU, DEFAULT_GPU_RESOURCE
 from kubetune_operator.spec import ExperimentSpec

@@ -8,8 +8,8 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from conftest_crds import root_schema, validate
+
 from kubetune_operator import status as st
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
-
 from conftest_storage import aws_env, moto_endpoint, new_bucket, s3_client  # noqa: F401 - fixtures
+
 from kubetune.storage import FileStorage, S3Storage, file_uri_path, join_uri, open_storage, split_s3_uri
 
 MIB = 1 << 20

@@ -11,7 +11,14 @@ import re
 import pytest
 
 from kubetune_operator.tokens import (
-    KEY_BYTES, SECRET_DATA_KEY, key_from_secret_data, key_secret_data, mint_token, new_key, token_claims, verify_token,
+    KEY_BYTES,
+    SECRET_DATA_KEY,
+    key_from_secret_data,
+    key_secret_data,
+    mint_token,
+    new_key,
+    token_claims,
+    verify_token,
 )
 
 KEY = bytes(range(32))

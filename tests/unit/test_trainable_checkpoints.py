@@ -10,8 +10,8 @@ import pickle
 import shutil
 
 import pytest
-
 from conftest_storage import aws_env, moto_endpoint, new_bucket, s3_client  # noqa: F401 - fixtures
+
 from kubetune import Trainable
 from kubetune.checkpoints import COMMIT_MARKER, is_committed, read_commit
 from kubetune.storage import open_storage

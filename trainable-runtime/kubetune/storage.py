@@ -241,7 +241,11 @@ def is_transient(exc: BaseException) -> bool:
         exc: an exception raised by boto3, botocore or s3transfer.
     """
     from botocore.exceptions import (
-        ChecksumError, ClientError, ConnectionError, HTTPClientError, IncompleteReadError,
+        ChecksumError,
+        ClientError,
+        ConnectionError,
+        HTTPClientError,
+        IncompleteReadError,
     )
     from s3transfer.exceptions import RetriesExceededError
 

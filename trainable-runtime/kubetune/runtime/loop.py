@@ -39,8 +39,14 @@ from pathlib import Path
 
 from kubetune.checkpoint import find_checkpoint_dir
 from kubetune.checkpoints import (
-    apply_retention, checkpoint_dir_of, commit_checkpoint, is_committed, list_checkpoints, parse_checkpoint_uri,
-    read_commit, restore_checkpoint,
+    apply_retention,
+    checkpoint_dir_of,
+    commit_checkpoint,
+    is_committed,
+    list_checkpoints,
+    parse_checkpoint_uri,
+    read_commit,
+    restore_checkpoint,
 )
 from kubetune.env import TrialEnv
 from kubetune.reporter import FENCED, Reporter, json_default

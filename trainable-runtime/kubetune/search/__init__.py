@@ -9,6 +9,7 @@ runs. Users write ``from kubetune.search import choice, loguniform, grid_search`
 kubetune lacks raise an error that says why and what to use instead.
 """
 
+from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, Searcher
 from kubetune.search.sample import (
     DOMAIN_NAMES,
     Categorical,
@@ -35,15 +36,14 @@ from kubetune.search.sample import (
     space_warnings,
     uniform,
 )
-from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, Searcher
 from kubetune.search.variants import VariantSpace, format_tag, generate_variants
 from kubetune.specs import unsupported_names
 
 __all__ = [
     "DOMAIN_NAMES", "Categorical", "Domain", "Float", "Function", "Integer", "Normal", "choice", "grid_search",
     "is_grid", "lograndint", "loguniform", "parse_space", "space_warnings", "qlograndint", "qloguniform",
-    "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from", "space_spec", "uniform", "VariantSpace", "format_tag",
-    "generate_variants", "BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Searcher",
+    "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from", "space_spec", "uniform", "VariantSpace",
+    "format_tag", "generate_variants", "BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Searcher",
 ]
 
 _OTHER = "the operator runs only the basic and optuna searchers"

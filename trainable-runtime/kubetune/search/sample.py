@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 __all__ = [
     "Domain", "Float", "Integer", "Normal", "Categorical", "Function",
     "grid_search", "choice", "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint",
-    "lograndint", "qlograndint", "randn", "qrandn", "sample_from", "parse_space", "space_warnings", "is_grid", "DOMAIN_NAMES",
+    "lograndint", "qlograndint", "randn", "qrandn", "sample_from", "parse_space", "space_spec", "space_warnings",
+    "is_grid", "DOMAIN_NAMES",
 ]
 
 GRID_SEARCH = "grid_search"
