@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
 from kubetune.checkpoints import checkpoint_uri
+from kubetune.resultkeys import goal_reached, is_number
 from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
@@ -51,7 +52,6 @@ from .labels import (
 from .lifecycle import STOP_REASON, transition
 from .podsecurity import violations
 from .schedulers import create_scheduler
-from .schedulers.base import is_number
 from .search import create_searcher
 from .settings import Settings
 from .spec import ExperimentSpec
@@ -573,8 +573,7 @@ class ExperimentController:
         max_failed = self.spec.failure.max_failed_trials
         return st.experiment_phase(
             counts, suspended=self.spec.suspend, search_finished=self.search_finished,
-            goal_reached=goal is not None and best is not None and st.goal_reached(best["metricValue"], goal,
-                                                                                   self.mode),
+            goal_reached=best is not None and goal_reached(best["metricValue"], goal, self.mode),
             time_budget_exhausted=budget_over, max_failed_trials=max_failed,
             stoppers_stop_all=self.stoppers.stop_all())
 

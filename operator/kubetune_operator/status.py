@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from kubetune import env
+from kubetune.resultkeys import finite_number, lookup, mode_sign
 
 EXPERIMENT_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 TRIAL_PHASES = ("Pending", "Running", "Paused", "Succeeded", "Failed")
@@ -134,20 +135,13 @@ def metric_value(result: Mapping | None, metric: str) -> float | None:
     A metric ``a/b`` also finds ``result["a"]["b"]`` (Ray flattens nested results with ``/``).
     Booleans are not numbers here.
     """
-    value: Any = None
-    if result:
-        value = result.get(metric)
-        if value is None and "/" in metric:
-            value = result
-            for part in metric.split("/"):
-                value = value.get(part) if isinstance(value, Mapping) else None
-    return _finite(value)
+    return finite_number(lookup(result, metric))
 
 
 def trial_metric_value(trial: Mapping, metric: str) -> float | None:
     """The metric value of a Trial object: ``status.metricValue``, else from ``status.lastResult``."""
     status = trial.get("status") or {}
-    value = _finite(status.get("metricValue"))
+    value = finite_number(status.get("metricValue"))
     return value if value is not None else metric_value(status.get("lastResult"), metric)
 
 
@@ -171,7 +165,7 @@ def best_trial(trials: Iterable[Mapping], metric: str, mode: str) -> dict | None
     Raises:
         ValueError: ``mode`` is not ``"max"`` or ``"min"``.
     """
-    sign = _sign(mode)
+    sign = mode_sign(mode)
     best, best_key = None, None
     for trial in trials:
         value = trial_metric_value(trial, metric)
@@ -192,16 +186,6 @@ def best_trial(trials: Iterable[Mapping], metric: str, mode: str) -> dict | None
     if config is not None and _json_size(config) <= MAX_BEST_CONFIG_BYTES:
         out["config"] = config
     return out
-
-
-def goal_reached(value: float | None, goal: float, mode: str) -> bool:
-    """True if the best metric ``value`` has reached ``goal``: ``>=`` for mode max, ``<=`` for min.
-
-    Raises:
-        ValueError: ``mode`` is not ``"max"`` or ``"min"``.
-    """
-    sign = _sign(mode)
-    return value is not None and sign * value >= sign * goal
 
 
 def parse_duration(text: str) -> float:
@@ -252,7 +236,7 @@ def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, sear
         counts: :func:`trial_counts` of the experiment's trials.
         suspended: ``spec.suspend``.
         search_finished: the searcher will suggest no more configs.
-        goal_reached: :func:`goal_reached` of the best trial's value.
+        goal_reached: :func:`kubetune.resultkeys.goal_reached` of the best trial's value.
         time_budget_exhausted: ``timeBudget`` has passed since ``status.startTime``.
         max_failed_trials: ``spec.failure.maxFailedTrials`` (None: no limit).
         stoppers_stop_all: a stopper of ``spec.stoppers`` says the whole experiment should stop.
@@ -370,23 +354,6 @@ def _merge_diff(old: Mapping, new: Mapping) -> dict:
 
 def _without_none(value: Mapping) -> dict:
     return {k: _without_none(v) if isinstance(v, Mapping) else v for k, v in value.items() if v is not None}
-
-
-def _finite(value: Any) -> float | None:
-    """``value`` as a finite float, or None (bools, non-numbers, NaN, infinities, ints beyond float range)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        value = float(value)
-    except OverflowError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _sign(mode: str) -> int:
-    if mode not in ("max", "min"):
-        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
-    return 1 if mode == "max" else -1
 
 
 def _json_size(value: Any) -> int:

@@ -16,8 +16,8 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
-from kubetune_operator.schedulers.base import is_number
-from kubetune_operator.search.base import check_count, check_mode, decode_number, encode_number
+from kubetune.resultkeys import check_mode, is_number
+from kubetune_operator.search.base import check_count, decode_number, encode_number
 
 __all__ = ["STOPPERS", "Stoppers", "create_stoppers"]
 

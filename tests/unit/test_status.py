@@ -167,14 +167,6 @@ def test_metric_value():
     assert st.metric_value(None, "acc") is None and st.metric_value({}, "acc") is None
 
 
-@pytest.mark.parametrize("value, goal, mode, reached", [
-    (0.95, 0.95, "max", True), (0.96, 0.95, "max", True), (0.94, 0.95, "max", False),
-    (0.1, 0.1, "min", True), (0.05, 0.1, "min", True), (0.2, 0.1, "min", False), (None, 0.1, "min", False),
-])
-def test_goal_reached(value, goal, mode, reached):
-    assert st.goal_reached(value, goal, mode) is reached
-
-
 @pytest.mark.parametrize("text, seconds", [("1h30m", 5400), ("45m", 2700), ("90s", 90), ("1.5h", 5400),
                                            ("2h0m30s", 7230), ("0.25s", 0.25)])
 def test_parse_duration(text, seconds):

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from kubetune.stopping import flatten, goal_reached, should_stop
+from kubetune.resultkeys import flatten, goal_reached
+from kubetune.stopping import should_stop
 
 
 def test_flatten_nested_results():

@@ -45,8 +45,8 @@ from typing import Any, Iterator, Mapping
 
 from kubetune.checkpoint import Checkpoint
 from kubetune.checkpoints import list_checkpoints, restore_checkpoint
+from kubetune.resultkeys import flatten
 from kubetune.runtime.results import PROGRESS_FILE, RESULT_FILE
-from kubetune.stopping import flatten
 from kubetune.storage import FileStorage, S3Storage, Storage, file_uri_path, join_uri, open_storage, split_s3_uri
 
 __all__ = ["ExperimentAnalysis", "Result", "ResultGrid", "StoredCheckpoint", "TrialRecord"]

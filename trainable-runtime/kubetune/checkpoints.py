@@ -213,7 +213,7 @@ def delete_checkpoint(storage: Storage, uri: str) -> None:
 
 def _score(metadata: dict, score_attribute: str) -> float:
     """The checkpoint's score, higher is better; -inf when the attribute is absent or not a number."""
-    from kubetune.stopping import flatten
+    from kubetune.resultkeys import flatten
 
     lower_is_better = score_attribute.startswith("min-")
     attribute = score_attribute[4:] if lower_is_better else score_attribute

@@ -30,8 +30,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from kubetune.resultkeys import lookup
 from kubetune.search import DOMAIN_NAMES
-from kubetune.stopping import flatten
 
 __all__ = [
     "CLIReporter", "FINAL_PHASES", "JupyterNotebookReporter", "ProgressReporter", "StatusTable", "TRIAL_PHASES",
@@ -339,7 +339,7 @@ class _View:
             last = trial_status.get("lastResult") or {}
             config = (trial.get("spec") or {}).get("config") or {}
             time_total = last.get("time_total_s")
-            cells = [_name(trial), _phase(trial), *(format_value(_flat_get(config, key)) for key in keys),
+            cells = [_name(trial), _phase(trial), *(format_value(lookup(config, key)) for key in keys),
                      format_value(trial_status.get("iteration", last.get("training_iteration"))),
                      "" if time_total is None else f"{time_total:.2f}"]
             if metric:
@@ -416,11 +416,6 @@ def _metric_value(trial: Mapping, metric: str) -> float | None:
     if value is None:
         value = (status.get("lastResult") or {}).get(metric)
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _flat_get(config: Mapping, key: str) -> Any:
-    """``config[a][b]`` for ``key`` ``"a/b"`` (Ray's flattened keys); None when missing."""
-    return flatten(config).get(key)
 
 
 def _note(trial: Mapping) -> str:

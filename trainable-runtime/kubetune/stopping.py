@@ -1,9 +1,9 @@
-"""Stopping criteria: the per-trial ``stop`` thresholds and the experiment's ``goal``.
+"""Stopping criteria: the per-trial ``stop`` thresholds.
 
-Owns the comparison rules, so the in-pod runtime (which applies ``spec.stop``
-to every result before asking the collector) and the operator (which checks
-``spec.goal`` against the best trial) agree. Callers: ``kubetune.runtime``,
-the operator's reconcile loop, the SDK.
+Owns the comparison rule, so the in-pod runtime (which applies ``spec.stop`` to every result
+before asking the collector) and the operator (which applies it to every result it receives)
+agree. Callers: ``kubetune.runtime``, the operator's controller. The experiment's ``goal`` is
+:func:`kubetune.resultkeys.goal_reached`.
 
 Rules follow Ray Tune's ``Trial.should_stop`` (2.x): a trial stops once
 ``result[key] >= value`` for any key of the stop dict, whatever the
@@ -16,27 +16,13 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-__all__ = ["flatten", "should_stop", "goal_reached"]
+from kubetune.resultkeys import flatten, is_number
 
-
-def flatten(result: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
-    """Flatten nested dicts into one level, joining keys with ``sep`` (Ray's ``flatten_dict``).
-
-    ``{"a": {"b": 1}, "c": 2}`` → ``{"a/b": 1, "c": 2}``. Lists are values, not
-    flattened; empty nested dicts disappear, as in Ray. The input is not modified.
-    """
-    flat: dict[str, Any] = {}
-    for key, value in result.items():
-        if isinstance(value, Mapping):
-            for sub_key, sub_value in flatten(value, sep).items():
-                flat[f"{key}{sep}{sub_key}"] = sub_value
-        else:
-            flat[str(key)] = value
-    return flat
+__all__ = ["should_stop"]
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value))
+    return is_number(value) and not math.isnan(value)
 
 
 def should_stop(result: Mapping[str, Any], stop: Mapping[str, Any] | None) -> tuple[bool, str | None]:
@@ -61,21 +47,3 @@ def should_stop(result: Mapping[str, Any], stop: Mapping[str, Any] | None) -> tu
         if _number(value) and _number(threshold) and value >= threshold:
             return True, key
     return False, None
-
-
-def goal_reached(value: Any, goal: float | None, mode: str) -> bool:
-    """Whether the experiment's best metric ``value`` reaches ``goal`` (``spec.goal``).
-
-    Args:
-        value: the best trial's metric value (None or NaN when there is none yet).
-        goal: the target; None means no goal.
-        mode: ``"max"`` (reached when ``value >= goal``) or ``"min"`` (``value <= goal``).
-
-    Raises:
-        ValueError: ``mode`` is neither ``"max"`` nor ``"min"``.
-    """
-    if mode not in ("max", "min"):
-        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
-    if goal is None or not _number(value):
-        return False
-    return value >= goal if mode == "max" else value <= goal

@@ -14,8 +14,9 @@ import hashlib
 import math
 from typing import Iterable
 
-from kubetune_operator.schedulers.base import CONTINUE, STOP, TrialScheduler, is_number
-from kubetune_operator.search.base import check_count, check_mode, decode_number, encode_number
+from kubetune.resultkeys import check_mode, is_number
+from kubetune_operator.schedulers.base import CONTINUE, STOP, TrialScheduler
+from kubetune_operator.search.base import check_count, decode_number, encode_number
 
 __all__ = ["AsyncHyperBandScheduler", "ASHAScheduler", "nanpercentile"]
 

@@ -19,19 +19,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kubetune_operator.search.base import check_mode
+from kubetune.resultkeys import check_mode
 
-__all__ = ["CHECKPOINT", "CONTINUE", "PAUSE", "STOP", "TrialScheduler", "is_number"]
+__all__ = ["CHECKPOINT", "CONTINUE", "PAUSE", "STOP", "TrialScheduler"]
 
 CONTINUE = "continue"
 CHECKPOINT = "checkpoint"
 PAUSE = "pause"
 STOP = "stop"
-
-
-def is_number(value: object) -> bool:
-    """Whether ``value`` is an int or float (bools excluded): a usable time or metric value."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class TrialScheduler:

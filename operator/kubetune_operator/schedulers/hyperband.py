@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler, is_number
-from kubetune_operator.search.base import check_mode, decode_number, encode_number
+from kubetune.resultkeys import check_mode, is_number
+from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler
+from kubetune_operator.search.base import decode_number, encode_number
 
 __all__ = ["HyperBandScheduler"]
 

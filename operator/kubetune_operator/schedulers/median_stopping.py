@@ -18,8 +18,9 @@ import bisect
 import math
 import statistics
 
-from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler, is_number
-from kubetune_operator.search.base import check_count, check_mode, decode_number, encode_number
+from kubetune.resultkeys import check_mode, is_number
+from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler
+from kubetune_operator.search.base import check_count, decode_number, encode_number
 
 __all__ = ["MedianStoppingRule"]
 

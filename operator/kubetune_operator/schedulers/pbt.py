@@ -22,9 +22,10 @@ import math
 import random
 from typing import Any
 
+from kubetune.resultkeys import check_mode, is_number
 from kubetune.search import Domain, parse_space
-from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, TrialScheduler, is_number
-from kubetune_operator.search.base import check_mode, decode_number, encode_number
+from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, TrialScheduler
+from kubetune_operator.search.base import decode_number, encode_number
 
 __all__ = ["PopulationBasedTraining", "explore"]
 

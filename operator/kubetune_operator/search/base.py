@@ -14,23 +14,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["FINISHED", "Searcher", "encode_number", "decode_number", "check_count", "check_mode"]
+from kubetune.resultkeys import check_mode
+
+__all__ = ["FINISHED", "Searcher", "encode_number", "decode_number", "check_count"]
 
 #: Returned by :meth:`Searcher.suggest` once the searcher will never suggest again (Ray's ``Searcher.FINISHED``).
 FINISHED = "FINISHED"
-
-
-def check_mode(metric: str | None, mode: str | None, required: bool) -> None:
-    """Validate an Experiment's ``metric``/``mode`` pair.
-
-    Raises:
-        ValueError: ``mode`` is not None, ``"max"`` or ``"min"``; or ``required``
-            and either is missing.
-    """
-    if mode not in (None, "max", "min"):
-        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
-    if required and (metric is None or mode is None):
-        raise ValueError(f"metric and mode are required, got metric={metric!r}, mode={mode!r}")
 
 
 def check_count(name: str, value: object, minimum: int = 1) -> None:

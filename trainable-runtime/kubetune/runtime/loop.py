@@ -50,10 +50,11 @@ from kubetune.checkpoints import (
 )
 from kubetune.env import TrialEnv
 from kubetune.reporter import FENCED, Reporter, json_default
+from kubetune.resultkeys import flatten, lookup
 from kubetune.runtime.loader import load_trainable_class
 from kubetune.runtime.results import ResultLog
 from kubetune.shipping import resolve_config
-from kubetune.stopping import flatten, should_stop
+from kubetune.stopping import should_stop
 from kubetune.storage import Storage, join_uri
 
 log = logging.getLogger(__name__)
@@ -273,17 +274,7 @@ class TrialRunner:
 
     def _stop_view(self, result: dict) -> dict:
         """The values of the stop keys in ``result``, by flattened key (flattening whole results is slow)."""
-        view = {}
-        for key in self._stop_keys:
-            if key in result:
-                view[key] = result[key]
-                continue
-            node = result
-            for part in key.split("/"):
-                node = node.get(part) if isinstance(node, dict) else None
-            if node is not None:
-                view[key] = node
-        return view
+        return {key: value for key in self._stop_keys if (value := lookup(result, key)) is not None}
 
     def _log_progress(self, result: dict) -> None:
         now = time.monotonic()

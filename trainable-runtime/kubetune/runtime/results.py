@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 from kubetune.reporter import json_default
+from kubetune.resultkeys import flatten
 from kubetune.runtime.tensorboard import open_events
-from kubetune.stopping import flatten
 from kubetune.storage import Storage, join_uri
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from kubetune.stopping import flatten
+from kubetune.resultkeys import flatten
 
 #: Tag prefix of every scalar (Ray's).
 PREFIX = "ray/tune/"
