@@ -535,7 +535,10 @@ class ExperimentController:
             return None
         if state.phase in TERMINAL or self.stop_reason or self.spec.suspend:
             return "pause" if self.spec.suspend and state.phase not in TERMINAL else "stop"
-        _, decision, decided_by = self.applied.get(trial, [0, "continue", attempt])[:3]
+        applied = self.applied.get(trial, [0, "continue", attempt])
+        _, decision, decided_by = applied[:3]
+        if len(applied) > 3 and decided_by == attempt:
+            return "pause"  # exploited by PBT: this attempt's later results belong to the lineage it leaves
         seen = self._seen(trial, attempt)
         fresh = [r for r in results if not (is_number(r.get("training_iteration"))
                                             and r["training_iteration"] <= seen)]

@@ -165,8 +165,11 @@ def test_the_operator_restarts_an_exploited_trial_from_the_donors_checkpoint_wit
     worst = names[0]
     assert ctl.record_results(worst, 0, [{"training_iteration": 3, "acc": 0}], None) == "continue"
     assert ctl.record_results(worst, 0, [{"training_iteration": 4, "acc": 0}], None) == "pause"
-    # a re-sent result of the old lineage is still told to pause
+    # a re-sent result of the old lineage is still told to pause, and a later one never reaches the scheduler
     assert ctl.record_results(worst, 0, [{"training_iteration": 4, "acc": 0}], None) == "pause"
+    entries = ctl.journal.next_seq
+    assert ctl.record_results(worst, 0, [{"training_iteration": 5, "acc": 0}], None) == "pause"
+    assert ctl.journal.next_seq == entries
     ended = PodView(f"{worst}-0", worst, 0, "Succeeded",
                     message=json.dumps({"outcome": OUTCOME_PAUSED, "iteration": 4}))
     plan = ctl.plan({f"{worst}-0": ended}, 1002.0)
@@ -183,3 +186,26 @@ def test_the_operator_restarts_an_exploited_trial_from_the_donors_checkpoint_wit
     # the new attempt reports again from the donor's iteration: results 3, 4 count anew
     assert ctl.record_results(worst, 1, [{"training_iteration": 3, "acc": 9}], None) == "continue"
     assert ctl.applied[worst][0] == 3
+
+
+def test_the_kept_ranking_gives_rays_quantiles_at_every_step():
+    rng = random.Random(5)
+    pbt = make_pbt(perturbation_interval=1, quantile_fraction=0.3)
+    trials = [f"t{i}" for i in range(40)]
+    for t in trials:
+        pbt.on_trial_add(t)
+        pbt.set_trial_config(t, {"lr": 0.01})
+    finished: set[str] = set()
+    for step in range(1, 400):
+        t = rng.choice(trials)
+        if rng.random() < 0.05:
+            pbt.on_trial_complete(t)
+            finished.add(t)
+            continue
+        pbt.on_trial_result(t, {"training_iteration": step, "acc": rng.choice([rng.random(), 0.5, float("nan")])})
+        pbt.take_exploit(t)
+        live = [x for x in pbt._state if pbt._state[x][2] is not None and x not in finished]
+        naive = sorted(live, key=lambda x: (pbt._key(pbt._state[x][2]), pbt._order[x]))
+        size = min(int(-(-len(naive) * 0.3 // 1)), len(naive) // 2) if len(naive) > 1 else 0
+        expected = (naive[:size], naive[len(naive) - size:]) if size else ([], [])
+        assert pbt._quantiles() == expected, step

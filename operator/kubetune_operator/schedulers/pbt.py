@@ -17,6 +17,7 @@ number)``, never a shared stream, so a restarted operator that replays its journ
 
 from __future__ import annotations
 
+import bisect
 import copy
 import math
 import random
@@ -149,25 +150,39 @@ class PopulationBasedTraining(TrialScheduler):
         self._finished: set[str] = set()
         self._exploits: dict[str, dict] = {}
         self._configs: dict[str, dict] = {}  # each trial's current config: its first, then each exploit's
+        self._order: dict[str, int] = {}  # trial -> when it was added: ties rank in that order, as Ray's stable sort
+        self._ranked: list[tuple[float, int, str]] = []  # (score, order, trial) of live trials with a score
         self.num_perturbations = 0
 
     def on_trial_add(self, trial_id: str) -> None:
-        self._state.setdefault(trial_id, [0.0, 0.0, None, None, 0])
+        if trial_id not in self._state:
+            self._state[trial_id] = [0.0, 0.0, None, None, 0]
+            self._order[trial_id] = len(self._order)
+
+    def _unrank(self, trial_id: str) -> None:
+        score = self._state[trial_id][2]
+        if score is not None and trial_id not in self._finished:
+            entry = (self._key(score), self._order[trial_id], trial_id)
+            del self._ranked[bisect.bisect_left(self._ranked, entry)]
+
+    @staticmethod
+    def _key(score: float) -> float:
+        return -math.inf if math.isnan(score) else score  # NaN ranks worst
 
     def set_trial_config(self, trial_id: str, config: dict) -> None:
         """The config ``trial_id`` was created with (results reach the operator without it)."""
         self._configs.setdefault(trial_id, copy.deepcopy(config))
 
     def _quantiles(self) -> tuple[list[str], list[str]]:
-        """Ray's ``_quantiles``: (bottom, top) of the live trials with a score, worst first."""
-        trials = sorted((t for t, s in self._state.items() if s[2] is not None and t not in self._finished),
-                        key=lambda t: self._state[t][2])
-        if len(trials) <= 1:
+        """Ray's ``_quantiles``: (bottom, top) of the live trials with a score, worst first. The ranking is
+        kept sorted as scores change (O(log n) per result instead of a sort per perturbation)."""
+        count = len(self._ranked)
+        if count <= 1:
             return [], []
-        size = int(math.ceil(len(trials) * self.quantile_fraction))
-        if size > len(trials) / 2:
-            size = int(math.floor(len(trials) / 2))
-        return trials[:size], trials[len(trials) - size:]
+        size = int(math.ceil(count * self.quantile_fraction))
+        if size > count / 2:
+            size = int(math.floor(count / 2))
+        return [t for _, _, t in self._ranked[:size]], [t for _, _, t in self._ranked[count - size:]]
 
     def on_trial_result(self, trial_id: str, result: dict) -> str:
         self.on_trial_add(trial_id)
@@ -177,7 +192,10 @@ class PopulationBasedTraining(TrialScheduler):
         state = self._state[trial_id]
         if time < self.burn_in or time - state[0] < self.interval:
             return CONTINUE
+        self._unrank(trial_id)
         state[1], state[2], state[0] = time, self._metric_op * value, time
+        if trial_id not in self._finished:
+            bisect.insort(self._ranked, (self._key(state[2]), self._order[trial_id], trial_id))
         lower, upper = self._quantiles()
         decision = CONTINUE
         if trial_id in upper:
@@ -210,9 +228,11 @@ class PopulationBasedTraining(TrialScheduler):
         return self._exploits.pop(trial_id, None)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None) -> None:
-        self._finished.add(trial_id)
+        self.on_trial_remove(trial_id)
 
     def on_trial_remove(self, trial_id: str) -> None:
+        if trial_id in self._state:
+            self._unrank(trial_id)
         self._finished.add(trial_id)
 
     def get_state(self) -> dict:
@@ -226,6 +246,9 @@ class PopulationBasedTraining(TrialScheduler):
         """Resume from :meth:`get_state` output."""
         self._state = {t: [s[0], s[1], None if s[2] is None else decode_number(s[2]), s[3], s[4]]
                        for t, s in state["trials"].items()}
+        self._order = {t: i for i, t in enumerate(self._state)}  # the state keeps the order trials were added
         self._configs = copy.deepcopy(state["configs"])
         self._finished = set(state["finished"])
+        self._ranked = sorted((self._key(s[2]), self._order[t], t) for t, s in self._state.items()
+                              if s[2] is not None and t not in self._finished)
         self.num_perturbations = state["num_perturbations"]

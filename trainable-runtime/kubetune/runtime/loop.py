@@ -139,8 +139,8 @@ class TrialRunner:
         ``spec.restoreFrom``), only own checkpoints taken since that restore count (their commit
         records it as ``restored_from``): those from before the exploit belong to a lineage the trial
         left. A ``restoreFrom`` not committed yet (the donor commits it after the result that made it
-        a donor) is waited for up to :data:`RESTORE_FROM_WAIT_S`, then the donor's newest committed
-        checkpoint at or below that iteration is taken. A committed checkpoint that cannot be restored
+        a donor) is waited for, or replaced by the donor's nearest checkpoint (:meth:`_donor_checkpoint`).
+        A committed checkpoint that cannot be restored
         (files missing or cut short in storage, or ``load_checkpoint`` failing on it) is skipped with
         a warning for the next newest one, so one corrupt checkpoint does not fail every retry.
 
@@ -169,21 +169,27 @@ class TrialRunner:
         raise first_error
 
     def _donor_checkpoint(self, uri: str) -> str:
-        """``uri`` once committed (waiting up to :data:`RESTORE_FROM_WAIT_S`), else the newest committed
-        checkpoint of its trial at or below its iteration, else ``uri`` (whose restore then fails)."""
-        deadline = time.monotonic() + RESTORE_FROM_WAIT_S
-        while not is_committed(self.storage, uri) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if is_committed(self.storage, uri):
-            return uri
+        """The checkpoint to restore for ``restoreFrom`` ``uri``: ``uri`` once committed; while it is not, and its
+        trial has committed nothing later (it may still commit it), wait up to :data:`RESTORE_FROM_WAIT_S`.
+        Otherwise the nearest committed checkpoint of that trial: the newest at or below its iteration, else
+        the oldest above (a donor whose ``checkpoint`` answer came late checkpointed a later iteration).
+        ``uri`` itself when there is none (its restore then fails with the reason)."""
         parsed = parse_checkpoint_uri(uri)
-        committed, _ = list_checkpoints(self.storage, parsed[0]) if parsed else ([], [])
-        older = [ref for ref in committed if ref.iteration <= parsed[1]] if parsed else []
-        if older:
-            log.warning("%s is not committed after %.0f s; restoring %s instead", uri, RESTORE_FROM_WAIT_S,
-                        older[-1].uri)
-            return older[-1].uri
-        return uri
+        deadline = time.monotonic() + RESTORE_FROM_WAIT_S
+        while True:
+            if is_committed(self.storage, uri):
+                return uri
+            committed = list_checkpoints(self.storage, parsed[0])[0] if parsed else []
+            if not parsed or any(ref.iteration > parsed[1] for ref in committed) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        below = [ref for ref in committed if ref.iteration <= parsed[1]] if parsed else []
+        above = [ref for ref in committed if ref.iteration > parsed[1]] if parsed else []
+        nearest = below[-1] if below else above[0] if above else None
+        if nearest is None:
+            return uri
+        log.warning("%s is not committed; restoring %s, the nearest checkpoint of that trial", uri, nearest.uri)
+        return nearest.uri
 
     def _restore_from(self, uri: str) -> int:
         local = self.workdir / "restore" / uri.rsplit("/", 1)[-1]
