@@ -52,7 +52,7 @@ from .labels import (
 from .lifecycle import STOP_REASON, transition
 from .podsecurity import violations
 from .schedulers import create_scheduler
-from .search import create_searcher
+from .searchers import create_searcher
 from .settings import Settings
 from .spec import ExperimentSpec
 from .stoppers import create_stoppers

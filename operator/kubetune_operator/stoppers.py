@@ -17,7 +17,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from kubetune.resultkeys import check_mode, is_number
-from kubetune_operator.search.base import check_count, decode_number, encode_number
+from kubetune_operator.searchers.base import check_count, decode_number, encode_number
 
 __all__ = ["STOPPERS", "Stoppers", "create_stoppers"]
 

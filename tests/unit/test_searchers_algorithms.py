@@ -1,5 +1,5 @@
 """What each searcher does beyond the contract: basic variant order and random access, Optuna's learning and
-replay, and the registry (kubetune_operator.search)."""
+replay, and the registry (kubetune_operator.searchers)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import sys
 import pytest
 
 from kubetune.search import generate_variants, sample_from
-from kubetune_operator.search import FINISHED, SEARCH_ALGORITHMS, create_searcher, searcher_class
-from kubetune_operator.search.base import decode_number, encode_number
-from kubetune_operator.search.basic import BasicVariantSearcher
-from kubetune_operator.search.optuna_search import OptunaSearch
+from kubetune_operator.searchers import FINISHED, SEARCH_ALGORITHMS, create_searcher, searcher_class
+from kubetune_operator.searchers.base import decode_number, encode_number
+from kubetune_operator.searchers.basic import BasicVariantSearcher
+from kubetune_operator.searchers.optuna_search import OptunaSearch
 
 GRID_SPACE = {"lr": {"loguniform": [1e-4, 1e-1]}, "opt": {"grid_search": ["sgd", "adam", "rmsprop"]}}
 
@@ -30,10 +30,11 @@ def test_basic_suggests_the_generators_variants_in_order():
     assert searcher.suggest("t6") == FINISHED
 
 
-def test_basic_next_variant_and_random_access():
+def test_basic_suggest_and_random_access():
     searcher = create_searcher("random", GRID_SPACE, num_samples=1, seed=4)
-    index, config, tag = searcher.next_variant()
-    assert (index, config) == (0, searcher.variant(0)[0]) and tag == searcher.variant(0)[1]
+    config = searcher.suggest("t0")
+    assert config == searcher.variant(0)[0]
+    tag = searcher.variant(0)[1]
     assert tag.startswith("0_lr=") and tag.endswith(",opt=sgd")
     assert searcher.next_index == 1
     assert searcher.variant(2) == searcher.variant(2)  # no state change
@@ -222,7 +223,7 @@ def test_unknown_parameter_lists_the_valid_ones():
 
 
 def test_registry_imports_algorithms_lazily():
-    code = ("import sys, kubetune_operator.search as s; assert 'optuna' not in sys.modules; "
+    code = ("import sys, kubetune_operator.searchers as s; assert 'optuna' not in sys.modules; "
             "s.create_searcher('basic', {}, num_samples=1); assert 'optuna' not in sys.modules; "
             "s.searcher_class('optuna'); assert 'optuna' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

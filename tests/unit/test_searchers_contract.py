@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from kubetune_operator.search import FINISHED, SEARCH_ALGORITHMS, Searcher, create_searcher
+from kubetune_operator.searchers import FINISHED, SEARCH_ALGORITHMS, Searcher, create_searcher
 
 #: A space every algorithm supports: no grid_search, randn or sample_from.
 SPACE = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, STOP, TrialScheduler
-from kubetune_operator.search.registry import create_registered, registered_class
+from kubetune_operator.searchers.registry import create_registered, registered_class
 
 __all__ = ["CHECKPOINT", "CONTINUE", "PAUSE", "STOP", "TrialScheduler", "SCHEDULERS", "scheduler_class",
            "create_scheduler"]

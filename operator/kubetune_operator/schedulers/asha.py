@@ -16,7 +16,7 @@ from typing import Iterable
 
 from kubetune.resultkeys import check_mode, is_number
 from kubetune_operator.schedulers.base import CONTINUE, STOP, TrialScheduler
-from kubetune_operator.search.base import check_count, decode_number, encode_number
+from kubetune_operator.searchers.base import check_count, decode_number, encode_number
 
 __all__ = ["AsyncHyperBandScheduler", "ASHAScheduler", "nanpercentile"]
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from kubetune.resultkeys import check_mode, is_number
 from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler
-from kubetune_operator.search.base import decode_number, encode_number
+from kubetune_operator.searchers.base import decode_number, encode_number
 
 __all__ = ["HyperBandScheduler"]
 

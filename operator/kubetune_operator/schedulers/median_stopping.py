@@ -20,7 +20,7 @@ import statistics
 
 from kubetune.resultkeys import check_mode, is_number
 from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler
-from kubetune_operator.search.base import check_count, decode_number, encode_number
+from kubetune_operator.searchers.base import check_count, decode_number, encode_number
 
 __all__ = ["MedianStoppingRule"]
 

@@ -26,7 +26,7 @@ from typing import Any
 from kubetune.resultkeys import check_mode, is_number
 from kubetune.search import Domain, parse_space
 from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, TrialScheduler
-from kubetune_operator.search.base import decode_number, encode_number
+from kubetune_operator.searchers.base import decode_number, encode_number
 
 __all__ = ["PopulationBasedTraining", "explore"]
 

@@ -5,7 +5,7 @@ Owns the :class:`Domain` classes, the Ray-Tune-compatible factory functions
 (``{"loguniform": [1e-4, 1e-1]}``) and :func:`parse_space`, which turns an
 Experiment's ``spec.config`` back into domains. Callers: the SDK (building
 ``spec.config`` with :meth:`Domain.to_spec`), :mod:`kubetune.search.variants`
-(sampling), the operator's searchers (``kubetune_operator.search``) and its
+(sampling), the operator's searchers (``kubetune_operator.searchers``) and its
 spec validation (:func:`parse_space` errors name the offending path).
 
 Semantics follow Ray Tune's ``tune/search/sample.py`` (2.x): bounds,

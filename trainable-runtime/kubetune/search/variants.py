@@ -5,7 +5,7 @@ Owns :class:`VariantSpace`, the equivalent of Ray Tune's
 is a pure function of ``(space, num_samples, seed, i)``: no iterator state, no
 global RNG. An operator restarted mid-experiment therefore regenerates exactly
 the configs it handed out before. Callers: the operator's ``basic``/``random``
-searcher (``kubetune_operator.search.basic``) and the SDK (local previews,
+searcher (``kubetune_operator.searchers.basic``) and the SDK (local previews,
 :func:`generate_variants`).
 
 Order, as Ray's: grid variables are sorted by their path in the config and the

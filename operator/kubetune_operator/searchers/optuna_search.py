@@ -10,7 +10,7 @@ seeded by ``(seed, trial number)``, so a suggestion depends only on the seed
 and the study's history: replaying the same calls after a restart (the
 operator's journal) gives the same configs as an uninterrupted run. ``optuna`` is imported here only,
 and this module only when the Experiment chooses ``optuna`` (see the registry
-in ``kubetune_operator.search``).
+in ``kubetune_operator.searchers``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from optuna.trial import TrialState, create_trial
 
 from kubetune.search import Categorical, Domain, Float, Integer, is_grid, parse_space
 from kubetune.search.variants import find_domains, substitute
-from kubetune_operator.search.base import FINISHED, Searcher, check_count, decode_number, encode_number
+from kubetune_operator.searchers.base import FINISHED, Searcher, check_count, decode_number, encode_number
 
 __all__ = ["OptunaSearch"]
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetune_operator.search.base import FINISHED, Searcher
-from kubetune_operator.search.registry import create_registered, registered_class
+from kubetune_operator.searchers.base import FINISHED, Searcher
+from kubetune_operator.searchers.registry import create_registered, registered_class
 
 __all__ = ["FINISHED", "Searcher", "SEARCH_ALGORITHMS", "searcher_class", "create_searcher"]
 
 #: Name → ``"module:Class"``. ``random`` is an alias of ``basic``, as in Ray.
 SEARCH_ALGORITHMS: dict[str, str] = {
-    "basic": "kubetune_operator.search.basic:BasicVariantSearcher",
-    "random": "kubetune_operator.search.basic:BasicVariantSearcher",
-    "optuna": "kubetune_operator.search.optuna_search:OptunaSearch",
+    "basic": "kubetune_operator.searchers.basic:BasicVariantSearcher",
+    "random": "kubetune_operator.searchers.basic:BasicVariantSearcher",
+    "optuna": "kubetune_operator.searchers.optuna_search:OptunaSearch",
 }
 
 

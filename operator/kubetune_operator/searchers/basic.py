@@ -1,10 +1,10 @@
 """The ``basic``/``random`` searcher: Ray's basic variant generation, restart-safe.
 
-Owns :class:`BasicVariantSearcher`, a :class:`~kubetune_operator.search.base.Searcher`
+Owns :class:`BasicVariantSearcher`, a :class:`~kubetune_operator.searchers.base.Searcher`
 over :class:`kubetune.search.VariantSpace`. Variant ``i`` depends only
 on ``(space, numSamples, seed, i)``, so the state is two integers and the
 operator may regenerate any trial's config with :meth:`BasicVariantSearcher.variant`.
-Created through ``kubetune_operator.search.create_searcher``.
+Created through ``kubetune_operator.searchers.create_searcher``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubetune.search import VariantSpace
-from kubetune_operator.search.base import FINISHED, Searcher
+from kubetune_operator.searchers.base import FINISHED, Searcher
 
 __all__ = ["BasicVariantSearcher"]
 
@@ -44,19 +44,13 @@ class BasicVariantSearcher(Searcher):
         self.total = self.generator.total
         self.next_index = 0
 
-    def next_variant(self) -> tuple[int, dict, str] | str:
-        """``(index, config, tag)`` of the next variant, or :data:`FINISHED`; advances :attr:`next_index`."""
+    def suggest(self, trial_id: str) -> dict | str:
+        """The next variant's config, or :data:`FINISHED` after :attr:`total` suggestions (the ``Searcher``
+        interface; the operator reads this random-access searcher by :meth:`variant`)."""
         if self.next_index >= self.total:
             return FINISHED
-        index = self.next_index
-        config, tag = self.generator.variant(index)
         self.next_index += 1
-        return index, config, tag
-
-    def suggest(self, trial_id: str) -> dict | str:
-        """The next variant's config, or :data:`FINISHED` after :attr:`total` suggestions."""
-        variant = self.next_variant()
-        return variant if variant == FINISHED else variant[1]
+        return self.generator.variant(self.next_index - 1)[0]
 
     def variant(self, index: int) -> tuple[dict, str]:
         """``(config, tag)`` of variant ``index``, as first suggested (no state change).

@@ -1,7 +1,7 @@
 """The searcher interface (Ray Tune's ``Searcher``) and JSON helpers for searcher state.
 
 Owns :class:`Searcher`, the base every search algorithm of
-``kubetune_operator.search`` builds on, and the strict-JSON encoding of
+``kubetune_operator.searchers`` builds on, and the strict-JSON encoding of
 non-finite floats used by searcher and scheduler state. Callers: the
 per-Experiment reconcile loop (``suggest`` while slots are free,
 ``on_trial_complete`` when a trial ends, ``get_state``/``set_state`` around an

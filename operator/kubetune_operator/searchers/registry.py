@@ -1,6 +1,6 @@
 """Name registries with lazy imports, shared by search algorithms and schedulers.
 
-Owns the lookup behind ``kubetune_operator.search.create_searcher`` and
+Owns the lookup behind ``kubetune_operator.searchers.create_searcher`` and
 ``kubetune_operator.schedulers.create_scheduler``: a registry maps a CRD enum
 value to ``"module:Class"`` (Ray's ``SEARCH_ALG_IMPORT`` idea), the module is
 imported only when that name is chosen, and parameters are checked against the
