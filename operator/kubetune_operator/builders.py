@@ -154,7 +154,7 @@ def pod_resources(resources_per_trial: Mapping | None) -> dict:
 
 
 def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Settings,
-              restore_from: str | None = None) -> dict:
+              restore_from: str | None = None, pbt_policy: list | None = None) -> dict:
     """Return the manifest of the pod running ``attempt`` of ``trial``.
 
     The attempt's collector token is not in the manifest: ``KUBETUNE_TOKEN`` comes from the Secret
@@ -182,6 +182,8 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
         restore_from: checkpoint URI to restore first. None: ``spec.restoreFrom`` of the
             trial while it has no checkpoint of its own in ``status.checkpoint``, else
             nothing (the runtime restores the trial's latest committed checkpoint).
+        pbt_policy: the PBT policy line of the exploit this attempt carries out (the runtime writes
+            it to the trial's ``pbt_policy_<trial>.txt``).
 
     Raises:
         ValueError: no storage URI (neither ``spec.storage.uri`` nor a default in settings),
@@ -208,7 +210,7 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
         checkpoint=CheckpointPolicy(**{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy)
                                        if f.name in checkpoint}),
         metric=spec.get("metric"), mode=spec.get("mode"), storage_endpoint=endpoint, storage_region=region,
-        restore_from=restore_from, collector_url=settings.collector.base_url(), pod_name=name,
+        restore_from=restore_from, pbt_policy=pbt_policy, collector_url=settings.collector.base_url(), pod_name=name,
         grace_period_s=settings.trials.termination_grace_period_s,
         decision_wait_s=DECISION_WAIT_S if (spec.get("scheduler") or {}).get("name", "fifo") != "fifo"
         or spec.get("stoppers") else 0.0,

@@ -161,6 +161,7 @@ class TrialState:
     uid: str | None = None
     spec_config: dict | None = None  # the spec's config, when ``config`` is an exploit's
     restore_from: str | None = None  # the checkpoint of the trial's current lineage (status.restoreFrom)
+    pbt_policy: list | None = None  # the policy line of the exploit its next pod carries out (not kept on restart)
     dirty: bool = False
     written_at: float = 0.0
     phase_changed: bool = False
@@ -773,7 +774,7 @@ class ExperimentController:
 
     def _pod(self, trial: TrialState) -> dict:
         return build_pod(self.experiment, self._trial_object(trial), trial.attempt, self.settings,
-                         restore_from=trial.restore_from)
+                         restore_from=trial.restore_from, pbt_policy=trial.pbt_policy)
 
     def _perturb(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
         """Carry out the PBT exploits of trials now paused for them: the explored config, the donor's
@@ -795,6 +796,9 @@ class ExperimentController:
                       "oldConfig": {k: exploit["oldConfig"].get(k) for k in changed},
                       "newConfig": {k: exploit["config"].get(k) for k in changed}}
             trial.config, trial.restore_from = dict(exploit["config"]), uri
+            trial.pbt_policy = None if exploit["donor"] == trial.name else [  # a replay's own steps: no policy
+                trial.name, exploit["donor"], exploit.get("trialIteration", 0), exploit["iteration"],
+                exploit["donorConfig"], exploit["config"]]
             lineage = (trial.status.get("perturbations") or [])[-(MAX_PERTURBATIONS_KEPT - 1):] + [record]
             self._set(trial, now, phase="Pending", reason="Perturbed", attempt=trial.attempt + 1, message=None,
                       config=trial.config, restoreFrom=uri, perturbations=lineage, iteration=exploit["iteration"],

@@ -294,7 +294,9 @@ def test_pbt_restarts_the_worst_trial_from_the_best_ones_checkpoint_with_an_expl
         assert status["config"]["x"] in mutations["x"] and status["config"] != trial["spec"]["config"]
         lines = result_lines(s3, namespace, "pbt", name)
         iterations = [r["training_iteration"] for r in lines]
-        assert iterations == list(range(1, 9)), iterations  # one lineage: up to the donor's iteration, then on
+        # one lineage: its own lines up to the donor's iteration, then on from there (a donor ahead of the
+        # trial makes a jump, as in Ray; one restored at the stop iteration reports once more, then stops)
+        assert iterations == sorted(set(iterations)) and iterations[-1] in (8, 9), iterations
         # from the donor's iteration on, the score is the donor's checkpoint plus the new x per step
         donor_score = next(r["score"] for r in result_lines(s3, namespace, "pbt", last["donor"])
                            if r["training_iteration"] == last["iteration"])

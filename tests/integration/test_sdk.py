@@ -275,3 +275,38 @@ def experiment_or_none(custom, namespace, name):
         return experiment(custom, namespace, name)
     except ApiException:
         return None
+
+
+def test_a_pbt_policy_is_written_as_ray_writes_it_and_replays_on_a_new_trial(operator, custom, namespace,
+                                                                            storage_secret, sdk_env, s3):
+    pbt = tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                                  hyperparam_mutations={"x": [1, 2, 3, 4]}, resample_probability=0)
+    tune.run("tests.integration.trainables:Counter", name="pbt-src", namespace=namespace,
+             storage=storage(storage_secret), config={"x": tune.grid_search([1, 2, 3, 4]), "sleep": 0.3},
+             metric="score", mode="max", stop={"training_iteration": 8}, scheduler=pbt, max_concurrent_trials=4,
+             checkpoint_at_end=True, verbose=0, poll_interval_s=0.5)
+    found = {t["metadata"]["name"]: t for t in custom.list_namespaced_custom_object(
+        "kubetune.io", "v1alpha1", namespace, "trials")["items"] if t["spec"]["experiment"] == "pbt-src"}
+    perturbed = [t for t in found.values() if t["status"].get("perturbations")]
+    assert perturbed
+    trial = perturbed[0]
+    name, last = trial["metadata"]["name"], trial["status"]["perturbations"][-1]
+    uid = experiment(custom, namespace, "pbt-src")["metadata"]["uid"][:8]
+    key = f"{PREFIX}/{namespace}/pbt-src/{uid}/pbt_policy_{name}.txt"
+    lines = [json.loads(x) for x in s3.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read().decode().splitlines()]
+    assert lines[-1][:2] == [name, last["donor"]] and lines[-1][3] == last["iteration"]
+    assert lines[-1][5] == trial["status"]["config"]  # Ray's line: the donor's config, then the new one
+    # the replay: the policy's first config, then its configs at its steps, restoring the trial's own checkpoint
+    replay = tune.schedulers.PopulationBasedTrainingReplay(f"s3://{S3_BUCKET}/{key}")
+    analysis = tune.run("tests.integration.trainables:Counter", name="pbt-replay", namespace=namespace,
+                        storage=storage(storage_secret), metric="score", mode="max",
+                        stop={"training_iteration": 8}, scheduler=replay, checkpoint_at_end=True, verbose=0,
+                        poll_interval_s=0.5)
+    (replayed,) = [t for t in custom.list_namespaced_custom_object(
+        "kubetune.io", "v1alpha1", namespace, "trials")["items"] if t["spec"]["experiment"] == "pbt-replay"]
+    assert replayed["spec"]["config"] == replay.config
+    changes = [(step, config) for step, config in replay.params["policy"] if step < 8]  # the stop wins at 8
+    assert [p["iteration"] for p in replayed["status"].get("perturbations", [])] == [s for s, _ in changes]
+    assert replayed["status"].get("config", replayed["spec"]["config"]) == (changes[-1][1] if changes
+                                                                            else replay.config)
+    assert analysis.trials[0].last_result["training_iteration"] == 8

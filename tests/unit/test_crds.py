@@ -116,7 +116,7 @@ def test_enums():
     assert spec["mode"]["enum"] == ["max", "min"]
     assert spec["searchAlgorithm"]["properties"]["name"]["enum"] == ["basic", "random", "optuna"]
     assert spec["scheduler"]["properties"]["name"]["enum"] == ["fifo", "asha", "median_stopping_rule", "hyperband",
-                                                                "pbt"]
+                                                                "pbt", "pbt_replay"]
     assert tuple(_status("Experiment")["properties"]["phase"]["enum"]) == status.EXPERIMENT_PHASES
     assert tuple(_status("Trial")["properties"]["phase"]["enum"]) == status.TRIAL_PHASES
 

@@ -209,3 +209,37 @@ def test_the_kept_ranking_gives_rays_quantiles_at_every_step():
         size = min(int(-(-len(naive) * 0.3 // 1)), len(naive) // 2) if len(naive) > 1 else 0
         expected = (naive[:size], naive[len(naive) - size:]) if size else ([], [])
         assert pbt._quantiles() == expected, step
+
+
+def test_replay_changes_the_config_at_each_step_of_the_policy_from_the_trials_own_checkpoint():
+    replay = create_scheduler("pbt_replay", "acc", "max", policy=[[2, {"lr": 0.1}], [4, {"lr": 0.01}],
+                                                                   [5, {"lr": 1.0}]])
+    replay.on_trial_add("t")
+    replay.set_trial_config("t", {"lr": 0.5})
+    decisions = [replay.on_trial_result("t", {"training_iteration": i, "acc": 1.0}) for i in (1, 2, 3)]
+    assert decisions == ["continue", "pause", "continue"]
+    exploit = replay.take_exploit("t")
+    assert exploit == {"donor": "t", "iteration": 2, "config": {"lr": 0.1}, "oldConfig": {"lr": 0.5},
+                       "donorConfig": {"lr": 0.5}, "operations": {}, "trialIteration": 2}
+    # two steps passed at once (a late result): the latest config among them
+    assert replay.on_trial_result("t", {"training_iteration": 6, "acc": 1.0}) == "pause"
+    assert replay.take_exploit("t")["config"] == {"lr": 1.0}
+    assert replay.on_trial_result("t", {"training_iteration": 7, "acc": 1.0}) == "continue"
+    with pytest.raises(ValueError, match="steps must not decrease"):
+        create_scheduler("pbt_replay", "acc", "max", policy=[[3, {}], [2, {}]])
+
+
+def test_the_sdk_reads_rays_policy_file_along_the_chain_of_exploits():
+    from kubetune.schedulers import load_policy
+
+    lines = [["t0", "t3", 2, 2, {"lr": 0.4}, {"lr": 0.5}],  # another trial's exploit, copied from its file
+             ["t1", "t0", 4, 4, {"lr": 0.5}, {"lr": 0.6}],
+             ["t1", "t2", 8, 6, {"lr": 0.6}, {"lr": 0.7}]]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    initial, policy = load_policy(text)
+    assert initial == {"lr": 0.6} and policy == [[6, {"lr": 0.7}]]  # t1's chain ends where t2 was not t1's donor
+    chain = [["b", "a", 2, 2, {"lr": 1}, {"lr": 2}], ["c", "b", 4, 4, {"lr": 2}, {"lr": 3}]]
+    initial, policy = load_policy("".join(json.dumps(line) + "\n" for line in chain))
+    assert initial == {"lr": 1} and policy == [[2, {"lr": 2}], [4, {"lr": 3}]]
+    with pytest.raises(ValueError, match="not a PBT policy file"):
+        load_policy('{"not": "a list"}\n')

@@ -12,13 +12,13 @@ from kubetune_operator.schedulers.asha import AsyncHyperBandScheduler
 from kubetune_operator.schedulers.fifo import FIFOScheduler
 from kubetune_operator.schedulers.hyperband import HyperBandScheduler
 from kubetune_operator.schedulers.median_stopping import MedianStoppingRule
-from kubetune_operator.schedulers.pbt import PopulationBasedTraining
+from kubetune_operator.schedulers.pbt import PopulationBasedTraining, PopulationBasedTrainingReplay
 
 
 def test_names_are_the_crd_enum_values():
     assert {name: scheduler_class(name) for name in SCHEDULERS} == {
         "fifo": FIFOScheduler, "asha": AsyncHyperBandScheduler, "median_stopping_rule": MedianStoppingRule,
-        "hyperband": HyperBandScheduler, "pbt": PopulationBasedTraining}
+        "hyperband": HyperBandScheduler, "pbt": PopulationBasedTraining, "pbt_replay": PopulationBasedTrainingReplay}
 
 
 def test_parameters_use_rays_names():
@@ -31,7 +31,7 @@ def test_parameters_use_rays_names():
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(ValueError, match="unknown scheduler 'pb2'; valid: asha, fifo, hyperband, "
-                                         "median_stopping_rule, pbt"):
+                                         "median_stopping_rule, pbt, pbt_replay"):
         create_scheduler("pb2")
 
 

@@ -38,6 +38,8 @@ STORAGE_URI = "KUBETUNE_STORAGE_URI"
 STORAGE_ENDPOINT = "KUBETUNE_STORAGE_ENDPOINT"
 STORAGE_REGION = "KUBETUNE_STORAGE_REGION"
 RESTORE_FROM = "KUBETUNE_RESTORE_FROM"
+#: JSON: the PBT policy line of the exploit this attempt carries out (Ray's ``pbt_policy_<trial>.txt``).
+PBT_POLICY = "KUBETUNE_PBT_POLICY"
 COLLECTOR_URL = "KUBETUNE_COLLECTOR_URL"
 TOKEN = "KUBETUNE_TOKEN"
 POD_NAME = "KUBETUNE_POD_NAME"
@@ -94,8 +96,10 @@ class TrialEnv:
 
     Attributes:
         trial_dir_uri: ``<storage.uri>/<namespace>/<experiment>/<uid[:8]>/<trial>`` (``s3://`` or ``file://``).
-        restore_from: checkpoint URI to start from (``spec.restoreFrom``) while the trial has no
-            committed checkpoint of its own; its own latest committed checkpoint always wins.
+        restore_from: checkpoint URI the trial's current lineage starts from (``spec.restoreFrom``,
+            or a PBT donor's checkpoint); the trial's own checkpoints taken since win over it.
+        pbt_policy: the PBT exploit this attempt carries out, as Ray's policy line ``[trial, donor,
+            trial iteration, donor iteration, donor config, new config]``; None for other attempts.
         collector_url: base URL of the operator's collector, or None to run without one.
         grace_period_s: the pod's ``terminationGracePeriodSeconds``: time between SIGTERM and SIGKILL.
         decision_wait_s: longest the runtime waits, after each result, for the collector's answer to
@@ -121,6 +125,7 @@ class TrialEnv:
     storage_endpoint: str | None = None
     storage_region: str | None = None
     restore_from: str | None = None
+    pbt_policy: list | None = None
     collector_url: str | None = None
     token: str | None = None
     pod_name: str | None = None
@@ -137,7 +142,9 @@ def encode_trial_env(env: TrialEnv) -> dict[str, str]:
         TRAINABLE_NAME: env.name, TRAINABLE_PICKLE_URI: env.pickle_uri,
         STOP: json.dumps(env.stop, sort_keys=True), CHECKPOINT: json.dumps(env.checkpoint.__dict__, sort_keys=True),
         METRIC: env.metric, MODE: env.mode, STORAGE_ENDPOINT: env.storage_endpoint,
-        STORAGE_REGION: env.storage_region, RESTORE_FROM: env.restore_from, COLLECTOR_URL: env.collector_url,
+        STORAGE_REGION: env.storage_region, RESTORE_FROM: env.restore_from,
+        PBT_POLICY: json.dumps(env.pbt_policy) if env.pbt_policy is not None else None,
+        COLLECTOR_URL: env.collector_url,
         TOKEN: env.token, POD_NAME: env.pod_name, GRACE_PERIOD: f"{env.grace_period_s:g}",
         DECISION_WAIT: f"{env.decision_wait_s:g}" if env.decision_wait_s else None,
     }
@@ -159,7 +166,8 @@ def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
         pickle_uri=e.get(TRAINABLE_PICKLE_URI), stop=json.loads(e.get(STOP, "{}")),
         checkpoint=CheckpointPolicy(**json.loads(e.get(CHECKPOINT, "{}"))), metric=e.get(METRIC),
         mode=e.get(MODE), storage_endpoint=e.get(STORAGE_ENDPOINT), storage_region=e.get(STORAGE_REGION),
-        restore_from=e.get(RESTORE_FROM), collector_url=e.get(COLLECTOR_URL), token=e.get(TOKEN),
+        restore_from=e.get(RESTORE_FROM), pbt_policy=json.loads(e[PBT_POLICY]) if e.get(PBT_POLICY) else None,
+        collector_url=e.get(COLLECTOR_URL), token=e.get(TOKEN),
         pod_name=e.get(POD_NAME), grace_period_s=float(e.get(GRACE_PERIOD, "30")),
         decision_wait_s=float(e.get(DECISION_WAIT, "0")),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kubetune.specs import AlgorithmSpec, unsupported_names
 
 __all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
-           "MedianStoppingRule", "PopulationBasedTraining"]
+           "MedianStoppingRule", "PopulationBasedTraining", "PopulationBasedTrainingReplay", "load_policy"]
 
 
 class TrialScheduler(AlgorithmSpec):
@@ -159,8 +159,66 @@ class PopulationBasedTraining(TrialScheduler):
         self.log_config = log_config
 
 
+def load_policy(text: str) -> tuple[dict, list[list]]:
+    """Read a ``pbt_policy_<trial>.txt`` as Ray's replay does: follow the chain of exploits back from the last
+    line; return ``(the first config, [[step, config], ...])``.
+
+    Raises:
+        ValueError: no line, or a line that is not Ray's ``[trial, donor, step, donor step, donor config,
+            new config]``.
+    """
+    import json
+
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not lines or not all(isinstance(x, list) and len(x) == 6 for x in lines):
+        raise ValueError("not a PBT policy file: expected lines [trial, donor, step, donor step, donor config, "
+                         "new config]")
+    policy, last_new, initial = [], None, None
+    for old_tag, new_tag, _, new_step, old_config, new_config in reversed(lines):
+        if last_new is not None and old_tag != last_new:
+            break  # the chain of exploits ends here
+        last_new, initial = new_tag, old_config
+        policy.append([new_step, new_config])
+    return initial, list(reversed(policy))
+
+
+class PopulationBasedTrainingReplay(TrialScheduler):
+    """Replays one PBT trial's policy on a new trial (Ray's ``PopulationBasedTrainingReplay``).
+
+    The run gets the policy's first config (``num_samples`` must be 1); at each step of the policy the
+    trial goes on from its own checkpoint with that step's config (the operator's ``pbt_replay``).
+
+    Args:
+        policy_file: a ``pbt_policy_<trial>.txt``: a local path, or its ``s3://``/``file://`` URI in the
+            experiment's storage (read with this process's credentials and ``$AWS_ENDPOINT_URL_S3``).
+
+    Attributes:
+        config: the policy's first config, which the run uses as its config.
+
+    Raises:
+        ValueError: not a policy file.
+        FileNotFoundError: no such file.
+    """
+
+    name = "pbt_replay"
+
+    def __init__(self, policy_file: str):
+        import os
+
+        if "://" in policy_file:
+            from kubetune.storage import open_storage
+
+            parent, _, name = policy_file.rpartition("/")
+            storage = open_storage(parent, os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+            text = storage.get_bytes(policy_file).decode()
+        else:
+            with open(policy_file) as f:
+                text = f.read()
+        self.config, policy = load_policy(text)
+        super().__init__(policy=policy)
+
+
 __getattr__ = unsupported_names(__name__, {
-    "PopulationBasedTrainingReplay": ("replaying a PBT policy is not available yet", "a fixed config"),
     "PB2": ("PB2's GP-bandit explore is not available yet", "PopulationBasedTraining"),
     "HyperBandForBOHB": ("BOHB's searcher is not available", "HyperBandScheduler with OptunaSearch"),
     "ResourceChangingScheduler": ("a trial's pod resources are fixed when the pod is created",

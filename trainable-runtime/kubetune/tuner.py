@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kubetune.schedulers import TrialScheduler
+from kubetune.schedulers import PopulationBasedTrainingReplay, TrialScheduler
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 from kubetune.search.sample import space_spec
 from kubetune.stopper import CombinedStopper, Stopper, TimeoutStopper
@@ -280,6 +280,10 @@ def build_experiment(name: str, trainable_spec: dict, *, config: Any = None, num
         raise ValueError(f"scheduler={scheduler!r}: use a scheduler from kubetune.schedulers; a scheduler of your "
                          "own would be user code in the operator")
     metric, mode = _metric_mode(metric, mode, scheduler, search_alg)
+    if isinstance(scheduler, PopulationBasedTrainingReplay):  # Ray's replay sets the trial's config itself
+        if num_samples != 1:
+            raise ValueError("PopulationBasedTrainingReplay replays one trial: num_samples must be 1")
+        config = scheduler.config
     limit = limit or search_alg.max_concurrent or None
     if max_concurrent_trials and limit:
         limit = min(limit, max_concurrent_trials)

@@ -25,6 +25,7 @@ SCHEDULERS: dict[str, str] = {
     "median_stopping_rule": "kubetune_operator.schedulers.median_stopping:MedianStoppingRule",
     "hyperband": "kubetune_operator.schedulers.hyperband:HyperBandScheduler",
     "pbt": "kubetune_operator.schedulers.pbt:PopulationBasedTraining",
+    "pbt_replay": "kubetune_operator.schedulers.pbt:PopulationBasedTrainingReplay",
 }
 
 

@@ -1,8 +1,9 @@
-"""The ``pbt`` scheduler: Population Based Training (Ray's ``PopulationBasedTraining``, asynchronous).
+"""The ``pbt`` scheduler: Population Based Training (Ray's ``PopulationBasedTraining``, asynchronous), and
+``pbt_replay``, which replays one trial's policy.
 
-Owns :class:`PopulationBasedTraining` and :func:`explore`. Algorithm: Jaderberg et al., "Population
-Based Training of Neural Networks" (2017); parameters, quantiles, exploit and explore rules as Ray
-Tune 2.x ``schedulers/pbt.py`` with ``synch=False``. Created through
+Owns :class:`PopulationBasedTraining`, :func:`explore` and :class:`PopulationBasedTrainingReplay`.
+Algorithm: Jaderberg et al., "Population Based Training of Neural Networks" (2017); parameters,
+quantiles, exploit and explore rules as Ray Tune 2.x ``schedulers/pbt.py`` with ``synch=False``. Created through
 ``kubetune_operator.schedulers.create_scheduler``; the collector calls ``on_trial_result`` for every
 result, and the controller takes each exploit (:meth:`PopulationBasedTraining.take_exploit`) to
 restart the trial from the donor's checkpoint with the explored config (docs/ray-tune.md, PBT).
@@ -28,7 +29,7 @@ from kubetune.search import Domain, parse_space
 from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, TrialScheduler
 from kubetune_operator.searchers.base import decode_number, encode_number
 
-__all__ = ["PopulationBasedTraining", "explore"]
+__all__ = ["PopulationBasedTraining", "PopulationBasedTrainingReplay", "explore"]
 
 
 def explore(config: dict, mutations: dict, resample_probability: float, perturbation_factors: list[float],
@@ -214,7 +215,8 @@ class PopulationBasedTraining(TrialScheduler):
             new_config, operations = explore(donor_config, self.mutations, self.resample_probability, self.factors,
                                              rng)
             self._exploits[trial_id] = {"donor": donor, "iteration": donor_state[3], "config": new_config,
-                                        "oldConfig": config, "donorConfig": donor_config, "operations": operations}
+                                        "oldConfig": config, "donorConfig": donor_config, "operations": operations,
+                                        "trialIteration": result.get("training_iteration", 0)}
             state[0], state[1], state[4] = donor_state[0], donor_state[1], state[4] + 1
             self._configs[trial_id] = new_config
             self.num_perturbations += 1
@@ -224,7 +226,8 @@ class PopulationBasedTraining(TrialScheduler):
     def take_exploit(self, trial_id: str) -> dict | None:
         """The exploit decided for ``trial_id`` by its last result, once (then forgotten): ``{"donor",
         "iteration" (of the donor's checkpoint), "config" (explored), "oldConfig", "donorConfig",
-        "operations"}``; None when that result did not exploit."""
+        "operations", "trialIteration" (of the exploited trial's result)}``; None when that result did
+        not exploit."""
         return self._exploits.pop(trial_id, None)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None) -> None:
@@ -252,3 +255,70 @@ class PopulationBasedTraining(TrialScheduler):
         self._ranked = sorted((self._key(s[2]), self._order[t], t) for t, s in self._state.items()
                               if s[2] is not None and t not in self._finished)
         self.num_perturbations = state["num_perturbations"]
+
+
+class PopulationBasedTrainingReplay(TrialScheduler):
+    """Replays a PBT trial's policy on a new trial (Ray's ``PopulationBasedTrainingReplay``).
+
+    At each step of the policy the trial is paused and goes on from its own checkpoint with that
+    step's config, through the same exploit mechanism as :class:`PopulationBasedTraining` (the donor
+    is the trial itself). The SDK's ``PopulationBasedTrainingReplay(policy_file)`` reads a
+    ``pbt_policy_<trial>.txt`` and gives the experiment the policy's first config.
+
+    Args:
+        metric, mode: unused (accepted because every scheduler gets the experiment's).
+        policy: ``[[step, config], ...]``, steps increasing: from ``time_attr`` ``step`` on, ``config``.
+        time_attr: result key of progress (Ray's replay uses ``training_iteration``).
+
+    Raises:
+        ValueError: a malformed policy.
+    """
+
+    def __init__(self, metric: str | None = None, mode: str | None = None, policy: list | None = None,
+                 time_attr: str = "training_iteration"):
+        super().__init__(metric, mode)
+        if not isinstance(policy, list) or not policy or not all(
+                isinstance(p, list) and len(p) == 2 and is_number(p[0]) and isinstance(p[1], dict) for p in policy):
+            raise ValueError("policy must be a non-empty list of [step, config] pairs")
+        if any(b[0] < a[0] for a, b in zip(policy, policy[1:])):
+            raise ValueError("policy steps must not decrease")
+        self.policy, self.time_attr = policy, time_attr
+        self._next: dict[str, int] = {}
+        self._configs: dict[str, dict] = {}
+        self._exploits: dict[str, dict] = {}
+
+    def on_trial_add(self, trial_id: str) -> None:
+        self._next.setdefault(trial_id, 0)
+
+    def set_trial_config(self, trial_id: str, config: dict) -> None:
+        """The config ``trial_id`` was created with."""
+        self._configs.setdefault(trial_id, copy.deepcopy(config))
+
+    def on_trial_result(self, trial_id: str, result: dict) -> str:
+        self.on_trial_add(trial_id)
+        step, index = result.get(self.time_attr), self._next[trial_id]
+        if self.metric and not is_number(result.get(self.metric)):
+            return CONTINUE  # as every scheduler here: a result without the experiment's metric is skipped
+        if not is_number(step) or index >= len(self.policy) or step < self.policy[index][0]:
+            return CONTINUE
+        while index + 1 < len(self.policy) and self.policy[index + 1][0] <= step:
+            index += 1  # steps passed at once: the latest config among them
+        self._next[trial_id] = index + 1
+        old, new = self._configs.get(trial_id, {}), copy.deepcopy(self.policy[index][1])
+        iteration = result.get("training_iteration", 0)
+        self._exploits[trial_id] = {"donor": trial_id, "iteration": iteration, "config": new, "oldConfig": old,
+                                    "donorConfig": old, "operations": {}, "trialIteration": iteration}
+        self._configs[trial_id] = new
+        return PAUSE
+
+    def take_exploit(self, trial_id: str) -> dict | None:
+        """As :meth:`PopulationBasedTraining.take_exploit`; the donor is the trial itself."""
+        return self._exploits.pop(trial_id, None)
+
+    def get_state(self) -> dict:
+        """``{"next": {trial: policy index}, "configs": {trial: config}}``."""
+        return {"next": dict(self._next), "configs": copy.deepcopy(self._configs)}
+
+    def set_state(self, state: dict) -> None:
+        """Resume from :meth:`get_state` output."""
+        self._next, self._configs = dict(state["next"]), copy.deepcopy(state["configs"])

@@ -126,9 +126,28 @@ class TrialRunner:
         if kept or dropped:
             log.info("result.json: kept %d results up to iteration %d, dropped %d written after it",
                      kept, restored, dropped)
+        if env.pbt_policy:
+            self._write_pbt_policy(env.pbt_policy)
         params = json.dumps(config, indent=2, sort_keys=True, default=json_default).encode()
         self.storage.put_bytes(join_uri(env.trial_dir_uri, "params.json"), params)
         self.results.start_background_sync()
+
+    def _write_pbt_policy(self, line: list) -> None:
+        """Write the trial's PBT policy as Ray does: ``pbt_policy_<trial>.txt`` next to the trial folders is
+        the donor's policy file, then ``line`` (``[trial, donor, trial iteration, donor iteration, donor
+        config, new config]``, one JSON list per line). A retry of the attempt finds it written."""
+        experiment_dir = self.env.trial_dir_uri.rsplit("/", 1)[0]
+        own, text = join_uri(experiment_dir, f"pbt_policy_{line[0]}.txt"), json.dumps(line) + "\n"
+        try:
+            if self.storage.get_bytes(own).decode().endswith(text):
+                return
+        except FileNotFoundError:
+            pass
+        try:
+            donor = self.storage.get_bytes(join_uri(experiment_dir, f"pbt_policy_{line[1]}.txt")).decode()
+        except FileNotFoundError:
+            donor = ""
+        self.storage.put_bytes(own, (donor + text).encode())
 
     def _restore(self) -> int:
         """Restore the trial's latest committed checkpoint of its current lineage, else ``restoreFrom``;
