@@ -45,7 +45,7 @@ from typing import Any, Iterator, Mapping
 
 from kubetune.checkpoint import Checkpoint
 from kubetune.checkpoints import list_checkpoints, restore_checkpoint
-from kubetune.resultkeys import flatten
+from kubetune.resultkeys import flatten, is_number
 from kubetune.runtime.results import PROGRESS_FILE, RESULT_FILE
 from kubetune.storage import FileStorage, S3Storage, Storage, file_uri_path, join_uri, open_storage, split_s3_uri
 
@@ -72,10 +72,6 @@ def _pandas():
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError("dataframes need pandas: pip install 'kubetune[sdk]'") from exc
     return pandas
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _lookup(result: Mapping, key: str) -> Any:
@@ -378,7 +374,7 @@ class ExperimentAnalysis:
         if stats is None:
             stats = {}
             for trial in self.trials:
-                values = [v for v in (_lookup(row, metric) for row in self._history(trial)) if _is_number(v)]
+                values = [v for v in (_lookup(row, metric) for row in self._history(trial)) if is_number(v)]
                 if not values:
                     continue
                 real = [v for v in values if not math.isnan(v)]
@@ -394,7 +390,7 @@ class ExperimentAnalysis:
     def _score(self, trial: TrialRecord, metric: str, statistic: str) -> float | None:
         if statistic == "last":
             value = _lookup(trial.last_result, metric)
-            if _is_number(value):
+            if is_number(value):
                 return value  # the last line reports it: no need to parse the history
         stats = self._metric_stats(metric).get(trial.trial_id)
         return stats[statistic] if stats else None
@@ -406,7 +402,7 @@ class ExperimentAnalysis:
             return trial.last_result or None
         rows = self._history(trial)
         values = [(i, _lookup(row, metric)) for i, row in enumerate(rows)]
-        numbers = [(i, v) for i, v in values if _is_number(v) and not math.isnan(v)]
+        numbers = [(i, v) for i, v in values if is_number(v) and not math.isnan(v)]
         if numbers:
             pick = max if mode == "max" else min
             return rows[pick(numbers, key=lambda item: item[1])[0]]
@@ -583,7 +579,7 @@ class ExperimentAnalysis:
         metric = metric or self.default_metric or TRAINING_ITERATION
         mode = self._validate_mode(mode)
         candidates = [(uri, value) for uri, value in self.get_trial_checkpoints_paths(trial, metric)
-                      if _is_number(value) and math.isfinite(value)]
+                      if is_number(value) and math.isfinite(value)]
         if not candidates:
             log.error("No checkpoints have been found for trial %s.", trial)
             return None

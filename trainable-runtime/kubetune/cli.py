@@ -171,23 +171,12 @@ def cmd_best(args: argparse.Namespace) -> int:
     return OK
 
 
-def _analysis(cluster, name: str):
-    from kubetune.analysis import ExperimentAnalysis
-    from kubetune.storage import join_uri
-    from kubetune.tuner import storage_spec
-
-    exp = cluster.get(name)
-    storage = storage_spec(exp["spec"].get("storage"))
-    errors = {t["metadata"]["name"]: (t.get("status") or {}).get("message") or "failed"
-              for t in cluster.trials(exp) if (t.get("status") or {}).get("phase") == "Failed"}
-    path = join_uri(storage["uri"], cluster.namespace, name, exp["metadata"]["uid"][:8])
-    return ExperimentAnalysis(path, default_metric=exp["spec"].get("metric"), default_mode=exp["spec"].get("mode"),
-                              storage_endpoint=storage.get("endpoint"), storage_region=storage.get("region"),
-                              trial_errors=errors)
-
-
 def cmd_analysis(args: argparse.Namespace) -> int:
-    frame = _analysis(_cluster(args), args.name).dataframe()
+    from kubetune.tuner import experiment_analysis
+
+    cluster = _cluster(args)
+    exp = cluster.get(args.name)
+    frame = experiment_analysis(exp, cluster.trials(exp)).dataframe()
     if args.output == "json":
         print(frame.to_json(orient="records", indent=2))
     else:

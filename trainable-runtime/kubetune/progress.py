@@ -30,7 +30,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kubetune.resultkeys import lookup
+from kubetune.resultkeys import is_number, lookup
 from kubetune.search import DOMAIN_NAMES
 
 __all__ = [
@@ -415,7 +415,7 @@ def _metric_value(trial: Mapping, metric: str) -> float | None:
     value = status.get("metricValue")
     if value is None:
         value = (status.get("lastResult") or {}).get(metric)
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return value if is_number(value) else None
 
 
 def _note(trial: Mapping) -> str:

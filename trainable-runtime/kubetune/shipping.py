@@ -203,10 +203,7 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Any:
     else:
         raise TypeError(f"with_parameters needs a Trainable class or a function, got {type(trainable).__name__}")
     wrapped.__name__ = wrapped.__qualname__ = getattr(trainable, "__name__", "trainable")
-    wrapped._kubetune_wrapped = trainable
-    wrapped._kubetune_parameters = [*getattr(trainable, "_kubetune_parameters", []), params]
-    wrapped._kubetune_resources = getattr(trainable, "_kubetune_resources", None)
-    return wrapped
+    return _wraps(wrapped, trainable, parameters=params)
 
 
 def _function_with(fn: Callable, params: Parameters) -> Callable:
@@ -218,6 +215,16 @@ def _function_with(fn: Callable, params: Parameters) -> Callable:
         def inner(config):
             return fn(config, **params.load())
     return inner
+
+
+def _wraps(wrapped: Any, trainable: Any, parameters: Parameters | None = None, resources: dict | None = None) -> Any:
+    """Mark ``wrapped`` as a wrapper of ``trainable``: it carries the ``with_parameters`` objects and the
+    ``with_resources`` of what it wraps, plus ``parameters``/``resources`` when given; return it."""
+    carried = list(getattr(trainable, "_kubetune_parameters", []))
+    wrapped._kubetune_wrapped = trainable
+    wrapped._kubetune_parameters = carried + ([parameters] if parameters is not None else [])
+    wrapped._kubetune_resources = getattr(trainable, "_kubetune_resources", None) if resources is None else resources
+    return wrapped
 
 
 def with_stopper(trainable: Any, stopper: Callable[[str, dict], bool]) -> type:
@@ -245,11 +252,8 @@ def with_stopper(trainable: Any, stopper: Callable[[str, dict], bool]) -> type:
             return result
 
     StoppedByUser.__name__ = StoppedByUser.__qualname__ = base.__name__
-    StoppedByUser._kubetune_wrapped = trainable
     StoppedByUser._kubetune_code = [stopper if inspect.isfunction(stopper) else type(stopper)]
-    StoppedByUser._kubetune_parameters = list(getattr(trainable, "_kubetune_parameters", []))
-    StoppedByUser._kubetune_resources = getattr(trainable, "_kubetune_resources", None)
-    return StoppedByUser
+    return _wraps(StoppedByUser, trainable)
 
 
 def with_resources(trainable: Any, resources: dict | Callable) -> Any:
@@ -274,10 +278,7 @@ def with_resources(trainable: Any, resources: dict | Callable) -> Any:
             return trainable(*args, **kwargs)
         wrapped.__signature__ = inspect.signature(trainable)
         wrapped.__name__ = wrapped.__qualname__ = getattr(trainable, "__name__", "trainable")
-    wrapped._kubetune_wrapped = trainable
-    wrapped._kubetune_parameters = list(getattr(trainable, "_kubetune_parameters", []))
-    wrapped._kubetune_resources = dict(resources)
-    return wrapped
+    return _wraps(wrapped, trainable, resources=dict(resources))
 
 
 def importable_path(obj: Any) -> str | None:

@@ -21,6 +21,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kubetune.resultkeys import check_mode, is_number
 from kubetune.schedulers import PopulationBasedTrainingReplay, TrialScheduler
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 from kubetune.search.sample import space_spec
@@ -28,7 +29,8 @@ from kubetune.stopper import CombinedStopper, Stopper, TimeoutStopper
 from kubetune.storage import join_uri
 
 __all__ = ["TuneError", "run", "run_experiments", "Tuner", "TuneConfig", "RunConfig", "CheckpointConfig",
-           "FailureConfig", "build_experiment", "create_experiment", "split_stop", "storage_spec"]
+           "FailureConfig", "build_experiment", "create_experiment", "experiment_analysis", "failed_trials",
+           "split_stop", "storage_spec"]
 
 API_VERSION = "kubetune.io/v1alpha1"
 #: Ray arguments that mean nothing when each trial is its own pod; accepted with a warning.
@@ -167,7 +169,7 @@ def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
             if isinstance(value, dict):
                 for k, v in value.items():
                     walk(f"{prefix}/{k}" if prefix else k, v)
-            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            elif not is_number(value):
                 raise ValueError(f"stop[{prefix!r}] must be a number, got {value!r}")
             else:
                 flat[prefix] = value
@@ -199,8 +201,7 @@ def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tupl
                                  f"{attr}={value!r}; set it in one place")
         metric = metric or getattr(algorithm, "metric", None)
         mode = mode or getattr(algorithm, "mode", None)
-    if mode not in (None, "min", "max"):
-        raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+    check_mode(metric, mode, required=False)
     return metric, mode
 
 
@@ -394,11 +395,10 @@ def _launch(trainable: Any, *, name: str | None, namespace: str | None, context:
     storage_fields = storage_spec(storage)
     if restore:
         name = restore
-        body = cluster.get(name)
-        storage_fields = body["spec"].get("storage") or storage_fields
+        cluster.get(name)  # it exists (404 otherwise); its own spec.storage is read at the end
     else:
         name = name or default_name(trainable)
-        body = create_experiment(cluster, trainable, name, storage_fields, resources_per_trial, config, **experiment)
+        create_experiment(cluster, trainable, name, storage_fields, resources_per_trial, config, **experiment)
     reporter = _reporter(progress_reporter, verbose)
     try:
         try:
@@ -417,16 +417,27 @@ def _launch(trainable: Any, *, name: str | None, namespace: str | None, context:
               f"  stop it:    kubetune suspend {name} -n {ns}   (or kubetune delete {name} -n {ns})",
               file=sys.stderr)
         raise
+    return experiment_analysis(final, trials), final, trials
+
+
+def failed_trials(trials: list[dict]) -> dict[str, str]:
+    """Name → ``status.message`` (``""`` without one) of the Trials that failed for good."""
+    return {t["metadata"]["name"]: (t.get("status") or {}).get("message") or "" for t in trials
+            if (t.get("status") or {}).get("phase") == "Failed"}
+
+
+def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
+    """The :class:`kubetune.analysis.ExperimentAnalysis` of ``experiment`` (as the API returns it), read from
+    its storage folder, with its failed ``trials``' messages as their errors."""
     from kubetune.analysis import ExperimentAnalysis
 
-    errors = {t["metadata"]["name"]: (t.get("status") or {}).get("message") or "failed"
-              for t in trials if (t.get("status") or {}).get("phase") == "Failed"}
-    path = join_uri(storage_fields["uri"], cluster.namespace, name, final["metadata"]["uid"][:8])
-    analysis = ExperimentAnalysis(path, default_metric=final["spec"].get("metric"),
-                                  default_mode=final["spec"].get("mode"),
-                                  storage_endpoint=storage_fields.get("endpoint"),
-                                  storage_region=storage_fields.get("region"), trial_errors=errors)
-    return analysis, final, trials
+    meta, spec = experiment["metadata"], experiment["spec"]
+    storage = storage_spec(spec.get("storage"))
+    return ExperimentAnalysis(join_uri(storage["uri"], meta["namespace"], meta["name"], meta["uid"][:8]),
+                              default_metric=spec.get("metric"), default_mode=spec.get("mode"),
+                              storage_endpoint=storage.get("endpoint"), storage_region=storage.get("region"),
+                              trial_errors={name: message or "failed"
+                                            for name, message in failed_trials(trials).items()})
 
 
 def _check_ray_kwargs(kwargs: dict) -> None:
@@ -478,8 +489,7 @@ def run(run_or_experiment: Any, name: str | None = None, metric: str | None = No
         checkpoint_at_end=checkpoint_at_end, keep_checkpoints_num=keep_checkpoints_num,
         checkpoint_score_attr=checkpoint_score_attr, max_failures=max_failures, fail_fast=fail_fast,
         image=image, template=template)
-    failed = {t["metadata"]["name"]: (t.get("status") or {}).get("message") or "" for t in trials
-              if (t.get("status") or {}).get("phase") == "Failed"}
+    failed = failed_trials(trials)
     if failed and raise_on_failed_trial:
         first, message = next(iter(failed.items()))
         raise TuneError(f"Trials did not complete: {list(failed)}; {first}: {message.strip().splitlines()[-1:]}")

@@ -12,10 +12,9 @@ config is written as hyperparameters with the last values as their metrics. Need
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from kubetune.resultkeys import flatten
+from kubetune.resultkeys import finite_number, flatten
 
 #: Tag prefix of every scalar (Ray's).
 PREFIX = "ray/tune/"
@@ -23,8 +22,7 @@ PREFIX = "ray/tune/"
 
 def _scalars(result: dict) -> dict[str, float]:
     values = flatten({k: v for k, v in result.items() if k != "config"})
-    return {key: float(value) for key, value in values.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+    return {key: number for key, value in values.items() if (number := finite_number(value)) is not None}
 
 
 class TrialEvents:
