@@ -177,11 +177,14 @@ def main() -> int:
             for w in watchers:
                 w.join()
             offset = started_apply - started
+            first_rss = peak_rss_mib(operator.proc.pid)  # the operator that created every Trial and pod
             resumed_s, restart_rss = restart(operator, n)
             if args.stop_after_restart:
                 exp = custom.get_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", "scale")
                 print(f"operator: {n / (pods_at['all'] - offset):.0f} pods/s; baseline {n / base_s:.0f} pods/s; "
                       f"Experiment object {len(json.dumps(exp, separators=(',', ':')))} bytes")
+                print(f"operator peak RSS after creating every Trial and pod: {first_rss:.0f} MiB "
+                      "(goal <= 300 MiB at 10,000 trials)")
                 print(f"restart with every trial's pod waiting: resumed in {resumed_s:.1f} s (goal < 10 s at "
                       f"10,000 trials), peak RSS of the restarted operator then {restart_rss:.0f} MiB "
                       "(goal <= 300 MiB at 10,000 trials)")
@@ -207,7 +210,8 @@ def main() -> int:
     print(f"baseline: plain 16-thread client creating the same Trials and pods: {base_per_s:.0f} pods/s")
     print(f"ratio operator / baseline: {pods_per_s / base_per_s:.2f}")
     print(f"Experiment object at the end: {size} bytes (goal < 16384)")
-    print(f"operator peak RSS: {rss:.0f} MiB (goal <= 300 at 10,000 trials)")
+    print(f"operator peak RSS: {first_rss:.0f} MiB after creating every Trial and pod; {rss:.0f} MiB for the "
+          "restarted one at the end (goal <= 300 at 10,000 trials)")
     print(f"restart with every trial's pod waiting: resumed in {resumed_s:.1f} s (goal < 10 s at 10,000 trials), "
           f"peak RSS of the restarted operator then {restart_rss:.0f} MiB")
     return 0

@@ -79,7 +79,7 @@ class InvalidSpec(ValueError):
 
 @dataclass
 class PodView:
-    """What the operator needs of one trial pod (the kopf index keeps these)."""
+    """What the operator needs of one trial pod (:class:`kubetune_operator.podwatch.PodWatch` keeps these)."""
 
     name: str
     trial: str

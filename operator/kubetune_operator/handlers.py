@@ -3,11 +3,11 @@ function, and maps errors to conditions and events (docs/architecture.md, "Failu
 reports").
 
 Imported by ``python -m kubetune_operator`` (``__main__.py``). Pods are
-followed through a kopf index on the ``managed-by`` label; one
-daemon per Experiment runs the level-based loop of
+followed by :class:`kubetune_operator.podwatch.PodWatch` (started here, not a kopf
+handler, so pods get no finalizers and a large pod count does not hold up the
+daemons); one daemon per Experiment runs the level-based loop of
 :class:`kubetune_operator.controller.ExperimentController`; create/resume/
-update handlers only validate; no handler, timer or daemon is put on pods (so
-pods get no finalizers).
+update handlers only validate.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import kopf
 
 from . import collector, metrics
 from . import status as st
-from .controller import InvalidSpec, pod_view
+from .controller import InvalidSpec
 from .kube import Kube, api_message
 from .labels import (
     API_VERSION,
@@ -29,18 +29,15 @@ from .labels import (
     FINALIZER,
     GROUP,
     KOPF_ANNOTATION_PREFIX,
-    LABEL_EXPERIMENT,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     TRIAL_KIND,
     VERSION,
     label_value,
 )
+from .podwatch import PodWatch
 from .registry import Registry
 from .settings import Settings
 
 log = logging.getLogger("kubetune.operator")
-MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 MIN_PASS_INTERVAL_S = 0.2
 IDLE_PASS_INTERVAL_S = 2.0
 #: Back-off after a failed pass: doubles from the first value up to the second, in seconds.
@@ -50,6 +47,8 @@ API_BACKOFF_MAX_S = 10.0
 #: At most one APICallsFailed event per Experiment per this many seconds.
 API_EVENT_INTERVAL_S = 30.0
 TERMINAL = ("Succeeded", "Failed")
+#: How long a pass waits for the first full list of trial pods before it reports ``Degraded``, seconds.
+POD_LIST_WAIT_S = 60.0
 
 
 @kopf.on.startup()
@@ -66,20 +65,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None
                           cfg.collector.key_secret_name)
     memo.kube, memo.registry = kube, Registry(cfg, key, kube.write_journal)
     memo.collector = await collector.start(memo.registry)
+    memo.pods = PodWatch(kube.core, cfg.watch.namespaces, memo.registry.wake)
+    memo.pods.start()
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_) -> None:
+    if getattr(memo, "pods", None) is not None:
+        memo.pods.stop()
     if getattr(memo, "collector", None) is not None:
         await memo.collector.cleanup()
-
-
-@kopf.index("pods", labels=MANAGED)
-def pods_by_experiment(namespace, labels, body, memo: kopf.Memo, **_):
-    """Trial pods by Experiment; every change also wakes that Experiment's daemon."""
-    if getattr(memo, "registry", None) is not None:
-        memo.registry.wake(namespace, labels.get(LABEL_EXPERIMENT))
-    return {(namespace, labels.get(LABEL_EXPERIMENT)): pod_view(body)}
 
 
 def _mark(kube: Kube, body, type_: str, reason: str, message: str) -> None:
@@ -121,13 +116,12 @@ def _event_target(ctl, trial: str | None) -> dict:
 
 @kopf.daemon(GROUP, VERSION, EXPERIMENT_PLURAL, id="reconcile", cancellation_timeout=10,
              when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"))
-async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: kopf.Memo,
-                    pods_by_experiment: kopf.Index, **_) -> None:
+async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: kopf.Memo, **_) -> None:
     """One level-based loop per Experiment until it Succeeds or Fails.
 
     Trials are the operator's own objects: it keeps their state in memory and reads them from the
     API once, when it (re)starts, instead of watching them (a watch would cost an event per status
-    write). Pods are watched through the ``pods_by_experiment`` index.
+    write). Pods are read from the operator's :class:`~kubetune_operator.podwatch.PodWatch`.
     """
     registry, kube = memo.registry, memo.kube
     wake = registry.event(namespace, name)
@@ -143,7 +137,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                     except InvalidSpec:  # marked by validate(); wait for a spec change
                         await _sleep(wake, 30)
                         continue
-                plan, errors = await _pass(ctl, kube, registry, pods_by_experiment)
+                plan, errors = await _pass(ctl, kube, registry, memo.pods)
             except Exception as exc:  # noqa: BLE001 - any failure: a condition, an event, back-off; never a crash loop
                 failures += 1
                 delay = min(BACKOFF_S[0] * 2 ** (failures - 1), BACKOFF_S[1])
@@ -183,7 +177,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
             registry.forget(namespace, name)  # a terminal Experiment leaves memory
 
 
-async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.Index):
+async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
     """One reconcile pass: adopt after a (re)start, plan, commit the journal, carry the plan out.
 
     Returns:
@@ -193,13 +187,20 @@ async def _pass(ctl, kube: Kube, registry: Registry, pods_by_experiment: kopf.In
         Exception: anything else (the caller reports it as ``Degraded`` and backs off).
     """
     namespace, name = ctl.namespace, ctl.name
+    if not await pod_watch.synced(POD_LIST_WAIT_S):  # a pass never plans from a partial view of the pods
+        raise RuntimeError(pod_watch.error or f"trial pods not listed after {POD_LIST_WAIT_S:.0f} s")
     resuming = None if ctl.adopted else time.monotonic()
     if not ctl.restored:
-        for trial in await kube.call(kube.list_trials, namespace, name, ctl.experiment["metadata"].get("uid")):
-            ctl.observe_trial(trial)
+        token, uid = None, ctl.experiment["metadata"].get("uid")
+        while True:
+            trials, token = await kube.call(kube.list_trials, namespace, name, uid, token)
+            for trial in trials:
+                ctl.observe_trial(trial)
+            if token is None:
+                break
         for _ in ctl.restore_steps(await kube.call(kube.list_journal, namespace, name)):
             await asyncio.sleep(0)  # a long journal does not hold up the probes or other Experiments
-    pods = {p.name: p for p in pods_by_experiment.get((namespace, label_value(name)), [])}
+    pods = pod_watch.pods(namespace, label_value(name))
     ctl.degraded = None
     found = len(ctl.trials)
     plan = ctl.plan(pods)

@@ -84,16 +84,22 @@ class Kube:
                                                             _preload_content=False)
         return json.loads(resp.data)["metadata"]["uid"]
 
-    def list_trials(self, namespace: str, experiment: str, uid: str) -> list[dict]:
-        """The Trials of ``experiment`` (by the experiment label) owned by the Experiment with ``uid``, as dicts.
+    def list_trials(self, namespace: str, experiment: str, uid: str, token: str | None = None,
+                    limit: int = 500) -> tuple[list[dict], str | None]:
+        """One page of the Trials of ``experiment`` (by the experiment label) owned by the Experiment with
+        ``uid``, as dicts, and the token of the next page (None after the last one).
 
         Trials of an earlier Experiment of the same name (still being garbage-collected) are left out.
+        Pages keep a restart with 10,000 Trials from holding them all as JSON at once.
         """
+        kwargs = {"_continue": token} if token else {}
         resp = self.custom.list_namespaced_custom_object(
             GROUP, VERSION, namespace, TRIAL_PLURAL, label_selector=f"{LABEL_EXPERIMENT}={label_value(experiment)}",
-            _preload_content=False)
-        return [t for t in json.loads(resp.data)["items"]
-                if any(ref.get("uid") == uid for ref in t["metadata"].get("ownerReferences") or ())]
+            limit=limit, _preload_content=False, **kwargs)
+        page = json.loads(resp.data)
+        return ([t for t in page["items"]
+                 if any(ref.get("uid") == uid for ref in t["metadata"].get("ownerReferences") or ())],
+                page["metadata"].get("continue") or None)
 
     # ----- the journal (kubetune_operator.journal) ---------------------------------------
     def list_journal(self, namespace: str, experiment: str) -> list[dict]:

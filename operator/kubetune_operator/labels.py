@@ -1,7 +1,7 @@
 """API coordinates, label and annotation keys, and the names the operator gives objects.
 
 Owns every string the operator stamps on Kubernetes objects, so the builders
-(:mod:`kubetune_operator.builders`), the kopf handlers (index selectors, the
+(:mod:`kubetune_operator.builders`), the handlers and the pod watch (label selectors, the
 annotation prefix and finalizer of kopf) and the tests share one spelling.
 Pure: no kopf or Kubernetes client imports.
 """

@@ -1,0 +1,74 @@
+"""The pod watch's cache rules (kubetune_operator.podwatch), without a cluster: a full list replaces a
+scope's pods whole, events add, change and remove pods, and every change wakes the Experiment it is
+about. The list and watch themselves run against the real API server in every integration test."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kubetune_operator.controller import pod_view
+from kubetune_operator.labels import LABEL_ATTEMPT, LABEL_EXPERIMENT, LABEL_TRIAL
+from kubetune_operator.podwatch import PodWatch
+
+
+def body(ns: str, exp: str, trial: str, phase: str = "Running") -> dict:
+    return {"metadata": {"name": f"{trial}-0", "namespace": ns,
+                         "labels": {LABEL_EXPERIMENT: exp, LABEL_TRIAL: trial, LABEL_ATTEMPT: "0"}},
+            "status": {"phase": phase}}
+
+
+def watch_with_log(namespaces=()):
+    woken = []
+    return PodWatch(None, namespaces, lambda ns, exp: woken.append((ns, exp))), woken
+
+
+def listed(*pods: dict) -> dict:
+    out: dict = {}
+    for pod in pods:
+        out.setdefault((pod["metadata"]["namespace"], pod["metadata"]["labels"][LABEL_EXPERIMENT]), {})[
+            pod["metadata"]["name"]] = pod_view(pod)
+    return out
+
+
+def test_a_list_replaces_its_scope_and_wakes_old_and_new_experiments():
+    pw, woken = watch_with_log()
+    pw._replace(None, listed(body("a", "e1", "t1"), body("a", "e2", "t2")))
+    assert set(pw.pods("a", "e1")) == {"t1-0"} and set(pw.pods("a", "e2")) == {"t2-0"}
+    woken.clear()
+    pw._replace(None, listed(body("a", "e1", "t3")))  # a relist after a 410: e2's pod went meanwhile
+    assert set(pw.pods("a", "e1")) == {"t3-0"}
+    assert pw.pods("a", "e2") == {}
+    assert sorted(woken) == [("a", "e1"), ("a", "e2")]
+
+
+def test_events_add_change_and_delete():
+    pw, woken = watch_with_log()
+    pw._replace(None, {})
+    pw._apply(None, "ADDED", ("a", "e"), pod_view(body("a", "e", "t1", "Pending")))
+    pw._apply(None, "MODIFIED", ("a", "e"), pod_view(body("a", "e", "t1", "Succeeded")))
+    assert pw.pods("a", "e")["t1-0"].phase == "Succeeded"
+    pw._apply(None, "DELETED", ("a", "e"), pod_view(body("a", "e", "t1", "Succeeded")))
+    assert pw.pods("a", "e") == {}
+    assert woken == [("a", "e")] * 3
+    pods = pw.pods("a", "e")
+    pods["x"] = None  # a copy: the caller cannot change the cache
+    assert pw.pods("a", "e") == {}
+
+
+def test_synced_only_after_every_scope_is_listed():
+    async def run():
+        pw, _ = watch_with_log(("a", "b"))
+        pw._replace("a", listed(body("a", "e", "t1")))
+        first = await pw.synced(0.01)
+        pw._replace("b", {})
+        return first, await pw.synced(0.01)
+
+    assert asyncio.run(run()) == (False, True)
+
+
+def test_a_scope_relist_keeps_the_other_scopes_pods():
+    pw, _ = watch_with_log(("a", "b"))
+    pw._replace("a", listed(body("a", "e", "t1")))
+    pw._replace("b", listed(body("b", "e", "t2")))
+    pw._replace("a", {})
+    assert pw.pods("a", "e") == {} and set(pw.pods("b", "e")) == {"t2-0"}
