@@ -32,7 +32,7 @@ import boto3
 from moto_process import moto_server  # bench/moto_process.py, beside this script
 
 from kubetune import Trainable
-from kubetune.checkpoints import commit_checkpoint, restore_checkpoint
+from kubetune.checkpoint_store import commit_checkpoint, restore_checkpoint
 from kubetune.env import CheckpointPolicy, TrialEnv
 from kubetune.reporter import Reporter
 from kubetune.runtime.loop import TrialRunner
@@ -84,7 +84,7 @@ def bench_overhead(iterations: int, workdir: Path) -> None:
     collector = subprocess.Popen([sys.executable, "-c", _COLLECTOR], stdout=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{int(collector.stdout.readline())}"
-        env = TrialEnv(namespace="bench", experiment="bench", trial="t", trial_id="t", attempt=0,
+        env = TrialEnv(namespace="bench", experiment="bench", trial="t", attempt=0,
                        config={"lr": 0.1}, trial_dir_uri=f"file://{workdir}/store/t", entrypoint="__main__:Noop",
                        checkpoint=CheckpointPolicy(frequency=0, atEnd=False), collector_url=url, token="bench",
                        stop={"training_iteration": 10 ** 12, "loss": 10.0}, metric="loss", mode="min")

@@ -33,7 +33,7 @@ from devcluster import Cluster, ClusterConfig, build
 from devcluster.cluster import S3_BUCKET
 from devcluster.operator import OperatorProcess
 from examples.digits.tune_digits import report, tune_digits
-from kubetune.checkpoints import COMMIT_MARKER
+from kubetune.checkpoint_store import COMMIT_MARKER
 from kubetune.client import Cluster as KubeCluster
 from kubetune.client import follow
 from kubetune.progress import StatusTable, format_duration, searched_keys

@@ -202,7 +202,7 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
     trainable = spec.get("trainable") or {}
     checkpoint = spec.get("checkpoint") or {}
     trial_env = TrialEnv(
-        namespace=namespace, experiment=exp_name, trial=name_of_trial, trial_id=name_of_trial, attempt=attempt,
+        namespace=namespace, experiment=exp_name, trial=name_of_trial, attempt=attempt,
         config=trial["spec"].get("config") or {},
         trial_dir_uri=experiment_trial_dir(experiment, settings, name_of_trial),
         entrypoint=trainable.get("entrypoint"), source=trainable.get("source"), name=trainable.get("name"),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
-from kubetune.checkpoints import checkpoint_uri
+from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.resultkeys import goal_reached, is_number
 from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop

@@ -18,7 +18,7 @@ from examples.digits import model as digits
 from examples.digits.demo import load_experiment
 from examples.digits.function_trainable import train_digits
 from examples.digits.trainable import DigitsTrainable
-from kubetune.checkpoints import COMMIT_MARKER, restore_checkpoint
+from kubetune.checkpoint_store import COMMIT_MARKER, restore_checkpoint
 from kubetune.storage import open_storage
 from tests.integration.support import trial_prefix, wait_for
 

@@ -115,7 +115,7 @@ def runtime_env(tmp_path, trial_dir_uri: str, *, config: dict, endpoint: str | N
                 collector: Collector | None = None, **fields) -> dict[str, str]:
     """The environment of a runtime subprocess for one trial (``fields`` go to ``TrialEnv``)."""
     checkpoint = fields.pop("checkpoint", CheckpointPolicy())
-    trial = TrialEnv(namespace="ns", experiment="exp", trial="trial-0", trial_id="trial-0",
+    trial = TrialEnv(namespace="ns", experiment="exp", trial="trial-0",
                      attempt=fields.pop("attempt", 0), config=config, trial_dir_uri=trial_dir_uri,
                      checkpoint=checkpoint, storage_endpoint=endpoint,
                      collector_url=collector.url if collector else None,

@@ -16,7 +16,7 @@ from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - 
 
 from kubetune import Checkpoint
 from kubetune.analysis import ExperimentAnalysis, ResultGrid, StoredCheckpoint, TrialRecord
-from kubetune.checkpoints import COMMIT_MARKER, checkpoint_uri, commit_checkpoint
+from kubetune.checkpoint_store import COMMIT_MARKER, checkpoint_uri, commit_checkpoint
 from kubetune.runtime.results import ResultLog
 from kubetune.storage import join_uri, open_storage
 

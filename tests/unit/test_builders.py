@@ -186,8 +186,7 @@ def test_pod_env_is_the_runtime_contract():
     settings = Settings(collector=CollectorSettings(url="http://collector.kubetune-system.svc:8080"))
     p = build_pod(exp, trial(exp), 1, settings)
     env = read_trial_env(env_of(p))
-    assert (env.namespace, env.experiment, env.trial, env.trial_id, env.attempt) == (
-        "team-a", "mnist", "mnist-00003", "mnist-00003", 1)
+    assert (env.namespace, env.experiment, env.trial, env.attempt) == ("team-a", "mnist", "mnist-00003", 1)
     assert env.config == {"lr": 0.01, "layers": 2}
     assert env.trial_dir_uri == "s3://bucket/runs/team-a/mnist/exp-uid-/mnist-00003"  # the uid's first 8
     assert env.entrypoint == "mytrain:Trainable" and env.source is None and env.pickle_uri is None

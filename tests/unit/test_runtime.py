@@ -14,7 +14,7 @@ import cloudpickle
 import pytest
 from conftest_runtime import Collector, free_port, run_runtime, runtime_env, start_runtime, wait_for
 
-from kubetune.checkpoints import latest_committed, list_checkpoints
+from kubetune.checkpoint_store import latest_committed, list_checkpoints
 from kubetune.env import CheckpointPolicy
 from kubetune.storage import open_storage
 

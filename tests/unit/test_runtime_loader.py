@@ -30,7 +30,7 @@ class MyTrainable(kubetune.Trainable):
 
 
 def _env(tmp_path, **fields) -> TrialEnv:
-    return TrialEnv(namespace="ns", experiment="exp", trial="t", trial_id="t", attempt=0, config={},
+    return TrialEnv(namespace="ns", experiment="exp", trial="t", attempt=0, config={},
                     trial_dir_uri=f"file://{tmp_path}/store/t", **fields)
 
 

@@ -10,7 +10,7 @@ from conftest_runtime import run_runtime, runtime_env, start_runtime, wait_for
 from conftest_storage import RestartableMotoServer, aws_env, moto_endpoint, new_bucket, s3_client  # noqa: F401
 from test_runtime import TRAINABLES
 
-from kubetune.checkpoints import COMMIT_MARKER, list_checkpoints, restore_checkpoint
+from kubetune.checkpoint_store import COMMIT_MARKER, list_checkpoints, restore_checkpoint
 from kubetune.env import CheckpointPolicy
 from kubetune.storage import open_storage
 

@@ -13,7 +13,7 @@ import pytest
 from conftest_storage import aws_env, moto_endpoint, new_bucket, s3_client  # noqa: F401 - fixtures
 
 from kubetune import Trainable
-from kubetune.checkpoints import COMMIT_MARKER, is_committed, read_commit
+from kubetune.checkpoint_store import COMMIT_MARKER, is_committed, read_commit
 from kubetune.storage import open_storage
 
 METADATA_KEYS = {"experiment_id", "iteration", "timesteps_total", "time_total", "episodes_total",

@@ -13,7 +13,7 @@ raise an error that says why and what to use instead (``docs/ray-tune.md``).
 import importlib
 
 from kubetune import track
-from kubetune.checkpoint import Checkpoint
+from kubetune.checkpoint_layout import Checkpoint
 from kubetune.function_trainable import as_trainable_class, wrap_function
 from kubetune.search import (
     choice,

@@ -13,7 +13,7 @@ Callers: the SDK (``kubetune.run`` returns an :class:`ExperimentAnalysis`, ``Tun
 What it reads (docs/architecture.md, "Object storage layout"): each trial's directory
 ``<root>/<namespace>/<experiment>/<uid[:8]>/<trial>/`` with ``params.json``, ``result.json`` (one Ray
 result per line, as :mod:`kubetune.runtime.results` writes it), ``error.txt`` of a failed attempt, and
-the checkpoints committed by :mod:`kubetune.checkpoints` (read only through it). Storage is reached only
+the checkpoints committed by :mod:`kubetune.checkpoint_store` (read only through it). Storage is reached only
 through :mod:`kubetune.storage`.
 
 Loading is one recursive listing of the experiment, then one ``GET`` of each trial's ``result.json``
@@ -43,8 +43,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from kubetune.checkpoint import Checkpoint
-from kubetune.checkpoints import list_checkpoints, restore_checkpoint
+from kubetune.checkpoint_layout import Checkpoint
+from kubetune.checkpoint_store import list_checkpoints, restore_checkpoint
 from kubetune.resultkeys import flatten, is_number
 from kubetune.runtime.results import PROGRESS_FILE, RESULT_FILE
 from kubetune.storage import FileStorage, S3Storage, Storage, file_uri_path, join_uri, open_storage, split_s3_uri

@@ -23,7 +23,6 @@ from typing import Any, Mapping
 NAMESPACE = "KUBETUNE_NAMESPACE"
 EXPERIMENT = "KUBETUNE_EXPERIMENT"
 TRIAL = "KUBETUNE_TRIAL"
-TRIAL_ID = "KUBETUNE_TRIAL_ID"
 ATTEMPT = "KUBETUNE_ATTEMPT"
 CONFIG = "KUBETUNE_CONFIG"
 TRAINABLE_ENTRYPOINT = "KUBETUNE_TRAINABLE_ENTRYPOINT"
@@ -110,7 +109,6 @@ class TrialEnv:
     namespace: str
     experiment: str
     trial: str
-    trial_id: str
     attempt: int
     config: dict
     trial_dir_uri: str
@@ -136,7 +134,7 @@ class TrialEnv:
 def encode_trial_env(env: TrialEnv) -> dict[str, str]:
     """Return the variables for ``env`` (None fields are left out), as the pod builder writes them."""
     pairs: dict[str, Any] = {
-        NAMESPACE: env.namespace, EXPERIMENT: env.experiment, TRIAL: env.trial, TRIAL_ID: env.trial_id,
+        NAMESPACE: env.namespace, EXPERIMENT: env.experiment, TRIAL: env.trial,
         ATTEMPT: str(env.attempt), CONFIG: json.dumps(env.config, sort_keys=True),
         STORAGE_URI: env.trial_dir_uri, TRAINABLE_ENTRYPOINT: env.entrypoint, TRAINABLE_SOURCE: env.source,
         TRAINABLE_NAME: env.name, TRAINABLE_PICKLE_URI: env.pickle_uri,
@@ -160,7 +158,7 @@ def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
     """
     e = os.environ if environ is None else environ
     return TrialEnv(
-        namespace=e[NAMESPACE], experiment=e[EXPERIMENT], trial=e[TRIAL], trial_id=e.get(TRIAL_ID, e[TRIAL]),
+        namespace=e[NAMESPACE], experiment=e[EXPERIMENT], trial=e[TRIAL],
         attempt=int(e.get(ATTEMPT, "0")), config=json.loads(e.get(CONFIG, "{}")), trial_dir_uri=e[STORAGE_URI],
         entrypoint=e.get(TRAINABLE_ENTRYPOINT), source=e.get(TRAINABLE_SOURCE), name=e.get(TRAINABLE_NAME),
         pickle_uri=e.get(TRAINABLE_PICKLE_URI), stop=json.loads(e.get(STOP, "{}")),

@@ -23,7 +23,7 @@ import tempfile
 import threading
 from typing import Any, Callable
 
-from kubetune.checkpoint import CHECKPOINT_MARKER, METADATA_SUFFIX, copy_tree, find_checkpoint_dir
+from kubetune.checkpoint_layout import CHECKPOINT_MARKER, METADATA_SUFFIX, copy_tree, find_checkpoint_dir
 from kubetune.session import FunctionSession, StatusReporter
 from kubetune.trainable import DONE, RESULT_DUPLICATE, SHOULD_CHECKPOINT, Trainable
 

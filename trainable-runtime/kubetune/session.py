@@ -27,7 +27,7 @@ import threading
 import warnings
 from typing import Any, Callable, Iterator
 
-from kubetune.checkpoint import Checkpoint, copy_tree
+from kubetune.checkpoint_layout import Checkpoint, copy_tree
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Owns every byte kubetune moves to and from object storage. Callers: the in-pod runtime
 (``kubetune.runtime``: params, results, checkpoints, error.txt), the checkpoint commit protocol
-(``kubetune.checkpoints``), ``kubetune.Trainable`` when given a ``remote_checkpoint_dir``, and the
+(``kubetune.checkpoint_store``), ``kubetune.Trainable`` when given a ``remote_checkpoint_dir``, and the
 operator or SDK when they read a trial's files.
 
 Every method takes full URIs. A URI that names a "directory" (``upload_dir``, ``download_dir``,

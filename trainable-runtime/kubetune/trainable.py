@@ -29,7 +29,7 @@ import uuid
 import warnings
 from typing import Any, Callable
 
-from kubetune import checkpoint as layout
+from kubetune import checkpoint_layout as layout
 
 logger = logging.getLogger(__name__)
 
@@ -395,9 +395,9 @@ class Trainable:
             logger.warning("checkpoint %s not found; nothing to delete", checkpoint_path)
             return
         if self.remote_checkpoint_dir:
-            from kubetune import checkpoints
-            checkpoints.delete_checkpoint(self._get_storage(self.remote_checkpoint_dir),
-                                          self._remote_uri(checkpoint_dir))
+            from kubetune import checkpoint_store
+            checkpoint_store.delete_checkpoint(self._get_storage(self.remote_checkpoint_dir),
+                                               self._remote_uri(checkpoint_dir))
         shutil.rmtree(checkpoint_dir)
 
     def export_model(self, export_formats: str | list[str], export_dir: str | None = None) -> dict:
@@ -424,7 +424,7 @@ class Trainable:
 
     def _commit_remote(self, checkpoint_dir: str, path: str, state: dict) -> None:
         """Commit ``checkpoint_dir``; the marker's metadata has the keys the runtime writes too."""
-        from kubetune.checkpoints import commit_checkpoint
+        from kubetune.checkpoint_store import commit_checkpoint
         uri = self._remote_uri(checkpoint_dir)
         last_result = {k: v for k, v in state["last_result"].items() if k != "config"}  # kept small
         commit_checkpoint(self._get_storage(uri), checkpoint_dir, uri, {
@@ -446,7 +446,7 @@ class Trainable:
             uri = self._remote_uri(local)
         else:
             return path
-        from kubetune.checkpoints import restore_checkpoint
+        from kubetune.checkpoint_store import restore_checkpoint
         shutil.rmtree(local, ignore_errors=True)
         restore_checkpoint(self._get_storage(uri), uri, local)
         return os.path.join(local, rest)

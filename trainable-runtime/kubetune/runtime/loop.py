@@ -12,7 +12,7 @@ It follows Ray Tune's trial runner for a single trial:
   has ``should_checkpoint``, or when the collector replied ``checkpoint``; at the end when
   ``checkpoint.atEnd`` (done, stop criteria, ``stop``), and always on ``pause`` and SIGTERM. Each
   checkpoint is saved locally, the result log is synced, the directory is committed
-  (``kubetune.checkpoints.commit_checkpoint``: files, then the marker), retention runs, and the
+  (``kubetune.checkpoint_store.commit_checkpoint``: files, then the marker), retention runs, and the
   collector hears of it on the next batch. A checkpoint whose iteration is already committed is not
   taken again.
 * **Restore**: ``restoreFrom`` when set, else the trial's latest committed checkpoint. The trial's
@@ -37,8 +37,8 @@ import threading
 import time
 from pathlib import Path
 
-from kubetune.checkpoint import find_checkpoint_dir
-from kubetune.checkpoints import (
+from kubetune.checkpoint_layout import find_checkpoint_dir
+from kubetune.checkpoint_store import (
     apply_retention,
     checkpoint_dir_of,
     commit_checkpoint,
@@ -119,7 +119,7 @@ class TrialRunner:
             self.reporter.start()  # first, so that even a failing setup ends with a done batch
         cls = load_trainable_class(env, self.storage)
         config = resolve_config(env.config, self.storage)  # sample_from values, computed here
-        self.trainable = cls(config=config, trial_id=env.trial_id, trial_name=env.trial,
+        self.trainable = cls(config=config, trial_id=env.trial, trial_name=env.trial,
                              logdir=str(self.workdir / "logdir"))
         restored = self._restore()
         kept, dropped = self.results.resume(restored)

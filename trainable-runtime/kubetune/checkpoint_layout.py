@@ -6,7 +6,7 @@ pickled dict of dict checkpoints, the pickled ``<path>.tune_metadata``, the
 byte form of ``save_to_object``, and the small :class:`Checkpoint` that function
 trainables pass to :func:`kubetune.report`. Called by :class:`kubetune.Trainable`
 (save/restore) and by the function API; object storage is not touched here
-(``kubetune.checkpoints`` commits uploads).
+(``kubetune.checkpoint_store`` commits uploads).
 
 Layout facts come from Ray Tune 1.13 (``TrainableUtil``); the byte format of
 :func:`pack_checkpoint` is kubetune's own.
@@ -27,7 +27,7 @@ CHECKPOINT_MARKER = ".is_checkpoint"
 METADATA_SUFFIX = ".tune_metadata"
 #: File that holds a pickled dict checkpoint inside its checkpoint directory (Ray's name).
 DICT_CHECKPOINT_FILE = "checkpoint"
-_OBJECT_FORMAT = "kubetune.checkpoint/1"
+_OBJECT_FORMAT = "kubetune.checkpoint/1"  # a stored format name: kept through the module rename
 
 
 class Checkpoint:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
 
-from kubetune.checkpoints import (
+from kubetune.checkpoint_store import (
     COMMIT_MARKER,
     apply_retention,
     checkpoint_uri,
