@@ -38,7 +38,14 @@ from .registry import Registry
 from .settings import Settings
 
 log = logging.getLogger("kubetune.operator")
+#: Passes of one Experiment start at least this far apart, in seconds (results and pod changes that come
+#: meanwhile are taken together by the next pass), ...
 MIN_PASS_INTERVAL_S = 0.2
+#: ... except after a trial pod ended or went, when a slot may be free: then the next pass starts as soon
+#: as the last one has been followed by this many times its planning time (at least SLOT_PASS_GAP_S), so
+#: the next trial starts at once and a large Experiment's passes still leave the event loop mostly free.
+SLOT_PASS_GAP_FACTOR = 3.0
+SLOT_PASS_GAP_S = 0.01
 IDLE_PASS_INTERVAL_S = 2.0
 #: Back-off after a failed pass: doubles from the first value up to the second, in seconds.
 BACKOFF_S = (1.0, 60.0)
@@ -124,7 +131,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
     write). Pods are read from the operator's :class:`~kubetune_operator.podwatch.PodWatch`.
     """
     registry, kube = memo.registry, memo.kube
-    wake = registry.event(namespace, name)
+    wake, slot_freed = registry.event(namespace, name), registry.slot_freed(namespace, name)
     failures, api_failures, warned_at = 0, 0, -API_EVENT_INTERVAL_S
     try:
         while not stopped:
@@ -137,7 +144,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                     except InvalidSpec:  # marked by validate(); wait for a spec change
                         await _sleep(wake, 30)
                         continue
-                plan, errors = await _pass(ctl, kube, registry, memo.pods)
+                plan, errors, planned_s = await _pass(ctl, kube, registry, memo.pods)
             except Exception as exc:  # noqa: BLE001 - any failure: a condition, an event, back-off; never a crash loop
                 failures += 1
                 delay = min(BACKOFF_S[0] * 2 ** (failures - 1), BACKOFF_S[1])
@@ -170,7 +177,11 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                 continue  # the new Trials' uids are known now: create their pods at once
             busy = bool(plan.create_pods)
             await _sleep(wake, MIN_PASS_INTERVAL_S if busy else IDLE_PASS_INTERVAL_S)
-            await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL_S - (time.monotonic() - started)))
+            await _sleep(slot_freed, max(0.0, MIN_PASS_INTERVAL_S - (time.monotonic() - started)), clear=False)
+            if slot_freed.is_set():
+                slot_freed.clear()
+                elapsed = time.monotonic() - started
+                await asyncio.sleep(max(SLOT_PASS_GAP_S, SLOT_PASS_GAP_FACTOR * planned_s - elapsed))
     finally:
         ctl = registry.get(namespace, name)
         if ctl is not None and ctl.finished:
@@ -181,7 +192,8 @@ async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
     """One reconcile pass: adopt after a (re)start, plan, commit the journal, carry the plan out.
 
     Returns:
-        ``(plan, errors)``: the errors are API calls that failed (retried by the next pass).
+        ``(plan, errors, planned_s)``: the errors are API calls that failed (retried by the next pass);
+        ``planned_s`` the seconds the pass spent planning (it sets the spacing after a slot is freed).
 
     Raises:
         Exception: anything else (the caller reports it as ``Degraded`` and backs off).
@@ -203,7 +215,9 @@ async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
     pods = pod_watch.pods(namespace, label_value(name))
     ctl.degraded = None
     found = len(ctl.trials)
+    planning = time.monotonic()
     plan = ctl.plan(pods)
+    planned_s = time.monotonic() - planning
     if resuming is not None and found:
         log.info("experiment %s/%s: resumed with %d trials and %d pods in %.2f s (Trials read, journal replayed, "
                  "first pass planned)", namespace, name, found, len(pods), time.monotonic() - resuming)
@@ -212,7 +226,7 @@ async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
     except Exception:
         ctl.plan_not_carried_out(plan)
         raise
-    return plan, await kube.execute(ctl, plan)
+    return plan, await kube.execute(ctl, plan), planned_s
 
 
 async def _report_degraded(kube: Kube, body, ctl, message: str) -> None:
@@ -230,13 +244,14 @@ async def _report_degraded(kube: Kube, body, ctl, message: str) -> None:
                     body.metadata["name"], exc)
 
 
-async def _sleep(wake: asyncio.Event, timeout: float) -> None:
-    """Wait until ``wake`` is set or ``timeout`` seconds pass, then clear it."""
+async def _sleep(wake: asyncio.Event, timeout: float, clear: bool = True) -> None:
+    """Wait until ``wake`` is set or ``timeout`` seconds pass, then clear it (unless ``clear`` is False)."""
     try:
         await asyncio.wait_for(wake.wait(), timeout=timeout)
     except asyncio.TimeoutError:
         pass
-    wake.clear()
+    if clear:
+        wake.clear()
 
 
 @kopf.on.delete(GROUP, VERSION, EXPERIMENT_PLURAL, id="forget", optional=True)

@@ -36,6 +36,7 @@ WATCH_TIMEOUT_S = 240
 #: Back-off after a failed list or watch: doubles from the first value up to the second, seconds.
 BACKOFF_S = (0.5, 30.0)
 
+_ENDED = ("Succeeded", "Failed")
 Key = tuple[str, str]
 """``(namespace, experiment label value)``."""
 
@@ -51,11 +52,13 @@ class PodWatch:
     Args:
         core: the Kubernetes ``CoreV1Api`` to list and watch with.
         namespaces: the namespaces to watch; empty means the whole cluster.
-        on_change: called on the event loop with ``(namespace, experiment label)`` when one of its pods
-            is added, changed or deleted, or when a new list replaces the cache.
+        on_change: called on the event loop with ``(namespace, experiment label, ended)`` when one of its
+            pods is added, changed or deleted, or when a new list replaces the cache; ``ended`` says a pod
+            reached ``Succeeded`` or ``Failed`` or went (a slot may be free).
     """
 
-    def __init__(self, core: client.CoreV1Api, namespaces: tuple[str, ...], on_change: Callable[[str, str], None]):
+    def __init__(self, core: client.CoreV1Api, namespaces: tuple[str, ...],
+                 on_change: Callable[[str, str, bool], None]):
         self.core = core
         self.scopes: tuple[str | None, ...] = tuple(namespaces) or (None,)
         self.on_change = on_change
@@ -104,18 +107,20 @@ class PodWatch:
         if len(self._synced) == len(self.scopes):
             self._ready.set()
         for key in set(old) | set(listed):
-            self.on_change(*key)
+            self.on_change(*key, True)
 
     def _apply(self, scope: str | None, kind: str, key: Key, view: PodView) -> None:
         views = self._pods.setdefault(key, {})
         self._scope_of[key] = scope
+        before = views.get(view.name)
         if kind == "DELETED":
             views.pop(view.name, None)
             if not views:
                 del self._pods[key], self._scope_of[key]
         else:
             views[view.name] = view
-        self.on_change(*key)
+        ended = kind == "DELETED" or (view.phase in _ENDED and (before is None or before.phase not in _ENDED))
+        self.on_change(*key, ended)
 
     # ----- on the watch thread -------------------------------------------------------------------
     def _call(self, fn, *args) -> None:

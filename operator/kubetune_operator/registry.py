@@ -36,6 +36,7 @@ class Registry:
         self.write_journal = write_journal
         self._controllers: dict[tuple[str, str], ExperimentController] = {}
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
+        self._slot_freed: dict[tuple[str, str], asyncio.Event] = {}
 
     def get(self, namespace: str, name: str) -> ExperimentController | None:
         """The loaded controller of the Experiment, or None."""
@@ -74,6 +75,7 @@ class Registry:
         """Drop the Experiment's controller and wake-up event (it was deleted, or it finished)."""
         self._controllers.pop((namespace, name), None)
         self._wake.pop((namespace, label_value(name)), None)
+        self._slot_freed.pop((namespace, label_value(name)), None)
 
     def event(self, namespace: str, name: str) -> asyncio.Event:
         """The Experiment's wake-up event (created on first use); its daemon waits on it between passes.
@@ -82,6 +84,17 @@ class Registry:
         """
         return self._wake.setdefault((namespace, label_value(name)), asyncio.Event())
 
-    def wake(self, namespace: str, name: str) -> None:
-        """Make the Experiment's daemon run its next pass now (``name`` as for :meth:`event`)."""
+    def slot_freed(self, namespace: str, name: str) -> asyncio.Event:
+        """The Experiment's event for a trial pod that ended or went (created on first use; ``name`` as for
+        :meth:`event`): a slot may be free, so its daemon runs the next pass without the usual spacing."""
+        return self._slot_freed.setdefault((namespace, label_value(name)), asyncio.Event())
+
+    def wake(self, namespace: str, name: str, slot_freed: bool = False) -> None:
+        """Make the Experiment's daemon run its next pass now (``name`` as for :meth:`event`).
+
+        Args:
+            slot_freed: a trial pod ended or went (see :meth:`slot_freed`).
+        """
         self.event(namespace, name).set()
+        if slot_freed:
+            self.slot_freed(namespace, name).set()

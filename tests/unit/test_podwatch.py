@@ -19,7 +19,7 @@ def body(ns: str, exp: str, trial: str, phase: str = "Running") -> dict:
 
 def watch_with_log(namespaces=()):
     woken = []
-    return PodWatch(None, namespaces, lambda ns, exp: woken.append((ns, exp))), woken
+    return PodWatch(None, namespaces, lambda ns, exp, ended: woken.append((ns, exp, ended))), woken
 
 
 def listed(*pods: dict) -> dict:
@@ -38,7 +38,7 @@ def test_a_list_replaces_its_scope_and_wakes_old_and_new_experiments():
     pw._replace(None, listed(body("a", "e1", "t3")))  # a relist after a 410: e2's pod went meanwhile
     assert set(pw.pods("a", "e1")) == {"t3-0"}
     assert pw.pods("a", "e2") == {}
-    assert sorted(woken) == [("a", "e1"), ("a", "e2")]
+    assert sorted(woken) == [("a", "e1", True), ("a", "e2", True)]  # a relist may have missed an end
 
 
 def test_events_add_change_and_delete():
@@ -47,9 +47,11 @@ def test_events_add_change_and_delete():
     pw._apply(None, "ADDED", ("a", "e"), pod_view(body("a", "e", "t1", "Pending")))
     pw._apply(None, "MODIFIED", ("a", "e"), pod_view(body("a", "e", "t1", "Succeeded")))
     assert pw.pods("a", "e")["t1-0"].phase == "Succeeded"
+    pw._apply(None, "MODIFIED", ("a", "e"), pod_view(body("a", "e", "t1", "Succeeded")))  # e.g. a label edit
     pw._apply(None, "DELETED", ("a", "e"), pod_view(body("a", "e", "t1", "Succeeded")))
     assert pw.pods("a", "e") == {}
-    assert woken == [("a", "e")] * 3
+    # a slot is freed when the pod ends, and when it goes; not when an ended pod changes again
+    assert woken == [("a", "e", False), ("a", "e", True), ("a", "e", False), ("a", "e", True)]
     pods = pw.pods("a", "e")
     pods["x"] = None  # a copy: the caller cannot change the cache
     assert pw.pods("a", "e") == {}
