@@ -11,7 +11,12 @@ end (goal < 16 KiB), the operator's peak RSS, and, as the baseline measured in t
 rate at which a plain client with the same thread-pool size creates the same
 Trial and pod manifests (the API server's own ceiling on this machine).
 
-Run: ``.venv/bin/python bench/bench_operator_scale.py [--trials 1000]``.
+With ``--slots K`` it instead runs the N trials K at a time on an uncordoned node (issue 13's scale
+run) and prints the per-slot turnaround (K / trials completed per second) over the first and the last
+thousand completions, which must not grow with the trial count, the operator's peak RSS and the
+Experiment object's size at the end.
+
+Run: ``.venv/bin/python bench/bench_operator_scale.py [--trials 1000] [--slots 8]``.
 """
 
 from __future__ import annotations
@@ -140,10 +145,68 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def completions(api: client.ApiClient, namespace: str, target: int, out: list, ready: threading.Event) -> None:
+    """Watch the Trials of ``namespace`` and append the monotonic time at which each one Succeeded or Failed,
+    until ``target`` have."""
+    resp = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trials", watch=True, _preload_content=False, timeout_seconds=7200)
+    ready.set()
+    ended: set[str] = set()
+    for line in resp:
+        if not line.strip():
+            continue
+        trial = json.loads(line)["object"]
+        if (trial.get("status") or {}).get("phase") in ("Succeeded", "Failed") and \
+                trial["metadata"]["name"] not in ended:
+            ended.add(trial["metadata"]["name"])
+            out.append(time.monotonic())
+            if len(ended) >= target:
+                break
+    resp.release_conn()
+
+
+def run_slots(cluster: Cluster, api: client.ApiClient, n: int, slots: int) -> None:
+    """Run ``n`` one-step trials ``slots`` at a time and print the per-slot turnaround at the first and the
+    last thousand completions, the operator's peak RSS and the Experiment object's size."""
+    custom = client.CustomObjectsApi(api)
+    operator = OperatorProcess(cluster, Path(tempfile.mkdtemp()) / "operator.log")
+    operator.start()
+    try:
+        ended: list[float] = []
+        ready = threading.Event()
+        watcher = threading.Thread(target=completions, args=(api, "scale", n, ended, ready), daemon=True)
+        watcher.start()
+        ready.wait()
+        spec = experiment("scale", n, cluster)
+        spec["spec"]["maxConcurrentTrials"] = slots
+        started = time.monotonic()
+        custom.create_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", spec)
+        watcher.join(timeout=7200)
+        while True:  # the last Trial's end comes before the Experiment's
+            exp = custom.get_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", "scale")
+            if exp.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                break
+            time.sleep(0.5)
+        rss = peak_rss_mib(operator.proc.pid)
+    finally:
+        operator.stop()
+    window = min(1000, n // 2)
+    first = window / (ended[window - 1] - started)
+    last = window / (ended[-1] - ended[-window - 1])
+    print(f"{n} one-step trials, {slots} at a time: {exp['status']['phase']} after {ended[-1] - started:.0f} s "
+          f"({n / (ended[-1] - started):.2f} trials/s) {exp['status']['trials']}")
+    print(f"per-slot turnaround: first {window} trials {slots / first:.3f} s, last {window} {slots / last:.3f} s "
+          f"(ratio last/first {first / last:.2f}; must not grow with the trial count)")
+    print(f"operator peak RSS {rss:.0f} MiB (goal <= 300 at 10,000 trials); Experiment object "
+          f"{len(json.dumps(exp, separators=(',', ':')))} bytes (goal < 16384)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--node-pods", type=int, default=24, help="pods running at once (each is a Python process)")
+    parser.add_argument("--slots", type=int, default=0,
+                        help="run the trials this many at a time and time the per-slot turnaround instead")
     parser.add_argument("--stop-after-restart", action="store_true",
                         help="end after the restart is timed, without running the trials (for 10,000 trials)")
     args = parser.parse_args()
@@ -151,12 +214,15 @@ def main() -> int:
     crds = [str(p) for p in sorted((ROOT / "crds").glob("*.yaml"))]
     with Cluster(ClusterConfig(nodes=1, gpus_per_node=0, node_pods=args.node_pods, crds=crds)) as cluster:
         api = cluster.api_client()
-        base_s = baseline(api, cluster, n)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        base_s = 0.0 if args.slots else baseline(api, cluster, n)
         core.create_namespace({"metadata": {"name": "scale"}})
         env = cluster.env()
         core.create_namespaced_secret("scale", {"metadata": {"name": "s3"}, "stringData": {
             "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
+        if args.slots:
+            run_slots(cluster, api, n, args.slots)
+            return 0
         operator = OperatorProcess(cluster, Path(tempfile.mkdtemp()) / "operator.log")
         operator.start()
         try:

@@ -210,6 +210,12 @@ class ExperimentController:
         self.settings = settings
         self.key = key
         self.trials: dict[str, TrialState] = {}
+        # A pass looks only at the open trials: a trial retires once it is terminal and its status written,
+        # its count and its bid for best trial kept here, so a pass costs O(open trials), not O(all).
+        self._open: dict[str, TrialState] = {}
+        self._by_label: dict[str, TrialState] = {}  # every trial, by its pods' trial label
+        self._retired_counts = st.trial_counts(())
+        self._retired_best: TrialState | None = None
         self.stop_reason: str | None = None  # as of the last plan(); the collector answers by it
         self.restored = False  # the Trials in the API and the journal have been read (the daemon does it first)
         self.adopted = False  # ... and the first plan() has run: the collector may take results
@@ -287,6 +293,8 @@ class ExperimentController:
         self.experiment = experiment
         if getattr(self, "spec", None) != model:
             self.searcher_finished = False  # an edit (more samples) may give the searcher more to do
+        if (metric, mode) != (getattr(self, "metric", None), getattr(self, "mode", None)):
+            self._open, self._retired_counts, self._retired_best = dict(self.trials), st.trial_counts(()), None
         self.spec, self.metric, self.mode = model, metric, mode
 
     @property
@@ -307,10 +315,10 @@ class ExperimentController:
             written = dict(trial.get("status") or {})
             status = {"phase": "Pending", "attempt": 0, **written}  # created, but its first status not written
             config = dict(spec.get("config") or {})
-            self.trials[name] = TrialState(name, int(spec.get("index", 0)), dict(status.get("config") or config),
-                                           status, trial["metadata"].get("uid"), written=written,
-                                           dirty=status != written, phase_changed=status != written,
-                                           spec_config=config, restore_from=status.get("restoreFrom"))
+            self._add(TrialState(name, int(spec.get("index", 0)), dict(status.get("config") or config),
+                                 status, trial["metadata"].get("uid"), written=written,
+                                 dirty=status != written, phase_changed=status != written,
+                                 spec_config=config, restore_from=status.get("restoreFrom")))
             self.next_index = max(self.next_index, self.trials[name].index + 1)
         elif state.uid is None:
             state.uid = trial["metadata"].get("uid")
@@ -485,6 +493,8 @@ class ExperimentController:
         if uid is None:
             trial = self.trials.pop(name, None)
             if trial is not None:
+                self._open.pop(name, None)
+                self._by_label.pop(label_value(name), None)
                 self.missing.add(trial.index)
         else:
             self.trials[name].uid = uid
@@ -513,6 +523,10 @@ class ExperimentController:
         elif trial in self.trials:
             state = self.trials[trial]
             state.written, state.dirty, state.phase_changed = {}, True, True
+            if trial not in self._open:  # retired: open again until its status is written
+                self._open[trial] = state
+                self._retired_counts[state.phase.lower()] -= 1
+                self._retired_counts["total"] -= 1
 
     def token(self, trial: str, attempt: int) -> str:
         """The collector bearer token of ``trial``'s ``attempt`` (see :func:`kubetune_operator.tokens.mint_token`)."""
@@ -558,7 +572,31 @@ class ExperimentController:
         and mode or before any Trial reports the metric."""
         if not self.metric or not self.mode:
             return None
-        return st.best_trial((t.as_object() for t in self.trials.values()), self.metric, self.mode)
+        bids = [t.as_object() for t in self._open.values()]
+        if self._retired_best is not None:
+            bids.append(self._retired_best.as_object())
+        return st.best_trial(bids, self.metric, self.mode)
+
+    def _counts(self) -> dict[str, int]:
+        """:func:`status.trial_counts` of every trial: the retired ones' kept counts plus the open ones'."""
+        counts = st.trial_counts(t.phase for t in self._open.values())
+        return {key: value + self._retired_counts[key] for key, value in counts.items()}
+
+    def _add(self, trial: TrialState) -> None:
+        self.trials[trial.name] = self._open[trial.name] = self._by_label[label_value(trial.name)] = trial
+
+    def _retire(self) -> None:
+        """Retire the open trials that are terminal with their status written (see ``_open``)."""
+        retiring = [t for t in self._open.values() if t.phase in TERMINAL and not t.dirty and t.uid is not None]
+        for trial in retiring:
+            del self._open[trial.name]
+            self._retired_counts[trial.phase.lower()] += 1
+            self._retired_counts["total"] += 1
+        if retiring and self.metric and self.mode:
+            bids = [t.as_object() for t in retiring + ([self._retired_best] if self._retired_best else [])]
+            best = st.best_trial(bids, self.metric, self.mode)
+            if best is not None:
+                self._retired_best = self.trials[best["name"]]
 
     def stopping_reason(self, now: float | None = None) -> str | None:
         """Why the whole experiment is ending early, or None: GoalReached, TimeBudgetExhausted,
@@ -567,7 +605,7 @@ class ExperimentController:
         return decision.reason if decision.stop_remaining else None
 
     def _phase_decision(self, now: float) -> st.PhaseDecision:
-        counts = st.trial_counts(t.phase for t in self.trials.values())
+        counts = self._counts()
         goal = self.spec.goal
         best = self.best() if goal is not None else None  # O(trials): only when a goal needs it
         started = self.exp_status.get("startTime")
@@ -679,7 +717,7 @@ class ExperimentController:
         stop_reason = self.stopping_reason(now)
         suspended = self.spec.suspend
         grace = self.settings.trials.termination_grace_period_s
-        for trial in sorted(self.trials.values(), key=lambda t: t.index):
+        for trial in sorted(self._open.values(), key=lambda t: t.index):
             if trial.phase in TERMINAL or trial.uid is None:
                 continue
             pod = pods.get(pod_name(trial.name, trial.attempt))
@@ -731,19 +769,17 @@ class ExperimentController:
         self._new_trials(plan, now, stop_reason, suspended)
         self._collect(plan, pods)
         self._statuses(plan, now)
+        self._retire()
         return plan
 
     def _collect(self, plan: Plan, pods: Mapping[str, PodView]) -> None:
         """For ended pods whose outcome the Trial's status now holds (an earlier attempt's pod, or the
         current attempt's once the trial ended or paused; never one of an attempt newer than the status
         knows): delete the attempt's token Secret, and the pod as ``spec.podRetentionPolicy`` says."""
-        by_label = None
         for pod in pods.values():
             if pod.phase not in ("Succeeded", "Failed"):
                 continue
-            if by_label is None:
-                by_label = {label_value(t.name): t for t in self.trials.values()}
-            trial = by_label.get(pod.trial)
+            trial = self._by_label.get(pod.trial)
             if trial is None or trial.uid is None or pod.owner_uid not in (None, trial.uid):
                 continue
             if pod.attempt < trial.attempt or (pod.attempt == trial.attempt and
@@ -810,13 +846,13 @@ class ExperimentController:
             self._create_pod(plan, trial, now)
 
     def _active(self) -> int:
-        return sum(1 for t in self.trials.values() if t.phase in ("Pending", "Running"))
+        return sum(1 for t in self._open.values() if t.phase in ("Pending", "Running"))
 
     def _limit(self) -> int:
         return self.spec.max_concurrent_trials or self.settings.trials.default_max_concurrent_trials
 
     def _scheduler_paused(self) -> list[str]:
-        return [t.name for t in sorted(self.trials.values(), key=lambda t: t.index)
+        return [t.name for t in sorted(self._open.values(), key=lambda t: t.index)
                 if t.phase == "Paused" and t.status.get("reason") == "SchedulerPaused"]
 
     def _resume_paused(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
@@ -865,7 +901,7 @@ class ExperimentController:
             manifest = build_trial(self.experiment, index, config, tag)
             plan.create_trials.append(manifest)
             name = manifest["metadata"]["name"]
-            self.trials[name] = TrialState(name, index, config, {"phase": "Pending", "attempt": 0})
+            self._add(TrialState(name, index, config, {"phase": "Pending", "attempt": 0}))
             self.next_index = max(self.next_index, index + 1)
             self._do("add", name)
             next_index = max(next_index, index + 1)
@@ -877,7 +913,7 @@ class ExperimentController:
 
     def _statuses(self, plan: Plan, now: float) -> None:
         interval = self.settings.status.write_interval_s
-        for trial in self.trials.values():
+        for trial in self._open.values():  # a retired trial is never dirty (status_write_failed opens it)
             if trial.uid is None:
                 continue
             if trial.dirty and (trial.phase_changed or now - trial.written_at >= interval):
@@ -897,7 +933,7 @@ class ExperimentController:
             completion = _now_iso(now)
         new = st.experiment_status(
             phase=decision.phase, conditions=conditions, observed_generation=obs_gen,
-            counts=st.trial_counts(t.phase for t in self.trials.values()), best=self.best(),
+            counts=self._counts(), best=self.best(),
             start_time=self.exp_status.get("startTime"), completion_time=completion)
         changed_phase = new.get("phase") != self.exp_status.get("phase")
         patch = st.status_patch({} if self.exp_write_failed else self.exp_status, new)
@@ -923,7 +959,7 @@ class ExperimentController:
             conditions = st.set_condition(conditions, "Degraded", True, "ReconcileError", self.degraded, gen, now)
         elif st.get_condition(conditions, "Degraded"):
             conditions = st.set_condition(conditions, "Degraded", False, "ReconcileSucceeded", "", gen, now)
-        waiting = [t for t in self.trials.values() if t.phase == "Pending" and t.status.get("reason") in WAITING_CAUSES]
+        waiting = [t for t in self._open.values() if t.phase == "Pending" and t.status.get("reason") in WAITING_CAUSES]
         if waiting:
             first = min(waiting, key=lambda t: t.index)
             message = f"{len(waiting)} trial(s) cannot start; {first.name}: {first.status.get('message')}"

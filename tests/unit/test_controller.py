@@ -425,3 +425,37 @@ def test_a_pass_stops_asking_a_slow_searcher_and_the_next_goes_on(monkeypatch):
         adopt_created(ctl, plan)
         names += [m["metadata"]["name"] for m in plan.create_trials]
     assert names == ["exp-00000", "exp-00001", "exp-00002"]
+
+
+def test_a_pass_looks_only_at_open_trials_and_counts_and_best_stay_those_of_every_trial():
+    """Trials retire once terminal with their status written: a pass then skips them (O(open trials)),
+    and the counts and best trial equal a full computation over every trial at each pass, including a
+    retired trial whose last status write failed (it opens again) and results that tie."""
+    from kubetune_operator import status as st
+
+    ctl = ExperimentController(experiment(config={"lr": {"grid_search": list(range(12))}}, maxConcurrentTrials=3,
+                                          failure={"maxFailures": 0}), Settings(), KEY)
+    pods, now, reopened = {}, T0, False
+    while not ctl.finished:
+        plan = ctl.plan(pods, now)
+        adopt_created(ctl, plan)
+        for manifest in plan.create_pods:
+            name = manifest["metadata"]["name"]
+            trial = name.rsplit("-", 1)[0]
+            index = ctl.trials[trial].index
+            acc = index % 4 / 4  # ties between trials 0, 4 and 8: the lowest index wins
+            ctl.record_results(trial, 0, [{"training_iteration": 1, "acc": acc}], None)
+            pods[name] = pod(name, "Failed" if index == 5 else "Succeeded", None if index == 5 else OUTCOME_COMPLETED,
+                             exit_code=1 if index == 5 else None)
+        if not reopened and "exp-00001" in ctl.trials and "exp-00001" not in ctl._open:
+            ctl.status_write_failed("exp-00001")  # its last status patch failed after it retired
+            assert "exp-00001" in ctl._open
+            reopened = True
+        everyone = ctl.trials.values()
+        assert ctl._counts() == st.trial_counts(t.phase for t in everyone)
+        assert ctl.best() == st.best_trial([t.as_object() for t in everyone], "acc", "max")
+        assert len(ctl._open) <= 3 + len(plan.create_trials) + 1
+        now += 1
+    assert ctl._counts()["succeeded"] == 11 and ctl._counts()["failed"] == 1
+    assert ctl.best()["name"] == "exp-00003"  # acc 0.75 first reached by index 3
+    assert reopened and "exp-00001" not in ctl._open  # written on the next pass, then retired again
