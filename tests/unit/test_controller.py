@@ -459,3 +459,23 @@ def test_a_pass_looks_only_at_open_trials_and_counts_and_best_stay_those_of_ever
     assert ctl._counts()["succeeded"] == 11 and ctl._counts()["failed"] == 1
     assert ctl.best()["name"] == "exp-00003"  # acc 0.75 first reached by index 3
     assert reopened and "exp-00001" not in ctl._open  # written on the next pass, then retired again
+
+
+def test_result_only_status_writes_are_spread_over_passes():
+    """At most PERIODIC_STATUS_WRITES_PER_PASS Trials per pass get a status write that only shows a new
+    result: 150 running trials are written over two passes, and none is forgotten."""
+    from kubetune_operator.controller import PERIODIC_STATUS_WRITES_PER_PASS
+
+    ctl = ExperimentController(experiment(config={"lr": {"grid_search": list(range(150))}}, maxConcurrentTrials=150),
+                               Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    pods = {m["metadata"]["name"]: pod(m["metadata"]["name"], "Running") for m in ctl.plan({}, T0 + 1).create_pods}
+    ctl.plan(pods, T0 + 2)  # Running: phase changes, all written at once
+    for name in ctl.trials:
+        ctl.record_results(name, 0, [{"training_iteration": 1, "acc": 0.5}], None)
+    later = T0 + 2 + Settings().status.write_interval_s
+    first = ctl.plan(pods, later).trial_status
+    second = ctl.plan(pods, later).trial_status
+    assert len(first) == PERIODIC_STATUS_WRITES_PER_PASS == 100
+    assert sorted(first) + sorted(second) == sorted(ctl.trials)
+    assert all(patch["lastResult"]["acc"] == 0.5 for patch in [*first.values(), *second.values()])
