@@ -23,6 +23,7 @@ from kubetune.stopper import (
 from kubetune.storage import open_storage
 from kubetune.tuner import build_experiment, default_name, split_stop, storage_spec
 from kubetune_operator.schedulers import create_scheduler
+from kubetune_operator.searchers import create_searcher
 from kubetune_operator.spec import ExperimentSpec
 from kubetune_operator.stoppers import create_stoppers
 
@@ -92,10 +93,24 @@ def test_searcher_specs():
     assert BasicVariantGenerator(random_state=3).to_spec() == {"name": "basic", "params": {}, "seed": 3}
     with pytest.raises(ValueError, match="sampler objects"):
         OptunaSearch(sampler=object())
-    with pytest.raises(ValueError, match="points_to_evaluate"):
-        BasicVariantGenerator(points_to_evaluate=[{"a": 1}])
+    with pytest.raises(ValueError, match=r"points_to_evaluate\[0\] must be a dict of values \(no domains\)"):
+        BasicVariantGenerator(points_to_evaluate=[{"a": tune.uniform(0, 1)}])
+    with pytest.raises(ValueError, match="constant_grid_search must be a bool"):
+        BasicVariantGenerator(constant_grid_search=1)
     with pytest.raises(ValueError, match="max_concurrent"):
         ConcurrencyLimiter(OptunaSearch(), 0)
+
+
+def test_basic_variant_generator_spec_is_accepted_by_the_operators_searcher():
+    spec = BasicVariantGenerator(points_to_evaluate=[{"a": np.int64(2), "b": (1, 2)}, {"a": 1}],
+                                 constant_grid_search=True, random_state=5).to_spec()
+    assert spec == {"name": "basic", "seed": 5, "params": {"points_to_evaluate": [{"a": 2, "b": [1, 2]}, {"a": 1}],
+                                                          "constant_grid_search": True}}
+    space = {"a": {"grid_search": [1, 2]}, "b": [{"randint": [0, 9]}, 0]}
+    searcher = create_searcher(spec["name"], space, num_samples=3, seed=spec["seed"], **spec["params"])
+    # Ray's count: point 1 and point 2 replace two samples (one trial each), the third sample runs the grid
+    assert searcher.total == 4
+    assert [searcher.suggest(f"t{i}")["a"] for i in range(4)] == [2, 1, 1, 2]
 
 
 def test_build_experiment_maps_ray_arguments():

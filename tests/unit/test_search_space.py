@@ -37,7 +37,7 @@ N = 4000
 
 def draws(domain: Domain, n: int = N, seed: int = 0) -> list:
     rng = random.Random(seed)
-    return [domain.sample(rng) for _ in range(n)]
+    return [domain.sample(random_state=rng) for _ in range(n)]
 
 
 def on_grid(x: float, q: float) -> bool:
@@ -244,8 +244,10 @@ def test_sample_from_is_not_json():
     ({"qrandn": [0, 1, 0]}, "q must be > 0"),
     ({"choice": []}, "config.a.b: choice: choice needs a non-empty list"),
     ({"choice": {"categories": "abc"}}, "non-empty list"),
-    ({"grid_search": []}, "config.a.b: grid_search: grid_search needs a non-empty list"),
-    ({"grid_search": {"x": 1}}, "non-empty list"),
+    ({"grid_search": []}, "config.a.b: grid_search: grid_search needs a non-empty iterable"),
+    ({"grid_search": {"x": 1}}, "not a string or mapping"),
+    ({"grid_search": "abc"}, "not a string or mapping"),
+    ({"grid_search": 3}, "non-empty iterable"),
 ])
 def test_bad_domains_raise_value_error_naming_the_path(spec, message):
     with pytest.raises(ValueError, match="^config.a.b: ") as info:
@@ -281,3 +283,81 @@ def test_a_misspelled_domain_is_flagged_but_kept_as_a_constant():
         "config.lr: {'loguniforn': ...} is taken as a constant; did you mean the loguniform domain?",
         "config.layers[0]: {'choise': ...} is taken as a constant; did you mean the choice domain?"]
     assert space_warnings({"lr": {"loguniform": [1e-4, 0.1]}, "name": {"adam": 1}}) == []
+
+
+def test_grid_values_are_parsed_as_spaces_with_their_paths():
+    space = parse_space({"g": {"grid_search": [{"uniform": [0, 1]}, {"n": {"randint": [1, 3]}}, "x"]}})
+    assert space == {"g": {"grid_search": [uniform(0, 1), {"n": randint(1, 3)}, "x"]}}
+    with pytest.raises(ValueError, match=r"^config\.a\.grid_search\[1\]: uniform: lower must be < upper"):
+        parse_space({"a": {"grid_search": [1, {"uniform": [1, 0]}]}})
+
+
+# ----------------------------------------------------------------------------- Ray's Domain API
+
+
+def test_sample_size_and_random_state_as_rays():
+    domain = uniform(2, 3)
+    values = domain.sample(size=5, random_state=4)
+    assert isinstance(values, list) and len(values) == 5 and all(2 <= v < 3 for v in values)
+    assert domain.sample(size=5, random_state=4) == values  # an int seed reproduces
+    assert isinstance(domain.sample(random_state=random.Random(1)), float)  # size 1: one value
+    random.seed(11)
+    first = [randint(0, 10**6).sample() for _ in range(3)]
+    random.seed(11)
+    assert [randint(0, 10**6).sample() for _ in range(3)] == first  # None: Python's global stream
+    assert choice(["a", "b"]).sample(size=3, random_state=0) in ([x, y, z] for x in "ab" for y in "ab" for z in "ab")
+    for size in (0, -1, 1.0, True):
+        with pytest.raises(ValueError, match="size must be an integer >= 1"):
+            domain.sample(size=size)
+    with pytest.raises(ValueError, match="random_state must be None, an int seed or a random.Random"):
+        domain.sample(random_state="seed")
+
+
+def test_sample_from_sample_calls_the_function_with_the_config():
+    function = sample_from(lambda config: config["a"] * 2)
+    assert function.sample({"a": 4}) == 8
+    assert function.sample([{"a": 1}, {"a": 2}], size=2) == [2, 4]  # a list: one config per call
+    assert sample_from(lambda: "k").sample(size=2) == ["k", "k"]
+
+
+def test_builders_make_the_factories_domains():
+    assert Float(1e-4, 1e-1).loguniform() == loguniform(1e-4, 1e-1)
+    assert Float(0, 1).uniform().quantized(0.1) == quniform(0, 1, 0.1)
+    assert Float(1, 100).loguniform().quantized(1) == qloguniform(1, 100, 1)
+    assert Integer(1, 10).uniform() == randint(1, 10)
+    assert Integer(0, 10).quantized(5) == qrandint(0, 10, 5)
+    assert Integer(10, 1000).loguniform().quantized(10) == qlograndint(10, 1000, 10)
+    assert Float(None, None).normal(0.5, 2) == randn(0.5, 2)
+    assert Float(None, None).normal().quantized(0.5) == qrandn(0, 1, 0.5)
+    xs = draws(Float(0, 1), 500)  # no sampler chosen: uniform, as Ray's default sampler
+    assert all(0 <= x < 1 for x in xs) and min(xs) < 0.05 and max(xs) > 0.95
+    assert all(isinstance(x, int) and 3 <= x < 6 for x in draws(Integer(3, 6), 50))
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: uniform(0, 1).loguniform(), r"has its sampler already; \.loguniform\(\) would choose another one"),
+    (lambda: quniform(0, 1, 0.5).uniform(), "has its sampler already"),
+    (lambda: randint(0, 4).loguniform(), "has its sampler already"),
+    (lambda: uniform(0, 1).normal(), "has its sampler already"),
+    (lambda: Float(0, 1).normal(), "normal sampling takes no bounds"),
+    (lambda: Float(None, None).normal(0, 0), "sd must be > 0"),
+    (lambda: Float(None, None).uniform(), "lower must be a finite number"),
+    (lambda: Float(0, 1).loguniform(), "log scale needs lower > 0"),
+    (lambda: Float(0, 1).quantized(0.3), "upper=1 is not a multiple of q=0.3"),
+    (lambda: Integer(1, 4).quantized(5), "fewer than two multiples"),
+    (lambda: Integer(0, 4).quantized(1.5), "q must be an integer"),
+    (lambda: Float(None, None).sample(), "no bounds to sample between"),
+])
+def test_builder_errors(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_is_valid_follows_rays_rules():
+    assert uniform(0, 1).is_valid(0) and uniform(0, 1).is_valid(1)  # both bounds included, as Ray
+    assert not uniform(0, 1).is_valid(1.5) and not uniform(0, 1).is_valid("0.5")
+    assert randint(0, 10).is_valid(10) and not randint(0, 10).is_valid(11)
+    assert quniform(0, 1, 0.5).is_valid(0.3)  # q is not checked, as Ray
+    assert randn().is_valid(1e300) and not randn().is_valid(float("nan"))
+    assert choice([1, "a"]).is_valid("a") and not choice([1, "a"]).is_valid(2)
+    assert sample_from(lambda: 1).is_valid(object())

@@ -53,6 +53,20 @@ def test_basic_restore_continues_with_the_same_configs():
     assert [restored.suggest(f"r{i}") for i in range(5)] == [original.suggest(f"t{i}") for i in range(4, 9)]
 
 
+def test_basic_points_and_constant_grid_search_survive_a_restart_from_the_spec():
+    params = {"points_to_evaluate": [{"opt": "adam", "lr": 0.01}, {"lr": 0.001}], "constant_grid_search": True}
+    original = create_searcher("basic", GRID_SPACE, num_samples=3, seed=None, **params)
+    assert original.total == 1 + 3 + 3  # Ray: each point replaces a sample; the second point crosses opt
+    first = [original.suggest(f"t{i}") for i in range(3)]
+    assert first == [{"opt": "adam", "lr": 0.01}, {"opt": "sgd", "lr": 0.001}, {"opt": "adam", "lr": 0.001}]
+    restored = create_searcher("basic", GRID_SPACE, num_samples=3, seed=None, **params)
+    restored.set_state(json.loads(json.dumps(original.get_state())))  # another seed in the constructor: the stored wins
+    rest = [restored.suggest(f"r{i}") for i in range(4)]
+    assert rest == [original.suggest(f"t{i}") for i in range(3, 7)]
+    assert rest[0] == {"opt": "rmsprop", "lr": 0.001} and len({c["lr"] for c in rest[1:]}) == 1  # constant lr
+    assert restored.suggest("r4") == FINISHED
+
+
 def test_basic_rejects_an_inconsistent_state():
     searcher = create_searcher("basic", GRID_SPACE, num_samples=1, seed=0)
     with pytest.raises(ValueError, match="next_index"):
@@ -218,7 +232,7 @@ def test_unknown_parameter_lists_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown parameter\(s\) n_trials .*valid: sampler, sampler_args, "
                                          r"points_to_evaluate"):
         create_searcher("optuna", {}, metric="m", mode="max", n_trials=3)
-    with pytest.raises(ValueError, match="valid: none"):
+    with pytest.raises(ValueError, match="valid: points_to_evaluate, constant_grid_search$"):
         create_searcher("basic", {}, shuffle=True)
 
 

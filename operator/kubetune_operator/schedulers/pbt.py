@@ -68,7 +68,7 @@ def explore(config: dict, mutations: dict, resample_probability: float, perturba
                 operations[key] = f"shift {'left' if shift == -1 else 'right'}{' (noop)' if index == old else ''}"
         else:
             if key not in config or not is_number(config[key]) or rng.random() < resample_probability:
-                new[key], operations[key] = distribution.sample(rng), "resample"
+                new[key], operations[key] = distribution.sample(random_state=rng), "resample"
             else:
                 factor = rng.choice(perturbation_factors)
                 value = config[key] * factor

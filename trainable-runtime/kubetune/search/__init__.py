@@ -36,14 +36,15 @@ from kubetune.search.sample import (
     space_warnings,
     uniform,
 )
-from kubetune.search.variants import VariantSpace, format_tag, generate_variants
+from kubetune.search.variants import RecursiveDependencyError, VariantSpace, format_tag, generate_variants
 from kubetune.specs import unsupported_names
 
 __all__ = [
     "DOMAIN_NAMES", "Categorical", "Domain", "Float", "Function", "Integer", "Normal", "choice", "grid_search",
     "is_grid", "lograndint", "loguniform", "parse_space", "space_warnings", "qlograndint", "qloguniform",
     "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from", "space_spec", "uniform", "VariantSpace",
-    "format_tag", "generate_variants", "BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Searcher",
+    "format_tag", "generate_variants", "RecursiveDependencyError", "BasicVariantGenerator", "ConcurrencyLimiter",
+    "OptunaSearch", "Searcher",
 ]
 
 _OTHER = "the operator runs only the basic and optuna searchers"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubetune.search.sample import space_spec
+from kubetune.search.variants import find_domains
 from kubetune.specs import AlgorithmSpec
 
 __all__ = ["Searcher", "BasicVariantGenerator", "OptunaSearch", "ConcurrencyLimiter"]
@@ -37,30 +39,40 @@ class Searcher(AlgorithmSpec):
 
 
 class BasicVariantGenerator(Searcher):
-    """Grid cross product × ``num_samples`` random draws (Ray's ``BasicVariantGenerator``).
+    """Ray's ``BasicVariantGenerator``: ``points_to_evaluate`` first, then the grid cross product × the
+    remaining samples' random draws.
 
     Args:
-        points_to_evaluate: not supported by the ``basic`` searcher; raises when given.
+        points_to_evaluate: configs to run first. As in Ray, each point takes the place of one of
+            ``num_samples``, its values are set into the space, and the keys it leaves out are still
+            crossed (``grid_search``) and drawn, so a point may give several trials. Values are sent as
+            JSON (tuples become lists, NumPy scalars numbers).
         max_concurrent: most trials at once, 0 for no limit.
-        constant_grid_search: not supported; raises when True.
+        constant_grid_search: draw the random values once per sample and keep them across the grid
+            points (Ray's meaning); False draws afresh for every grid point.
         random_state: an ``int`` seed (Ray also takes a NumPy generator, which cannot travel).
 
     Raises:
-        ValueError: an argument kubetune cannot honour.
+        ValueError: a point that is not a dict of JSON values, a ``constant_grid_search`` that is not a
+            bool, or a ``random_state`` that is not an int.
     """
 
     name = "basic"
 
     def __init__(self, points_to_evaluate: list[dict] | None = None, max_concurrent: int = 0,
                  constant_grid_search: bool = False, random_state: int | None = None):
-        if points_to_evaluate:
-            raise ValueError("BasicVariantGenerator: points_to_evaluate is not supported; "
-                             "use OptunaSearch(points_to_evaluate=...)")
-        if constant_grid_search:
-            raise ValueError("BasicVariantGenerator: constant_grid_search is not supported")
+        points = []
+        for i, point in enumerate(points_to_evaluate or []):
+            if not isinstance(point, dict) or find_domains(point):
+                raise ValueError(f"BasicVariantGenerator: points_to_evaluate[{i}] must be a dict of values "
+                                 f"(no domains), got {point!r}")
+            points.append(space_spec(point, f"points_to_evaluate[{i}]"))
+        if not isinstance(constant_grid_search, bool):
+            raise ValueError("BasicVariantGenerator: constant_grid_search must be a bool, "
+                             f"got {constant_grid_search!r}")
         if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, int)):
             raise ValueError(f"BasicVariantGenerator: random_state must be an int seed, got {type(random_state)}")
-        super().__init__()
+        super().__init__(points_to_evaluate=points or None, constant_grid_search=constant_grid_search or None)
         self.seed, self.max_concurrent = random_state, max_concurrent
 
 

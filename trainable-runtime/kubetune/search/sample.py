@@ -10,16 +10,20 @@ spec validation (:func:`parse_space` errors name the offending path).
 
 Semantics follow Ray Tune's ``tune/search/sample.py`` (2.x): bounds,
 quantization (round to a multiple of ``q``, which makes the upper bound
-reachable) and log scales behave as there. Sampling uses a caller-supplied
-:class:`random.Random`, so the variant generator controls reproducibility.
+reachable) and log scales behave as there, and so does Ray's ``Domain`` API: ``sample(config,
+size, random_state)``, ``is_valid(value)`` and the builders ``Float(lower, upper).uniform()``,
+``.loguniform()``, ``.normal(mean, sd)`` and ``.quantized(q)``. The variant generator passes
+each draw its own seeded :class:`random.Random`, so it controls reproducibility.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 import math
 import random
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Sequence
 
 __all__ = [
@@ -41,8 +45,35 @@ class Domain:
 
     name: str = ""
 
-    def sample(self, rng: random.Random) -> Any:
-        """Draw one value using ``rng`` (the only source of randomness)."""
+    def sample(self, config: Any = None, size: int = 1, random_state: Any = None) -> Any:
+        """Draw ``size`` values (Ray's ``Domain.sample``).
+
+        Args:
+            config: the config a ``sample_from`` function receives; other domains ignore it.
+            size: how many values, >= 1.
+            random_state: None (Python's global ``random`` stream, as Ray uses NumPy's global one), an
+                ``int`` seed, or a :class:`random.Random`. Draws come from Python's ``random``, so a seed
+                gives other values than the same seed does in Ray (NumPy).
+
+        Returns:
+            One value when ``size == 1``, else a list of ``size`` values.
+
+        Raises:
+            ValueError: ``size`` is not an integer >= 1, ``random_state`` has another type, or the domain
+                cannot be sampled (a ``Float`` without bounds and without ``.normal()``).
+        """
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be an integer >= 1, got {size!r}")
+        rng = _random_state(random_state)
+        values = [self._draw(rng) for _ in range(size)]
+        return values if size > 1 else values[0]
+
+    def _draw(self, rng: Any) -> Any:
+        """One value drawn with ``rng`` (a :class:`random.Random` or the ``random`` module)."""
+        raise NotImplementedError
+
+    def is_valid(self, value: Any) -> bool:
+        """Whether ``value`` is a valid value of this domain (Ray's ``Domain.is_valid``)."""
         raise NotImplementedError
 
     def args(self) -> list:
@@ -67,41 +98,147 @@ class Domain:
         return f"{self.name}({', '.join(repr(a) for a in self.args())})"
 
 
+def _random_state(random_state: Any) -> Any:
+    if random_state is None:
+        return random  # the module's global stream: random.seed() makes it reproducible
+    if isinstance(random_state, random.Random):
+        return random_state
+    if isinstance(random_state, int) and not isinstance(random_state, bool):
+        return random.Random(random_state)
+    raise ValueError(f"random_state must be None, an int seed or a random.Random, got {type(random_state).__name__}")
+
+
+def _between(value: Any, lower: float, upper: float) -> bool:
+    try:
+        return bool(lower <= value <= upper)
+    except TypeError:  # not a number
+        return False
+
+
 def _quantize(value: float, q: float) -> float:
     # Python's round() rounds halves to even, as numpy's np.round does in Ray.
     return round(value / q) * q
 
 
-def _uniform_float(rng: random.Random, lower: float, upper: float) -> float:
+def _uniform_float(rng: Any, lower: float, upper: float) -> float:
     """A float in [lower, upper): upper is excluded even when rounding would reach it."""
     x = lower + (upper - lower) * rng.random()
     return x if x < upper else math.nextafter(upper, lower)
 
 
-class Float(Domain):
+class _Ranged(Domain):
+    """A range ``[lower, upper]`` with Ray's sampler builders: exactly one of ``uniform()``/``loguniform()``
+    (``Float`` also ``normal()``), then ``quantized(q)`` optionally; a domain built without a builder is
+    sampled uniformly, as Ray's default sampler does."""
+
+    def __init__(self, lower: Any, upper: Any, q: Any = None, log: bool = False, base: float = 10):
+        self.lower, self.upper, self.q, self.log, self.base = lower, upper, q, log, base
+        self.sampler_chosen = False  # set by the builders and the factory functions (Ray's ``set_sampler``)
+
+    @property
+    def name(self) -> str:
+        return ("q" if self.q is not None else "") + self._names[self.log]
+
+    def args(self) -> list:
+        out = [self.lower, self.upper] + ([self.q] if self.q is not None else [])
+        return out + ([self.base] if self.log and self.base != 10 else [])
+
+    def is_valid(self, value: Any) -> bool:
+        """Ray's rule: ``lower <= value <= upper`` (both bounds included, ``q`` not checked); False for a
+        value that is not a number (Ray raises ``TypeError``)."""
+        return _between(value, self.lower, self.upper)
+
+    def _no_sampler_yet(self, builder: str) -> None:
+        if self.sampler_chosen:
+            raise ValueError(f"{type(self).__name__} {self!r} has its sampler already; .{builder}() would choose "
+                             "another one (Ray allows one sampler per domain, then .quantized(q))")
+
+    def _with(self, **changes: Any) -> Any:
+        new = copy.copy(self)
+        new.__dict__.update(changes, sampler_chosen=True)
+        return new
+
+    def uniform(self) -> Any:
+        """This range sampled uniformly (Ray's ``.uniform()``).
+
+        Raises:
+            ValueError: a sampler was chosen already, or the bounds are not finite numbers with
+                ``lower < upper``.
+        """
+        self._no_sampler_yet("uniform")
+        lower, upper = _bounds(self.lower, self.upper, False, isinstance(self, Integer))
+        return self._with(lower=lower, upper=upper, log=False)
+
+    def loguniform(self, base: float = 10) -> Any:
+        """This range sampled log-uniformly (Ray's ``.loguniform()``; ``base`` does not change the draw).
+
+        Raises:
+            ValueError: a sampler was chosen already, ``lower <= 0``, bad bounds or a bad ``base``.
+        """
+        self._no_sampler_yet("loguniform")
+        lower, upper = _bounds(self.lower, self.upper, True, isinstance(self, Integer))
+        return self._with(lower=lower, upper=upper, log=True, base=_base(base))
+
+
+class Float(_Ranged):
     """Floats in [lower, upper), uniform or log-uniform, optionally rounded to multiples of ``q``.
 
     With ``q`` the bounds are first narrowed to the multiples of ``q`` inside them
     and the draw is rounded, so the (narrowed) upper bound can be returned.
+    ``Float(lower, upper)`` is Ray's constructor: a bound may be None (unbounded), for
+    :meth:`normal`; :func:`uniform` and the other factories build it with a sampler.
 
     Attributes:
-        lower, upper: bounds; ``log`` needs ``0 < lower``.
+        lower, upper: bounds (``-inf``/``inf`` when given as None); ``log`` needs ``0 < lower``.
         q: quantization step, or None.
         log: sample ``exp(U(log lower, log upper))`` instead of ``U(lower, upper)``.
         base: accepted for compatibility with Ray's ``base`` argument; the
             distribution does not depend on it.
     """
 
-    def __init__(self, lower: float, upper: float, q: float | None = None, log: bool = False, base: float = 10):
-        self.lower, self.upper, self.q, self.log, self.base = lower, upper, q, log, base
-        self.name = ("q" if q is not None else "") + ("loguniform" if log else "uniform")
+    _names = ("uniform", "loguniform")
 
-    def args(self) -> list:
-        out = [self.lower, self.upper] + ([self.q] if self.q is not None else [])
-        return out + ([self.base] if self.log and self.base != 10 else [])
+    def __init__(self, lower: float | None, upper: float | None, q: float | None = None, log: bool = False,
+                 base: float = 10):
+        super().__init__(-math.inf if lower is None else lower, math.inf if upper is None else upper, q, log, base)
 
-    def sample(self, rng: random.Random) -> float:
+    def normal(self, mean: float = 0.0, sd: float = 1.0) -> Normal:
+        """Normally distributed values instead (Ray's ``Float(None, None).normal(mean, sd)``).
+
+        Returns:
+            A :class:`Normal` domain (``randn``).
+
+        Raises:
+            ValueError: a sampler was chosen already, the range has a bound (Ray fails when sampling it),
+                ``sd <= 0`` or a non-finite argument.
+        """
+        self._no_sampler_yet("normal")
+        if math.isfinite(self.lower) or math.isfinite(self.upper):
+            raise ValueError(f"normal sampling takes no bounds, got lower={self.lower!r}, upper={self.upper!r}: "
+                             "build it from Float(None, None)")
+        mean, sd = _number("mean", mean), _number("sd", sd)
+        if sd <= 0:
+            raise ValueError(f"sd must be > 0, got {sd!r}")
+        return Normal(mean, sd)
+
+    def quantized(self, q: float) -> Float:
+        """Round draws to multiples of ``q`` (Ray's ``.quantized(q)``); the upper bound becomes reachable.
+
+        Raises:
+            ValueError: ``q <= 0``, a bound that is not a multiple of ``q`` (as Ray), or a bound that is
+                not finite.
+        """
+        lower, upper = _bounds(self.lower, self.upper, self.log, integer=False)
+        q = _step(q, integer=False)
+        for label, bound in (("lower", lower), ("upper", upper)):
+            if not math.isclose(bound / q, round(bound / q)):
+                raise ValueError(f"{label}={bound!r} is not a multiple of q={q!r}")
+        return self._with(q=q)
+
+    def _draw(self, rng: Any) -> float:
         lower, upper = self.lower, self.upper
+        if not (math.isfinite(lower) and math.isfinite(upper)):
+            raise ValueError(f"{self!r} has no bounds to sample between; use .normal() for an unbounded Float")
         if self.q is not None:
             lower, upper = math.ceil(lower / self.q) * self.q, math.floor(upper / self.q) * self.q
         if self.log:
@@ -111,7 +248,7 @@ class Float(Domain):
         return float(_quantize(x, self.q)) if self.q is not None else x
 
 
-class Integer(Domain):
+class Integer(_Ranged):
     """Integers in [lower, upper), uniform or log-uniform, optionally multiples of ``q``.
 
     With ``q > 1`` the bounds narrow to the multiples of ``q`` inside them and the
@@ -125,13 +262,7 @@ class Integer(Domain):
         base: accepted for compatibility with Ray; the distribution does not depend on it.
     """
 
-    def __init__(self, lower: int, upper: int, q: int | None = None, log: bool = False, base: float = 10):
-        self.lower, self.upper, self.q, self.log, self.base = lower, upper, q, log, base
-        self.name = ("q" if q is not None else "") + ("lograndint" if log else "randint")
-
-    def args(self) -> list:
-        out = [self.lower, self.upper] + ([self.q] if self.q is not None else [])
-        return out + ([self.base] if self.log and self.base != 10 else [])
+    _names = ("randint", "lograndint")
 
     def bounds(self) -> tuple[int, int]:
         """The bounds the draw uses: narrowed to multiples of ``q`` when ``q > 1``."""
@@ -139,7 +270,20 @@ class Integer(Domain):
             return self.lower, self.upper
         return -(-self.lower // self.q) * self.q, (self.upper // self.q) * self.q
 
-    def sample(self, rng: random.Random) -> int:
+    def quantized(self, q: int) -> Integer:
+        """Multiples of ``q`` only, the upper bound included (Ray's ``.quantized(q)``).
+
+        Raises:
+            ValueError: ``q`` is not a positive integer, or ``[lower, upper]`` holds fewer than two multiples
+                of it.
+        """
+        new = self._with(q=_step(q, integer=True))
+        low, high = new.bounds()
+        if low >= high:
+            raise ValueError(f"[{self.lower}, {self.upper}] holds fewer than two multiples of q={q!r}")
+        return new
+
+    def _draw(self, rng: Any) -> int:
         lower, upper = self.bounds()
         if self.log:
             # exp() can round up to ``upper`` itself; the draw stays below it.
@@ -152,7 +296,7 @@ class Integer(Domain):
 
 
 class Normal(Domain):
-    """Normally distributed floats (Ray's ``randn``/``qrandn``).
+    """Normally distributed floats (Ray's ``randn``/``qrandn``, a ``Float`` with a normal sampler there).
 
     Attributes:
         mean, sd: parameters of the normal distribution (``sd > 0``).
@@ -161,12 +305,27 @@ class Normal(Domain):
 
     def __init__(self, mean: float = 0.0, sd: float = 1.0, q: float | None = None):
         self.mean, self.sd, self.q = mean, sd, q
-        self.name = "qrandn" if q is not None else "randn"
+
+    @property
+    def name(self) -> str:
+        return "qrandn" if self.q is not None else "randn"
 
     def args(self) -> list:
         return [self.mean, self.sd] + ([self.q] if self.q is not None else [])
 
-    def sample(self, rng: random.Random) -> float:
+    def quantized(self, q: float) -> Normal:
+        """Round draws to multiples of ``q`` (Ray's ``.normal(mean, sd).quantized(q)``, i.e. ``qrandn``).
+
+        Raises:
+            ValueError: ``q`` is not a finite number > 0.
+        """
+        return Normal(self.mean, self.sd, _step(q, integer=False))
+
+    def is_valid(self, value: Any) -> bool:
+        """Ray's rule for an unbounded ``Float``: any number but NaN; False for a value that is not a number."""
+        return _between(value, -math.inf, math.inf)
+
+    def _draw(self, rng: Any) -> float:
         x = rng.normalvariate(self.mean, self.sd)
         return float(_quantize(x, self.q)) if self.q is not None else x
 
@@ -182,16 +341,21 @@ class Categorical(Domain):
     def args(self) -> list:
         return list(self.categories)
 
-    def sample(self, rng: random.Random) -> Any:
+    def is_valid(self, value: Any) -> bool:
+        """Whether ``value`` is one of the categories (``==``), as Ray."""
+        return value in self.categories
+
+    def _draw(self, rng: Any) -> Any:
         return self.categories[rng.randrange(len(self.categories))]
 
 
 class Function(Domain):
-    """A value computed by a user function (Ray's ``sample_from``); SDK only, never JSON.
+    """A value computed by a user function (Ray's ``sample_from``).
 
     The function takes no argument or one: the config resolved so far, which
-    also answers Ray's older spec style (``spec.config.a``). It runs after all
-    other domains of the variant are drawn.
+    also answers Ray's older spec style (``spec.config.a``) when the variant generator
+    calls it. It runs after all other domains of the variant are drawn. In an Experiment it
+    runs in the trial pod (``kubetune.shipping``), never in the operator.
     """
 
     name = "sample_from"
@@ -214,8 +378,24 @@ class Function(Domain):
     def to_spec(self) -> dict:
         raise ValueError("sample_from cannot be written to spec.config (JSON); use a built-in domain")
 
-    def sample(self, rng: random.Random) -> Any:
-        raise TypeError("sample_from values depend on the config: resolve them with the variant generator")
+    def sample(self, config: Any = None, size: int = 1, random_state: Any = None) -> Any:
+        """Call the function ``size`` times (Ray's ``Function.sample``): with ``config``, or with
+        ``config[i]`` for call ``i`` when ``config`` is a list; ``random_state`` is not used.
+
+        Returns:
+            One value when ``size == 1``, else a list.
+
+        Raises:
+            ValueError: ``size`` is not an integer >= 1.
+        """
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be an integer >= 1, got {size!r}")
+        values = [self.call(config[i] if isinstance(config, list) else config) for i in range(size)]
+        return values if size > 1 else values[0]
+
+    def is_valid(self, value: Any) -> bool:
+        """Always True, as Ray: what the function may return is unknown."""
+        return True
 
     def call(self, config: Any) -> Any:
         """Run the function, passing ``config`` when it takes an argument."""
@@ -262,37 +442,27 @@ def _base(base: Any) -> float:
     return base
 
 
-def _float_domain(lower: Any, upper: Any, q: Any, log: bool, base: Any) -> Float:
-    lower, upper = _bounds(lower, upper, log, integer=False)
-    if q is not None:
-        q = _step(q, integer=False)
-        for label, bound in (("lower", lower), ("upper", upper)):
-            if not math.isclose(bound / q, round(bound / q)):
-                raise ValueError(f"{label}={bound!r} is not a multiple of q={q!r}")
-    return Float(lower, upper, q, log, _base(base))
-
-
-def _int_domain(lower: Any, upper: Any, q: Any, log: bool, base: Any) -> Integer:
-    lower, upper = _bounds(lower, upper, log, integer=True)
-    domain = Integer(lower, upper, None if q is None else _step(q, integer=True), log, _base(base))
-    low, high = domain.bounds()
-    if low >= high:
-        raise ValueError(f"[{lower}, {upper}] holds fewer than two multiples of q={q!r}")
-    return domain
-
-
 # --------------------------------------------------------------------------- the SDK's factory functions
 
 
-def grid_search(values: Sequence) -> dict:
-    """Every value in ``values`` once per sample pass: ``{"grid_search": values}``, like Ray.
+def grid_search(values: Iterable) -> dict:
+    """Every value in ``values`` once per sample pass: ``{"grid_search": [values...]}`` (Ray's ``grid_search``).
+
+    Any iterable is taken (a list, a tuple, ``range(10)``, a generator), and realised into a list once,
+    here. A value may itself be a domain, a ``sample_from`` or a ``grid_search``: the variant generator
+    resolves it for the grid points that choose it, as Ray does.
 
     Raises:
-        ValueError: ``values`` is empty or not a list/tuple.
+        ValueError: ``values`` is empty, not iterable, a string (Ray would search its characters) or a
+            mapping (Ray would search its keys).
     """
-    if not isinstance(values, (list, tuple)) or not values:
-        raise ValueError(f"grid_search needs a non-empty list, got {values!r}")
-    return {GRID_SEARCH: list(values)}
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ValueError(f"grid_search needs a non-empty iterable of values (not a string or mapping), "
+                         f"got {values!r}")
+    realised = list(values)
+    if not realised:
+        raise ValueError(f"grid_search needs a non-empty iterable of values, got {values!r}")
+    return {GRID_SEARCH: realised}
 
 
 def choice(categories: Sequence) -> Categorical:
@@ -312,7 +482,7 @@ def uniform(lower: float, upper: float) -> Float:
     Raises:
         ValueError: a bound is not a finite number, or ``lower >= upper``.
     """
-    return _float_domain(lower, upper, None, False, 10)
+    return Float(lower, upper).uniform()
 
 
 def quniform(lower: float, upper: float, q: float) -> Float:
@@ -321,7 +491,7 @@ def quniform(lower: float, upper: float, q: float) -> Float:
     Raises:
         ValueError: bad bounds, ``q <= 0``, or a bound that is not a multiple of ``q`` (as Ray).
     """
-    return _float_domain(lower, upper, q, False, 10)
+    return Float(lower, upper).uniform().quantized(q)
 
 
 def loguniform(lower: float, upper: float, base: float = 10) -> Float:
@@ -330,7 +500,7 @@ def loguniform(lower: float, upper: float, base: float = 10) -> Float:
     Raises:
         ValueError: ``lower <= 0``, ``lower >= upper`` or a bad ``base``.
     """
-    return _float_domain(lower, upper, None, True, base)
+    return Float(lower, upper).loguniform(base)
 
 
 def qloguniform(lower: float, upper: float, q: float, base: float = 10) -> Float:
@@ -339,7 +509,7 @@ def qloguniform(lower: float, upper: float, q: float, base: float = 10) -> Float
     Raises:
         ValueError: as :func:`loguniform`, plus ``q <= 0`` or bounds not multiples of ``q``.
     """
-    return _float_domain(lower, upper, q, True, base)
+    return Float(lower, upper).loguniform(base).quantized(q)
 
 
 def randint(lower: int, upper: int) -> Integer:
@@ -348,7 +518,7 @@ def randint(lower: int, upper: int) -> Integer:
     Raises:
         ValueError: a bound is not an integer, or ``lower >= upper``.
     """
-    return _int_domain(lower, upper, None, False, 10)
+    return Integer(lower, upper).uniform()
 
 
 def qrandint(lower: int, upper: int, q: int = 1) -> Integer:
@@ -357,7 +527,7 @@ def qrandint(lower: int, upper: int, q: int = 1) -> Integer:
     Raises:
         ValueError: bad bounds, ``q`` not a positive integer, or fewer than two multiples of ``q`` in range.
     """
-    return _int_domain(lower, upper, q, False, 10)
+    return Integer(lower, upper).uniform().quantized(q)
 
 
 def lograndint(lower: int, upper: int, base: float = 10) -> Integer:
@@ -366,7 +536,7 @@ def lograndint(lower: int, upper: int, base: float = 10) -> Integer:
     Raises:
         ValueError: ``lower <= 0``, ``lower >= upper``, non-integer bounds or a bad ``base``.
     """
-    return _int_domain(lower, upper, None, True, base)
+    return Integer(lower, upper).loguniform(base)
 
 
 def qlograndint(lower: int, upper: int, q: int, base: float = 10) -> Integer:
@@ -375,7 +545,7 @@ def qlograndint(lower: int, upper: int, q: int, base: float = 10) -> Integer:
     Raises:
         ValueError: as :func:`lograndint`, plus a bad ``q``.
     """
-    return _int_domain(lower, upper, q, True, base)
+    return Integer(lower, upper).loguniform(base).quantized(q)
 
 
 def randn(mean: float = 0.0, sd: float = 1.0) -> Normal:
@@ -384,7 +554,7 @@ def randn(mean: float = 0.0, sd: float = 1.0) -> Normal:
     Raises:
         ValueError: ``sd <= 0`` or a non-finite argument.
     """
-    return _normal(mean, sd, None)
+    return Float(None, None).normal(mean, sd)
 
 
 def qrandn(mean: float, sd: float, q: float) -> Normal:
@@ -393,14 +563,7 @@ def qrandn(mean: float, sd: float, q: float) -> Normal:
     Raises:
         ValueError: ``sd <= 0``, ``q <= 0`` or a non-finite argument.
     """
-    return _normal(mean, sd, q)
-
-
-def _normal(mean: Any, sd: Any, q: Any) -> Normal:
-    mean, sd = _number("mean", mean), _number("sd", sd)
-    if sd <= 0:
-        raise ValueError(f"sd must be > 0, got {sd!r}")
-    return Normal(mean, sd, None if q is None else _step(q, integer=False))
+    return Float(None, None).normal(mean, sd).quantized(q)
 
 
 def sample_from(func: Callable) -> Function:
@@ -429,8 +592,6 @@ def is_grid(value: Any) -> bool:
 
 
 def _domain_from_spec(name: str, args: Any) -> Any:
-    if name == GRID_SEARCH:
-        return grid_search(args)
     factory = _FACTORIES[name]
     if name == "choice" and isinstance(args, (list, tuple)):
         return choice(args)
@@ -476,7 +637,8 @@ def parse_space(spec: Any, path: str = "config") -> Any:
     Ray's positional arguments as a list (``{"quniform": [0, 1, 0.1]}``) or its
     keyword arguments as an object (``{"uniform": {"lower": 0, "upper": 1}}``);
     ``choice`` takes the categories list itself. ``grid_search`` stays a
-    ``{"grid_search": [...]}`` dict (its values are constants). Other dicts and
+    ``{"grid_search": [...]}`` dict whose values are parsed as spaces in turn (a value may be
+    a domain or a nested ``grid_search``, as in Ray). Other dicts and
     lists are walked recursively; anything else is a constant. Domain objects
     already present (SDK input) are kept as they are. The input is not modified.
 
@@ -501,9 +663,13 @@ def parse_space(spec: Any, path: str = "config") -> Any:
             name, args = next(iter(spec.items()))
             if name in DOMAIN_NAMES:
                 try:
-                    return _domain_from_spec(name, args)
+                    domain = grid_search(args) if name == GRID_SEARCH else _domain_from_spec(name, args)
                 except ValueError as exc:
                     raise ValueError(f"{path}: {name}: {exc}") from None
+                if name == GRID_SEARCH:  # a grid value is a space of its own: constants, domains, grids
+                    return {GRID_SEARCH: [parse_space(v, f"{path}.{GRID_SEARCH}[{i}]")
+                                          for i, v in enumerate(domain[GRID_SEARCH])]}
+                return domain
         return {k: parse_space(v, f"{path}.{k}") for k, v in spec.items()}
     if isinstance(spec, (list, tuple)):
         return type(spec)(parse_space(v, f"{path}[{i}]") for i, v in enumerate(spec))
