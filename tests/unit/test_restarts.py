@@ -187,6 +187,7 @@ SCHEDULERS = {
                                                           "min_samples_required": 2}},
     "pbt": {"name": "pbt", "params": {"time_attr": "training_iteration", "perturbation_interval": 2,
                                       "hyperparam_mutations": {"x": {"uniform": [0, 1]}, "y": [1, 2, 3]}}},
+    "pbt_replay": {"name": "pbt_replay", "params": {"policy": [[2, {"x": 0.25, "y": 2}], [4, {"x": 0.75, "y": 3}]]}},
 }
 SEARCHERS = {
     "basic": {"name": "basic", "seed": 7},
