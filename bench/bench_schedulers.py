@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kubetune_operator.schedulers import create_scheduler  # noqa: E402
+from kubetune_operator.algorithms import create_scheduler  # noqa: E402
 
 WARMUP, TIMED = 5, 6
 SCHEDULERS = {

@@ -28,8 +28,7 @@ case "$target" in
     operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna]"
         # every registered search algorithm and scheduler imports in exactly this environment
         check="import kubetune_operator.handlers
-from kubetune_operator.searchers import SEARCH_ALGORITHMS, searcher_class
-from kubetune_operator.schedulers import SCHEDULERS, scheduler_class
+from kubetune_operator.algorithms import SCHEDULERS, SEARCH_ALGORITHMS, scheduler_class, searcher_class
 for name in SEARCH_ALGORITHMS: searcher_class(name)
 for name in SCHEDULERS: scheduler_class(name)
 print('imports:', ', '.join(sorted(SEARCH_ALGORITHMS)), '|', ', '.join(sorted(SCHEDULERS)))" ;;

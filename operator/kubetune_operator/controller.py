@@ -31,6 +31,7 @@ from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
 from . import status as st
+from .algorithms import create_scheduler, create_searcher
 from .builders import (
     build_pod,
     build_token_secret,
@@ -51,8 +52,6 @@ from .labels import (
 )
 from .lifecycle import STOP_REASON, transition
 from .podsecurity import violations
-from .schedulers import create_scheduler
-from .searchers import create_searcher
 from .settings import Settings
 from .spec import ExperimentSpec
 from .stoppers import create_stoppers

@@ -8,7 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from kubetune_operator.schedulers import CONTINUE, STOP, create_scheduler
+from kubetune_operator.algorithms import create_scheduler
+from kubetune_operator.schedulers import CONTINUE, STOP
 from kubetune_operator.schedulers.asha import AsyncHyperBandScheduler, nanpercentile
 
 

@@ -13,15 +13,8 @@ import math
 
 import pytest
 
-from kubetune_operator.schedulers import (
-    CHECKPOINT,
-    CONTINUE,
-    PAUSE,
-    SCHEDULERS,
-    STOP,
-    TrialScheduler,
-    create_scheduler,
-)
+from kubetune_operator.algorithms import SCHEDULERS, create_scheduler
+from kubetune_operator.schedulers import CHECKPOINT, CONTINUE, PAUSE, STOP, TrialScheduler
 
 MAX_T = 9
 END = 12  # a trial's own last iteration, beyond max_t

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubetune_operator.schedulers import CONTINUE, PAUSE, STOP, create_scheduler
+from kubetune_operator.algorithms import create_scheduler
+from kubetune_operator.schedulers import CONTINUE, PAUSE, STOP
 
 
 def hyperband(**params):

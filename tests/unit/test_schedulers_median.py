@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from kubetune_operator.schedulers import CONTINUE, PAUSE, STOP, create_scheduler
+from kubetune_operator.algorithms import create_scheduler
+from kubetune_operator.schedulers import CONTINUE, PAUSE, STOP
 from kubetune_operator.schedulers.median_stopping import MedianStoppingRule
 
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from kubetune_operator.schedulers import CONTINUE, SCHEDULERS, create_scheduler, scheduler_class
+from kubetune_operator.algorithms import SCHEDULERS, create_scheduler, scheduler_class
+from kubetune_operator.schedulers import CONTINUE
 from kubetune_operator.schedulers.asha import AsyncHyperBandScheduler
 from kubetune_operator.schedulers.fifo import FIFOScheduler
 from kubetune_operator.schedulers.hyperband import HyperBandScheduler
@@ -54,7 +55,7 @@ def test_fifo_always_continues_and_needs_no_metric():
 
 
 def test_registry_imports_schedulers_lazily():
-    code = ("import sys, kubetune_operator.schedulers as s; "
+    code = ("import sys, kubetune_operator.algorithms as s; "
             "assert not any(m in sys.modules for m in ('kubetune_operator.schedulers.asha', "
             "'kubetune_operator.schedulers.hyperband', 'kubetune_operator.schedulers.median_stopping')); "
             "s.create_scheduler('asha', metric='m', mode='max'); "

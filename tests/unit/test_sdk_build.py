@@ -22,8 +22,7 @@ from kubetune.stopper import (
 )
 from kubetune.storage import open_storage
 from kubetune.tuner import build_experiment, default_name, split_stop, storage_spec
-from kubetune_operator.schedulers import create_scheduler
-from kubetune_operator.searchers import create_searcher
+from kubetune_operator.algorithms import create_scheduler, create_searcher
 from kubetune_operator.spec import ExperimentSpec
 from kubetune_operator.stoppers import create_stoppers
 

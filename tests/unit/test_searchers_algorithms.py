@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from kubetune.search import generate_variants, sample_from
-from kubetune_operator.searchers import FINISHED, SEARCH_ALGORITHMS, create_searcher, searcher_class
+from kubetune_operator.algorithms import SEARCH_ALGORITHMS, create_searcher, searcher_class
+from kubetune_operator.searchers import FINISHED
 from kubetune_operator.searchers.base import decode_number, encode_number
 from kubetune_operator.searchers.basic import BasicVariantSearcher
 from kubetune_operator.searchers.optuna_search import OptunaSearch
@@ -237,7 +238,7 @@ def test_unknown_parameter_lists_the_valid_ones():
 
 
 def test_registry_imports_algorithms_lazily():
-    code = ("import sys, kubetune_operator.searchers as s; assert 'optuna' not in sys.modules; "
+    code = ("import sys, kubetune_operator.algorithms as s; assert 'optuna' not in sys.modules; "
             "s.create_searcher('basic', {}, num_samples=1); assert 'optuna' not in sys.modules; "
             "s.searcher_class('optuna'); assert 'optuna' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from kubetune_operator.searchers import FINISHED, SEARCH_ALGORITHMS, Searcher, create_searcher
+from kubetune_operator.algorithms import SEARCH_ALGORITHMS, create_searcher
+from kubetune_operator.searchers import FINISHED, Searcher
 
 #: A space every algorithm supports: no grid_search, randn or sample_from.
 SPACE = {

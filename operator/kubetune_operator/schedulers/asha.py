@@ -4,7 +4,7 @@ Owns :class:`AsyncHyperBandScheduler` (alias ``ASHAScheduler``) and the
 percentile it cuts at. Algorithm: Li et al., "A System for Massively Parallel
 Hyperparameter Tuning" (MLSys 2020); defaults, rung formula and per-result
 rule as Ray Tune 2.x ``schedulers/async_hyperband.py``. Created through
-``kubetune_operator.schedulers.create_scheduler``; the collector calls
+``kubetune_operator.algorithms.create_scheduler``; the collector calls
 ``on_trial_result`` for every result.
 """
 

@@ -1,7 +1,7 @@
 """The ``fifo`` scheduler: every trial runs until its own end (Ray's ``FIFOScheduler``).
 
 Owns :class:`FIFOScheduler`; created through
-``kubetune_operator.schedulers.create_scheduler``.
+``kubetune_operator.algorithms.create_scheduler``.
 """
 
 from __future__ import annotations

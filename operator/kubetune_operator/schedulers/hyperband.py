@@ -4,7 +4,7 @@ Owns :class:`HyperBandScheduler` and its brackets. Algorithm: Li et al.,
 "Hyperband: A Novel Bandit-Based Approach to Hyperparameter Optimization"
 (JMLR 2018); bracket order and sizes, rungs, pausing and halving as Ray Tune 2.x
 ``schedulers/hyperband.py``. Created through
-``kubetune_operator.schedulers.create_scheduler``.
+``kubetune_operator.algorithms.create_scheduler``.
 
 Trials pause at the end of their rung; when every trial of the bracket has
 reached it, the best ``ceil(n / reduction_factor)`` are promoted (the operator

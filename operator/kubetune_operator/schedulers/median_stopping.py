@@ -3,7 +3,7 @@
 Owns :class:`MedianStoppingRule`. Rule: Golovin et al., "Google Vizier: A
 Service for Black-Box Optimization" (KDD 2017), §3.2.2; defaults and details
 as Ray Tune 2.x ``schedulers/median_stopping_rule.py``. Created through
-``kubetune_operator.schedulers.create_scheduler``.
+``kubetune_operator.algorithms.create_scheduler``.
 
 Differences from Ray, both in corner cases: a trial without enough peers
 continues (Ray may pause it to yield resources to queued trials, which only

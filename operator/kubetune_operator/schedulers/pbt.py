@@ -4,7 +4,7 @@
 Owns :class:`PopulationBasedTraining`, :func:`explore` and :class:`PopulationBasedTrainingReplay`.
 Algorithm: Jaderberg et al., "Population Based Training of Neural Networks" (2017); parameters,
 quantiles, exploit and explore rules as Ray Tune 2.x ``schedulers/pbt.py`` with ``synch=False``. Created through
-``kubetune_operator.schedulers.create_scheduler``; the collector calls ``on_trial_result`` for every
+``kubetune_operator.algorithms.create_scheduler``; the collector calls ``on_trial_result`` for every
 result, and the controller takes each exploit (:meth:`PopulationBasedTraining.take_exploit`) to
 restart the trial from the donor's checkpoint with the explored config (docs/ray-tune.md, PBT).
 

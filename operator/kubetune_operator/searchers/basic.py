@@ -5,7 +5,7 @@ over :class:`kubetune.search.VariantSpace`. Variant ``i`` depends only on the sp
 (``spec.config``, ``numSamples``, the ``points_to_evaluate`` and ``constant_grid_search``
 params) and ``(seed, i)``, so the state is two integers and the operator may regenerate
 any trial's config with :meth:`BasicVariantSearcher.variant`.
-Created through ``kubetune_operator.searchers.create_searcher``.
+Created through ``kubetune_operator.algorithms.create_searcher``.
 """
 
 from __future__ import annotations
