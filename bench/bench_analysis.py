@@ -56,8 +56,11 @@ class Curve(Trainable):
     def step(self):
         level = 1 - abs(self.config["lr"] - 0.01) * 10
         t = self.iteration + 1
-        return {"score": level * (1 - 0.9 ** t) + self.rng.gauss(0, 0.01), "loss": 1 / t,
-                "info": {"grad_norm": self.rng.random(), "lr_now": self.config["lr"] * 0.99 ** t}}
+        return {
+            "score": level * (1 - 0.9**t) + self.rng.gauss(0, 0.01),
+            "loss": 1 / t,
+            "info": {"grad_norm": self.rng.random(), "lr_now": self.config["lr"] * 0.99**t},
+        }
 
 
 def write_experiment(store: Path, trials: int, results: int) -> tuple[str, int]:
@@ -70,8 +73,12 @@ def write_experiment(store: Path, trials: int, results: int) -> tuple[str, int]:
     for index in range(trials):
         name = f"tune-{index:05d}"
         trial_uri = join_uri(exp, name)
-        config = {"lr": rng.uniform(0.001, 0.1), "layers": rng.choice([2, 3, 4]), "seed": index,
-                  "optimizer": {"name": rng.choice(["adam", "sgd"]), "momentum": rng.uniform(0.8, 0.99)}}
+        config = {
+            "lr": rng.uniform(0.001, 0.1),
+            "layers": rng.choice([2, 3, 4]),
+            "seed": index,
+            "optimizer": {"name": rng.choice(["adam", "sgd"]), "momentum": rng.uniform(0.8, 0.99)},
+        }
         trainable = Curve(config=config, trial_id=name, trial_name=name, logdir=str(work / name / "logdir"))
         log = ResultLog(storage, trial_uri, work / name / "results")
         storage.put_bytes(join_uri(trial_uri, "params.json"), json.dumps(config).encode())
@@ -90,8 +97,7 @@ def copy_to_s3(store: Path, endpoint: str) -> str:
     s3 = open_storage("s3://bench", endpoint=endpoint)
     files = [p for p in store.rglob("*") if p.is_file()]
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda p: s3.put_bytes(f"s3://bench/{p.relative_to(store).as_posix()}", p.read_bytes()),
-                      files))
+        list(pool.map(lambda p: s3.put_bytes(f"s3://bench/{p.relative_to(store).as_posix()}", p.read_bytes()), files))
     return join_uri("s3://bench", *EXPERIMENT)
 
 
@@ -131,13 +137,15 @@ def main() -> None:
         local_exp, size = write_experiment(store, args.trials, args.results)
         endpoint = moto.enter_context(moto_server())
         s3_exp = copy_to_s3(store, endpoint)
-        print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.trials} trials x "
-              f"{args.results} results, result.json {size / 1e6:.1f} MB in all, written in "
-              f"{time.perf_counter() - started:.0f} s; moto S3 in another process")
+        print(
+            f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.trials} trials x "
+            f"{args.results} results, result.json {size / 1e6:.1f} MB in all, written in "
+            f"{time.perf_counter() - started:.0f} s; moto S3 in another process"
+        )
         times: dict[str, list[float]] = {k: [] for k in ("s3", "s3 full", "file", "file full", "baseline")}
         sides = ["s3", "file", "baseline"]
         for n in range(args.rounds):
-            for side in sides[n % 3:] + sides[:n % 3]:
+            for side in sides[n % 3 :] + sides[: n % 3]:
                 if side == "baseline":
                     seconds, best_base = baseline(store)
                     times["baseline"].append(seconds)
@@ -155,10 +163,14 @@ def main() -> None:
     print(f"median of {args.rounds} rounds (ratio = ours / baseline time)")
     print(f"  baseline: pandas.read_json(lines=True) per local file   {base:7.2f} s")
     for side, label in (("s3", "S3     "), ("file", "file://")):
-        print(f"  ours, {label}: load + dataframe() + get_best_trial()   {med[side]:7.2f} s   "
-              f"ratio {med[side] / base:5.2f}" + ("   (goal < 5 s)" if side == "s3" else ""))
-        print(f"  ours, {label}: + dataframe(metric, mode), scope avg    {med[side + ' full']:7.2f} s   "
-              f"ratio {med[side + ' full'] / base:5.2f}")
+        print(
+            f"  ours, {label}: load + dataframe() + get_best_trial()   {med[side]:7.2f} s   "
+            f"ratio {med[side] / base:5.2f}" + ("   (goal < 5 s)" if side == "s3" else "")
+        )
+        print(
+            f"  ours, {label}: + dataframe(metric, mode), scope avg    {med[side + ' full']:7.2f} s   "
+            f"ratio {med[side + ' full'] / base:5.2f}"
+        )
     print(f"  best trial {best} (both sides agree)")
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 

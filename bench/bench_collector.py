@@ -75,24 +75,34 @@ from tests.unit.journal_store import ConfigMaps
 NAMESPACE, EXPERIMENT = "bench", "asha-bench"
 GOAL_RESULTS_PER_S, GOAL_P99_MS = 5000, 20.0
 #: ASHA with rungs at 1, 4, 16, ..., 4**8 = max_t: far more iterations than a trial reaches in a run.
-ASHA_PARAMS = {"max_t": 4 ** 8, "grace_period": 1, "reduction_factor": 4}
+ASHA_PARAMS = {"max_t": 4**8, "grace_period": 1, "reduction_factor": 4}
 
 
 def experiment(trials: int, scheduler: dict | None = None) -> dict:
     """The benchmark's Experiment object: ``trials`` random ``lr`` samples, all running at once, under
     ``scheduler`` (default ASHA with :data:`ASHA_PARAMS`)."""
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": EXPERIMENT, "namespace": NAMESPACE, "uid": "bench-uid", "generation": 1},
-            "spec": {"trainable": {"entrypoint": "bench:Trainable"}, "image": "bench",
-                     "config": {"lr": {"loguniform": [1e-5, 1e-1]}}, "numSamples": trials,
-                     "metric": "loss", "mode": "min", "maxConcurrentTrials": trials,
-                     "searchAlgorithm": {"name": "basic", "seed": 7},
-                     "scheduler": scheduler or {"name": "asha", "params": ASHA_PARAMS},
-                     "storage": {"uri": "s3://bench/results"}}}
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": EXPERIMENT, "namespace": NAMESPACE, "uid": "bench-uid", "generation": 1},
+        "spec": {
+            "trainable": {"entrypoint": "bench:Trainable"},
+            "image": "bench",
+            "config": {"lr": {"loguniform": [1e-5, 1e-1]}},
+            "numSamples": trials,
+            "metric": "loss",
+            "mode": "min",
+            "maxConcurrentTrials": trials,
+            "searchAlgorithm": {"name": "basic", "seed": 7},
+            "scheduler": scheduler or {"name": "asha", "params": ASHA_PARAMS},
+            "storage": {"uri": "s3://bench/results"},
+        },
+    }
 
 
-def load_registry(key: bytes, trials: int, scheduler: dict | None = None
-                  ) -> tuple[Registry, dict[str, PodView], list[dict]]:
+def load_registry(
+    key: bytes, trials: int, scheduler: dict | None = None
+) -> tuple[Registry, dict[str, PodView], list[dict]]:
     """A registry holding the Experiment (``scheduler`` as for :func:`experiment`) with all its trials
     created and their pods Running.
 
@@ -146,6 +156,7 @@ async def reconcile_passes(registry: Registry, pods: dict[str, PodView], timings
 
 def baseline_app() -> web.Application:
     """The HTTP stack alone: read the body, answer continue."""
+
     async def results(request: web.Request) -> web.Response:
         await request.read()
         return web.json_response({"decision": "continue"})
@@ -161,6 +172,7 @@ def serve(kind: str, key: bytes, trials: int, reconcile: bool, conn) -> None:
     Sends ``(port, trials info or None)`` on ``conn``, serves until it receives anything, then
     replies with the scheduler's counters and the reconcile passes' timings (``{}`` for the baseline), exits.
     """
+
     async def main() -> None:
         registry, passes, timings = None, None, []
         if kind == "collector":
@@ -181,8 +193,11 @@ def serve(kind: str, key: bytes, trials: int, reconcile: bool, conn) -> None:
             passes.cancel()
         if registry is not None:
             scheduler = registry.get(NAMESPACE, EXPERIMENT).scheduler
-            stats = {"asha_stops": scheduler.num_stopped,
-                     "rung_sizes": [len(recorded) for _, recorded in scheduler.rungs[0]], "plan_s": timings}
+            stats = {
+                "asha_stops": scheduler.num_stopped,
+                "rung_sizes": [len(recorded) for _, recorded in scheduler.rungs[0]],
+                "plan_s": timings,
+            }
         conn.send(stats)
         await runner.cleanup()
 
@@ -218,17 +233,36 @@ class TrialFeed:
             step = 0.05 + self.rng.random() * 0.01
             self.time_total_s += step
             loss = 0.1 + 0.3 * quality + 2.0 / (1 + 0.1 * self.iteration) + self.rng.gauss(0, 0.02)
-            results.append({"loss": loss, "training_iteration": self.iteration, "time_this_iter_s": step,
-                            "time_total_s": self.time_total_s, "timestamp": int(time.time()),
-                            "trial_id": self.name, "iterations_since_restore": self.iteration, "done": False})
+            results.append(
+                {
+                    "loss": loss,
+                    "training_iteration": self.iteration,
+                    "time_this_iter_s": step,
+                    "time_total_s": self.time_total_s,
+                    "timestamp": int(time.time()),
+                    "trial_id": self.name,
+                    "iterations_since_restore": self.iteration,
+                    "done": False,
+                }
+            )
         self.batches += 1
         checkpoint = None
         if self.batches % 10 == 0:
-            checkpoint = {"uri": f"s3://bench/results/{NAMESPACE}/{EXPERIMENT}/{self.name}/"
-                                 f"checkpoint_{self.iteration:06d}", "iteration": self.iteration}
-        return json.dumps({"namespace": NAMESPACE, "experiment": EXPERIMENT, "trial": self.name,
-                           "attempt": self.attempt, "results": results, "checkpoint": checkpoint,
-                           "done": False}).encode()
+            checkpoint = {
+                "uri": f"s3://bench/results/{NAMESPACE}/{EXPERIMENT}/{self.name}/checkpoint_{self.iteration:06d}",
+                "iteration": self.iteration,
+            }
+        return json.dumps(
+            {
+                "namespace": NAMESPACE,
+                "experiment": EXPERIMENT,
+                "trial": self.name,
+                "attempt": self.attempt,
+                "results": results,
+                "checkpoint": checkpoint,
+                "done": False,
+            }
+        ).encode()
 
 
 @dataclass
@@ -291,9 +325,16 @@ def start_server(kind: str, key: bytes, trials: int, reconcile: bool) -> Server:
     port, info = parent.recv()
     if info is None:  # the baseline checks nothing: any names and tokens do
         info = [{"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / trials)} for i in range(trials)]
-    feeds = [TrialFeed(t["name"], t["attempt"], t["lr"],
-                       mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
-                       rng=random.Random(i)) for i, t in enumerate(info)]
+    feeds = [
+        TrialFeed(
+            t["name"],
+            t["attempt"],
+            t["lr"],
+            mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
+            rng=random.Random(i),
+        )
+        for i, t in enumerate(info)
+    ]
     return Server(kind, proc, parent, f"http://127.0.0.1:{port}{COLLECTOR_RESULTS_PATH}", feeds)
 
 
@@ -311,8 +352,9 @@ def stop_server(server: Server) -> dict:
     return counters
 
 
-async def run_slice(stats: PhaseStats, server: Server, connections: int, batch: int, warmup: float,
-                    duration: float, rate: float | None) -> None:
+async def run_slice(
+    stats: PhaseStats, server: Server, connections: int, batch: int, warmup: float, duration: float, rate: float | None
+) -> None:
     """Drive ``server`` for ``warmup + duration`` seconds; add the last ``duration`` seconds to ``stats``.
 
     ``rate`` None: closed loop; else the workers together offer ``rate`` results/s, on a schedule.
@@ -340,8 +382,11 @@ async def run_slice(stats: PhaseStats, server: Server, connections: int, batch: 
             feed = own[k % len(own)]
             k += 1
             body = feed.next_body(batch)
-            async with session.post(server.url, data=body, headers={"Authorization": f"Bearer {feed.token}",
-                                                                    "Content-Type": "application/json"}) as resp:
+            async with session.post(
+                server.url,
+                data=body,
+                headers={"Authorization": f"Bearer {feed.token}", "Content-Type": "application/json"},
+            ) as resp:
                 payload, status = await resp.read(), resp.status
             done = clock()
             if status == 200 and json.loads(payload)["decision"] == "stop":
@@ -372,11 +417,21 @@ async def run_slice(stats: PhaseStats, server: Server, connections: int, batch: 
 async def auth_checks(server: Server, key: bytes) -> dict[str, int]:
     """Status codes for a batch with a forged token and one with another trial's valid token."""
     victim, other = server.feeds[0], server.feeds[1]
-    body = json.dumps({"namespace": NAMESPACE, "experiment": EXPERIMENT, "trial": victim.name,
-                       "attempt": victim.attempt, "results": [{"loss": -1e9, "training_iteration": 1}],
-                       "checkpoint": None, "done": False}).encode()
-    tokens = {"forged token": mint_token(new_key(), NAMESPACE, victim.name, victim.attempt, "uid-" + victim.name),
-              "another trial's token": other.token}
+    body = json.dumps(
+        {
+            "namespace": NAMESPACE,
+            "experiment": EXPERIMENT,
+            "trial": victim.name,
+            "attempt": victim.attempt,
+            "results": [{"loss": -1e9, "training_iteration": 1}],
+            "checkpoint": None,
+            "done": False,
+        }
+    ).encode()
+    tokens = {
+        "forged token": mint_token(new_key(), NAMESPACE, victim.name, victim.attempt, "uid-" + victim.name),
+        "another trial's token": other.token,
+    }
     codes = {}
     async with aiohttp.ClientSession() as session:
         for what, token in tokens.items():
@@ -388,44 +443,67 @@ async def auth_checks(server: Server, key: bytes) -> dict[str, int]:
 async def measure(servers: dict[str, Server], args: argparse.Namespace) -> dict[tuple[str, str], PhaseStats]:
     """All slices, alternating servers; returns the stats by ``(server kind, "saturated" | "paced")``."""
     modes = {"saturated": None, "paced": args.rate}
-    stats = {(kind, mode): PhaseStats(f"{kind} {mode if rate is None else f'paced {rate:g}/s'}")
-             for kind in servers for mode, rate in modes.items()}
+    stats = {
+        (kind, mode): PhaseStats(f"{kind} {mode if rate is None else f'paced {rate:g}/s'}")
+        for kind in servers
+        for mode, rate in modes.items()
+    }
     kinds = list(servers)
     for r in range(args.rounds):
         for mode, rate in modes.items():
             for kind in kinds if r % 2 == 0 else reversed(kinds):
-                await run_slice(stats[kind, mode], servers[kind], args.connections, args.batch, args.warmup,
-                                args.duration / args.rounds, rate)
+                await run_slice(
+                    stats[kind, mode],
+                    servers[kind],
+                    args.connections,
+                    args.batch,
+                    args.warmup,
+                    args.duration / args.rounds,
+                    rate,
+                )
     return stats
 
 
-def report(stats: dict[tuple[str, str], PhaseStats], counters: dict, codes: dict[str, int],
-           args: argparse.Namespace) -> list[str]:
+def report(
+    stats: dict[tuple[str, str], PhaseStats], counters: dict, codes: dict[str, int], args: argparse.Namespace
+) -> list[str]:
     """Print the figures and verdicts; return the failed sanity checks."""
-    print(f"{'phase':<28}{'results/s':>11}{'requests/s':>12}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
-          f"{'server µs/req':>15}{'client µs/req':>15}")
+    print(
+        f"{'phase':<28}{'results/s':>11}{'requests/s':>12}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
+        f"{'server µs/req':>15}{'client µs/req':>15}"
+    )
     for s in stats.values():
         per_req = 1e6 / max(s.requests, 1)
-        print(f"{s.label:<28}{s.results_per_s:>11.0f}{s.requests_per_s:>12.0f}{s.percentile(50):>9.2f}"
-              f"{s.percentile(90):>9.2f}{s.percentile(99):>9.2f}{s.server_cpu * per_req:>15.0f}"
-              f"{s.client_cpu * per_req:>15.0f}")
+        print(
+            f"{s.label:<28}{s.results_per_s:>11.0f}{s.requests_per_s:>12.0f}{s.percentile(50):>9.2f}"
+            f"{s.percentile(90):>9.2f}{s.percentile(99):>9.2f}{s.server_cpu * per_req:>15.0f}"
+            f"{s.client_cpu * per_req:>15.0f}"
+        )
     base_sat, base_paced = stats["baseline", "saturated"], stats["baseline", "paced"]
     coll_sat, coll_paced = stats["collector", "saturated"], stats["collector", "paced"]
-    print(f"ratio collector/baseline: saturated throughput {coll_sat.results_per_s / base_sat.results_per_s:.2f}, "
-          f"saturated p99 {coll_sat.percentile(99) / base_sat.percentile(99):.2f}, "
-          f"paced p99 {coll_paced.percentile(99) / base_paced.percentile(99):.2f}")
+    print(
+        f"ratio collector/baseline: saturated throughput {coll_sat.results_per_s / base_sat.results_per_s:.2f}, "
+        f"saturated p99 {coll_sat.percentile(99) / base_sat.percentile(99):.2f}, "
+        f"paced p99 {coll_paced.percentile(99) / base_paced.percentile(99):.2f}"
+    )
     capacity = {s.label: args.batch * s.requests / s.server_cpu for s in (base_sat, coll_sat) if s.server_cpu > 0}
-    print("server CPU-bound capacity (results per server CPU second, saturated): "
-          + ", ".join(f"{label.split()[0]} {value:.0f}/s" for label, value in capacity.items()))
+    print(
+        "server CPU-bound capacity (results per server CPU second, saturated): "
+        + ", ".join(f"{label.split()[0]} {value:.0f}/s" for label, value in capacity.items())
+    )
 
     decisions = coll_sat.decisions + coll_paced.decisions
-    print(f"collector decisions (measured requests): {dict(decisions)}; ASHA stops over the whole run: "
-          f"{counters.get('asha_stops')}; trials recorded per rung (1, 4, 16, ...): "
-          f"{list(reversed(counters.get('rung_sizes', [])))}")
+    print(
+        f"collector decisions (measured requests): {dict(decisions)}; ASHA stops over the whole run: "
+        f"{counters.get('asha_stops')}; trials recorded per rung (1, 4, 16, ...): "
+        f"{list(reversed(counters.get('rung_sizes', [])))}"
+    )
     plan_ms = sorted(t * 1000 for t in counters.get("plan_s", []))
     if plan_ms:
-        print(f"reconcile passes on the collector's loop: {len(plan_ms)}, plan() median "
-              f"{plan_ms[len(plan_ms) // 2]:.2f} ms, max {plan_ms[-1]:.2f} ms")
+        print(
+            f"reconcile passes on the collector's loop: {len(plan_ms)}, plan() median "
+            f"{plan_ms[len(plan_ms) // 2]:.2f} ms, max {plan_ms[-1]:.2f} ms"
+        )
     print(f"auth: {', '.join(f'{what} -> {code}' for what, code in codes.items())}")
     failures = []
     errors = sum((s.errors for s in stats.values()), Counter())
@@ -435,8 +513,9 @@ def report(stats: dict[tuple[str, str], PhaseStats], counters: dict, codes: dict
         failures.append("the collector did not answer both continue and stop: its decisions are not real")
     told_stop = set().union(*(s.told_stop for s in stats.values()))
     if len(told_stop) > counters.get("asha_stops", 0):
-        failures.append(f"{len(told_stop)} trials told stop, more than ASHA's {counters.get('asha_stops')} stop "
-                        "decisions")
+        failures.append(
+            f"{len(told_stop)} trials told stop, more than ASHA's {counters.get('asha_stops')} stop decisions"
+        )
     if set(decisions) - {"continue", "stop"}:
         failures.append(f"unexpected decisions {set(decisions) - {'continue', 'stop'}}")
     if len(codes) != 2 or any(code != 401 for code in codes.values()):
@@ -444,35 +523,49 @@ def report(stats: dict[tuple[str, str], PhaseStats], counters: dict, codes: dict
 
     sat_ok = coll_sat.results_per_s >= GOAL_RESULTS_PER_S
     paced_ok = coll_paced.percentile(99) < GOAL_P99_MS and coll_paced.results_per_s >= 0.95 * args.rate
-    print(f"goal >= {GOAL_RESULTS_PER_S} results/s (saturated): {'MET' if sat_ok else 'MISSED'} "
-          f"({coll_sat.results_per_s:.0f}/s)")
-    print(f"goal p99 < {GOAL_P99_MS:g} ms at {args.rate:g} results/s (paced): {'MET' if paced_ok else 'MISSED'} "
-          f"(p99 {coll_paced.percentile(99):.2f} ms, {coll_paced.results_per_s:.0f} results/s delivered)")
+    print(
+        f"goal >= {GOAL_RESULTS_PER_S} results/s (saturated): {'MET' if sat_ok else 'MISSED'} "
+        f"({coll_sat.results_per_s:.0f}/s)"
+    )
+    print(
+        f"goal p99 < {GOAL_P99_MS:g} ms at {args.rate:g} results/s (paced): {'MET' if paced_ok else 'MISSED'} "
+        f"(p99 {coll_paced.percentile(99):.2f} ms, {coll_paced.results_per_s:.0f} results/s delivered)"
+    )
     return failures
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=8.0,
-                        help="measured seconds per server and phase kind (default 8)")
+    parser.add_argument(
+        "--duration", type=float, default=8.0, help="measured seconds per server and phase kind (default 8)"
+    )
     parser.add_argument("--rounds", type=int, default=4, help="slices the duration is split into (default 4)")
     parser.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds before each slice")
     parser.add_argument("--connections", type=int, default=32, help="concurrent connections (default 32)")
     parser.add_argument("--batch", type=int, default=10, help="results per request (default 10)")
     parser.add_argument("--trials", type=int, default=64, help="trials in the Experiment (default 64)")
-    parser.add_argument("--rate", type=float, default=GOAL_RESULTS_PER_S,
-                        help=f"results/s offered in the paced phase (default {GOAL_RESULTS_PER_S})")
-    parser.add_argument("--without-reconcile", action="store_true",
-                        help="leave the daemon's reconcile passes out of the collector's event loop")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=GOAL_RESULTS_PER_S,
+        help=f"results/s offered in the paced phase (default {GOAL_RESULTS_PER_S})",
+    )
+    parser.add_argument(
+        "--without-reconcile",
+        action="store_true",
+        help="leave the daemon's reconcile passes out of the collector's event loop",
+    )
     args = parser.parse_args(argv)
     if args.trials < 2 or args.connections > args.trials or args.batch < 1 or args.rounds < 1:
         parser.error("need --trials >= 2, --connections <= --trials, --batch >= 1, --rounds >= 1")
 
     key = new_key()
-    print(f"collector benchmark: {args.trials} trials (ASHA {ASHA_PARAMS}, loss/min), {args.connections} "
-          f"connections, {args.batch} results per request, reconcile passes "
-          f"{'off' if args.without_reconcile else 'on'}, {args.duration:g} s measured per server and phase "
-          f"in {args.rounds} alternating slices, each after {args.warmup:g} s warm-up; CPUs here: {os.cpu_count()}")
+    print(
+        f"collector benchmark: {args.trials} trials (ASHA {ASHA_PARAMS}, loss/min), {args.connections} "
+        f"connections, {args.batch} results per request, reconcile passes "
+        f"{'off' if args.without_reconcile else 'on'}, {args.duration:g} s measured per server and phase "
+        f"in {args.rounds} alternating slices, each after {args.warmup:g} s warm-up; CPUs here: {os.cpu_count()}"
+    )
     servers: dict[str, Server] = {}
     try:
         for kind in ("baseline", "collector"):

@@ -66,9 +66,19 @@ def main() -> int:
         watcher.start()
         ready.wait()
         for i in range(args.pods):
-            core.create_namespaced_pod("bench", {"metadata": {"name": f"p{i}"}, "spec": {
-                "restartPolicy": "Never", "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "main", "image": "bench", "command": COMMAND}]}}, _preload_content=False)
+            core.create_namespaced_pod(
+                "bench",
+                {
+                    "metadata": {"name": f"p{i}"},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "automountServiceAccountToken": False,
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "main", "image": "bench", "command": COMMAND}],
+                    },
+                },
+                _preload_content=False,
+            )
             time.sleep(0.05)
         watcher.join(timeout=180)
         kubelet_ms = [1000 * (e["running"] - e["bound"]) for e in times.values() if {"bound", "running"} <= set(e)]
@@ -86,8 +96,10 @@ def main() -> int:
     print(f"cluster start (warm binaries): {start_s:.1f} s")
     print(f"bind-to-Running via process kubelet, {len(kubelet_ms)} pods: p50 {p50:.1f} ms, p90 {p90:.1f} ms")
     print(f"baseline: direct Popen of the same command: p50 {base:.1f} ms")
-    print(f"ratio kubelet p50 / direct spawn p50: {p50 / base:.1f}x; kubelet overhead p50 {p50 - base:.1f} ms "
-          f"(goal: under 200 ms)")
+    print(
+        f"ratio kubelet p50 / direct spawn p50: {p50 / base:.1f}x; kubelet overhead p50 {p50 - base:.1f} ms "
+        f"(goal: under 200 ms)"
+    )
     return 0
 
 

@@ -37,21 +37,38 @@ from tests.unit.journal_store import ConfigMaps  # noqa: E402
 
 KEY = b"k" * 32
 CASES = {
-    "asha+basic": ({"name": "asha", "params": {"grace_period": 1, "reduction_factor": 3, "max_t": 100}},
-                   {"name": "basic", "seed": 1}),
-    "median+basic": ({"name": "median_stopping_rule", "params": {"time_attr": "training_iteration",
-                                                                 "grace_period": 2}}, {"name": "basic", "seed": 1}),
-    "asha+optuna(random)": ({"name": "asha", "params": {"grace_period": 1, "reduction_factor": 3, "max_t": 100}},
-                            {"name": "optuna", "seed": 1, "params": {"sampler": "random"}}),
+    "asha+basic": (
+        {"name": "asha", "params": {"grace_period": 1, "reduction_factor": 3, "max_t": 100}},
+        {"name": "basic", "seed": 1},
+    ),
+    "median+basic": (
+        {"name": "median_stopping_rule", "params": {"time_attr": "training_iteration", "grace_period": 2}},
+        {"name": "basic", "seed": 1},
+    ),
+    "asha+optuna(random)": (
+        {"name": "asha", "params": {"grace_period": 1, "reduction_factor": 3, "max_t": 100}},
+        {"name": "optuna", "seed": 1, "params": {"sampler": "random"}},
+    ),
 }
 
 
 def experiment(trials: int, scheduler: dict, searcher: dict) -> dict:
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "bench", "namespace": "ns", "uid": "bench-uid-0001", "generation": 1},
-            "spec": {"trainable": {"entrypoint": "m:T"}, "config": {"x": {"uniform": [0, 1]}, "y": {"uniform": [0, 1]}},
-                     "numSamples": trials, "metric": "score", "mode": "max", "maxConcurrentTrials": 100,
-                     "storage": {"uri": "s3://b/p"}, "scheduler": scheduler, "searchAlgorithm": searcher}}
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "bench", "namespace": "ns", "uid": "bench-uid-0001", "generation": 1},
+        "spec": {
+            "trainable": {"entrypoint": "m:T"},
+            "config": {"x": {"uniform": [0, 1]}, "y": {"uniform": [0, 1]}},
+            "numSamples": trials,
+            "metric": "score",
+            "mode": "max",
+            "maxConcurrentTrials": 100,
+            "storage": {"uri": "s3://b/p"},
+            "scheduler": scheduler,
+            "searchAlgorithm": searcher,
+        },
+    }
 
 
 def run(spec: dict, results: int, store: ConfigMaps) -> tuple[dict, float, int, int]:
@@ -81,8 +98,9 @@ def run(spec: dict, results: int, store: ConfigMaps) -> tuple[dict, float, int, 
                 ctl.trial_created(name, m["metadata"]["uid"])
             for m in plan.create_pods:
                 labels = m["metadata"]["labels"]
-                pods[m["metadata"]["name"]] = PodView(m["metadata"]["name"], labels["kubetune.io/trial"],
-                                                      int(labels["kubetune.io/attempt"]), "Running")
+                pods[m["metadata"]["name"]] = PodView(
+                    m["metadata"]["name"], labels["kubetune.io/trial"], int(labels["kubetune.io/attempt"]), "Running"
+                )
             for name, patch in plan.trial_status.items():
                 trials[name].setdefault("status", {}).update({k: v for k, v in patch.items() if v is not None})
             for pod in [p for p in pods.values() if p.phase == "Running"]:
@@ -114,12 +132,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--results", type=int, default=10, help="iterations per trial")
-    parser.add_argument("--median-max-trials", type=int, default=2000,
-                        help="run the median rule only up to this many trials (it is O(all results) per result)")
+    parser.add_argument(
+        "--median-max-trials",
+        type=int,
+        default=2000,
+        help="run the median rule only up to this many trials (it is O(all results) per result)",
+    )
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.results} results per trial")
-    print(f"{'case':22} {'trials':>7} {'run s':>7} {'commits/s':>9} {'journal KiB':>11} {'CMs':>4} "
-          f"{'restore s':>9} {'full replay s':>13} {'ratio':>6} {'status B':>8}")
+    print(
+        f"{'case':22} {'trials':>7} {'run s':>7} {'commits/s':>9} {'journal KiB':>11} {'CMs':>4} "
+        f"{'restore s':>9} {'full replay s':>13} {'ratio':>6} {'status B':>8}"
+    )
     for trials_n in args.trials:
         for case, (scheduler, searcher) in CASES.items():
             if case.startswith("median") and trials_n > args.median_max_trials:
@@ -136,11 +160,15 @@ def main() -> None:
             finally:
                 journal.MIN_SNAPSHOT_INTERVAL_BYTES = saved
             replay_s, replayed = restore(spec, trials, full)
-            assert json.dumps(replayed.scheduler.get_state(), sort_keys=True) == \
-                json.dumps(ctl.scheduler.get_state(), sort_keys=True), "snapshot and replay disagree"
-            print(f"{case:22} {trials_n:>7} {seconds:>7.1f} {commits / seconds:>9.0f} {store.size() / 1024:>11.0f} "
-                  f"{len(store.items):>4} {restored_s:>9.2f} {replay_s:>13.2f} {replay_s / restored_s:>6.1f} "
-                  f"{status_bytes:>8}", flush=True)
+            assert json.dumps(replayed.scheduler.get_state(), sort_keys=True) == json.dumps(
+                ctl.scheduler.get_state(), sort_keys=True
+            ), "snapshot and replay disagree"
+            print(
+                f"{case:22} {trials_n:>7} {seconds:>7.1f} {commits / seconds:>9.0f} {store.size() / 1024:>11.0f} "
+                f"{len(store.items):>4} {restored_s:>9.2f} {replay_s:>13.2f} {replay_s / restored_s:>6.1f} "
+                f"{status_bytes:>8}",
+                flush=True,
+            )
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 

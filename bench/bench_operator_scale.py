@@ -43,27 +43,50 @@ from kubetune_operator.settings import Settings  # noqa: E402
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 NODE = "devcluster-node-0"
-SOURCE = ("import kubetune\nclass Quick(kubetune.Trainable):\n    def step(self):\n"
-          "        return {'score': self.config['x'], 'done': True}\n")
+SOURCE = (
+    "import kubetune\nclass Quick(kubetune.Trainable):\n    def step(self):\n"
+    "        return {'score': self.config['x'], 'done': True}\n"
+)
 
 
 def experiment(name: str, trials: int, cluster: Cluster) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "metadata": {"name": name}, "spec": {
-        "trainable": {"source": SOURCE, "name": "Quick"}, "image": "bench", "numSamples": trials,
-        "config": {"x": {"uniform": [0, 1]}}, "metric": "score", "mode": "max", "maxConcurrentTrials": trials,
-        "checkpoint": {"atEnd": False}, "resourcesPerTrial": {"cpu": "10m"},
-        "storage": {"uri": f"s3://{S3_BUCKET}/bench", "endpoint": cluster.s3_endpoint, "credentialsSecret": "s3"}}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Experiment",
+        "metadata": {"name": name},
+        "spec": {
+            "trainable": {"source": SOURCE, "name": "Quick"},
+            "image": "bench",
+            "numSamples": trials,
+            "config": {"x": {"uniform": [0, 1]}},
+            "metric": "score",
+            "mode": "max",
+            "maxConcurrentTrials": trials,
+            "checkpoint": {"atEnd": False},
+            "resourcesPerTrial": {"cpu": "10m"},
+            "storage": {"uri": f"s3://{S3_BUCKET}/bench", "endpoint": cluster.s3_endpoint, "credentialsSecret": "s3"},
+        },
+    }
 
 
-def count_added(api: client.ApiClient, namespace: str, plural: str | None, target: int, started: float,
-                out: dict, ready: threading.Event) -> None:
+def count_added(
+    api: client.ApiClient,
+    namespace: str,
+    plural: str | None,
+    target: int,
+    started: float,
+    out: dict,
+    ready: threading.Event,
+) -> None:
     """Watch ``namespace`` and record when the ``target``-th object was added (seconds since ``started``)."""
     if plural is None:
-        resp = client.CoreV1Api(api).list_namespaced_pod(namespace, watch=True, _preload_content=False,
-                                                         timeout_seconds=900)
+        resp = client.CoreV1Api(api).list_namespaced_pod(
+            namespace, watch=True, _preload_content=False, timeout_seconds=900
+        )
     else:
         resp = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, watch=True, _preload_content=False, timeout_seconds=900)
+            GROUP, VERSION, namespace, plural, watch=True, _preload_content=False, timeout_seconds=900
+        )
     ready.set()
     seen: set[str] = set()
     for line in resp:
@@ -84,15 +107,22 @@ def baseline(api: client.ApiClient, cluster: Cluster, trials: int) -> float:
     """Seconds for a plain 16-thread client to create ``trials`` Trials and their pods (pods never scheduled)."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     core.create_namespace({"metadata": {"name": "baseline"}})
-    exp = custom.create_namespaced_custom_object(GROUP, VERSION, "baseline", "experiments",
-                                                 {**experiment("base", trials, cluster),
-                                                  "spec": {**experiment("base", trials, cluster)["spec"],
-                                                           "suspend": True}})
+    exp = custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        "baseline",
+        "experiments",
+        {
+            **experiment("base", trials, cluster),
+            "spec": {**experiment("base", trials, cluster)["spec"], "suspend": True},
+        },
+    )
     settings = Settings()
 
     def one(i: int) -> None:
-        trial = custom.create_namespaced_custom_object(GROUP, VERSION, "baseline", "trials",
-                                                       build_trial(exp, i, {"x": 0.5}, str(i)))
+        trial = custom.create_namespaced_custom_object(
+            GROUP, VERSION, "baseline", "trials", build_trial(exp, i, {"x": 0.5}, str(i))
+        )
         pod = build_pod(exp, trial, 0, settings)
         pod["spec"]["nodeSelector"] = {"kubetune.io/bench": "nowhere"}
         core.create_namespaced_pod("baseline", pod, _preload_content=False)
@@ -127,12 +157,20 @@ def restart(operator: OperatorProcess, trials: int) -> tuple[float, float]:
     while time.monotonic() < deadline:
         with open(operator.log, "rb") as f:
             f.seek(offset)
-            line = next((raw for raw in f.read().decode(errors="replace").splitlines()
-                         if f"resumed with {trials} trials" in raw), None)
+            line = next(
+                (
+                    raw
+                    for raw in f.read().decode(errors="replace").splitlines()
+                    if f"resumed with {trials} trials" in raw
+                ),
+                None,
+            )
         if line:
             took = time.monotonic() - started
-            print(f"restart at {trials} trials: resumed {took:.1f} s after the new operator process started; "
-                  f"its own account: {line.split('resumed with', 1)[1].strip()}")
+            print(
+                f"restart at {trials} trials: resumed {took:.1f} s after the new operator process started; "
+                f"its own account: {line.split('resumed with', 1)[1].strip()}"
+            )
             return took, peak_rss_mib(operator.proc.pid)
         time.sleep(0.2)
     raise RuntimeError("the restarted operator did not resume within 300 s")
@@ -149,15 +187,17 @@ def completions(api: client.ApiClient, namespace: str, target: int, out: list, r
     """Watch the Trials of ``namespace`` and append the monotonic time at which each one Succeeded or Failed,
     until ``target`` have."""
     resp = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "trials", watch=True, _preload_content=False, timeout_seconds=7200)
+        GROUP, VERSION, namespace, "trials", watch=True, _preload_content=False, timeout_seconds=7200
+    )
     ready.set()
     ended: set[str] = set()
     for line in resp:
         if not line.strip():
             continue
         trial = json.loads(line)["object"]
-        if (trial.get("status") or {}).get("phase") in ("Succeeded", "Failed") and \
-                trial["metadata"]["name"] not in ended:
+        if (trial.get("status") or {}).get("phase") in ("Succeeded", "Failed") and trial["metadata"][
+            "name"
+        ] not in ended:
             ended.add(trial["metadata"]["name"])
             out.append(time.monotonic())
             if len(ended) >= target:
@@ -193,22 +233,35 @@ def run_slots(cluster: Cluster, api: client.ApiClient, n: int, slots: int) -> No
     window = min(1000, n // 2)
     first = window / (ended[window - 1] - started)
     last = window / (ended[-1] - ended[-window - 1])
-    print(f"{n} one-step trials, {slots} at a time: {exp['status']['phase']} after {ended[-1] - started:.0f} s "
-          f"({n / (ended[-1] - started):.2f} trials/s) {exp['status']['trials']}")
-    print(f"per-slot turnaround: first {window} trials {slots / first:.3f} s, last {window} {slots / last:.3f} s "
-          f"(ratio last/first {first / last:.2f}; must not grow with the trial count)")
-    print(f"operator peak RSS {rss:.0f} MiB (goal <= 300 at 10,000 trials); Experiment object "
-          f"{len(json.dumps(exp, separators=(',', ':')))} bytes (goal < 16384)")
+    print(
+        f"{n} one-step trials, {slots} at a time: {exp['status']['phase']} after {ended[-1] - started:.0f} s "
+        f"({n / (ended[-1] - started):.2f} trials/s) {exp['status']['trials']}"
+    )
+    print(
+        f"per-slot turnaround: first {window} trials {slots / first:.3f} s, last {window} {slots / last:.3f} s "
+        f"(ratio last/first {first / last:.2f}; must not grow with the trial count)"
+    )
+    print(
+        f"operator peak RSS {rss:.0f} MiB (goal <= 300 at 10,000 trials); Experiment object "
+        f"{len(json.dumps(exp, separators=(',', ':')))} bytes (goal < 16384)"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--node-pods", type=int, default=24, help="pods running at once (each is a Python process)")
-    parser.add_argument("--slots", type=int, default=0,
-                        help="run the trials this many at a time and time the per-slot turnaround instead")
-    parser.add_argument("--stop-after-restart", action="store_true",
-                        help="end after the restart is timed, without running the trials (for 10,000 trials)")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=0,
+        help="run the trials this many at a time and time the per-slot turnaround instead",
+    )
+    parser.add_argument(
+        "--stop-after-restart",
+        action="store_true",
+        help="end after the restart is timed, without running the trials (for 10,000 trials)",
+    )
     args = parser.parse_args()
     n = args.trials
     crds = [str(p) for p in sorted((ROOT / "crds").glob("*.yaml"))]
@@ -218,8 +271,16 @@ def main() -> int:
         base_s = 0.0 if args.slots else baseline(api, cluster, n)
         core.create_namespace({"metadata": {"name": "scale"}})
         env = cluster.env()
-        core.create_namespaced_secret("scale", {"metadata": {"name": "s3"}, "stringData": {
-            "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
+        core.create_namespaced_secret(
+            "scale",
+            {
+                "metadata": {"name": "s3"},
+                "stringData": {
+                    "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+                    "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+                },
+            },
+        )
         if args.slots:
             run_slots(cluster, api, n, args.slots)
             return 0
@@ -229,17 +290,19 @@ def main() -> int:
             trials_at, pods_at = {}, {}
             ready = [threading.Event(), threading.Event()]
             started = time.monotonic()
-            watchers = [threading.Thread(target=count_added, args=(api, "scale", "trials", n, started, trials_at,
-                                                                   ready[0])),
-                        threading.Thread(target=count_added, args=(api, "scale", None, n, started, pods_at, ready[1]))]
+            watchers = [
+                threading.Thread(target=count_added, args=(api, "scale", "trials", n, started, trials_at, ready[0])),
+                threading.Thread(target=count_added, args=(api, "scale", None, n, started, pods_at, ready[1])),
+            ]
             for w in watchers:
                 w.start()
             for r in ready:
                 r.wait()
             core.patch_node(NODE, {"spec": {"unschedulable": True}})
             started_apply = time.monotonic()
-            custom.create_namespaced_custom_object(GROUP, VERSION, "scale", "experiments",
-                                                   experiment("scale", n, cluster))
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, "scale", "experiments", experiment("scale", n, cluster)
+            )
             for w in watchers:
                 w.join()
             offset = started_apply - started
@@ -247,17 +310,25 @@ def main() -> int:
             resumed_s, restart_rss = restart(operator, n)
             if args.stop_after_restart:
                 exp = custom.get_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", "scale")
-                print(f"operator: {n / (pods_at['all'] - offset):.0f} pods/s; baseline {n / base_s:.0f} pods/s; "
-                      f"Experiment object {len(json.dumps(exp, separators=(',', ':')))} bytes")
-                print(f"operator peak RSS after creating every Trial and pod: {first_rss:.0f} MiB "
-                      "(goal <= 300 MiB at 10,000 trials)")
-                print(f"restart with every trial's pod waiting: resumed in {resumed_s:.1f} s (goal < 10 s at "
-                      f"10,000 trials), peak RSS of the restarted operator then {restart_rss:.0f} MiB "
-                      "(goal <= 300 MiB at 10,000 trials)")
+                print(
+                    f"operator: {n / (pods_at['all'] - offset):.0f} pods/s; baseline {n / base_s:.0f} pods/s; "
+                    f"Experiment object {len(json.dumps(exp, separators=(',', ':')))} bytes"
+                )
+                print(
+                    f"operator peak RSS after creating every Trial and pod: {first_rss:.0f} MiB "
+                    "(goal <= 300 MiB at 10,000 trials)"
+                )
+                print(
+                    f"restart with every trial's pod waiting: resumed in {resumed_s:.1f} s (goal < 10 s at "
+                    f"10,000 trials), peak RSS of the restarted operator then {restart_rss:.0f} MiB "
+                    "(goal <= 300 MiB at 10,000 trials)"
+                )
                 return 0
             core.patch_node(NODE, {"spec": {"unschedulable": False}})
-            print(f"{n} trials: all Trials created {trials_at['all'] - offset:.1f} s after apply, "
-                  f"all pods {pods_at['all'] - offset:.1f} s after apply")
+            print(
+                f"{n} trials: all Trials created {trials_at['all'] - offset:.1f} s after apply, "
+                f"all pods {pods_at['all'] - offset:.1f} s after apply"
+            )
             deadline = time.monotonic() + 1800
             while time.monotonic() < deadline:
                 exp = custom.get_namespaced_custom_object(GROUP, VERSION, "scale", "experiments", "scale")
@@ -276,10 +347,14 @@ def main() -> int:
     print(f"baseline: plain 16-thread client creating the same Trials and pods: {base_per_s:.0f} pods/s")
     print(f"ratio operator / baseline: {pods_per_s / base_per_s:.2f}")
     print(f"Experiment object at the end: {size} bytes (goal < 16384)")
-    print(f"operator peak RSS: {first_rss:.0f} MiB after creating every Trial and pod; {rss:.0f} MiB for the "
-          "restarted one at the end (goal <= 300 at 10,000 trials)")
-    print(f"restart with every trial's pod waiting: resumed in {resumed_s:.1f} s (goal < 10 s at 10,000 trials), "
-          f"peak RSS of the restarted operator then {restart_rss:.0f} MiB")
+    print(
+        f"operator peak RSS: {first_rss:.0f} MiB after creating every Trial and pod; {rss:.0f} MiB for the "
+        "restarted one at the end (goal <= 300 at 10,000 trials)"
+    )
+    print(
+        f"restart with every trial's pod waiting: resumed in {resumed_s:.1f} s (goal < 10 s at 10,000 trials), "
+        f"peak RSS of the restarted operator then {restart_rss:.0f} MiB"
+    )
     return 0
 
 

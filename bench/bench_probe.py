@@ -58,8 +58,10 @@ from kubetune.env import COLLECTOR_RESULTS_PATH  # noqa: E402
 from kubetune_operator.collector import make_app  # noqa: E402
 from kubetune_operator.tokens import mint_token, new_key  # noqa: E402
 
-MEDIAN = {"name": "median_stopping_rule",
-          "params": {"time_attr": "training_iteration", "grace_period": 1, "min_samples_required": 3}}
+MEDIAN = {
+    "name": "median_stopping_rule",
+    "params": {"time_attr": "training_iteration", "grace_period": 1, "min_samples_required": 3},
+}
 GOAL_P99_MS = 100.0
 PHASES = ("idle", "paced", "flood", "forged")
 
@@ -69,6 +71,7 @@ def serve(kind: str, key: bytes, trials: int, conn) -> None:
 
     Sends ``(port, trials info or None)`` on ``conn``; serves until it receives anything, then exits.
     """
+
     async def main() -> None:
         passes = None
         if kind == "collector":
@@ -151,8 +154,9 @@ async def load(phase: str, url: str, feeds: list[TrialFeed], args: argparse.Name
                 counts[type(exc).__name__] += 1
 
     connections = 16 if phase == "paced" else args.flood
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections),
-                                     timeout=aiohttp.ClientTimeout(total=60)) as session:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections), timeout=aiohttp.ClientTimeout(total=60)
+    ) as session:
         await asyncio.gather(*(worker(w, session, connections) for w in range(connections)))
     return counts
 
@@ -176,10 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ctx = multiprocessing.get_context("spawn")
     key = new_key()
-    print(f"probe benchmark: {args.trials} running trials under {MEDIAN['name']} {MEDIAN['params']}; paced "
-          f"{args.rate:g} results/s in batches of {args.batch}; floods of {args.flood} connections; "
-          f"{args.duration:g} s per phase and server; /healthz every {args.probe_interval * 1000:g} ms; "
-          f"CPUs here: {os.cpu_count()}")
+    print(
+        f"probe benchmark: {args.trials} running trials under {MEDIAN['name']} {MEDIAN['params']}; paced "
+        f"{args.rate:g} results/s in batches of {args.batch}; floods of {args.flood} connections; "
+        f"{args.duration:g} s per phase and server; /healthz every {args.probe_interval * 1000:g} ms; "
+        f"CPUs here: {os.cpu_count()}"
+    )
     servers, rows, failures = {}, {}, []
     try:
         for kind in ("baseline", "collector"):
@@ -189,14 +195,22 @@ def main(argv: list[str] | None = None) -> int:
             if not parent.poll(120):
                 raise RuntimeError(f"the {kind} server did not start")
             port, info = parent.recv()
-            info = info or [{"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / args.trials)}
-                            for i in range(args.trials)]
-            feeds = [TrialFeed(t["name"], t["attempt"], t["lr"],
-                               mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
-                               rng=random.Random(i)) for i, t in enumerate(info)]
+            info = info or [
+                {"name": f"trial-{i}", "attempt": 0, "lr": 10 ** -(1 + 4 * i / args.trials)} for i in range(args.trials)
+            ]
+            feeds = [
+                TrialFeed(
+                    t["name"],
+                    t["attempt"],
+                    t["lr"],
+                    mint_token(key, NAMESPACE, t["name"], t["attempt"], "uid-" + t["name"]),
+                    rng=random.Random(i),
+                )
+                for i, t in enumerate(info)
+            ]
             servers[kind] = (proc, parent, port, feeds)
         for phase in PHASES:
-            for kind in (("baseline", "collector") if PHASES.index(phase) % 2 == 0 else ("collector", "baseline")):
+            for kind in ("baseline", "collector") if PHASES.index(phase) % 2 == 0 else ("collector", "baseline"):
                 proc, _, port, feeds = servers[kind]
                 parent, child = ctx.Pipe()
                 prober = ctx.Process(target=probe, args=(port, args.probe_interval, args.duration, child))
@@ -211,12 +225,16 @@ def main(argv: list[str] | None = None) -> int:
             proc.join(10)
             if proc.is_alive():
                 proc.terminate()
-    print(f"{'server':<10}{'phase':<8}{'healthz p50 ms':>15}{'p99 ms':>9}{'max ms':>9}{'failed':>8}"
-          f"{'results/s':>11}  replies")
+    print(
+        f"{'server':<10}{'phase':<8}{'healthz p50 ms':>15}{'p99 ms':>9}{'max ms':>9}{'failed':>8}"
+        f"{'results/s':>11}  replies"
+    )
     for (kind, phase), (latencies, failed, counts) in rows.items():
         replies = {k: v for k, v in counts.items() if k != "results"}
-        print(f"{kind:<10}{phase:<8}{percentile(latencies, 50):>15.2f}{percentile(latencies, 99):>9.2f}"
-              f"{percentile(latencies, 100):>9.2f}{failed:>8}{counts['results'] / args.duration:>11.0f}  {replies}")
+        print(
+            f"{kind:<10}{phase:<8}{percentile(latencies, 50):>15.2f}{percentile(latencies, 99):>9.2f}"
+            f"{percentile(latencies, 100):>9.2f}{failed:>8}{counts['results'] / args.duration:>11.0f}  {replies}"
+        )
         if failed:
             failures.append(f"{kind} {phase}: {failed} probes failed")
         if kind == "collector" and phase in ("paced", "flood") and set(replies) - {200}:
@@ -226,9 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     for phase in PHASES:
         ours, base = percentile(rows["collector", phase][0], 99), percentile(rows["baseline", phase][0], 99)
         verdict = "MET" if ours < GOAL_P99_MS else "MISSED"
-        print(f"{phase}: /healthz p99 collector {ours:.2f} ms vs baseline {base:.2f} ms (ratio {ours / base:.2f}); "
-              f"goal < {GOAL_P99_MS:g} ms {verdict}" if phase != "idle" else
-              f"{phase}: /healthz p99 collector {ours:.2f} ms vs baseline {base:.2f} ms (ratio {ours / base:.2f})")
+        print(
+            f"{phase}: /healthz p99 collector {ours:.2f} ms vs baseline {base:.2f} ms (ratio {ours / base:.2f}); "
+            f"goal < {GOAL_P99_MS:g} ms {verdict}"
+            if phase != "idle"
+            else f"{phase}: /healthz p99 collector {ours:.2f} ms vs baseline {base:.2f} ms (ratio {ours / base:.2f})"
+        )
     for failure in failures:
         print(f"CHECK FAILED: {failure}")
     return 1 if failures else 0

@@ -41,7 +41,7 @@ from kubetune.storage import open_storage
 MIB = 1 << 20
 AWS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
 
-_COLLECTOR = r'''
+_COLLECTOR = r"""
 import json, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -60,7 +60,7 @@ class Handler(BaseHTTPRequestHandler):
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 print(server.server_address[1], flush=True)
 server.serve_forever()
-'''
+"""
 
 
 class Noop(Trainable):
@@ -84,12 +84,24 @@ def bench_overhead(iterations: int, workdir: Path) -> None:
     collector = subprocess.Popen([sys.executable, "-c", _COLLECTOR], stdout=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{int(collector.stdout.readline())}"
-        env = TrialEnv(namespace="bench", experiment="bench", trial="t", attempt=0,
-                       config={"lr": 0.1}, trial_dir_uri=f"file://{workdir}/store/t", entrypoint="__main__:Noop",
-                       checkpoint=CheckpointPolicy(frequency=0, atEnd=False), collector_url=url, token="bench",
-                       stop={"training_iteration": 10 ** 12, "loss": 10.0}, metric="loss", mode="min")
-        reporter = Reporter(url, env.token, namespace="bench", experiment="bench", trial="t", attempt=0,
-                            max_buffer=iterations + 1000)
+        env = TrialEnv(
+            namespace="bench",
+            experiment="bench",
+            trial="t",
+            attempt=0,
+            config={"lr": 0.1},
+            trial_dir_uri=f"file://{workdir}/store/t",
+            entrypoint="__main__:Noop",
+            checkpoint=CheckpointPolicy(frequency=0, atEnd=False),
+            collector_url=url,
+            token="bench",
+            stop={"training_iteration": 10**12, "loss": 10.0},
+            metric="loss",
+            mode="min",
+        )
+        reporter = Reporter(
+            url, env.token, namespace="bench", experiment="bench", trial="t", attempt=0, max_buffer=iterations + 1000
+        )
         runner = TrialRunner(env, open_storage(env.trial_dir_uri), workdir=workdir / "work", reporter=reporter)
         runner.setup()
         direct = Noop(config={"lr": 0.1})
@@ -111,8 +123,10 @@ def bench_overhead(iterations: int, workdir: Path) -> None:
     print(f"loop overhead ({iterations} iterations, no-op step, reporting to a collector process)")
     print(f"  step() called directly        median {med_step:8.2f} µs")
     print(f"  Trainable.train() alone       median {med_train:8.2f} µs")
-    print(f"  runtime iteration             median {med_loop:8.2f} µs   p99 {p99:8.2f} µs   "
-          f"mean {statistics.fmean(loop_ns) / 1000:8.2f} µs")
+    print(
+        f"  runtime iteration             median {med_loop:8.2f} µs   p99 {p99:8.2f} µs   "
+        f"mean {statistics.fmean(loop_ns) / 1000:8.2f} µs"
+    )
     print(f"  overhead per iteration        median {med_loop - med_step:8.2f} µs   (goal < 100 µs)")
     print(f"  results delivered {delivered}, dropped {dropped}")
 
@@ -185,8 +199,10 @@ def bench_checkpoints(rounds: int, big_mib: int, workdir: Path) -> None:
     for kind in ("up", "down"):
         ours_rate, raw_rate = mb / med[f"ours {kind}"], mb / med[f"raw {kind}"]
         label = "upload + commit" if kind == "up" else "restore (download + verify)"
-        print(f"  {label:28s} kubetune {ours_rate:7.1f} MB/s   raw boto3 {raw_rate:7.1f} MB/s   "
-              f"ratio {ours_rate / raw_rate:5.2f}")
+        print(
+            f"  {label:28s} kubetune {ours_rate:7.1f} MB/s   raw boto3 {raw_rate:7.1f} MB/s   "
+            f"ratio {ours_rate / raw_rate:5.2f}"
+        )
     total = (med["raw up"] + med["raw down"]) / (med["ours up"] + med["ours down"])
     print(f"  round trip ratio (kubetune / raw boto3 throughput) {total:5.2f}   (goal >= 0.9)")
 

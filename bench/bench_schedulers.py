@@ -33,8 +33,11 @@ WARMUP, TIMED = 5, 6
 SCHEDULERS = {
     "asha": {"time_attr": "training_iteration", "max_t": 100, "grace_period": 1, "reduction_factor": 3},
     "median_stopping_rule": {"time_attr": "training_iteration", "grace_period": TIMED, "min_samples_required": 3},
-    "pbt": {"time_attr": "training_iteration", "perturbation_interval": TIMED,
-            "hyperparam_mutations": {"lr": [0.001, 0.01, 0.1]}},
+    "pbt": {
+        "time_attr": "training_iteration",
+        "perturbation_interval": TIMED,
+        "hyperparam_mutations": {"lr": [0.001, 0.01, 0.1]},
+    },
 }
 RAY_CLASSES = {"asha": "ASHAScheduler", "median_stopping_rule": "MedianStoppingRule"}
 RAY_MAX_TRIALS = {"median_stopping_rule": 1000}
@@ -114,21 +117,32 @@ def main() -> int:
     parser.add_argument("--ray-python", default=os.environ.get("RAY_PYTHON", "/work/.bench-ray/bin/python"))
     args = parser.parse_args()
     have_ray = Path(args.ray_python).exists()
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; per-call latency of on_trial_result "
-          f"at iteration {TIMED}, ms; baseline: Ray Tune's scheduler "
-          f"({args.ray_python if have_ray else 'not found: no baseline'})")
+    print(
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; per-call latency of on_trial_result "
+        f"at iteration {TIMED}, ms; baseline: Ray Tune's scheduler "
+        f"({args.ray_python if have_ray else 'not found: no baseline'})"
+    )
     for name in SCHEDULERS:
         for n in args.trials:
             mine = ours(name, n)
             theirs = ray(args.ray_python, name, n) if have_ray else None
-            line = (f"  {name:<21} {n:>6} trials  ours p50 {pct(mine, 50):7.3f} p99 {pct(mine, 99):7.3f} "
-                    f"mean {statistics.fmean(mine) / 1e6:7.3f}")
+            line = (
+                f"  {name:<21} {n:>6} trials  ours p50 {pct(mine, 50):7.3f} p99 {pct(mine, 99):7.3f} "
+                f"mean {statistics.fmean(mine) / 1e6:7.3f}"
+            )
             if theirs:
-                line += (f" | Ray p50 {pct(theirs, 50):7.3f} p99 {pct(theirs, 99):7.3f}  "
-                         f"ratio p99 {pct(mine, 99) / pct(theirs, 99):6.2f}")
+                line += (
+                    f" | Ray p50 {pct(theirs, 50):7.3f} p99 {pct(theirs, 99):7.3f}  "
+                    f"ratio p99 {pct(mine, 99) / pct(theirs, 99):6.2f}"
+                )
             else:
-                line += " | no Ray baseline" + (" (Ray's needs its trial runner)" if name == "pbt" else
-                                                 " (too slow at this size)" if name in RAY_CLASSES else "")
+                line += " | no Ray baseline" + (
+                    " (Ray's needs its trial runner)"
+                    if name == "pbt"
+                    else " (too slow at this size)"
+                    if name in RAY_CLASSES
+                    else ""
+                )
             print(line, flush=True)
     return 0
 

@@ -45,8 +45,12 @@ def train(config, data=None):
 
 
 def manifest(name: str, uri: str) -> dict:
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment", "metadata": {"name": name},
-            "spec": {"trainable": {"pickleURI": uri}, "config": {"x": 1}, "storage": {"uri": f"s3://{S3_BUCKET}/b"}}}
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": name},
+        "spec": {"trainable": {"pickleURI": uri}, "config": {"x": 1}, "storage": {"uri": f"s3://{S3_BUCKET}/b"}},
+    }
 
 
 def main() -> int:
@@ -68,8 +72,9 @@ def main() -> int:
 
                 def ours() -> None:
                     started = time.perf_counter()
-                    create_experiment(kube, tune.with_parameters(train, data=payload), f"o{size_mb}-{n}", fields,
-                                      None, {"x": 1})
+                    create_experiment(
+                        kube, tune.with_parameters(train, data=payload), f"o{size_mb}-{n}", fields, None, {"x": 1}
+                    )
                     times["ours"].append(time.perf_counter() - started)
 
                 def baseline() -> None:

@@ -39,8 +39,11 @@ def moto_server() -> Iterator[str]:
         RuntimeError: the server did not listen within 30 s.
     """
     port = _free_port()
-    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    moto = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _wait_port(port)
         yield f"http://127.0.0.1:{port}"

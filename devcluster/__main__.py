@@ -30,8 +30,14 @@ def cmd_up(args) -> int:
         print(f"a cluster is already running in {workdir}; run `python -m devcluster down` first", file=sys.stderr)
         return 1
     shutil.rmtree(workdir, ignore_errors=True)
-    cfg = ClusterConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, node_cpu=args.cpu,
-                        node_memory=args.memory, crds=args.crd or [], detach=True)
+    cfg = ClusterConfig(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        node_cpu=args.cpu,
+        node_memory=args.memory,
+        crds=args.crd or [],
+        detach=True,
+    )
     cluster = Cluster(cfg, workdir)
     try:
         cluster.start()

@@ -71,8 +71,9 @@ def _run_go(args: list[str], cwd: Path, label: str) -> str:
     """Run a go command, echoing a heartbeat every 30 s so a cold build shows it is alive."""
     started = time.monotonic()
     _log(f"{label}: go {' '.join(args[:3])}{' ...' if len(args) > 3 else ''}")
-    proc = subprocess.Popen(["go", *args], cwd=cwd, env=_go_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        ["go", *args], cwd=cwd, env=_go_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: list[str] = []
     last_beat = started
     assert proc.stdout is not None
@@ -109,8 +110,11 @@ def _write_module(workdir: Path, module: str, requires: dict[str, str], replaces
 
 def _staging_replaces(kube_version: str, workdir: Path) -> dict[str, str]:
     """Map every staging module of ``k8s.io/kubernetes@kube_version`` to its ``v0.X.Y`` tag."""
-    info = json.loads(_run_go(["mod", "download", "-json", f"k8s.io/kubernetes@{kube_version}"],
-                              workdir, "download k8s.io/kubernetes"))
+    info = json.loads(
+        _run_go(
+            ["mod", "download", "-json", f"k8s.io/kubernetes@{kube_version}"], workdir, "download k8s.io/kubernetes"
+        )
+    )
     gomod = Path(info["GoMod"]).read_text()
     staging_version = "v0" + kube_version[2:]  # v1.36.3 -> v0.36.3
     return {m: staging_version for m in re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", gomod, re.M)}
@@ -118,11 +122,19 @@ def _staging_replaces(kube_version: str, workdir: Path) -> dict[str, str]:
 
 def _version_ldflags(version: str) -> str:
     major, minor = version[1:].split(".")[:2]
-    values = {"gitVersion": version, "gitMajor": major, "gitMinor": minor,
-              "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
-              "buildDate": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    flags = [f"-X '{pkg}.{k}={v}'" for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
-             for k, v in values.items()]
+    values = {
+        "gitVersion": version,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    flags = [
+        f"-X '{pkg}.{k}={v}'"
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        for k, v in values.items()
+    ]
     return "-s -w " + " ".join(flags)
 
 
@@ -133,26 +145,44 @@ def _build_kubernetes(out: Path, names: list[str]) -> None:
     _write_module(workdir, "kubetune.local/build/kubernetes", {"k8s.io/kubernetes": KUBERNETES_VERSION}, replaces)
     _log(f"kubernetes {KUBERNETES_VERSION}: {len(replaces)} staging modules pinned to v0{KUBERNETES_VERSION[2:]}")
     for name in names:
-        _run_go(["build", "-trimpath", "-tags", "selinux,notest,grpcnotrace", "-ldflags",
-                 _version_ldflags(KUBERNETES_VERSION), "-o", str(out / name), f"k8s.io/kubernetes/cmd/{name}"],
-                workdir, name)
+        _run_go(
+            [
+                "build",
+                "-trimpath",
+                "-tags",
+                "selinux,notest,grpcnotrace",
+                "-ldflags",
+                _version_ldflags(KUBERNETES_VERSION),
+                "-o",
+                str(out / name),
+                f"k8s.io/kubernetes/cmd/{name}",
+            ],
+            workdir,
+            name,
+        )
 
 
 def _build_etcd(out: Path) -> None:
     workdir = cache_root() / "build" / f"etcd-{ETCD_VERSION}"
     _write_module(workdir, "kubetune.local/build/etcd", {"go.etcd.io/etcd/server/v3": ETCD_VERSION}, {})
     sha = "-X 'go.etcd.io/etcd/api/v3/version.GitSHA=kubetune'"
-    _run_go(["build", "-trimpath", "-ldflags", f"-s -w {sha}", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3"],
-            workdir, "etcd")
+    _run_go(
+        ["build", "-trimpath", "-ldflags", f"-s -w {sha}", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3"],
+        workdir,
+        "etcd",
+    )
 
 
 def _build_helm(out: Path) -> None:
     workdir = cache_root() / "build" / f"helm-{HELM_VERSION}"
     _write_module(workdir, "kubetune.local/build/helm", {"helm.sh/helm/v3": HELM_VERSION}, {})
-    flags = (f"-s -w -X 'helm.sh/helm/v3/internal/version.version={HELM_VERSION}' "
-             f"-X 'helm.sh/helm/v3/internal/version.gitTreeState=clean'")
-    _run_go(["build", "-trimpath", "-ldflags", flags, "-o", str(out / "helm"), "helm.sh/helm/v3/cmd/helm"],
-            workdir, "helm")
+    flags = (
+        f"-s -w -X 'helm.sh/helm/v3/internal/version.version={HELM_VERSION}' "
+        f"-X 'helm.sh/helm/v3/internal/version.gitTreeState=clean'"
+    )
+    _run_go(
+        ["build", "-trimpath", "-ldflags", flags, "-o", str(out / "helm"), "helm.sh/helm/v3/cmd/helm"], workdir, "helm"
+    )
 
 
 def ensure_binaries(names=ALL_BINARIES) -> dict[str, Path]:
@@ -169,8 +199,10 @@ def ensure_binaries(names=ALL_BINARIES) -> dict[str, Path]:
         out = bin_dir()
         out.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        _log(f"building {', '.join(missing)} into {out} "
-             "(a cold build takes about 10 minutes on 2 cores; later runs reuse the cache)")
+        _log(
+            f"building {', '.join(missing)} into {out} "
+            "(a cold build takes about 10 minutes on 2 cores; later runs reuse the cache)"
+        )
         if "etcd" in missing:
             _build_etcd(out)
         kube = [n for n in missing if n in KUBE_COMMANDS]

@@ -29,8 +29,9 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
 
 
 def _pem_key(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 class CertificateAuthority:
@@ -42,13 +43,27 @@ class CertificateAuthority:
         ski = x509.SubjectKeyIdentifier.from_public_key(self.key.public_key())
         self.cert = (
             x509.CertificateBuilder()
-            .subject_name(_name(common_name)).issuer_name(_name(common_name))
-            .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + _VALIDITY)
+            .subject_name(_name(common_name))
+            .issuer_name(_name(common_name))
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + _VALIDITY)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                         crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .add_extension(ski, critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
             .sign(self.key, hashes.SHA256())
@@ -70,20 +85,42 @@ class CertificateAuthority:
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
             x509.CertificateBuilder()
-            .subject_name(_name(common_name, org)).issuer_name(self.cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + _VALIDITY)
+            .subject_name(_name(common_name, org))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + _VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=True,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
         )
         if server:
-            names = [x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default",
-                                                "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")]
+            names = [
+                x509.DNSName(n)
+                for n in (
+                    "localhost",
+                    "kubernetes",
+                    "kubernetes.default",
+                    "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local",
+                )
+            ]
             names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "10.0.0.1")]
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
@@ -111,11 +148,13 @@ def write_pki(directory: Path) -> dict[str, Path]:
     files["admin.crt"], files["admin.key"] = ca.issue("kubetune-admin", org="system:masters")
     files["kubelet.crt"], files["kubelet.key"] = ca.issue("devcluster-kubelet", server=True)
     files["apiserver-kubelet-client.crt"], files["apiserver-kubelet-client.key"] = ca.issue(
-        "kube-apiserver-kubelet-client", org="system:masters")
+        "kube-apiserver-kubelet-client", org="system:masters"
+    )
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     files["sa.key"] = _pem_key(sa)
-    files["sa.pub"] = sa.public_key().public_bytes(serialization.Encoding.PEM,
-                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
+    files["sa.pub"] = sa.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     paths = {}
     for name, data in files.items():
         path = directory / name

@@ -30,8 +30,10 @@ S3_ACCESS_KEY = "devcluster"
 S3_SECRET_KEY = "devcluster-secret"
 S3_REGION = "us-east-1"
 S3_BUCKET = "kubetune"
-CONTROLLERS = ("garbage-collector-controller,namespace-controller,deployment-controller,replicaset-controller,"
-               "serviceaccount-controller,root-ca-certificate-publisher-controller,resourcequota-controller")
+CONTROLLERS = (
+    "garbage-collector-controller,namespace-controller,deployment-controller,replicaset-controller,"
+    "serviceaccount-controller,root-ca-certificate-publisher-controller,resourcequota-controller"
+)
 
 
 @dataclass
@@ -82,8 +84,13 @@ class Cluster:
         self.config = config or ClusterConfig()
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="devcluster-"))
-        self.state: dict = {"pids": {}, "ports": {}, "startTicks": {}, "config": asdict(self.config),
-                            "workdir": str(self.workdir)}
+        self.state: dict = {
+            "pids": {},
+            "ports": {},
+            "startTicks": {},
+            "config": asdict(self.config),
+            "workdir": str(self.workdir),
+        }
         self._procs: dict[str, subprocess.Popen] = {}
 
     # ----- paths and exports -------------------------------------------------------------
@@ -103,12 +110,19 @@ class Cluster:
 
     def env(self) -> dict[str, str]:
         """The variables a user (or test) needs to talk to this cluster and its S3 endpoint."""
-        env = {"KUBECONFIG": str(self.kubeconfig), "KUBETUNE_DEVCLUSTER_DIR": str(self.workdir),
-               "PATH": f"{build.bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env = {
+            "KUBECONFIG": str(self.kubeconfig),
+            "KUBETUNE_DEVCLUSTER_DIR": str(self.workdir),
+            "PATH": f"{build.bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
         if self.s3_endpoint:
-            env.update(AWS_ENDPOINT_URL_S3=self.s3_endpoint, AWS_ACCESS_KEY_ID=S3_ACCESS_KEY,
-                       AWS_SECRET_ACCESS_KEY=S3_SECRET_KEY, AWS_DEFAULT_REGION=S3_REGION,
-                       KUBETUNE_S3_BUCKET=S3_BUCKET)
+            env.update(
+                AWS_ENDPOINT_URL_S3=self.s3_endpoint,
+                AWS_ACCESS_KEY_ID=S3_ACCESS_KEY,
+                AWS_SECRET_ACCESS_KEY=S3_SECRET_KEY,
+                AWS_DEFAULT_REGION=S3_REGION,
+                KUBETUNE_S3_BUCKET=S3_BUCKET,
+            )
         return env
 
     def pod_log_dir(self) -> Path:
@@ -134,8 +148,7 @@ class Cluster:
             RuntimeError: a component exited or did not become ready (with its log tail).
         """
         started = time.monotonic()
-        bins = build.ensure_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
-                                      "kubectl"))
+        bins = build.ensure_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pki = certs.write_pki(self.workdir / "pki")
         self._write_kubeconfig()
@@ -186,8 +199,13 @@ class Cluster:
     # ----- helpers -----------------------------------------------------------------------
     def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
         """Run the built kubectl against this cluster; raises CalledProcessError with stderr on failure."""
-        proc = subprocess.run([str(build.binary_path("kubectl")), "--kubeconfig", str(self.kubeconfig), *args],
-                              capture_output=True, text=True, input=input, timeout=120)
+        proc = subprocess.run(
+            [str(build.binary_path("kubectl")), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=120,
+        )
         if check and proc.returncode != 0:
             raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
         return proc
@@ -223,13 +241,27 @@ class Cluster:
     def _write_kubeconfig(self) -> None:
         self.state["ports"]["apiserver"] = procs.free_port()
         cfg = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "devcluster",
-            "clusters": [{"name": "devcluster", "cluster": {"server": self.api_url,
-                                                            "certificate-authority": str(self.pki["ca.crt"])}}],
-            "users": [{"name": "admin", "user": {"client-certificate": str(self.pki["admin.crt"]),
-                                                 "client-key": str(self.pki["admin.key"])}}],
-            "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "admin",
-                                                            "namespace": "default"}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "devcluster",
+            "clusters": [
+                {
+                    "name": "devcluster",
+                    "cluster": {"server": self.api_url, "certificate-authority": str(self.pki["ca.crt"])},
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate": str(self.pki["admin.crt"]),
+                        "client-key": str(self.pki["admin.key"]),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "devcluster", "context": {"cluster": "devcluster", "user": "admin", "namespace": "default"}}
+            ],
         }
         self.kubeconfig.write_text(yaml.safe_dump(cfg))
         self.kubeconfig.chmod(0o600)
@@ -237,46 +269,98 @@ class Cluster:
     def _start_s3(self) -> None:
         port = self.state["ports"]["s3"] = procs.free_port()
         proc, log = self._spawn("s3", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)])
-        procs.wait_until(lambda: procs.http_ok(f"{self.s3_endpoint}/moto-api/"), timeout=60, what="S3 (moto)",
-                         proc=proc, log=log)
+        procs.wait_until(
+            lambda: procs.http_ok(f"{self.s3_endpoint}/moto-api/"), timeout=60, what="S3 (moto)", proc=proc, log=log
+        )
         import boto3
 
-        boto3.client("s3", endpoint_url=self.s3_endpoint, aws_access_key_id=S3_ACCESS_KEY,
-                     aws_secret_access_key=S3_SECRET_KEY, region_name=S3_REGION).create_bucket(Bucket=S3_BUCKET)
+        boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            aws_access_key_id=S3_ACCESS_KEY,
+            aws_secret_access_key=S3_SECRET_KEY,
+            region_name=S3_REGION,
+        ).create_bucket(Bucket=S3_BUCKET)
 
     def _start_etcd(self, binary: Path) -> None:
         port, peer = procs.free_port(), procs.free_port()
         self.state["ports"]["etcd"] = port
-        proc, log = self._spawn("etcd", [
-            str(binary), "--data-dir", str(self.workdir / "etcd"), "--unsafe-no-fsync",
-            "--listen-client-urls", f"http://127.0.0.1:{port}", "--advertise-client-urls", f"http://127.0.0.1:{port}",
-            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-cluster", f"default=http://127.0.0.1:{peer}", "--log-level", "warn"])
-        procs.wait_until(lambda: procs.http_ok(f"http://127.0.0.1:{port}/health", expect=b'"true"'), timeout=60,
-                         what="etcd", proc=proc, log=log)
+        proc, log = self._spawn(
+            "etcd",
+            [
+                str(binary),
+                "--data-dir",
+                str(self.workdir / "etcd"),
+                "--unsafe-no-fsync",
+                "--listen-client-urls",
+                f"http://127.0.0.1:{port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+                "--log-level",
+                "warn",
+            ],
+        )
+        procs.wait_until(
+            lambda: procs.http_ok(f"http://127.0.0.1:{port}/health", expect=b'"true"'),
+            timeout=60,
+            what="etcd",
+            proc=proc,
+            log=log,
+        )
 
     def _start_apiserver(self, binary: Path) -> None:
         p = self.pki
-        proc, log = self._spawn("apiserver", [
-            str(binary), f"--etcd-servers=http://127.0.0.1:{self.state['ports']['etcd']}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.state['ports']['apiserver']}",
-            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
-            f"--tls-cert-file={p['apiserver.crt']}", f"--tls-private-key-file={p['apiserver.key']}",
-            f"--client-ca-file={p['ca.crt']}", "--authorization-mode=RBAC",
-            f"--kubelet-certificate-authority={p['ca.crt']}", "--kubelet-preferred-address-types=InternalIP",
-            f"--kubelet-client-certificate={p['apiserver-kubelet-client.crt']}",
-            f"--kubelet-client-key={p['apiserver-kubelet-client.key']}",
-            "--service-cluster-ip-range=10.0.0.0/24", "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={p['sa.pub']}", f"--service-account-signing-key-file={p['sa.key']}",
-            "--disable-admission-plugins=TaintNodesByCondition", "--allow-privileged=true",
-            f"--cert-dir={self.workdir / 'apiserver-certs'}", "-v=1"])
-        procs.wait_until(lambda: procs.http_ok(f"{self.api_url}/readyz", context=self._tls_context()),
-                         timeout=120, what="kube-apiserver", proc=proc, log=log, interval=0.2)
+        proc, log = self._spawn(
+            "apiserver",
+            [
+                str(binary),
+                f"--etcd-servers=http://127.0.0.1:{self.state['ports']['etcd']}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.state['ports']['apiserver']}",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+                f"--tls-cert-file={p['apiserver.crt']}",
+                f"--tls-private-key-file={p['apiserver.key']}",
+                f"--client-ca-file={p['ca.crt']}",
+                "--authorization-mode=RBAC",
+                f"--kubelet-certificate-authority={p['ca.crt']}",
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={p['apiserver-kubelet-client.crt']}",
+                f"--kubelet-client-key={p['apiserver-kubelet-client.key']}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={p['sa.pub']}",
+                f"--service-account-signing-key-file={p['sa.key']}",
+                "--disable-admission-plugins=TaintNodesByCondition",
+                "--allow-privileged=true",
+                f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                "-v=1",
+            ],
+        )
+        procs.wait_until(
+            lambda: procs.http_ok(f"{self.api_url}/readyz", context=self._tls_context()),
+            timeout=120,
+            what="kube-apiserver",
+            proc=proc,
+            log=log,
+            interval=0.2,
+        )
 
     def _component_flags(self, name: str) -> list[str]:
-        return [f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1",
-                f"--secure-port={self.state['ports'][name]}", f"--cert-dir={self.workdir / (name + '-certs')}"]
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.state['ports'][name]}",
+            f"--cert-dir={self.workdir / (name + '-certs')}",
+        ]
 
     def _wait_healthz(self, name: str, proc, log) -> None:
         ctx = ssl.create_default_context()
@@ -287,31 +371,61 @@ class Cluster:
     def _start_scheduler(self, binary: Path) -> None:
         self.state["ports"]["scheduler"] = procs.free_port()
         cfg = self.workdir / "scheduler.yaml"
-        cfg.write_text(yaml.safe_dump({
-            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.kubeconfig), "qps": 200, "burst": 400},
-            "leaderElection": {"leaderElect": False}}))
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig), "qps": 200, "burst": 400},
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
         flags = [f for f in self._component_flags("scheduler") if not f.startswith("--kubeconfig")]
         proc, log = self._spawn("scheduler", [str(binary), f"--config={cfg}", *flags])
         self._wait_healthz("scheduler", proc, log)
 
     def _start_controller_manager(self, binary: Path) -> None:
         self.state["ports"]["controller-manager"] = procs.free_port()
-        proc, log = self._spawn("controller-manager", [
-            str(binary), *self._component_flags("controller-manager"), "--leader-elect=false",
-            f"--controllers={CONTROLLERS}", f"--root-ca-file={self.pki['ca.crt']}",
-            f"--service-account-private-key-file={self.pki['sa.key']}", "--kube-api-qps=200", "--kube-api-burst=400",
-            "--concurrent-gc-syncs=10"])
+        proc, log = self._spawn(
+            "controller-manager",
+            [
+                str(binary),
+                *self._component_flags("controller-manager"),
+                "--leader-elect=false",
+                f"--controllers={CONTROLLERS}",
+                f"--root-ca-file={self.pki['ca.crt']}",
+                f"--service-account-private-key-file={self.pki['sa.key']}",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--concurrent-gc-syncs=10",
+            ],
+        )
         self._wait_healthz("controller-manager", proc, log)
 
     def _start_kubelet(self) -> None:
         c = self.config
         ready = self.workdir / "kubelet.ready"
         ready.unlink(missing_ok=True)
-        proc, log = self._spawn("kubelet", [
-            sys.executable, "-m", "devcluster.kubelet", "--workdir", str(self.workdir),
-            "--node-gpus", ",".join(map(str, c.gpus_by_node())), "--cpu", c.node_cpu, "--memory", c.node_memory,
-            "--pods", str(c.node_pods)], env={**os.environ, "PYTHONPATH": _package_parent(), "PATH": _image_path()})
+        proc, log = self._spawn(
+            "kubelet",
+            [
+                sys.executable,
+                "-m",
+                "devcluster.kubelet",
+                "--workdir",
+                str(self.workdir),
+                "--node-gpus",
+                ",".join(map(str, c.gpus_by_node())),
+                "--cpu",
+                c.node_cpu,
+                "--memory",
+                c.node_memory,
+                "--pods",
+                str(c.node_pods),
+            ],
+            env={**os.environ, "PYTHONPATH": _package_parent(), "PATH": _image_path()},
+        )
         procs.wait_until(ready.exists, timeout=60, what="process kubelet", proc=proc, log=log)
 
 

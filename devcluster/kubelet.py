@@ -71,8 +71,9 @@ class ProcessKubelet:
                 self.workers.pop(uid, None)
                 return
             if worker is None:
-                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") and \
-                        not pod["metadata"].get("deletionTimestamp"):
+                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") and not pod["metadata"].get(
+                    "deletionTimestamp"
+                ):
                     return
                 worker = PodWorker(self, pod, self.gpus[node])
                 self.workers[uid] = worker
@@ -85,8 +86,12 @@ class ProcessKubelet:
         """Whether ``container`` of pod ``namespace/pod`` runs here and has not exited (for followed logs)."""
         with self.lock:
             workers = list(self.workers.values())
-        return any(w.meta["namespace"] == namespace and w.meta["name"] == pod and not c.exited
-                   for w in workers for c in w.containers if c.name == container)
+        return any(
+            w.meta["namespace"] == namespace and w.meta["name"] == pod and not c.exited
+            for w in workers
+            for c in w.containers
+            if c.name == container
+        )
 
     def forget(self, uid: str) -> None:
         """Drop the worker of pod ``uid`` (called by the worker when it ends)."""
@@ -102,8 +107,13 @@ class ProcessKubelet:
             rv = listing["metadata"]["resourceVersion"]
             on_ready()
             while not self.stopping.is_set():
-                resp = self.core.list_pod_for_all_namespaces(watch=True, resource_version=rv, timeout_seconds=300,
-                                                             allow_watch_bookmarks=True, _preload_content=False)
+                resp = self.core.list_pod_for_all_namespaces(
+                    watch=True,
+                    resource_version=rv,
+                    timeout_seconds=300,
+                    allow_watch_bookmarks=True,
+                    _preload_content=False,
+                )
                 gone = False
                 for line in resp:
                     if not line.strip():
@@ -149,8 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     logs.start()
     core = client.CoreV1Api(api)
     for name, gpus in node_gpus.items():
-        nodes.register_node(core, nodes.node_manifest(name, cpu=args.cpu, memory=args.memory, pods=args.pods,
-                                                      gpus=gpus, kubelet_port=logs.port))
+        nodes.register_node(
+            core,
+            nodes.node_manifest(
+                name, cpu=args.cpu, memory=args.memory, pods=args.pods, gpus=gpus, kubelet_port=logs.port
+            ),
+        )
         nodes.renew_lease(client.CoordinationV1Api(api), name)
     log.info("registered nodes %s (mount isolation: %s)", node_gpus, kubelet.isolate_mounts)
 

@@ -93,7 +93,7 @@ class LogServer:
                         chunk = f.read()
                     offset += len(chunk)
                     if chunk:
-                        sent += self._send(chunk if limit is None else chunk[:limit - sent])
+                        sent += self._send(chunk if limit is None else chunk[: limit - sent])
                     elif not alive:
                         break
                     else:

@@ -34,10 +34,14 @@ class OperatorProcess:
         self.cluster = cluster
         self.port = procs.free_port()
         self.log = log
-        self.env = {**os.environ, **cluster.env(),
-                    "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "127.0.0.1",
-                    "KUBETUNE_OPERATOR_COLLECTOR_BIND_PORT": str(self.port),
-                    "KUBETUNE_OPERATOR_COLLECTOR_KEY_SECRET_NAMESPACE": OPERATOR_NAMESPACE, **settings}
+        self.env = {
+            **os.environ,
+            **cluster.env(),
+            "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "127.0.0.1",
+            "KUBETUNE_OPERATOR_COLLECTOR_BIND_PORT": str(self.port),
+            "KUBETUNE_OPERATOR_COLLECTOR_KEY_SECRET_NAMESPACE": OPERATOR_NAMESPACE,
+            **settings,
+        }
         self.proc = None
 
     @property
@@ -57,8 +61,9 @@ class OperatorProcess:
             if exc.status != 409:
                 raise
         self.proc = procs.spawn([sys.executable, "-m", "kubetune_operator"], self.log, env=self.env)
-        procs.wait_until(lambda: procs.http_ok(f"{self.url}/healthz"), timeout=60, what="operator",
-                         proc=self.proc, log=self.log)
+        procs.wait_until(
+            lambda: procs.http_ok(f"{self.url}/healthz"), timeout=60, what="operator", proc=self.proc, log=self.log
+        )
 
     def kill(self) -> None:
         """SIGKILL, as a crashed or evicted operator."""

@@ -30,7 +30,6 @@ MESSAGE_LIMIT = 4096
 RESTART_BACKOFF = (1, 2, 4, 8, 10)
 
 
-
 def can_isolate_mounts() -> bool:
     """Whether ``unshare --mount`` works here (root, or unprivileged user namespaces)."""
     try:
@@ -56,8 +55,11 @@ def _mount_script(mounts: list[tuple[Path, str, bool]], workdir: str) -> str:
     lines = ["set -e"] + [f"exec {{src{i}}}<{shlex.quote(str(src))}" for i, (src, _, _) in enumerate(ordered)]
     for i, (src, dst, ro) in enumerate(ordered):
         q_dst = shlex.quote(dst)
-        make = f"mkdir -p {q_dst}" if os.path.isdir(src) else \
-            f'mkdir -p "$(dirname {q_dst})"; [ -e {q_dst} ] || touch {q_dst}'
+        make = (
+            f"mkdir -p {q_dst}"
+            if os.path.isdir(src)
+            else f'mkdir -p "$(dirname {q_dst})"; [ -e {q_dst} ] || touch {q_dst}'
+        )
         lines += [make, f"mount --bind /proc/self/fd/$src{i} {q_dst}", f"exec {{src{i}}}<&-"]
         if ro:
             lines.append(f"mount -o remount,bind,ro {q_dst}")
@@ -134,14 +136,21 @@ class Container:
     def finish(self, returncode: int) -> None:
         """Record the exit: code (128+signal when killed), reason and termination message."""
         code = returncode if returncode >= 0 else 128 - returncode
-        message = self.message_path.read_bytes()[:MESSAGE_LIMIT].decode(errors="replace") \
-            if self.message_path.exists() else ""
+        message = (
+            self.message_path.read_bytes()[:MESSAGE_LIMIT].decode(errors="replace")
+            if self.message_path.exists()
+            else ""
+        )
         if not message and code != 0 and self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             lines = self.log_path.read_bytes().decode(errors="replace").splitlines()[-80:]
             message = "\n".join(lines)[-2048:]
-        term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                "startedAt": self.started_at, "finishedAt": now_rfc3339(),
-                "containerID": f"process://{self.proc.pid}"}
+        term = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": self.started_at,
+            "finishedAt": now_rfc3339(),
+            "containerID": f"process://{self.proc.pid}",
+        }
         if message:
             term["message"] = message
         self.state = {"terminated": term}
@@ -149,8 +158,15 @@ class Container:
     def status(self) -> dict:
         """This container's entry of the pod's ``status.containerStatuses``."""
         image = self.spec.get("image", "")
-        st = {"name": self.name, "image": image, "imageID": f"process://{image}", "restartCount": self.restarts,
-              "started": "running" in self.state, "ready": "running" in self.state, "state": self.state}
+        st = {
+            "name": self.name,
+            "image": image,
+            "imageID": f"process://{image}",
+            "restartCount": self.restarts,
+            "started": "running" in self.state,
+            "ready": "running" in self.state,
+            "state": self.state,
+        }
         if self.proc is not None:
             st["containerID"] = f"process://{self.proc.pid}"
         if self.last_state:
@@ -229,14 +245,19 @@ class PodWorker(threading.Thread):
 
     def _resolve_config(self) -> dict[str, dict] | None:
         """Resolve env and volumes, retrying while a reference is missing (CreateContainerConfigError)."""
-        base = {**podenv.image_env(), "HOSTNAME": self.meta["name"], "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-                "KUBERNETES_SERVICE_PORT": str(self.kubelet.api_port),
-                "KUBERNETES_SERVICE_PORT_HTTPS": str(self.kubelet.api_port)}
+        base = {
+            **podenv.image_env(),
+            "HOSTNAME": self.meta["name"],
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(self.kubelet.api_port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(self.kubelet.api_port),
+        }
         while self.deleting is None:
             try:
                 self.volumes = podenv.prepare_volumes(self.kubelet.core, self.pod, self.pod_dir)
-                return {c.name: podenv.container_env(self.kubelet.core, self.pod, c.spec, base)
-                        for c in self.containers}
+                return {
+                    c.name: podenv.container_env(self.kubelet.core, self.pod, c.spec, base) for c in self.containers
+                }
             except podenv.ConfigError as exc:
                 for c in self.containers:
                     c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
@@ -300,22 +321,35 @@ class PodWorker(threading.Thread):
         now = now_rfc3339()
         conds = [c for c in (self.pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"]
         started = self.phase != "Pending" or any(c.proc for c in self.containers)
-        for ctype, ok in (("PodReadyToStartContainers", started), ("Initialized", True),
-                          ("ContainersReady", running), ("Ready", running)):
+        for ctype, ok in (
+            ("PodReadyToStartContainers", started),
+            ("Initialized", True),
+            ("ContainersReady", running),
+            ("Ready", running),
+        ):
             value = "True" if ok else "False"
             if self._conditions.get(ctype, (None,))[0] != value:  # the time moves only when the status flips
                 self._conditions[ctype] = (value, now)
             conds.append({"type": ctype, "status": value, "lastTransitionTime": self._conditions[ctype][1]})
-        status = {"phase": self.phase, "conditions": conds, "hostIP": "127.0.0.1", "podIP": "127.0.0.1",
-                  "hostIPs": [{"ip": "127.0.0.1"}], "podIPs": [{"ip": "127.0.0.1"}],
-                  "startTime": (self.pod.get("status") or {}).get("startTime") or now,
-                  "containerStatuses": [c.status() for c in self.containers]}
+        status = {
+            "phase": self.phase,
+            "conditions": conds,
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": (self.pod.get("status") or {}).get("startTime") or now,
+            "containerStatuses": [c.status() for c in self.containers],
+        }
         if self.reason:
             status["reason"], status["message"] = self.reason, self.message
         self.pod.setdefault("status", {})["startTime"] = status["startTime"]
         try:
-            podenv.drain(self.kubelet.core.patch_namespaced_pod_status(
-                self.meta["name"], self.meta["namespace"], {"status": status}, _preload_content=False))
+            podenv.drain(
+                self.kubelet.core.patch_namespaced_pod_status(
+                    self.meta["name"], self.meta["namespace"], {"status": status}, _preload_content=False
+                )
+            )
         except client.ApiException as exc:
             if exc.status != 404:
                 log.warning("pod %s: status write failed: %s", self.meta["name"], exc.reason)
@@ -323,11 +357,15 @@ class PodWorker(threading.Thread):
     def _final_delete(self) -> None:
         """Delete with grace 0 and a UID precondition, as the kubelet's status manager does."""
         try:
-            podenv.drain(self.kubelet.core.delete_namespaced_pod(
-                self.meta["name"], self.meta["namespace"], _preload_content=False,
-                body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.meta["uid"]}}))  # a body wins over query
+            podenv.drain(
+                self.kubelet.core.delete_namespaced_pod(
+                    self.meta["name"],
+                    self.meta["namespace"],
+                    _preload_content=False,
+                    body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.meta["uid"]}},
+                )
+            )  # a body wins over query
             log.info("pod %s/%s: deleted", self.meta["namespace"], self.meta["name"])
         except client.ApiException as exc:
             if exc.status != 404:
                 log.warning("pod %s: final delete failed: %s %s", self.meta["name"], exc.status, exc.body)
-

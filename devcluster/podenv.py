@@ -34,7 +34,8 @@ class ConfigError(Exception):
 def _read(core: client.CoreV1Api, kind: str, namespace: str, name: str, optional: bool) -> dict | None:
     try:
         raw = (core.read_namespaced_secret if kind == "secret" else core.read_namespaced_config_map)(
-            name, namespace, _preload_content=False)
+            name, namespace, _preload_content=False
+        )
     except client.ApiException as exc:
         if exc.status == 404:
             if optional:
@@ -54,10 +55,17 @@ def _field(pod: dict, path: str) -> str:
     m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
     if m:
         return (meta.get(m.group(1)) or {}).get(m.group(2), "")
-    values = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "metadata.uid": meta["uid"],
-              "spec.nodeName": spec.get("nodeName", ""), "spec.serviceAccountName": spec.get("serviceAccountName", ""),
-              "status.hostIP": "127.0.0.1", "status.podIP": "127.0.0.1", "status.podIPs": "127.0.0.1",
-              "status.hostIPs": "127.0.0.1"}
+    values = {
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta["namespace"],
+        "metadata.uid": meta["uid"],
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.hostIP": "127.0.0.1",
+        "status.podIP": "127.0.0.1",
+        "status.podIPs": "127.0.0.1",
+        "status.hostIPs": "127.0.0.1",
+    }
     if path not in values:
         raise ConfigError(f"unsupported fieldRef {path!r}")
     return values[path] or status.get(path, "")
@@ -66,8 +74,11 @@ def _field(pod: dict, path: str) -> str:
 def expand(value: str, env: dict[str, str]) -> str:
     """Kubernetes' ``$(VAR)`` expansion of ``value`` from ``env`` (unknown names stay as written);
     ``$$`` is a literal ``$``."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)",
-                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        value,
+    )
 
 
 def container_env(core: client.CoreV1Api, pod: dict, container: dict, base: dict[str, str]) -> dict[str, str]:
@@ -94,15 +105,14 @@ def container_env(core: client.CoreV1Api, pod: dict, container: dict, base: dict
             group, name = res.split(".", 1)
             env[var["name"]] = str(((container.get("resources") or {}).get(group) or {}).get(name, "0"))
         else:
-            kind, ref = (("secret", vf["secretKeyRef"]) if "secretKeyRef" in vf
-                         else ("configmap", vf["configMapKeyRef"]))
+            kind, ref = ("secret", vf["secretKeyRef"]) if "secretKeyRef" in vf else ("configmap", vf["configMapKeyRef"])
             data = _read(core, kind, ns, ref["name"], ref.get("optional", False))
             if data is None:
                 continue
             if ref["key"] not in data:
                 if ref.get("optional", False):
                     continue
-                raise ConfigError(f'couldn\'t find key {ref["key"]} in {kind} {ns}/{ref["name"]}')
+                raise ConfigError(f"couldn't find key {ref['key']} in {kind} {ns}/{ref['name']}")
             env[var["name"]] = data[ref["key"]].decode()
     return env
 
@@ -120,12 +130,18 @@ def _write_items(target: Path, data: dict[str, bytes], items: list | None, mode:
 
 def _service_account_token(core: client.CoreV1Api, pod: dict, source: dict) -> bytes:
     meta = pod["metadata"]
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {
-        "audiences": [source["audience"]] if source.get("audience") else None,
-        "expirationSeconds": source.get("expirationSeconds", 3607),
-        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}}
-    raw = core.create_namespaced_service_account_token(pod["spec"].get("serviceAccountName", "default"),
-                                                       meta["namespace"], body, _preload_content=False)
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": [source["audience"]] if source.get("audience") else None,
+            "expirationSeconds": source.get("expirationSeconds", 3607),
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        },
+    }
+    raw = core.create_namespaced_service_account_token(
+        pod["spec"].get("serviceAccountName", "default"), meta["namespace"], body, _preload_content=False
+    )
     return json.loads(raw.data)["status"]["token"].encode()
 
 
@@ -155,20 +171,27 @@ def prepare_volumes(core: client.CoreV1Api, pod: dict, pod_dir: Path) -> dict[st
             for source in vol["projected"].get("sources") or []:
                 if "serviceAccountToken" in source:
                     sat = source["serviceAccountToken"]
-                    _write_items(target, {"t": _service_account_token(core, pod, sat)},
-                                 [{"key": "t", "path": sat["path"]}])
+                    _write_items(
+                        target, {"t": _service_account_token(core, pod, sat)}, [{"key": "t", "path": sat["path"]}]
+                    )
                 elif "configMap" in source or "secret" in source:
-                    kind, src = (("secret", source["secret"]) if "secret" in source
-                                 else ("configmap", source["configMap"]))
+                    kind, src = (
+                        ("secret", source["secret"]) if "secret" in source else ("configmap", source["configMap"])
+                    )
                     data = _read(core, kind, ns, src["name"], src.get("optional", False)) or {}
                     _write_items(target, data, src.get("items"))
                 elif "downwardAPI" in source:
-                    data = {i["path"]: _field(pod, i["fieldRef"]["fieldPath"]).encode()
-                            for i in source["downwardAPI"].get("items", []) if "fieldRef" in i}
+                    data = {
+                        i["path"]: _field(pod, i["fieldRef"]["fieldPath"]).encode()
+                        for i in source["downwardAPI"].get("items", [])
+                        if "fieldRef" in i
+                    }
                     _write_items(target, data, None)
         else:
-            raise ConfigError(f"volume {name}: unsupported type (process kubelet supports emptyDir, hostPath, "
-                              "secret, configMap, projected)")
+            raise ConfigError(
+                f"volume {name}: unsupported type (process kubelet supports emptyDir, hostPath, "
+                "secret, configMap, projected)"
+            )
     return paths
 
 

@@ -33,8 +33,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def spawn(argv: list[str], log: Path, *, env: dict | None = None, cwd: str | Path | None = None,
-          die_with_parent: bool = True) -> subprocess.Popen:
+def spawn(
+    argv: list[str], log: Path, *, env: dict | None = None, cwd: str | Path | None = None, die_with_parent: bool = True
+) -> subprocess.Popen:
     """Start ``argv`` in its own session with stdout and stderr appended to ``log``.
 
     Args:
@@ -43,9 +44,16 @@ def spawn(argv: list[str], log: Path, *, env: dict | None = None, cwd: str | Pat
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd, start_new_session=True,
-                                preexec_fn=_die_with_parent if die_with_parent else None)
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
 
 
 def pid_alive(pid: int) -> bool:
@@ -94,8 +102,15 @@ def _reap(pid: int) -> None:
         pass
 
 
-def wait_until(check: Callable[[], bool], *, timeout: float, what: str, proc: subprocess.Popen | None = None,
-               log: Path | None = None, interval: float = 0.1) -> None:
+def wait_until(
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    proc: subprocess.Popen | None = None,
+    log: Path | None = None,
+    interval: float = 0.1,
+) -> None:
     """Poll ``check`` until it returns True.
 
     Raises:

@@ -62,8 +62,10 @@ def apply_manifest(cluster: Cluster, path: Path, console: Console) -> tuple[dict
     spec = body["spec"]
     kube = KubeCluster.connect(namespace=NAMESPACE)
     kube.create(body)
-    console.print(f"Applied {path.name} as {NAMESPACE}/{body['metadata']['name']}: {spec.get('numSamples', 1)} "
-                  f"samples of {', '.join(searched_keys(spec.get('config') or {})) or 'a fixed config'}\n")
+    console.print(
+        f"Applied {path.name} as {NAMESPACE}/{body['metadata']['name']}: {spec.get('numSamples', 1)} "
+        f"samples of {', '.join(searched_keys(spec.get('config') or {})) or 'a fixed config'}\n"
+    )
     with StatusTable(metric_columns=METRIC_COLUMNS, console=console) as table:
         return follow(kube, body["metadata"]["name"], table.update, poll_interval_s=0.5)
 
@@ -74,7 +76,7 @@ def print_storage(console: Console, s3, bucket: str, prefix: str) -> None:
     folders: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
         for obj in page.get("Contents", []):
-            folder, _, name = obj["Key"][len(prefix) + 1:].rpartition("/")
+            folder, _, name = obj["Key"][len(prefix) + 1 :].rpartition("/")
             folders[folder].append((name, obj["Size"]))
     console.print(f"\n[bold]Storage: s3://{bucket}/{prefix}/[/bold]")
     for folder in sorted(folders):
@@ -108,12 +110,15 @@ def run(experiment_path: Path | None, console: Console) -> int:
     build.ensure_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"))
     crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
     with ExitStack() as stack:
-        console.print("Starting the local cluster: 1 node with 4 GPUs, kube-apiserver, scheduler, "
-                      "controller-manager, process kubelet, S3 (moto)")
+        console.print(
+            "Starting the local cluster: 1 node with 4 GPUs, kube-apiserver, scheduler, "
+            "controller-manager, process kubelet, S3 (moto)"
+        )
         cluster = stack.enter_context(Cluster(ClusterConfig(nodes=1, gpus_per_node=4, crds=crds)))
         console.print(f"  up in {cluster.state['startSeconds']} s; API {cluster.api_url}, S3 {cluster.s3_endpoint}")
-        operator = OperatorProcess(cluster, cluster.workdir / "logs" / "operator.log",
-                                   KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S="1")
+        operator = OperatorProcess(
+            cluster, cluster.workdir / "logs" / "operator.log", KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S="1"
+        )
         stack.callback(operator.stop)
         operator.start()
         console.print(f"Operator running (collector {operator.url})")
@@ -121,8 +126,16 @@ def run(experiment_path: Path | None, console: Console) -> int:
         os.environ.update(env)  # what `eval $(python -m devcluster up)` gives a user's shell
         core = client.CoreV1Api(cluster.api_client())
         core.create_namespace({"metadata": {"name": NAMESPACE}})
-        core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": SECRET}, "stringData": {
-            "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
+        core.create_namespaced_secret(
+            NAMESPACE,
+            {
+                "metadata": {"name": SECRET},
+                "stringData": {
+                    "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+                    "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+                },
+            },
+        )
         if experiment_path is None:
             console.print(f"Running examples/digits/tune_digits.py: tune.run(DigitsTrainable, ...) in {NAMESPACE}\n")
             try:
@@ -136,8 +149,13 @@ def run(experiment_path: Path | None, console: Console) -> int:
         else:
             experiment, _ = apply_manifest(cluster, experiment_path, console)
             name, ok = experiment["metadata"]["name"], experiment["status"]["phase"] == "Succeeded"
-        s3 = boto3.client("s3", endpoint_url=cluster.s3_endpoint, aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=cluster.s3_endpoint,
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            region_name=env["AWS_DEFAULT_REGION"],
+        )
         bucket, _, root = STORAGE_URI.removeprefix("s3://").partition("/")
         print_storage(console, s3, bucket, f"{root}/{NAMESPACE}/{name}")
         if not ok:
@@ -152,9 +170,12 @@ def run(experiment_path: Path | None, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m examples.digits.demo [--experiment FILE] [--timeout SECONDS]``."""
     parser = argparse.ArgumentParser(prog="python -m examples.digits.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", type=Path,
-                        help="apply this Experiment manifest instead of running tune_digits.py, e.g. "
-                             "examples/digits/experiment.yaml (the YAML path)")
+    parser.add_argument(
+        "--experiment",
+        type=Path,
+        help="apply this Experiment manifest instead of running tune_digits.py, e.g. "
+        "examples/digits/experiment.yaml (the YAML path)",
+    )
     args = parser.parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs: no wrapping at 80 columns
     signal.signal(signal.SIGINT, _interrupt_once)

@@ -45,5 +45,7 @@ def train_digits(config: dict) -> None:
             digits.save_model(model, directory)
             with open(os.path.join(directory, EPOCH_FILE), "w") as f:
                 json.dump({"epochs": epoch + 1}, f)
-            kubetune.report({**digits.evaluate(model, split), "gpu_ids": digits.gpu_ids()},
-                            checkpoint=kubetune.Checkpoint.from_directory(directory))
+            kubetune.report(
+                {**digits.evaluate(model, split), "gpu_ids": digits.gpu_ids()},
+                checkpoint=kubetune.Checkpoint.from_directory(directory),
+            )

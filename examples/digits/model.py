@@ -56,7 +56,8 @@ def load_split() -> Split:
     """
     x, y = load_digits(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(
-        x / 16.0, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y)
+        x / 16.0, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y
+    )
     return Split(x_train, y_train, x_test, y_test)
 
 
@@ -71,9 +72,15 @@ def build_model(config: dict) -> MLPClassifier:
     Raises:
         KeyError: ``lr``, ``alpha`` or ``hidden_units`` is missing.
     """
-    return MLPClassifier(hidden_layer_sizes=(int(config["hidden_units"]),), alpha=float(config["alpha"]),
-                         learning_rate_init=float(config["lr"]), batch_size=int(config.get("batch_size", 32)),
-                         solver="adam", shuffle=False, random_state=int(config.get("seed", 0)))
+    return MLPClassifier(
+        hidden_layer_sizes=(int(config["hidden_units"]),),
+        alpha=float(config["alpha"]),
+        learning_rate_init=float(config["lr"]),
+        batch_size=int(config.get("batch_size", 32)),
+        solver="adam",
+        shuffle=False,
+        random_state=int(config.get("seed", 0)),
+    )
 
 
 def train_epoch(model: MLPClassifier, split: Split, seed: int, epoch: int) -> None:
@@ -96,8 +103,10 @@ def evaluate(model: MLPClassifier, split: Split) -> dict:
         ``{"mean_accuracy": fraction of held-out digits classified right, "mean_loss": mean
         cross-entropy (nats) of the predicted class probabilities}``.
     """
-    return {"mean_accuracy": float(model.score(split.x_test, split.y_test)),
-            "mean_loss": float(log_loss(split.y_test, model.predict_proba(split.x_test), labels=CLASSES))}
+    return {
+        "mean_accuracy": float(model.score(split.x_test, split.y_test)),
+        "mean_loss": float(log_loss(split.y_test, model.predict_proba(split.x_test), labels=CLASSES)),
+    }
 
 
 def gpu_ids() -> str:

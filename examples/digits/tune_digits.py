@@ -58,8 +58,10 @@ def tune_digits(namespace: str | None = None, storage: dict | str | None = None,
 def report(analysis) -> float:
     """Print the best trial and reproduce its accuracy from its checkpoint; return that accuracy."""
     best = analysis.get_best_trial(METRIC, MODE)
-    print(f"\nBest trial: {best.trial_id}, {METRIC} {best.last_result[METRIC]:.4f} "
-          f"at iteration {best.last_result['training_iteration']}")
+    print(
+        f"\nBest trial: {best.trial_id}, {METRIC} {best.last_result[METRIC]:.4f} "
+        f"at iteration {best.last_result['training_iteration']}"
+    )
     print(f"Best config: {analysis.get_best_config(METRIC, MODE)}")
     checkpoint = analysis.get_best_checkpoint(best, METRIC, MODE)  # downloaded from storage
     model = DigitsTrainable(config=best.config)

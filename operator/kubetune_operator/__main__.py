@@ -26,8 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import handlers  # noqa: F401  (registers the handlers)
 
     namespaces = list(settings.watch.namespaces)
-    asyncio.run(kopf.operator(clusterwide=not namespaces, namespaces=namespaces, standalone=True,
-                              liveness_endpoint=args.liveness))
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not namespaces, namespaces=namespaces, standalone=True, liveness_endpoint=args.liveness
+        )
+    )
     return 0
 
 

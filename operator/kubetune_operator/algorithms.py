@@ -19,8 +19,14 @@ from typing import Any
 from kubetune_operator.schedulers.base import TrialScheduler
 from kubetune_operator.searchers.base import Searcher
 
-__all__ = ["SEARCH_ALGORITHMS", "SCHEDULERS", "searcher_class", "scheduler_class", "create_searcher",
-           "create_scheduler"]
+__all__ = [
+    "SEARCH_ALGORITHMS",
+    "SCHEDULERS",
+    "searcher_class",
+    "scheduler_class",
+    "create_searcher",
+    "create_scheduler",
+]
 
 #: Search algorithm name → ``"module:Class"``. ``random`` is an alias of ``basic``, as in Ray.
 SEARCH_ALGORITHMS: dict[str, str] = {
@@ -55,8 +61,9 @@ def _create(registry: dict[str, str], kind: str, name: str, params: dict[str, An
     accepted = [p for p in inspect.signature(cls).parameters if p not in fixed]
     unknown = sorted(set(params) - set(accepted))
     if unknown:
-        raise ValueError(f"unknown parameter(s) {', '.join(unknown)} for {kind} {name!r}; "
-                         f"valid: {', '.join(accepted) or 'none'}")
+        raise ValueError(
+            f"unknown parameter(s) {', '.join(unknown)} for {kind} {name!r}; valid: {', '.join(accepted) or 'none'}"
+        )
     return cls(**fixed, **params)
 
 
@@ -78,8 +85,15 @@ def scheduler_class(name: str) -> type[TrialScheduler]:
     return _class(SCHEDULERS, "scheduler", name)
 
 
-def create_searcher(name: str, space: Any, metric: str | None = None, mode: str | None = None,
-                    num_samples: int = 1, seed: int | None = None, **params: Any) -> Searcher:
+def create_searcher(
+    name: str,
+    space: Any,
+    metric: str | None = None,
+    mode: str | None = None,
+    num_samples: int = 1,
+    seed: int | None = None,
+    **params: Any,
+) -> Searcher:
     """Build the search algorithm ``name`` for an Experiment.
 
     Args:
@@ -94,8 +108,17 @@ def create_searcher(name: str, space: Any, metric: str | None = None, mode: str 
         ValueError: unknown ``name`` or parameter (both listed with the valid ones), or invalid
             arguments (from the algorithm).
     """
-    return _create(SEARCH_ALGORITHMS, "search algorithm", name, params, space=space, metric=metric, mode=mode,
-                   num_samples=num_samples, seed=seed)
+    return _create(
+        SEARCH_ALGORITHMS,
+        "search algorithm",
+        name,
+        params,
+        space=space,
+        metric=metric,
+        mode=mode,
+        num_samples=num_samples,
+        seed=seed,
+    )
 
 
 def create_scheduler(name: str, metric: str | None = None, mode: str | None = None, **params: Any) -> TrialScheduler:

@@ -31,8 +31,19 @@ from .labels import (
 )
 from .settings import Settings
 
-__all__ = ["build_pod", "build_token_secret", "build_trial", "owner_reference", "pod_name", "pod_resources",
-           "sample_pod", "token_secret_name", "trial_dir_uri", "trial_name", "trial_object"]
+__all__ = [
+    "build_pod",
+    "build_token_secret",
+    "build_trial",
+    "owner_reference",
+    "pod_name",
+    "pod_resources",
+    "sample_pod",
+    "token_secret_name",
+    "trial_dir_uri",
+    "trial_name",
+    "trial_object",
+]
 
 #: Command of the trial container: the in-pod runtime of the ``kubetune`` package.
 RUNTIME_COMMAND = ("python", "-m", "kubetune.runtime")
@@ -52,8 +63,16 @@ DEFAULT_CPU = "1"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 # template fields copied as they are into the pod spec
-_POD_SPEC_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName",
-                    "serviceAccountName", "imagePullSecrets", "volumes")
+_POD_SPEC_FIELDS = (
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "priorityClassName",
+    "runtimeClassName",
+    "serviceAccountName",
+    "imagePullSecrets",
+    "volumes",
+)
 
 
 def owner_reference(obj: Mapping) -> dict:
@@ -69,8 +88,14 @@ def owner_reference(obj: Mapping) -> dict:
     meta = obj["metadata"]
     if not meta.get("uid"):
         raise ValueError(f"{obj.get('kind')} {meta.get('name')!r} has no metadata.uid")
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def trial_dir_uri(storage_uri: str, namespace: str, experiment: str, uid: str, trial: str) -> str:
@@ -153,8 +178,14 @@ def pod_resources(resources_per_trial: Mapping | None) -> dict:
     return {"requests": requests, "limits": limits} if limits else {"requests": requests}
 
 
-def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Settings,
-              restore_from: str | None = None, pbt_policy: list | None = None) -> dict:
+def build_pod(
+    experiment: Mapping,
+    trial: Mapping,
+    attempt: int,
+    settings: Settings,
+    restore_from: str | None = None,
+    pbt_policy: list | None = None,
+) -> dict:
     """Return the manifest of the pod running ``attempt`` of ``trial``.
 
     The attempt's collector token is not in the manifest: ``KUBETUNE_TOKEN`` comes from the Secret
@@ -202,26 +233,46 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
     trainable = spec.get("trainable") or {}
     checkpoint = spec.get("checkpoint") or {}
     trial_env = TrialEnv(
-        namespace=namespace, experiment=exp_name, trial=name_of_trial, attempt=attempt,
+        namespace=namespace,
+        experiment=exp_name,
+        trial=name_of_trial,
+        attempt=attempt,
         config=trial["spec"].get("config") or {},
         trial_dir_uri=experiment_trial_dir(experiment, settings, name_of_trial),
-        entrypoint=trainable.get("entrypoint"), source=trainable.get("source"), name=trainable.get("name"),
-        pickle_uri=trainable.get("pickleURI"), stop=dict(spec.get("stop") or {}),
-        checkpoint=CheckpointPolicy(**{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy)
-                                       if f.name in checkpoint}),
-        metric=spec.get("metric"), mode=spec.get("mode"), storage_endpoint=endpoint, storage_region=region,
-        restore_from=restore_from, pbt_policy=pbt_policy, collector_url=settings.collector.base_url(), pod_name=name,
+        entrypoint=trainable.get("entrypoint"),
+        source=trainable.get("source"),
+        name=trainable.get("name"),
+        pickle_uri=trainable.get("pickleURI"),
+        stop=dict(spec.get("stop") or {}),
+        checkpoint=CheckpointPolicy(
+            **{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy) if f.name in checkpoint}
+        ),
+        metric=spec.get("metric"),
+        mode=spec.get("mode"),
+        storage_endpoint=endpoint,
+        storage_region=region,
+        restore_from=restore_from,
+        pbt_policy=pbt_policy,
+        collector_url=settings.collector.base_url(),
+        pod_name=name,
         grace_period_s=settings.trials.termination_grace_period_s,
-        decision_wait_s=DECISION_WAIT_S if (spec.get("scheduler") or {}).get("name", "fifo") != "fifo"
-        or spec.get("stoppers") else 0.0,
+        decision_wait_s=DECISION_WAIT_S
+        if (spec.get("scheduler") or {}).get("name", "fifo") != "fifo" or spec.get("stoppers")
+        else 0.0,
     )
     user_env = template.get("env") or []
     reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
     if reserved:
         raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
     env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
-    env.append({"name": TOKEN, "valueFrom": {"secretKeyRef": {
-        "name": token_secret_name(name, trial["metadata"]["uid"]), "key": TOKEN_SECRET_KEY}}})
+    env.append(
+        {
+            "name": TOKEN,
+            "valueFrom": {
+                "secretKeyRef": {"name": token_secret_name(name, trial["metadata"]["uid"]), "key": TOKEN_SECRET_KEY}
+            },
+        }
+    )
     container = {
         "name": TRIAL_CONTAINER,
         "image": spec.get("image") or settings.trials.default_image,
@@ -238,8 +289,13 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
         container["envFrom"] = env_from
     if template.get("volumeMounts"):
         container["volumeMounts"] = template["volumeMounts"]
-    labels = {**(template.get("labels") or {}), LABEL_EXPERIMENT: label_value(exp_name),
-              LABEL_TRIAL: label_value(name_of_trial), LABEL_ATTEMPT: str(attempt), LABEL_MANAGED_BY: MANAGED_BY}
+    labels = {
+        **(template.get("labels") or {}),
+        LABEL_EXPERIMENT: label_value(exp_name),
+        LABEL_TRIAL: label_value(name_of_trial),
+        LABEL_ATTEMPT: str(attempt),
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
     metadata = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_reference(trial)]}
     if template.get("annotations"):
         metadata["annotations"] = template["annotations"]
@@ -247,8 +303,12 @@ def build_pod(experiment: Mapping, trial: Mapping, attempt: int, settings: Setti
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": settings.trials.termination_grace_period_s,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": settings.trials.run_as_user,
-                            "seccompProfile": {"type": "RuntimeDefault"}, **(template.get("securityContext") or {})},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": settings.trials.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+            **(template.get("securityContext") or {}),
+        },
         "containers": [container],
     }
     pod_spec.update({k: template[k] for k in _POD_SPEC_FIELDS if template.get(k)})
@@ -274,18 +334,28 @@ def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
         ValueError: a Trial without ``metadata.uid``.
     """
     meta = pod["metadata"]
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": token_secret_name(meta["name"], trial["metadata"]["uid"]),
-                         "namespace": meta["namespace"],
-                         "labels": dict(meta["labels"]),
-                         "ownerReferences": [owner_reference(trial)]},
-            "stringData": {TOKEN_SECRET_KEY: token}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": token_secret_name(meta["name"], trial["metadata"]["uid"]),
+            "namespace": meta["namespace"],
+            "labels": dict(meta["labels"]),
+            "ownerReferences": [owner_reference(trial)],
+        },
+        "stringData": {TOKEN_SECRET_KEY: token},
+    }
 
 
 def trial_object(namespace: str, name: str, uid: str, index: int, config: Mapping) -> dict:
     """A Trial as the pod builders read it (what the operator keeps of each Trial): owner and env source."""
-    return {"apiVersion": API_VERSION, "kind": TRIAL_KIND,
-            "metadata": {"name": name, "namespace": namespace, "uid": uid}, "spec": {"index": index, "config": config}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": TRIAL_KIND,
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": {"index": index, "config": config},
+    }
 
 
 def sample_pod(experiment: Mapping, settings: Settings) -> dict:

@@ -76,7 +76,7 @@ def make_app(registry) -> web.Application:
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
             return _error(401, "missing bearer token")
-        claims = token_claims(registry.key, auth[len("Bearer "):])
+        claims = token_claims(registry.key, auth[len("Bearer ") :])
         if claims is None:  # checked before the body is read: a forged request costs one HMAC
             return _error(401, "invalid token")
         if request.content_length is not None and request.content_length > limits.max_body_bytes:
@@ -102,8 +102,13 @@ def make_app(registry) -> web.Application:
                     await asyncio.sleep(0)  # the probes and the daemons run between the steps of a large batch
                 last = start + RESULTS_PER_STEP >= len(results)
                 try:
-                    step = ctl.record_results(trial, attempt, results[start:start + RESULTS_PER_STEP],
-                                              data.get("checkpoint") if last else None, uid=claims[3])
+                    step = ctl.record_results(
+                        trial,
+                        attempt,
+                        results[start : start + RESULTS_PER_STEP],
+                        data.get("checkpoint") if last else None,
+                        uid=claims[3],
+                    )
                 except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
                     log.exception("experiment %s/%s: results of %s could not be taken", ns, data["experiment"], trial)
                     return _error(500, "the operator could not take these results; retry")
@@ -136,6 +141,7 @@ async def start(registry) -> web.AppRunner:
     await runner.setup()
     site = web.TCPSite(runner, registry.settings.collector.bind_host, registry.settings.collector.bind_port)
     await site.start()
-    log.info("collector listening on %s:%s", registry.settings.collector.bind_host,
-             registry.settings.collector.bind_port)
+    log.info(
+        "collector listening on %s:%s", registry.settings.collector.bind_host, registry.settings.collector.bind_port
+    )
     return runner

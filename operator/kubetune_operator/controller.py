@@ -62,14 +62,23 @@ TERMINAL = ("Succeeded", "Failed")
 #: running trials are written over several passes, not all in one that holds the event loop.
 PERIODIC_STATUS_WRITES_PER_PASS = 100
 #: Why a pod cannot start that a user must act on: the scheduler's verdict, and container waiting reasons.
-WAITING_CAUSES = ("Unschedulable", "CreateContainerConfigError", "CreateContainerError", "ErrImagePull",
-                  "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff")
+WAITING_CAUSES = (
+    "Unschedulable",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+)
 DECISION_RANK = {"continue": 0, "checkpoint": 1, "pause": 2, "stop": 3}
 #: PBT perturbations kept in a Trial's ``status.perturbations`` (the newest).
 MAX_PERTURBATIONS_KEPT = 10
 #: Trial messages of the retries whose cause the runtime reported (the others carry the pod's message).
-_RETRY_MESSAGES = {"Terminated": "the trial was terminated before it finished, after a final checkpoint",
-                   "Fenced": "the collector refused the attempt's token; it stopped at once"}
+_RETRY_MESSAGES = {
+    "Terminated": "the trial was terminated before it finished, after a final checkpoint",
+    "Fenced": "the collector refused the attempt's token; it stopped at once",
+}
 #: Longest a pass spends asking the searcher for new trials (seconds; at least one is asked for): the
 #: event loop it runs on also answers the collector and the liveness probe.
 SUGGEST_SECONDS_PER_PASS = 0.05
@@ -99,12 +108,24 @@ class PodView:
 def pod_view(pod: Mapping) -> PodView:
     """Summarise a pod body (dict) as a :class:`PodView`."""
     meta, status = pod["metadata"], pod.get("status") or {}
-    view = PodView(name=meta["name"], trial=meta["labels"][LABEL_TRIAL], attempt=int(meta["labels"][LABEL_ATTEMPT]),
-                   phase=status.get("phase") or "Pending", deleting=bool(meta.get("deletionTimestamp")),
-                   reason=status.get("reason"), message=status.get("message"),
-                   owner_uid=next((ref.get("uid") for ref in meta.get("ownerReferences") or ()), None))
-    target = next((c for c in status.get("conditions") or () if c.get("type") == "DisruptionTarget"
-                   and c.get("status") == "True"), None)
+    view = PodView(
+        name=meta["name"],
+        trial=meta["labels"][LABEL_TRIAL],
+        attempt=int(meta["labels"][LABEL_ATTEMPT]),
+        phase=status.get("phase") or "Pending",
+        deleting=bool(meta.get("deletionTimestamp")),
+        reason=status.get("reason"),
+        message=status.get("message"),
+        owner_uid=next((ref.get("uid") for ref in meta.get("ownerReferences") or ()), None),
+    )
+    target = next(
+        (
+            c
+            for c in status.get("conditions") or ()
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        None,
+    )
     if target is not None:  # KEP-3329: set by eviction, preemption, taint manager and kubelet shutdown
         view.disruption = target.get("reason") or "DisruptionTarget"
     elif status.get("reason") in ("Evicted", "Preempting", "Shutdown", "Terminated", "NodeShutdown"):
@@ -178,8 +199,11 @@ class TrialState:
         return int(self.status.get("attempt") or 0)
 
     def as_object(self) -> dict:
-        return {"metadata": {"name": self.name}, "spec": {"index": self.index, "config": self.config},
-                "status": self.status}
+        return {
+            "metadata": {"name": self.name},
+            "spec": {"index": self.index, "config": self.config},
+            "status": self.status,
+        }
 
 
 def _now_iso(now: float) -> str:
@@ -256,8 +280,15 @@ class ExperimentController:
             if seed is None:  # stable across restarts and spec edits: a function of the Experiment's uid
                 uid = experiment["metadata"].get("uid") or experiment["metadata"]["name"]
                 seed = int.from_bytes(hashlib.sha256(uid.encode()).digest()[:4], "big")
-            searcher = create_searcher(model.search_algorithm.name, model.config, metric, mode,
-                                       num_samples=model.num_samples, seed=seed, **model.search_algorithm.params)
+            searcher = create_searcher(
+                model.search_algorithm.name,
+                model.config,
+                metric,
+                mode,
+                num_samples=model.num_samples,
+                seed=seed,
+                **model.search_algorithm.params,
+            )
             scheduler = create_scheduler(model.scheduler.name, metric, mode, **model.scheduler.params)
             stoppers = create_stoppers(model.stoppers, metric, mode)
         except (ValueError, TypeError, KeyError) as exc:
@@ -274,14 +305,21 @@ class ExperimentController:
             except (ValueError, TypeError, KeyError) as exc:
                 raise InvalidSpec(f"the new spec does not fit what the searcher has learned: {exc}") from exc
         params = model.scheduler.params
-        if getattr(self, "scheduler", None) is not None and type(self.scheduler) is type(scheduler) \
-                and params != self.scheduler_params:
-            raise InvalidSpec("scheduler.params cannot change while the experiment runs (what the scheduler "
-                              "has decided belongs to the parameters it started with); the previous ones stay in "
-                              "force: create a new Experiment to use new ones")
+        if (
+            getattr(self, "scheduler", None) is not None
+            and type(self.scheduler) is type(scheduler)
+            and params != self.scheduler_params
+        ):
+            raise InvalidSpec(
+                "scheduler.params cannot change while the experiment runs (what the scheduler "
+                "has decided belongs to the parameters it started with); the previous ones stay in "
+                "force: create a new Experiment to use new ones"
+            )
         if getattr(self, "stoppers", None) is not None and model.stoppers != self.spec.stoppers:
-            raise InvalidSpec("spec.stoppers cannot change while the experiment runs (what they saw belongs to "
-                              "the stoppers it started with); the previous ones stay in force")
+            raise InvalidSpec(
+                "spec.stoppers cannot change while the experiment runs (what they saw belongs to "
+                "the stoppers it started with); the previous ones stay in force"
+            )
         if getattr(self, "stoppers", None) is None:
             self.stoppers = stoppers
         if getattr(self, "scheduler", None) is None or type(self.scheduler) is not type(scheduler):
@@ -317,10 +355,20 @@ class ExperimentController:
             written = dict(trial.get("status") or {})
             status = {"phase": "Pending", "attempt": 0, **written}  # created, but its first status not written
             config = dict(spec.get("config") or {})
-            self._add(TrialState(name, int(spec.get("index", 0)), dict(status.get("config") or config),
-                                 status, trial["metadata"].get("uid"), written=written,
-                                 dirty=status != written, phase_changed=status != written,
-                                 spec_config=config, restore_from=status.get("restoreFrom")))
+            self._add(
+                TrialState(
+                    name,
+                    int(spec.get("index", 0)),
+                    dict(status.get("config") or config),
+                    status,
+                    trial["metadata"].get("uid"),
+                    written=written,
+                    dirty=status != written,
+                    phase_changed=status != written,
+                    spec_config=config,
+                    restore_from=status.get("restoreFrom"),
+                )
+            )
             self.next_index = max(self.next_index, self.trials[name].index + 1)
         elif state.uid is None:
             state.uid = trial["metadata"].get("uid")
@@ -361,12 +409,16 @@ class ExperimentController:
         """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions; a copy
         that later calls do not change (the journal encodes it in steps)."""
         last = {name: self.trials[name].status.get("lastResult") for name in self.applied if name in self.trials}
-        return {"scheduler": self.scheduler.get_state(), "stoppers": self.stoppers.get_state(),
-                "searcher": None if self.searcher.stateless else self.searcher.get_state(),
-                "applied": {name: list(value) for name, value in self.applied.items()},
-                "ended": sorted(self.ended), "finishTold": self.finish_told,
-                "exploits": {name: dict(value) for name, value in self.exploits.items()},
-                "lastResult": {name: result for name, result in last.items() if result}}
+        return {
+            "scheduler": self.scheduler.get_state(),
+            "stoppers": self.stoppers.get_state(),
+            "searcher": None if self.searcher.stateless else self.searcher.get_state(),
+            "applied": {name: list(value) for name, value in self.applied.items()},
+            "ended": sorted(self.ended),
+            "finishTold": self.finish_told,
+            "exploits": {name: dict(value) for name, value in self.exploits.items()},
+            "lastResult": {name: result for name, result in last.items() if result},
+        }
 
     def _check_pod(self, experiment: Mapping) -> None:
         """Build a sample trial pod: the spec's template must make a valid one that meets the operator's
@@ -378,8 +430,10 @@ class ExperimentController:
         level = self.settings.trials.pod_security_level
         broken = violations(pod, level)
         if broken:
-            raise InvalidSpec(f"spec.template makes trial pods break the {level!r} Pod Security level, the loosest "
-                              f"this operator allows (its trials.pod_security_level setting): {'; '.join(broken)}")
+            raise InvalidSpec(
+                f"spec.template makes trial pods break the {level!r} Pod Security level, the loosest "
+                f"this operator allows (its trials.pod_security_level setting): {'; '.join(broken)}"
+            )
 
     def _load_snapshot(self, snapshot: dict) -> None:
         try:
@@ -447,10 +501,15 @@ class ExperimentController:
         if results:
             self.searcher.on_trial_result(trial, results[-1])
             before = self.applied.get(trial, [0, "continue", attempt])
-            seen = max((r["training_iteration"] for r in results if is_number(r.get("training_iteration"))),
-                       default=self._seen(trial, attempt))
-            if before[2] == attempt and before[1] in ("pause", "stop") and \
-                    DECISION_RANK[before[1]] > DECISION_RANK[decision]:
+            seen = max(
+                (r["training_iteration"] for r in results if is_number(r.get("training_iteration"))),
+                default=self._seen(trial, attempt),
+            )
+            if (
+                before[2] == attempt
+                and before[1] in ("pause", "stop")
+                and DECISION_RANK[before[1]] > DECISION_RANK[decision]
+            ):
                 decision = before[1]  # an attempt told to pause or stop is told so until it ends
             self.applied[trial] = [seen, decision, attempt]
             if exploit is not None:  # the next attempt reports again from the donor's checkpoint
@@ -535,8 +594,9 @@ class ExperimentController:
         return mint_token(self.key, self.namespace, trial, attempt, self.trials[trial].uid or "")
 
     # ----- results from the collector ----------------------------------------------------
-    def record_results(self, trial: str, attempt: int, results: list[dict], checkpoint: dict | None,
-                       uid: str | None = None) -> str | None:
+    def record_results(
+        self, trial: str, attempt: int, results: list[dict], checkpoint: dict | None, uid: str | None = None
+    ) -> str | None:
         """Take a batch of results of ``trial``'s ``attempt``; return the decision for the runtime.
 
         Args:
@@ -557,8 +617,7 @@ class ExperimentController:
         if len(applied) > 3 and decided_by == attempt:
             return "pause"  # exploited by PBT: this attempt's later results belong to the lineage it leaves
         seen = self._seen(trial, attempt)
-        fresh = [r for r in results if not (is_number(r.get("training_iteration"))
-                                            and r["training_iteration"] <= seen)]
+        fresh = [r for r in results if not (is_number(r.get("training_iteration")) and r["training_iteration"] <= seen)]
         if fresh:  # a re-sent batch, or iterations a retry runs again, never reach the scheduler twice
             decision = self._do("results", trial, attempt, fresh)
         elif decided_by != attempt:
@@ -615,14 +674,21 @@ class ExperimentController:
         best = self.best() if goal is not None else None  # O(trials): only when a goal needs it
         started = self.exp_status.get("startTime")
         budget = self.spec.time_budget_s
-        budget_over = bool(budget is not None and started and
-                           now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() >= budget)
+        budget_over = bool(
+            budget is not None
+            and started
+            and now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() >= budget
+        )
         max_failed = self.spec.failure.max_failed_trials
         return st.experiment_phase(
-            counts, suspended=self.spec.suspend, search_finished=self.search_finished,
+            counts,
+            suspended=self.spec.suspend,
+            search_finished=self.search_finished,
             goal_reached=best is not None and goal_reached(best["metricValue"], goal, self.mode),
-            time_budget_exhausted=budget_over, max_failed_trials=max_failed,
-            stoppers_stop_all=self.stoppers.stop_all())
+            time_budget_exhausted=budget_over,
+            max_failed_trials=max_failed,
+            stoppers_stop_all=self.stoppers.stop_all(),
+        )
 
     def _set(self, trial: TrialState, now: float, **changes: Any) -> None:
         """Apply ``changes`` to the trial's status (None removes a key), stamping start/completion times."""
@@ -644,9 +710,15 @@ class ExperimentController:
         not ask for) from the latest checkpoint, without counting it against ``failure.maxFailures``, as a
         Job's ``podFailurePolicy`` ignores ``DisruptionTarget``."""
         self._set(trial, now, phase="Pending", reason=reason, message=message, attempt=trial.attempt + 1)
-        plan.events.append((trial.name, "Warning", "TrialDisrupted",
-                            f"attempt {trial.attempt - 1} ended by {reason}: {message}; retrying from the latest "
-                            "checkpoint (not counted as a failure)"))
+        plan.events.append(
+            (
+                trial.name,
+                "Warning",
+                "TrialDisrupted",
+                f"attempt {trial.attempt - 1} ended by {reason}: {message}; retrying from the latest "
+                "checkpoint (not counted as a failure)",
+            )
+        )
 
     def _fail_attempt(self, plan: Plan, trial: TrialState, reason: str, message: str, now: float) -> None:
         failures = int(trial.status.get("failures") or 0) + 1
@@ -654,33 +726,59 @@ class ExperimentController:
         message = st.truncate_message(message or reason, st.MAX_TRIAL_MESSAGE_BYTES)
         if 0 <= max_failures < failures:  # -1: retry without limit
             self._set(trial, now, phase="Failed", reason=reason, message=message, failures=failures)
-            plan.events.append((trial.name, "Warning", "TrialFailed",
-                                f"attempt {trial.attempt} failed ({reason}); no retries left: {message[-300:]}"))
+            plan.events.append(
+                (
+                    trial.name,
+                    "Warning",
+                    "TrialFailed",
+                    f"attempt {trial.attempt} failed ({reason}); no retries left: {message[-300:]}",
+                )
+            )
             self._end(trial, "error")
         else:
-            self._set(trial, now, phase="Pending", reason="Retrying", message=message, failures=failures,
-                      attempt=trial.attempt + 1)
+            self._set(
+                trial,
+                now,
+                phase="Pending",
+                reason="Retrying",
+                message=message,
+                failures=failures,
+                attempt=trial.attempt + 1,
+            )
             limit = "unlimited" if max_failures < 0 else max_failures
-            plan.events.append((trial.name, "Warning", "TrialRetried",
-                                f"attempt {trial.attempt - 1} failed ({reason}); retry {failures} of {limit} "
-                                "from the latest checkpoint"))
+            plan.events.append(
+                (
+                    trial.name,
+                    "Warning",
+                    "TrialRetried",
+                    f"attempt {trial.attempt - 1} failed ({reason}); retry {failures} of {limit} "
+                    "from the latest checkpoint",
+                )
+            )
 
     def _finish(self, plan: Plan, trial: TrialState, reason: str, now: float, message: str = "") -> None:
         self._set(trial, now, phase="Succeeded", reason=reason, message=message or None)
-        plan.events.append((trial.name, "Normal", "TrialSucceeded",
-                            f"{reason} at iteration {trial.status.get('iteration')}"))
+        plan.events.append(
+            (trial.name, "Normal", "TrialSucceeded", f"{reason} at iteration {trial.status.get('iteration')}")
+        )
         self._end(trial, "complete" if reason == "Completed" else "remove")
 
     def _pod_ended(self, plan: Plan, trial: TrialState, pod: PodView, stop_reason: str | None, now: float) -> None:
         outcome = parse_outcome(pod.message) if pod.phase == "Succeeded" else {}
         kind = outcome.get("outcome")
         result = outcome.get("result")
-        if isinstance(result, dict) and is_number(result.get("training_iteration")) and \
-                result["training_iteration"] > (trial.status.get("iteration") or 0):
+        if (
+            isinstance(result, dict)
+            and is_number(result.get("training_iteration"))
+            and result["training_iteration"] > (trial.status.get("iteration") or 0)
+        ):
             self._show_result(trial, result)  # its last results never reached this operator (it was down)
         checkpoint, iteration = outcome.get("checkpoint"), outcome.get("iteration")
-        if isinstance(checkpoint, str) and is_number(iteration) and \
-                iteration > ((trial.status.get("checkpoint") or {}).get("iteration") or 0):
+        if (
+            isinstance(checkpoint, str)
+            and is_number(iteration)
+            and iteration > ((trial.status.get("checkpoint") or {}).get("iteration") or 0)
+        ):
             trial.status["checkpoint"] = {"uri": checkpoint, "iteration": iteration}
         end = "Succeeded" if pod.phase == "Succeeded" else "Disrupted" if pod.disruption or pod.deleting else "Failed"
         situation = "stopping" if stop_reason else "suspending" if self.spec.suspend else "running"
@@ -693,15 +791,34 @@ class ExperimentController:
         elif step.action == "pause":
             self._set(trial, now, phase="Paused", reason=reason, message=None)
         elif step.action == "retry":
-            self._disrupted(plan, trial, reason, st.truncate_message(_RETRY_MESSAGES.get(
-                step.reason, "") or pod.message or "the trial's pod was deleted", 300), now)
+            self._disrupted(
+                plan,
+                trial,
+                reason,
+                st.truncate_message(
+                    _RETRY_MESSAGES.get(step.reason, "") or pod.message or "the trial's pod was deleted", 300
+                ),
+                now,
+            )
         elif step.reason == "NoOutcome":
-            self._fail_attempt(plan, trial, reason, "the trial's process exited 0 without the runtime's outcome "
-                               "(is the pod's command `python -m kubetune.runtime`?)", now)
+            self._fail_attempt(
+                plan,
+                trial,
+                reason,
+                "the trial's process exited 0 without the runtime's outcome "
+                "(is the pod's command `python -m kubetune.runtime`?)",
+                now,
+            )
         else:
-            self._fail_attempt(plan, trial, reason, pod.message or
-                               f"exit code {pod.exit_code} without the runtime's message; `kubectl logs {pod.name}` "
-                               "shows what the program printed", now)
+            self._fail_attempt(
+                plan,
+                trial,
+                reason,
+                pod.message
+                or f"exit code {pod.exit_code} without the runtime's message; `kubectl logs {pod.name}` "
+                "shows what the program printed",
+                now,
+            )
 
     def plan(self, pods: Mapping[str, PodView], now: float | None = None) -> Plan:
         """Compare desired with observed state and return what to do (level-based, idempotent).
@@ -752,8 +869,11 @@ class ExperimentController:
                     continue  # scheduler-paused: resumed below when a slot frees
                 self._set(trial, now, phase="Pending", reason="Resumed", attempt=trial.attempt + 1, message=None)
                 plan.events.append((trial.name, "Normal", "TrialResumed", "resuming from the latest checkpoint"))
-            if pod is None and trial.status.get("podName") == pod_name(trial.name, trial.attempt) and \
-                    trial.phase == "Running":
+            if (
+                pod is None
+                and trial.status.get("podName") == pod_name(trial.name, trial.attempt)
+                and trial.phase == "Running"
+            ):
                 self._disrupted(plan, trial, "PodDeleted", "the trial's pod disappeared", now)
             if pod is None:
                 self._create_pod(plan, trial, now)
@@ -787,8 +907,9 @@ class ExperimentController:
             trial = self._by_label.get(pod.trial)
             if trial is None or trial.uid is None or pod.owner_uid not in (None, trial.uid):
                 continue
-            if pod.attempt < trial.attempt or (pod.attempt == trial.attempt and
-                                               (trial.phase in TERMINAL or trial.phase == "Paused")):
+            if pod.attempt < trial.attempt or (
+                pod.attempt == trial.attempt and (trial.phase in TERMINAL or trial.phase == "Paused")
+            ):
                 secret = token_secret_name(pod.name, trial.uid)
                 if secret not in self.secrets_deleted:
                     self.secrets_deleted.add(secret)
@@ -804,8 +925,9 @@ class ExperimentController:
         self.created_pods[name] = now
         pod = self._pod(trial)
         plan.create_pods.append(pod)
-        plan.token_secrets[name] = build_token_secret(pod, self._trial_object(trial),
-                                                      self.token(trial.name, trial.attempt))
+        plan.token_secrets[name] = build_token_secret(
+            pod, self._trial_object(trial), self.token(trial.name, trial.attempt)
+        )
         if trial.status.get("podName") != name:
             self._set(trial, now, podName=name)
         trial.phase_changed |= not trial.written  # a new Trial's first status goes out with its first pod
@@ -814,8 +936,14 @@ class ExperimentController:
         return trial_object(self.namespace, trial.name, trial.uid, trial.index, trial.config)
 
     def _pod(self, trial: TrialState) -> dict:
-        return build_pod(self.experiment, self._trial_object(trial), trial.attempt, self.settings,
-                         restore_from=trial.restore_from, pbt_policy=trial.pbt_policy)
+        return build_pod(
+            self.experiment,
+            self._trial_object(trial),
+            trial.attempt,
+            self.settings,
+            restore_from=trial.restore_from,
+            pbt_policy=trial.pbt_policy,
+        )
 
     def _perturb(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
         """Carry out the PBT exploits of trials now paused for them: the explored config, the donor's
@@ -828,26 +956,59 @@ class ExperimentController:
             if trial.phase != "Paused" or stop_reason or suspended or self._active() >= self._limit():
                 continue
             del self.exploits[name]
-            uri = checkpoint_uri(experiment_trial_dir(self.experiment, self.settings, exploit["donor"]),
-                                 exploit["iteration"])
-            changed = sorted(k for k in set(exploit["config"]) | set(exploit["oldConfig"])
-                             if exploit["config"].get(k) != exploit["oldConfig"].get(k))
-            record = {"donor": exploit["donor"], "iteration": exploit["iteration"], "time": _now_iso(now),
-                      "operations": exploit["operations"],
-                      "oldConfig": {k: exploit["oldConfig"].get(k) for k in changed},
-                      "newConfig": {k: exploit["config"].get(k) for k in changed}}
+            uri = checkpoint_uri(
+                experiment_trial_dir(self.experiment, self.settings, exploit["donor"]), exploit["iteration"]
+            )
+            changed = sorted(
+                k
+                for k in set(exploit["config"]) | set(exploit["oldConfig"])
+                if exploit["config"].get(k) != exploit["oldConfig"].get(k)
+            )
+            record = {
+                "donor": exploit["donor"],
+                "iteration": exploit["iteration"],
+                "time": _now_iso(now),
+                "operations": exploit["operations"],
+                "oldConfig": {k: exploit["oldConfig"].get(k) for k in changed},
+                "newConfig": {k: exploit["config"].get(k) for k in changed},
+            }
             trial.config, trial.restore_from = dict(exploit["config"]), uri
-            trial.pbt_policy = None if exploit["donor"] == trial.name else [  # a replay's own steps: no policy
-                trial.name, exploit["donor"], exploit.get("trialIteration", 0), exploit["iteration"],
-                exploit["donorConfig"], exploit["config"]]
-            lineage = (trial.status.get("perturbations") or [])[-(MAX_PERTURBATIONS_KEPT - 1):] + [record]
-            self._set(trial, now, phase="Pending", reason="Perturbed", attempt=trial.attempt + 1, message=None,
-                      config=trial.config, restoreFrom=uri, perturbations=lineage, iteration=exploit["iteration"],
-                      checkpoint={"uri": uri, "iteration": exploit["iteration"]})
+            trial.pbt_policy = (
+                None
+                if exploit["donor"] == trial.name
+                else [  # a replay's own steps: no policy
+                    trial.name,
+                    exploit["donor"],
+                    exploit.get("trialIteration", 0),
+                    exploit["iteration"],
+                    exploit["donorConfig"],
+                    exploit["config"],
+                ]
+            )
+            lineage = (trial.status.get("perturbations") or [])[-(MAX_PERTURBATIONS_KEPT - 1) :] + [record]
+            self._set(
+                trial,
+                now,
+                phase="Pending",
+                reason="Perturbed",
+                attempt=trial.attempt + 1,
+                message=None,
+                config=trial.config,
+                restoreFrom=uri,
+                perturbations=lineage,
+                iteration=exploit["iteration"],
+                checkpoint={"uri": uri, "iteration": exploit["iteration"]},
+            )
             explored = ", ".join(f"{k} {record['oldConfig'][k]!r} -> {record['newConfig'][k]!r}" for k in changed)
-            plan.events.append((trial.name, "Normal", "TrialPerturbed",
-                                f"exploit: restoring {exploit['donor']} at iteration {exploit['iteration']}; "
-                                f"explore: {explored or 'config unchanged'}"))
+            plan.events.append(
+                (
+                    trial.name,
+                    "Normal",
+                    "TrialPerturbed",
+                    f"exploit: restoring {exploit['donor']} at iteration {exploit['iteration']}; "
+                    f"explore: {explored or 'config unchanged'}",
+                )
+            )
             self._create_pod(plan, trial, now)
 
     def _active(self) -> int:
@@ -857,8 +1018,11 @@ class ExperimentController:
         return self.spec.max_concurrent_trials or self.settings.trials.default_max_concurrent_trials
 
     def _scheduler_paused(self) -> list[str]:
-        return [t.name for t in sorted(self._open.values(), key=lambda t: t.index)
-                if t.phase == "Paused" and t.status.get("reason") == "SchedulerPaused"]
+        return [
+            t.name
+            for t in sorted(self._open.values(), key=lambda t: t.index)
+            if t.phase == "Paused" and t.status.get("reason") == "SchedulerPaused"
+        ]
 
     def _resume_paused(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
         """Resume the paused trials the scheduler picks for free slots; end those it gave up on."""
@@ -913,8 +1077,9 @@ class ExperimentController:
         if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial
             names = [m["metadata"]["name"] for m in plan.create_trials]
             span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
-            plan.events.append((None, "Normal", "TrialsCreated",
-                                f"created {len(names)} trial{'s' * (len(names) > 1)}: {span}"))
+            plan.events.append(
+                (None, "Normal", "TrialsCreated", f"created {len(names)} trial{'s' * (len(names) > 1)}: {span}")
+            )
 
     def _statuses(self, plan: Plan, now: float) -> None:
         interval = self.settings.status.write_interval_s
@@ -935,16 +1100,22 @@ class ExperimentController:
                 trial.written_at = now
         decision = self._phase_decision(now)
         obs_gen = self.experiment["metadata"].get("generation")
-        conditions = st.experiment_conditions(self.exp_status.get("conditions"), decision, obs_gen,
-                                              datetime.fromtimestamp(now, timezone.utc))
+        conditions = st.experiment_conditions(
+            self.exp_status.get("conditions"), decision, obs_gen, datetime.fromtimestamp(now, timezone.utc)
+        )
         conditions = self.health_conditions(conditions, datetime.fromtimestamp(now, timezone.utc))
         completion = self.exp_status.get("completionTime")
         if decision.phase in TERMINAL and not completion:
             completion = _now_iso(now)
         new = st.experiment_status(
-            phase=decision.phase, conditions=conditions, observed_generation=obs_gen,
-            counts=self._counts(), best=self.best(),
-            start_time=self.exp_status.get("startTime"), completion_time=completion)
+            phase=decision.phase,
+            conditions=conditions,
+            observed_generation=obs_gen,
+            counts=self._counts(),
+            best=self.best(),
+            start_time=self.exp_status.get("startTime"),
+            completion_time=completion,
+        )
         changed_phase = new.get("phase") != self.exp_status.get("phase")
         patch = st.status_patch({} if self.exp_write_failed else self.exp_status, new)
         if patch and (changed_phase or self.exp_write_failed or now - self.exp_written_at >= 1.0):

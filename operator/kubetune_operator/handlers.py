@@ -68,8 +68,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None
     settings.watching.server_timeout = 300
     settings.batching.worker_limit = 1000
     kube = Kube()
-    key = await kube.call(kube.load_or_create_key, cfg.collector.key_secret_namespace,
-                          cfg.collector.key_secret_name)
+    key = await kube.call(kube.load_or_create_key, cfg.collector.key_secret_namespace, cfg.collector.key_secret_name)
     memo.kube, memo.registry = kube, Registry(cfg, key, kube.write_journal)
     memo.collector = await collector.start(memo.registry)
     memo.pods = PodWatch(kube.core, cfg.watch.namespaces, memo.registry.wake)
@@ -90,9 +89,15 @@ def _mark(kube: Kube, body, type_: str, reason: str, message: str) -> None:
     now = datetime.now(timezone.utc)
     gen = body.metadata.get("generation")
     conditions = st.set_condition(body.status.get("conditions"), type_, type_ != "Ready", reason, message, gen, now)
-    patch = st.status_patch(dict(body.status), {**dict(body.status), "conditions": conditions,
-                                                "phase": body.status.get("phase") or "Pending",
-                                                "observedGeneration": gen})
+    patch = st.status_patch(
+        dict(body.status),
+        {
+            **dict(body.status),
+            "conditions": conditions,
+            "phase": body.status.get("phase") or "Pending",
+            "observedGeneration": gen,
+        },
+    )
     if patch:
         kube.patch_experiment_status(body.metadata["namespace"], body.metadata["name"], patch)
 
@@ -117,12 +122,21 @@ async def validate(body, namespace, name, memo: kopf.Memo, **_) -> None:
 def _event_target(ctl, trial: str | None) -> dict:
     if trial is None:
         return ctl.experiment
-    return {"apiVersion": API_VERSION, "kind": TRIAL_KIND,
-            "metadata": {"name": trial, "namespace": ctl.namespace, "uid": ctl.trials[trial].uid}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": TRIAL_KIND,
+        "metadata": {"name": trial, "namespace": ctl.namespace, "uid": ctl.trials[trial].uid},
+    }
 
 
-@kopf.daemon(GROUP, VERSION, EXPERIMENT_PLURAL, id="reconcile", cancellation_timeout=10,
-             when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"))
+@kopf.daemon(
+    GROUP,
+    VERSION,
+    EXPERIMENT_PLURAL,
+    id="reconcile",
+    cancellation_timeout=10,
+    when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"),
+)
 async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: kopf.Memo, **_) -> None:
     """One level-based loop per Experiment until it Succeeds or Fails.
 
@@ -150,8 +164,9 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                 delay = min(BACKOFF_S[0] * 2 ** (failures - 1), BACKOFF_S[1])
                 message = f"{type(exc).__name__}: {api_message(exc)}"[:1000]
                 log.exception("experiment %s/%s: reconcile failed (retry in %.0f s)", namespace, name, delay)
-                kopf.event(body, type="Warning", reason="ReconcileFailed",
-                           message=f"{message} (retry in {delay:.0f} s)")
+                kopf.event(
+                    body, type="Warning", reason="ReconcileFailed", message=f"{message} (retry in {delay:.0f} s)"
+                )
                 await _report_degraded(kube, body, ctl, message)
                 await asyncio.sleep(delay)
                 continue
@@ -168,10 +183,14 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
             api_failures = api_failures + 1 if errors else 0
             if errors and time.monotonic() - warned_at >= API_EVENT_INTERVAL_S:
                 warned_at = time.monotonic()
-                kopf.event(body, type="Warning", reason="APICallsFailed",
-                           message=f"{len(errors)} API call(s) failed, retrying with back-off: {errors[0]}"[:1000])
+                kopf.event(
+                    body,
+                    type="Warning",
+                    reason="APICallsFailed",
+                    message=f"{len(errors)} API call(s) failed, retrying with back-off: {errors[0]}"[:1000],
+                )
             if errors:  # back off (not cut short by wake-ups): a refused create is not sent five times a second
-                await asyncio.sleep(min(MIN_PASS_INTERVAL_S * 2 ** api_failures, API_BACKOFF_MAX_S))
+                await asyncio.sleep(min(MIN_PASS_INTERVAL_S * 2**api_failures, API_BACKOFF_MAX_S))
                 continue
             if plan.create_trials:
                 continue  # the new Trials' uids are known now: create their pods at once
@@ -219,8 +238,15 @@ async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
     plan = ctl.plan(pods)
     planned_s = time.monotonic() - planning
     if resuming is not None and found:
-        log.info("experiment %s/%s: resumed with %d trials and %d pods in %.2f s (Trials read, journal replayed, "
-                 "first pass planned)", namespace, name, found, len(pods), time.monotonic() - resuming)
+        log.info(
+            "experiment %s/%s: resumed with %d trials and %d pods in %.2f s (Trials read, journal replayed, "
+            "first pass planned)",
+            namespace,
+            name,
+            found,
+            len(pods),
+            time.monotonic() - resuming,
+        )
     try:
         await registry.commit(ctl)  # no decision of this pass leaves the operator before it is durable
     except Exception:
@@ -240,8 +266,12 @@ async def _report_degraded(kube: Kube, body, ctl, message: str) -> None:
         await kube.call(kube.patch_experiment_status, ctl.namespace, ctl.name, {"conditions": conditions})
         ctl.exp_status["conditions"] = conditions
     except Exception as exc:  # noqa: BLE001
-        log.warning("experiment %s/%s: cannot write the Degraded condition: %s", body.metadata["namespace"],
-                    body.metadata["name"], exc)
+        log.warning(
+            "experiment %s/%s: cannot write the Degraded condition: %s",
+            body.metadata["namespace"],
+            body.metadata["name"],
+            exc,
+        )
 
 
 async def _sleep(wake: asyncio.Event, timeout: float, clear: bool = True) -> None:

@@ -136,11 +136,21 @@ class Journal:
         return self.durable_seq == self.next_seq
 
     def _manifest(self, name: str, kind: str, data: dict, annotations: dict | None = None) -> dict:
-        meta = {"name": name, "namespace": self.namespace,
-                "labels": {LABEL_EXPERIMENT: self.label, LABEL_MANAGED_BY: MANAGED_BY, LABEL_STATE: kind},
-                "ownerReferences": [{"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
-                                     "name": self.experiment, "uid": self.uid, "controller": True,
-                                     "blockOwnerDeletion": False}]}
+        meta = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": {LABEL_EXPERIMENT: self.label, LABEL_MANAGED_BY: MANAGED_BY, LABEL_STATE: kind},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubetune.io/v1alpha1",
+                    "kind": "Experiment",
+                    "name": self.experiment,
+                    "uid": self.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        }
         if annotations:
             meta["annotations"] = annotations
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
@@ -156,11 +166,19 @@ class Journal:
 
     async def _snapshot_write(self, seq: int, state: dict) -> tuple[Write, list[str], int]:
         text = await _dumps_in_steps(state, [time.monotonic()])
-        chunks = [text[i:i + CHUNK_BYTES] for i in range(0, len(text), CHUNK_BYTES)] or [""]
+        chunks = [text[i : i + CHUNK_BYTES] for i in range(0, len(text), CHUNK_BYTES)] or [""]
         names = [f"{self.base}-snapshot-{seq}-{k}" for k in range(len(chunks))]
-        write = Write(creates=[self._manifest(name, "snapshot", {"state": chunk}, {
-            ANNOTATION_SNAPSHOT: str(seq), ANNOTATION_CHUNK: str(k), ANNOTATION_CHUNKS: str(len(chunks))})
-            for k, (name, chunk) in enumerate(zip(names, chunks))])
+        write = Write(
+            creates=[
+                self._manifest(
+                    name,
+                    "snapshot",
+                    {"state": chunk},
+                    {ANNOTATION_SNAPSHOT: str(seq), ANNOTATION_CHUNK: str(k), ANNOTATION_CHUNKS: str(len(chunks))},
+                )
+                for k, (name, chunk) in enumerate(zip(names, chunks))
+            ]
+        )
         return write, names, len(text)
 
     def _covered(self, seq: int) -> list[str]:
@@ -174,13 +192,14 @@ class Journal:
             text = _dumps(entries)
             batch, segment = self._batch_write(first, text)
             await write(batch)
-            self.pending = self.pending[len(entries):]
+            self.pending = self.pending[len(entries) :]
             self.durable_seq = first + len(entries)
             self.segment, self.segment_bytes = segment
             self.segments[segment[0]] = self.durable_seq - 1
             self.bytes_since_snapshot += len(text)
-        due = self.snapshot_due or self.bytes_since_snapshot >= max(MIN_SNAPSHOT_INTERVAL_BYTES,
-                                                                    self.last_snapshot_bytes)
+        due = self.snapshot_due or self.bytes_since_snapshot >= max(
+            MIN_SNAPSHOT_INTERVAL_BYTES, self.last_snapshot_bytes
+        )
         if not (due and self.clean):
             return
         seq = self.durable_seq

@@ -75,17 +75,20 @@ class Kube:
     def _create_trial(self, manifest: dict) -> str:
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         try:
-            resp = self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, TRIAL_PLURAL, manifest,
-                                                               _preload_content=False)
+            resp = self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, TRIAL_PLURAL, manifest, _preload_content=False
+            )
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
-            resp = self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, TRIAL_PLURAL, name,
-                                                            _preload_content=False)
+            resp = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, ns, TRIAL_PLURAL, name, _preload_content=False
+            )
         return json.loads(resp.data)["metadata"]["uid"]
 
-    def list_trials(self, namespace: str, experiment: str, uid: str, token: str | None = None,
-                    limit: int = 500) -> tuple[list[dict], str | None]:
+    def list_trials(
+        self, namespace: str, experiment: str, uid: str, token: str | None = None, limit: int = 500
+    ) -> tuple[list[dict], str | None]:
         """One page of the Trials of ``experiment`` (by the experiment label) owned by the Experiment with
         ``uid``, as dicts, and the token of the next page (None after the last one).
 
@@ -94,12 +97,24 @@ class Kube:
         """
         kwargs = {"_continue": token} if token else {}
         resp = self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, TRIAL_PLURAL, label_selector=f"{LABEL_EXPERIMENT}={label_value(experiment)}",
-            limit=limit, _preload_content=False, **kwargs)
+            GROUP,
+            VERSION,
+            namespace,
+            TRIAL_PLURAL,
+            label_selector=f"{LABEL_EXPERIMENT}={label_value(experiment)}",
+            limit=limit,
+            _preload_content=False,
+            **kwargs,
+        )
         page = json.loads(resp.data)
-        return ([t for t in page["items"]
-                 if any(ref.get("uid") == uid for ref in t["metadata"].get("ownerReferences") or ())],
-                page["metadata"].get("continue") or None)
+        return (
+            [
+                t
+                for t in page["items"]
+                if any(ref.get("uid") == uid for ref in t["metadata"].get("ownerReferences") or ())
+            ],
+            page["metadata"].get("continue") or None,
+        )
 
     # ----- the journal (kubetune_operator.journal) ---------------------------------------
     def list_journal(self, namespace: str, experiment: str) -> list[dict]:
@@ -144,8 +159,9 @@ class Kube:
 
     def _create_secret(self, manifest: dict) -> None:
         try:
-            _drain(self.core.create_namespaced_secret(manifest["metadata"]["namespace"], manifest,
-                                                      _preload_content=False))
+            _drain(
+                self.core.create_namespaced_secret(manifest["metadata"]["namespace"], manifest, _preload_content=False)
+            )
         except client.ApiException as exc:
             if exc.status != 409:  # the same attempt's Secret from an earlier pass: the same token
                 raise
@@ -159,15 +175,21 @@ class Kube:
 
     def _delete_pod(self, namespace: str, name: str, grace: int) -> None:
         try:
-            _drain(self.core.delete_namespaced_pod(name, namespace, body={"gracePeriodSeconds": grace},
-                                                   _preload_content=False))
+            _drain(
+                self.core.delete_namespaced_pod(
+                    name, namespace, body={"gracePeriodSeconds": grace}, _preload_content=False
+                )
+            )
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
 
     def _patch_trial_status(self, namespace: str, name: str, patch: dict) -> None:
-        _drain(self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, TRIAL_PLURAL, name,
-                                                                 {"status": patch}, _preload_content=False))
+        _drain(
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, TRIAL_PLURAL, name, {"status": patch}, _preload_content=False
+            )
+        )
 
     def patch_experiment_status(self, namespace: str, name: str, patch: dict) -> None:
         """Merge-patch the Experiment's status subresource.
@@ -175,8 +197,11 @@ class Kube:
         Raises:
             kubernetes.client.ApiException: the patch was refused.
         """
-        _drain(self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name,
-                                                                 {"status": patch}, _preload_content=False))
+        _drain(
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name, {"status": patch}, _preload_content=False
+            )
+        )
 
     async def execute(self, ctl, plan: Plan) -> list[str]:
         """Carry out ``plan`` for controller ``ctl``: trials first (pods need their uids), then the rest at once.
@@ -192,35 +217,43 @@ class Kube:
             except Exception as exc:  # noqa: BLE001 - reported, then retried by the next pass
                 errors.append(f"{what}: {api_message(exc)}")
                 if fn == self._create_pod and getattr(exc, "status", None) in _INVALID:
-                    ctl.pod_rejected(f"the API server refused trial pod {args[0]['metadata']['name']}: "
-                                     f"{api_message(exc)}")
+                    ctl.pod_rejected(
+                        f"the API server refused trial pod {args[0]['metadata']['name']}: {api_message(exc)}"
+                    )
                 return _FAILED
 
-        uids = await asyncio.gather(*(attempt(f"create trial {m['metadata']['name']}", self._create_trial, m)
-                                      for m in plan.create_trials))
+        uids = await asyncio.gather(
+            *(attempt(f"create trial {m['metadata']['name']}", self._create_trial, m) for m in plan.create_trials)
+        )
         for manifest, uid in zip(plan.create_trials, uids):
             ctl.trial_created(manifest["metadata"]["name"], None if uid is _FAILED else uid)
+
         # pods, deletions and statuses are independent of one another: one round of calls
         async def create_attempt(manifest):  # the token Secret first: the pod reads it when it starts
             name = manifest["metadata"]["name"]
-            if await attempt(f"create token Secret {name}", self._create_secret,
-                             plan.token_secrets[name]) is _FAILED:
+            if await attempt(f"create token Secret {name}", self._create_secret, plan.token_secrets[name]) is _FAILED:
                 return _FAILED
             return await attempt(f"create pod {name}", self._create_pod, manifest)
 
         pods = [create_attempt(m) for m in plan.create_pods]
         deletes = [attempt(f"delete pod {name}", self._delete_pod, ns, name, grace) for name, grace in plan.delete_pods]
-        statuses = [(name, attempt(f"status of trial {name}", self._patch_trial_status, ns, name, patch))
-                    for name, patch in plan.trial_status.items() if name in ctl.trials]
+        statuses = [
+            (name, attempt(f"status of trial {name}", self._patch_trial_status, ns, name, patch))
+            for name, patch in plan.trial_status.items()
+            if name in ctl.trials
+        ]
         # A terminal Experiment status ends its daemon: it goes out only after every Trial's last status.
         final = (plan.experiment_status or {}).get("phase") in ("Succeeded", "Failed")
-        exp = [attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)] \
-            if plan.experiment_status and not final else []
+        exp = (
+            [attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)]
+            if plan.experiment_status and not final
+            else []
+        )
         outcomes = await asyncio.gather(*pods, *deletes, *(c for _, c in statuses), *exp)
         for manifest, outcome in zip(plan.create_pods, outcomes):
             if outcome is _FAILED:  # ask again on the next pass
                 ctl.created_pods.pop(manifest["metadata"]["name"], None)
-        status_outcomes = outcomes[len(pods) + len(deletes):]
+        status_outcomes = outcomes[len(pods) + len(deletes) :]
         unwritten = {name for (name, _), outcome in zip(statuses, status_outcomes) if outcome is _FAILED}
         for name in unwritten:
             ctl.status_write_failed(name)
@@ -229,18 +262,28 @@ class Kube:
         # Ended pods and their tokens go only once their trial's status holds their outcome (a restart must
         # not read the deletion of a finished pod as a disruption), and before a terminal Experiment
         # status, which ends the daemon.
-        secrets = [(name, attempt(f"delete token Secret {name}", self._delete_secret, ns, name))
-                   for name, trial in plan.collect_secrets if trial not in unwritten]
-        collected = await asyncio.gather(*(c for _, c in secrets),
-                                         *(attempt(f"delete ended pod {pod}", self._delete_pod, ns, pod, 0)
-                                           for pod, trial in plan.collect_pods if trial not in unwritten))
+        secrets = [
+            (name, attempt(f"delete token Secret {name}", self._delete_secret, ns, name))
+            for name, trial in plan.collect_secrets
+            if trial not in unwritten
+        ]
+        collected = await asyncio.gather(
+            *(c for _, c in secrets),
+            *(
+                attempt(f"delete ended pod {pod}", self._delete_pod, ns, pod, 0)
+                for pod, trial in plan.collect_pods
+                if trial not in unwritten
+            ),
+        )
         kept = {name for (name, _), outcome in zip(secrets, collected) if outcome is _FAILED}
         ctl.secrets_deleted -= kept | {name for name, trial in plan.collect_secrets if trial in unwritten}
         if final:
             if unwritten:
                 ctl.status_write_failed(None)
-            elif await attempt("experiment status", self.patch_experiment_status, ns, ctl.name,
-                               plan.experiment_status) is _FAILED:
+            elif (
+                await attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)
+                is _FAILED
+            ):
                 ctl.status_write_failed(None)
         return errors
 
@@ -257,14 +300,16 @@ class Kube:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                "metadata": {"name": name, "namespace": namespace,
-                             "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
-                "data": key_secret_data(new_key())}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+            "data": key_secret_data(new_key()),
+        }
         try:
             _drain(self.core.create_namespaced_secret(namespace, body, _preload_content=False))
         except client.ApiException as exc:
             if exc.status != 409:  # another replica won the race: read theirs
                 raise
         return self.load_or_create_key(namespace, name)
-

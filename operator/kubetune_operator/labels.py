@@ -112,4 +112,3 @@ def label_value(name: str) -> str:
     selector so they agree.
     """
     return _bounded(name, "", MAX_LABEL_LENGTH)
-

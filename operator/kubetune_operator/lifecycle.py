@@ -62,19 +62,26 @@ def _row(end: str, outcome: str | None, situation: str) -> Transition:
     if situation == "stopping" and end == "Succeeded":
         return Transition("finish", STOP_REASON)
     if end == "Disrupted":  # asked to stop or suspend: the pod was deleted on purpose
-        return {"running": Transition("retry", "PodDeleted", pod_reason=True),
-                "suspending": Transition("pause", "Suspended"),
-                "stopping": Transition("finish", STOP_REASON)}[situation]
-    return {OUTCOME_PAUSED: Transition("pause", "SchedulerPaused"),
-            OUTCOME_TERMINATED: Transition("retry", "Terminated", pod_reason=True),
-            OUTCOME_FENCED: Transition("retry", "Fenced"),
-            None: Transition("fail", "NoOutcome")}[outcome]
+        return {
+            "running": Transition("retry", "PodDeleted", pod_reason=True),
+            "suspending": Transition("pause", "Suspended"),
+            "stopping": Transition("finish", STOP_REASON),
+        }[situation]
+    return {
+        OUTCOME_PAUSED: Transition("pause", "SchedulerPaused"),
+        OUTCOME_TERMINATED: Transition("retry", "Terminated", pod_reason=True),
+        OUTCOME_FENCED: Transition("retry", "Fenced"),
+        None: Transition("fail", "NoOutcome"),
+    }[outcome]
 
 
 #: The whole table: ``(end, outcome, situation) -> Transition``.
-TRANSITIONS = {(end, outcome, situation): _row(end, outcome, situation)
-               for end in ENDS for outcome in (OUTCOMES if end == "Succeeded" else (None,))
-               for situation in SITUATIONS}
+TRANSITIONS = {
+    (end, outcome, situation): _row(end, outcome, situation)
+    for end in ENDS
+    for outcome in (OUTCOMES if end == "Succeeded" else (None,))
+    for situation in SITUATIONS
+}
 
 
 def transition(end: str, outcome: str | None, situation: str) -> Transition:

@@ -11,13 +11,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, ge
 
 from .status import TRIAL_PHASES
 
-COLLECTOR_REQUESTS = Counter("kubetune_collector_requests_total", "Result batches received, by HTTP status.",
-                             ["code"])
+COLLECTOR_REQUESTS = Counter("kubetune_collector_requests_total", "Result batches received, by HTTP status.", ["code"])
 RESULTS = Counter("kubetune_results_total", "Training results accepted by the collector.")
 DECISIONS = Counter("kubetune_decisions_total", "Decisions sent back to trial runtimes.", ["decision"])
 TRIALS = Gauge("kubetune_trials", "Trials per phase.", ["namespace", "experiment", "phase"])
-RECONCILE_SECONDS = Histogram("kubetune_reconcile_seconds", "Time of one reconcile pass of an Experiment.",
-                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+RECONCILE_SECONDS = Histogram(
+    "kubetune_reconcile_seconds",
+    "Time of one reconcile pass of an Experiment.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 
 
 def set_trial_counts(namespace: str, experiment: str, counts: dict[str, int]) -> None:

@@ -17,15 +17,44 @@ from typing import Mapping
 LEVELS = ("restricted", "baseline", "privileged")
 
 # Pod Security Standards, baseline: sysctls allowed, seLinux types allowed; restricted: volume types allowed.
-_SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-                 "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-                 "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-                 "net.ipv4.tcp_keepalive_probes"}
+_SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
 _SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
-_RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                       "projected", "secret"}
-_BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-                          "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+_RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+_BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
 
 
 def violations(pod: Mapping, level: str) -> list[str]:
@@ -51,10 +80,14 @@ def violations(pod: Mapping, level: str) -> list[str]:
     found = [f"spec.{key}: true" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key)]
     volumes = spec.get("volumes") or []
     found += [f"volume {v.get('name')!r} is a hostPath" for v in volumes if "hostPath" in v]
-    found += [f"securityContext.sysctls: {s.get('name')} is not a safe sysctl" for s in pod_sc.get("sysctls") or ()
-              if s.get("name") not in _SAFE_SYSCTLS]
-    contexts = [("securityContext", pod_sc)] + [(f"container {c.get('name')!r} securityContext",
-                                                 c.get("securityContext") or {}) for c in containers]
+    found += [
+        f"securityContext.sysctls: {s.get('name')} is not a safe sysctl"
+        for s in pod_sc.get("sysctls") or ()
+        if s.get("name") not in _SAFE_SYSCTLS
+    ]
+    contexts = [("securityContext", pod_sc)] + [
+        (f"container {c.get('name')!r} securityContext", c.get("securityContext") or {}) for c in containers
+    ]
     for where, sc in contexts:
         if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
             found.append(f"{where}.seccompProfile.type: Unconfined")
@@ -70,8 +103,11 @@ def violations(pod: Mapping, level: str) -> list[str]:
             found.append(f"{where}.capabilities.add: {sorted(added - _BASELINE_CAPABILITIES)}")
     if level == "baseline":
         return found
-    found += [f"volume {v.get('name')!r} is of a type the restricted level does not allow"
-              for v in volumes if "hostPath" not in v and not set(v) - {"name"} <= _RESTRICTED_VOLUMES]
+    found += [
+        f"volume {v.get('name')!r} is of a type the restricted level does not allow"
+        for v in volumes
+        if "hostPath" not in v and not set(v) - {"name"} <= _RESTRICTED_VOLUMES
+    ]
     for name, sc in contexts[1:]:
         effective = {**pod_sc, **sc}
         if effective.get("runAsNonRoot") is not True:

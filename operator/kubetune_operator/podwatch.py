@@ -57,8 +57,9 @@ class PodWatch:
             reached ``Succeeded`` or ``Failed`` or went (a slot may be free).
     """
 
-    def __init__(self, core: client.CoreV1Api, namespaces: tuple[str, ...],
-                 on_change: Callable[[str, str, bool], None]):
+    def __init__(
+        self, core: client.CoreV1Api, namespaces: tuple[str, ...], on_change: Callable[[str, str, bool], None]
+    ):
         self.core = core
         self.scopes: tuple[str | None, ...] = tuple(namespaces) or (None,)
         self.on_change = on_change
@@ -134,8 +135,11 @@ class PodWatch:
             kwargs = {"label_selector": SELECTOR, "limit": PAGE, "_preload_content": False}
             if token:
                 kwargs["_continue"] = token
-            resp = (self.core.list_pod_for_all_namespaces(**kwargs) if scope is None
-                    else self.core.list_namespaced_pod(scope, **kwargs))
+            resp = (
+                self.core.list_pod_for_all_namespaces(**kwargs)
+                if scope is None
+                else self.core.list_namespaced_pod(scope, **kwargs)
+            )
             page = json.loads(resp.data)
             for pod in page["items"]:
                 listed.setdefault(_key(pod), {})[pod["metadata"]["name"]] = pod_view(pod)
@@ -152,8 +156,14 @@ class PodWatch:
         stream = watch.Watch(return_type="object")  # plain dicts: no client models
         fn = self.core.list_pod_for_all_namespaces if scope is None else self.core.list_namespaced_pod
         args = () if scope is None else (scope,)
-        for event in stream.stream(fn, *args, label_selector=SELECTOR, resource_version=version,
-                                   allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT_S):
+        for event in stream.stream(
+            fn,
+            *args,
+            label_selector=SELECTOR,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_TIMEOUT_S,
+        ):
             pod = event["raw_object"]
             version = pod["metadata"].get("resourceVersion") or version
             if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
@@ -178,5 +188,4 @@ class PodWatch:
                 if not gone:
                     log.warning("pod watch (%s): %s", scope or "all namespaces", self.error)
                 version = None
-                self._stop.wait(0 if gone and failures == 1 else
-                                min(BACKOFF_S[0] * 2 ** (failures - 1), BACKOFF_S[1]))
+                self._stop.wait(0 if gone and failures == 1 else min(BACKOFF_S[0] * 2 ** (failures - 1), BACKOFF_S[1]))

@@ -82,11 +82,16 @@ class ExperimentSpec:
             ValueError: a field the operator decides by has the wrong type or range (the message names
                 it); the CRD's schema refuses these first where it can.
         """
+
         def number(key: str, value: Any, minimum: float | None = None, integer: bool = False) -> Any:
             if value is None:
                 return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    (integer and not float(value).is_integer()) or not math.isfinite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or (integer and not float(value).is_integer())
+                or not math.isfinite(value)
+            ):
                 raise ValueError(f"spec.{key} must be {'an integer' if integer else 'a finite number'}, got {value!r}")
             if minimum is not None and value < minimum:
                 raise ValueError(f"spec.{key} must be >= {minimum:g}, got {value!r}")
@@ -103,8 +108,9 @@ class ExperimentSpec:
             params = value.get("params") or {}
             if not isinstance(params, Mapping):
                 raise ValueError(f"spec.{key}.params must be an object, got {params!r}")
-            return Algorithm(str(value.get("name") or default), dict(params),
-                             number(f"{key}.seed", value.get("seed"), integer=True))
+            return Algorithm(
+                str(value.get("name") or default), dict(params), number(f"{key}.seed", value.get("seed"), integer=True)
+            )
 
         failure, retention = obj("failure"), obj("podRetentionPolicy")
         for key in ("whenSucceeded", "whenFailed"):
@@ -112,16 +118,26 @@ class ExperimentSpec:
                 raise ValueError(f"spec.podRetentionPolicy.{key} must be Retain or Delete, got {retention[key]!r}")
         budget = spec.get("timeBudget")
         return cls(
-            metric=spec.get("metric"), mode=spec.get("mode"), config=dict(obj("config")),
+            metric=spec.get("metric"),
+            mode=spec.get("mode"),
+            config=dict(obj("config")),
             num_samples=number("numSamples", spec.get("numSamples", 1), 1, integer=True),
-            search_algorithm=algorithm("searchAlgorithm", "basic"), scheduler=algorithm("scheduler", "fifo"),
-            stop=dict(obj("stop")), goal=number("goal", spec.get("goal")),
+            search_algorithm=algorithm("searchAlgorithm", "basic"),
+            scheduler=algorithm("scheduler", "fifo"),
+            stop=dict(obj("stop")),
+            goal=number("goal", spec.get("goal")),
             time_budget_s=parse_duration(budget) if budget else None,
-            max_concurrent_trials=number("maxConcurrentTrials", spec.get("maxConcurrentTrials") or None, 1,
-                                         integer=True),
-            failure=FailurePolicy(number("failure.maxFailures", failure.get("maxFailures", 0), -1, integer=True),
-                                  number("failure.maxFailedTrials", failure.get("maxFailedTrials"), 0, integer=True)),
-            pod_retention=PodRetentionPolicy(retention.get("whenSucceeded", "Delete"),
-                                             retention.get("whenFailed", "Retain")),
-            suspend=bool(spec.get("suspend", False)), storage_uri=obj("storage").get("uri") or None,
-            stoppers=tuple(dict(item) for item in spec.get("stoppers") or ()))
+            max_concurrent_trials=number(
+                "maxConcurrentTrials", spec.get("maxConcurrentTrials") or None, 1, integer=True
+            ),
+            failure=FailurePolicy(
+                number("failure.maxFailures", failure.get("maxFailures", 0), -1, integer=True),
+                number("failure.maxFailedTrials", failure.get("maxFailedTrials"), 0, integer=True),
+            ),
+            pod_retention=PodRetentionPolicy(
+                retention.get("whenSucceeded", "Delete"), retention.get("whenFailed", "Retain")
+            ),
+            suspend=bool(spec.get("suspend", False)),
+            storage_uri=obj("storage").get("uri") or None,
+            stoppers=tuple(dict(item) for item in spec.get("stoppers") or ()),
+        )

@@ -67,8 +67,15 @@ def get_condition(conditions: Iterable[Mapping] | None, type_: str) -> Mapping |
     return next((c for c in conditions or () if c.get("type") == type_), None)
 
 
-def set_condition(conditions: Iterable[Mapping] | None, type_: str, status: bool | str, reason: str,
-                  message: str, observed_generation: int | None, now: datetime) -> list[dict]:
+def set_condition(
+    conditions: Iterable[Mapping] | None,
+    type_: str,
+    status: bool | str,
+    reason: str,
+    message: str,
+    observed_generation: int | None,
+    now: datetime,
+) -> list[dict]:
     """Return a new condition list with condition ``type_`` set; the input is not changed.
 
     ``lastTransitionTime`` becomes ``now`` when the condition is new or its
@@ -93,8 +100,13 @@ def set_condition(conditions: Iterable[Mapping] | None, type_: str, status: bool
         raise ValueError(f"condition status must be True, False or Unknown, got {status!r}")
     if not _REASON.match(reason):
         raise ValueError(f"condition reason must be CamelCase, got {reason!r}")
-    new = {"type": type_, "status": status, "reason": reason, "message": truncate_message(message),
-           "lastTransitionTime": format_time(now)}
+    new = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": truncate_message(message),
+        "lastTransitionTime": format_time(now),
+    }
     if observed_generation is not None:
         new["observedGeneration"] = observed_generation
     result, found = [], False
@@ -218,9 +230,16 @@ class PhaseDecision:
     stop_remaining: bool = False
 
 
-def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, search_finished: bool = False,
-                     goal_reached: bool = False, time_budget_exhausted: bool = False,
-                     max_failed_trials: int | None = None, stoppers_stop_all: bool = False) -> PhaseDecision:
+def experiment_phase(
+    counts: Mapping[str, int],
+    *,
+    suspended: bool = False,
+    search_finished: bool = False,
+    goal_reached: bool = False,
+    time_budget_exhausted: bool = False,
+    max_failed_trials: int | None = None,
+    stoppers_stop_all: bool = False,
+) -> PhaseDecision:
     """Decide an Experiment's phase from its trial counts and the end criteria.
 
     The experiment ends (docs/architecture.md, "When an Experiment ends") when ``goal`` is reached, when
@@ -248,8 +267,11 @@ def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, sear
     if goal_reached:
         end = ("Succeeded", "GoalReached", "the best trial reached spec.goal")
     elif max_failed_trials is not None and failed > max_failed_trials:
-        end = ("Failed", "MaxFailedTrialsExceeded",
-               f"{failed} trials failed, more than maxFailedTrials={max_failed_trials}")
+        end = (
+            "Failed",
+            "MaxFailedTrialsExceeded",
+            f"{failed} trials failed, more than maxFailedTrials={max_failed_trials}",
+        )
     elif time_budget_exhausted:
         end = ("Succeeded", "TimeBudgetExhausted", "spec.timeBudget has passed")
     elif stoppers_stop_all:
@@ -258,15 +280,20 @@ def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, sear
         if failed and not counts["succeeded"]:
             end = ("Failed", "AllTrialsFailed", f"all {failed} trials failed")
         else:
-            end = ("Succeeded", "AllTrialsCompleted",
-                   f"all {counts['total']} trials finished: {counts['succeeded']} succeeded, {failed} failed")
+            end = (
+                "Succeeded",
+                "AllTrialsCompleted",
+                f"all {counts['total']} trials finished: {counts['succeeded']} succeeded, {failed} failed",
+            )
     if end is not None:
         phase, reason, message = end
         if active:
             return PhaseDecision("Running", reason, f"{message}; stopping {active} trials", True)
         return PhaseDecision(phase, reason, message, True)
-    summary = (f"{counts['running']} running, {counts['pending']} pending, {counts['paused']} paused, "
-               f"{counts['succeeded']} succeeded, {failed} failed")
+    summary = (
+        f"{counts['running']} running, {counts['pending']} pending, {counts['paused']} paused, "
+        f"{counts['succeeded']} succeeded, {failed} failed"
+    )
     if suspended:
         return PhaseDecision("Suspended", "ExperimentSuspended", f"spec.suspend is true; {summary}")
     if counts["total"] == counts["pending"]:
@@ -274,28 +301,44 @@ def experiment_phase(counts: Mapping[str, int], *, suspended: bool = False, sear
     return PhaseDecision("Running", "TrialsRunning", summary)
 
 
-def experiment_conditions(conditions: Iterable[Mapping] | None, decision: PhaseDecision,
-                          observed_generation: int | None, now: datetime) -> list[dict]:
+def experiment_conditions(
+    conditions: Iterable[Mapping] | None, decision: PhaseDecision, observed_generation: int | None, now: datetime
+) -> list[dict]:
     """Return ``conditions`` with Running, Suspended, Complete and Failed set from ``decision``.
 
     Running and Suspended are always present (True or False, the decision's reason
     explaining either); Complete and Failed are added once true, like a Job's.
     ``Ready`` is left as it is.
     """
-    result = set_condition(conditions, "Running", decision.phase == "Running", decision.reason,
-                           decision.message, observed_generation, now)
+    result = set_condition(
+        conditions, "Running", decision.phase == "Running", decision.reason, decision.message, observed_generation, now
+    )
     suspended = decision.phase == "Suspended"
-    result = set_condition(result, "Suspended", suspended, decision.reason if suspended else "NotSuspended",
-                           decision.message if suspended else "", observed_generation, now)
+    result = set_condition(
+        result,
+        "Suspended",
+        suspended,
+        decision.reason if suspended else "NotSuspended",
+        decision.message if suspended else "",
+        observed_generation,
+        now,
+    )
     for type_, phase in (("Complete", "Succeeded"), ("Failed", "Failed")):
         if decision.phase == phase:
             result = set_condition(result, type_, True, decision.reason, decision.message, observed_generation, now)
     return result
 
 
-def experiment_status(*, phase: str, conditions: list, observed_generation: int | None, counts: Mapping[str, int],
-                      best: Mapping | None = None, start_time: str | None = None,
-                      completion_time: str | None = None) -> dict:
+def experiment_status(
+    *,
+    phase: str,
+    conditions: list,
+    observed_generation: int | None,
+    counts: Mapping[str, int],
+    best: Mapping | None = None,
+    start_time: str | None = None,
+    completion_time: str | None = None,
+) -> dict:
     """Assemble an Experiment's ``status``; None fields are left out.
 
     Every part is bounded (conditions: the :data:`CONDITION_TYPES` with
@@ -309,9 +352,15 @@ def experiment_status(*, phase: str, conditions: list, observed_generation: int 
     """
     if phase not in EXPERIMENT_PHASES:
         raise ValueError(f"unknown experiment phase {phase!r}")
-    status = {"phase": phase, "conditions": conditions, "observedGeneration": observed_generation,
-              "trials": dict(counts), "bestTrial": dict(best) if best else None, "startTime": start_time,
-              "completionTime": completion_time}
+    status = {
+        "phase": phase,
+        "conditions": conditions,
+        "observedGeneration": observed_generation,
+        "trials": dict(counts),
+        "bestTrial": dict(best) if best else None,
+        "startTime": start_time,
+        "completionTime": completion_time,
+    }
     return {k: v for k, v in status.items() if v is not None}
 
 

@@ -58,8 +58,15 @@ class TrialPlateauStopper:
         ValueError: ``metric_threshold`` without a ``mode``, or counts below 1.
     """
 
-    def __init__(self, metric: str, std: float = 0.01, num_results: int = 4, grace_period: int = 4,
-                 metric_threshold: float | None = None, mode: str | None = None):
+    def __init__(
+        self,
+        metric: str,
+        std: float = 0.01,
+        num_results: int = 4,
+        grace_period: int = 4,
+        metric_threshold: float | None = None,
+        mode: str | None = None,
+    ):
         if metric_threshold is not None and mode not in ("min", "max"):
             raise ValueError("trial_plateau: metric_threshold needs a mode, min or max")
         check_count("trial_plateau: num_results", num_results)
@@ -73,12 +80,15 @@ class TrialPlateauStopper:
         value = result.get(self.metric)
         window = self.last.setdefault(trial_id, [])
         window.append(value)
-        del window[:-self.num_results]
+        del window[: -self.num_results]
         self.seen[trial_id] = self.seen.get(trial_id, 0) + 1
         if self.seen[trial_id] < self.grace_period or len(window) < self.num_results:
             return False
-        if self.metric_threshold is not None and is_number(value) and (
-                value > self.metric_threshold if self.mode == "min" else value < self.metric_threshold):
+        if (
+            self.metric_threshold is not None
+            and is_number(value)
+            and (value > self.metric_threshold if self.mode == "min" else value < self.metric_threshold)
+        ):
             return False
         if not all(is_number(v) and math.isfinite(v) for v in window):
             return False  # Ray's numpy gives nan or fails here: no plateau
@@ -116,13 +126,16 @@ class ExperimentPlateauStopper:
         value = result.get(self.metric)
         if is_number(value) and not math.isnan(value):
             values = sorted([*self.top_values, value])
-            self.top_values = values[:self.top] if self.mode == "min" else values[-self.top:]
+            self.top_values = values[: self.top] if self.mode == "min" else values[-self.top :]
         self.iterations = self.iterations + 1 if self._plateaued() else 0
         return self.stop_all()
 
     def _plateaued(self) -> bool:
-        return len(self.top_values) == self.top and all(math.isfinite(v) for v in self.top_values) and \
-            statistics.pstdev(self.top_values) <= self.std
+        return (
+            len(self.top_values) == self.top
+            and all(math.isfinite(v) for v in self.top_values)
+            and statistics.pstdev(self.top_values) <= self.std
+        )
 
     def stop_all(self) -> bool:
         return self._plateaued() and self.iterations >= self.patience
@@ -136,8 +149,11 @@ class ExperimentPlateauStopper:
 
 
 #: ``spec.stoppers[].name`` -> class.
-STOPPERS = {"maximum_iteration": MaximumIterationStopper, "trial_plateau": TrialPlateauStopper,
-            "experiment_plateau": ExperimentPlateauStopper}
+STOPPERS = {
+    "maximum_iteration": MaximumIterationStopper,
+    "trial_plateau": TrialPlateauStopper,
+    "experiment_plateau": ExperimentPlateauStopper,
+}
 
 
 class Stoppers:

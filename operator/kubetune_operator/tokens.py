@@ -78,9 +78,15 @@ def token_claims(key: bytes, token: object) -> tuple[str, str, int, str] | None:
         claims = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
     except ValueError:
         return None
-    if not (isinstance(claims, list) and len(claims) == 4 and isinstance(claims[0], str)
-            and isinstance(claims[1], str) and type(claims[2]) is int and claims[2] >= 0
-            and isinstance(claims[3], str)):
+    if not (
+        isinstance(claims, list)
+        and len(claims) == 4
+        and isinstance(claims[0], str)
+        and isinstance(claims[1], str)
+        and type(claims[2]) is int
+        and claims[2] >= 0
+        and isinstance(claims[3], str)
+    ):
         return None
     expected = _mac(key, *claims)
     if not hmac.compare_digest(expected.encode(), mac.encode("utf-8", "surrogatepass")):

@@ -52,8 +52,13 @@ def custom(api):
 def s3(cluster):
     """A plain boto3 client on the cluster's S3 endpoint, to look at what trials wrote."""
     env = cluster.env()
-    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
 
 
 @pytest.fixture
@@ -67,9 +72,12 @@ def namespace(core):
 @pytest.fixture(scope="session")
 def operator(cluster, tmp_path_factory):
     """The real operator for the whole run (status written every 0.5 s, 20 s trial grace period)."""
-    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log",
-                         KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S="0.5",
-                         KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S="20")
+    op = OperatorProcess(
+        cluster,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S="0.5",
+        KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S="20",
+    )
     op.start()
     yield op
     op.stop()
@@ -79,6 +87,14 @@ def operator(cluster, tmp_path_factory):
 def storage_secret(cluster, core, namespace):
     """A Secret with the S3 credentials for trial pods, as a user would create it."""
     env = cluster.env()
-    core.create_namespaced_secret(namespace, {"metadata": {"name": "s3-creds"}, "stringData": {
-        "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
+    core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "s3-creds"},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+                "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+            },
+        },
+    )
     return "s3-creds"

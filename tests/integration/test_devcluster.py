@@ -20,14 +20,21 @@ from tests.integration.support import wait_for
 PY = sys.executable
 
 
-
 def pod_manifest(name, script, *, node=None, gpus=0, restart="Never", grace=30, **container_extra):
-    container = {"name": "main", "image": "python:3.11", "command": [PY, "-c", textwrap.dedent(script)],
-                 **container_extra}
+    container = {
+        "name": "main",
+        "image": "python:3.11",
+        "command": [PY, "-c", textwrap.dedent(script)],
+        **container_extra,
+    }
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    spec = {"containers": [container], "restartPolicy": restart, "terminationGracePeriodSeconds": grace,
-            "automountServiceAccountToken": False}
+    spec = {
+        "containers": [container],
+        "restartPolicy": restart,
+        "terminationGracePeriodSeconds": grace,
+        "automountServiceAccountToken": False,
+    }
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
@@ -56,16 +63,37 @@ def test_server_reports_the_pinned_release(cluster):
 
 def test_crd_fields_are_explained(cluster):
     crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": "widgets.devcluster.test"},
-        "spec": {"group": "devcluster.test", "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                     "type": "object", "description": "A widget for the test.",
-                     "properties": {"spec": {
-                         "type": "object", "description": "What the widget should be.",
-                         "properties": {"size": {"type": "integer",
-                                                 "description": "Size of the widget in cogs."}}}}}}}]}}
+        "spec": {
+            "group": "devcluster.test",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A widget for the test.",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "description": "What the widget should be.",
+                                    "properties": {
+                                        "size": {"type": "integer", "description": "Size of the widget in cogs."}
+                                    },
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(crd))
     cluster.kubectl("wait", "--for=condition=Established", "crd/widgets.devcluster.test", "--timeout=60s")
 
@@ -106,8 +134,11 @@ def test_one_gpu_node_runs_one_gpu_pod_at_a_time(cluster, core, namespace):
     assert phase(core, namespace, "second") == "Pending"
     assert phase(core, namespace, "first") == "Running"
     wait_for(lambda: phase(core, namespace, "first") == "Succeeded", what="first pod to finish")
-    wait_for(lambda: phase(core, namespace, "second") in ("Running", "Succeeded"), timeout=90,
-             what="second pod to run after the GPU is released")
+    wait_for(
+        lambda: phase(core, namespace, "second") in ("Running", "Succeeded"),
+        timeout=90,
+        what="second pod to run after the GPU is released",
+    )
     wait_for(lambda: phase(core, namespace, "second") == "Succeeded", what="second pod to finish")
     for name in ("first", "second"):
         log = (cluster.workdir / "pods" / f"{namespace}_{name}" / "main.log").read_text()
@@ -120,8 +151,10 @@ def test_concurrent_gpu_pods_get_distinct_device_ids(cluster, core, namespace):
         core.create_namespaced_pod(namespace, pod_manifest(f"g{i}", script, node="devcluster-node-0", gpus=2))
     for i in range(2):
         wait_for(lambda: phase(core, namespace, f"g{i}") == "Succeeded", what=f"pod g{i} to finish")
-    seen = [(cluster.workdir / "pods" / f"{namespace}_g{i}" / "main.log").read_text().split("gpus=")[1].split()[0]
-            for i in range(2)]
+    seen = [
+        (cluster.workdir / "pods" / f"{namespace}_g{i}" / "main.log").read_text().split("gpus=")[1].split()[0]
+        for i in range(2)
+    ]
     ids = [set(s.split(",")) for s in seen]
     assert all(len(s) == 2 for s in ids) and not (ids[0] & ids[1]), seen
 
@@ -144,10 +177,12 @@ def test_exit_codes_set_phase_and_termination_message(core, namespace):
 
 
 def test_env_volumes_and_working_dir_are_what_a_container_sees(cluster, core, namespace):
-    core.create_namespaced_secret(namespace, {"metadata": {"name": "creds"},
-                                              "data": {"token": base64.b64encode(b"s3cret").decode()}})
-    core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"mode": "fast",
-                                                                                            "LEVEL": "3"}})
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "creds"}, "data": {"token": base64.b64encode(b"s3cret").decode()}}
+    )
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "settings"}, "data": {"mode": "fast", "LEVEL": "3"}}
+    )
     script = """
         import json, os
         os.makedirs('/scratch/sub', exist_ok=True)
@@ -155,28 +190,48 @@ def test_env_volumes_and_working_dir_are_what_a_container_sees(cluster, core, na
         print(json.dumps({k: os.environ.get(k) for k in ('A', 'B', 'C', 'D', 'POD', 'NS', 'LEVEL', 'CFG_LEVEL')}
                          | {'cwd': os.getcwd(), 'scratch': os.listdir('/scratch')}), flush=True)
     """
-    env = [{"name": "A", "value": "plain"}, {"name": "B", "value": "$(A)-expanded"},
-           {"name": "C", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
-           {"name": "D", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
-           {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-           {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+    env = [
+        {"name": "A", "value": "plain"},
+        {"name": "B", "value": "$(A)-expanded"},
+        {"name": "C", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+        {"name": "D", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
     env_from = [{"configMapRef": {"name": "settings"}}, {"configMapRef": {"name": "settings"}, "prefix": "CFG_"}]
-    manifest = pod_manifest("envy", script, env=env, envFrom=env_from,
-                            volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}], workingDir="/scratch")
+    manifest = pod_manifest(
+        "envy",
+        script,
+        env=env,
+        envFrom=env_from,
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+        workingDir="/scratch",
+    )
     manifest["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
     core.create_namespaced_pod(namespace, manifest)
     wait_for(lambda: phase(core, namespace, "envy") in ("Succeeded", "Failed"), what="envy to finish")
     log = (cluster.workdir / "pods" / f"{namespace}_envy" / "main.log").read_text()
     assert phase(core, namespace, "envy") == "Succeeded", log
     seen = json.loads(log.strip().splitlines()[-1])
-    assert seen == {"A": "plain", "B": "plain-expanded", "C": "s3cret", "D": "fast", "POD": "envy",
-                    "NS": namespace, "LEVEL": "3", "CFG_LEVEL": "3", "cwd": "/scratch", "scratch": ["sub"]}
+    assert seen == {
+        "A": "plain",
+        "B": "plain-expanded",
+        "C": "s3cret",
+        "D": "fast",
+        "POD": "envy",
+        "NS": namespace,
+        "LEVEL": "3",
+        "CFG_LEVEL": "3",
+        "cwd": "/scratch",
+        "scratch": ["sub"],
+    }
     # the emptyDir lives in the pod's folder on the host, not at /scratch
     assert (cluster.workdir / "pods" / f"{namespace}_envy" / "volumes" / "scratch" / "sub" / "file").exists()
 
 
 def test_a_volume_over_the_clusters_folder_leaves_later_mounts_and_the_termination_message_working(
-        cluster, core, namespace):
+    cluster, core, namespace
+):
     # Every volume's host folder and the termination-message file live under the cluster's work folder, so a
     # volume mounted there (as an emptyDir at /tmp would, where the work folder is under /tmp) covers the host
     # paths of the mounts made after it. The interpreter lives elsewhere, so the pod can still start. The child
@@ -191,8 +246,11 @@ def test_a_volume_over_the_clusters_folder_leaves_later_mounts_and_the_terminati
         open('/data/d', 'w').write('d')
         open('/dev/termination-log', 'w').write(json.dumps(seen))
     """
-    mounts = [{"name": "inner", "mountPath": top + "/inner"}, {"name": "top", "mountPath": top},
-              {"name": "data", "mountPath": "/data"}]
+    mounts = [
+        {"name": "inner", "mountPath": top + "/inner"},
+        {"name": "top", "mountPath": top},
+        {"name": "data", "mountPath": "/data"},
+    ]
     manifest = pod_manifest("covering", script, volumeMounts=mounts)
     manifest["spec"]["volumes"] = [{"name": n, "emptyDir": {}} for n in ("top", "inner", "data")]
     core.create_namespaced_pod(namespace, manifest)
@@ -217,8 +275,9 @@ def test_missing_secret_keeps_pod_pending_until_it_exists(core, namespace):
         return sts and sts[0]["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError"
 
     wait_for(config_error, what="CreateContainerConfigError")
-    core.create_namespaced_secret(namespace, {"metadata": {"name": "later"},
-                                              "data": {"k": base64.b64encode(b"v").decode()}})
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "later"}, "data": {"k": base64.b64encode(b"v").decode()}}
+    )
     wait_for(lambda: phase(core, namespace, "waits") == "Succeeded", what="pod to run once the secret exists")
 
 
@@ -229,8 +288,9 @@ def test_restart_policy_on_failure_restarts_until_success(core, namespace):
         open('/state/n', 'w').write(str(n + 1))
         sys.exit(0 if n >= 1 else 1)
     """
-    manifest = pod_manifest("flaky", script, restart="OnFailure",
-                            volumeMounts=[{"name": "state", "mountPath": "/state"}])
+    manifest = pod_manifest(
+        "flaky", script, restart="OnFailure", volumeMounts=[{"name": "state", "mountPath": "/state"}]
+    )
     manifest["spec"]["volumes"] = [{"name": "state", "emptyDir": {}}]
     core.create_namespaced_pod(namespace, manifest)
     wait_for(lambda: phase(core, namespace, "flaky") == "Succeeded", timeout=60, what="flaky to succeed")
@@ -251,8 +311,10 @@ def test_graceful_deletion_sends_sigterm_and_removes_the_pod(cluster, core, name
         time.sleep(600)
     """
     core.create_namespaced_pod(namespace, pod_manifest("polite", script, grace=20))
-    stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('started', flush=True); "
-                "time.sleep(600)")
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('started', flush=True); "
+        "time.sleep(600)"
+    )
     core.create_namespaced_pod(namespace, pod_manifest("stubborn", stubborn, grace=2))
     logs = {n: cluster.workdir / "pods" / f"{namespace}_{n}" / "main.log" for n in ("polite", "stubborn")}
     for name in logs:
@@ -268,8 +330,14 @@ def test_graceful_deletion_sends_sigterm_and_removes_the_pod(cluster, core, name
 
 def test_deleting_an_owner_collects_what_it_owns(core, namespace):
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
-    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid,
-           "blockOwnerDeletion": True, "controller": True}
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner.metadata.uid,
+        "blockOwnerDeletion": True,
+        "controller": True,
+    }
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "owned", "ownerReferences": [ref]}})
     core.delete_namespaced_config_map("owner", namespace, propagation_policy="Foreground")
 
@@ -302,8 +370,12 @@ def test_deleting_a_namespace_with_a_running_pod_completes(cluster, core):
 def test_logs_cli_prints_a_pods_output(cluster, core, namespace):
     core.create_namespaced_pod(namespace, pod_manifest("talker", "print('hello from the pod')"))
     wait_for(lambda: phase(core, namespace, "talker") == "Succeeded", what="talker to finish")
-    out = subprocess.run([PY, "-m", "devcluster", "--dir", str(cluster.workdir), "logs", "talker", "-n", namespace],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [PY, "-m", "devcluster", "--dir", str(cluster.workdir), "logs", "talker", "-n", namespace],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "hello from the pod" in out
 
 
@@ -322,8 +394,21 @@ def test_the_api_server_serves_pod_logs_from_the_process_kubelet(cluster, core, 
     wait_for(lambda: phase(core, namespace, "logger") == "Succeeded", what="logger to finish")
     tail = core.read_namespaced_pod_log("logger", namespace, tail_lines=2, _preload_content=False).data
     assert tail == b"line 2\nline 3\n"  # raw: the Python client would return the bytes' repr as str
-    kubectl = subprocess.run([str(build.binary_path("kubectl")), "--kubeconfig", str(cluster.kubeconfig), "logs",
-                              "logger", "-n", namespace, "--limit-bytes=6"], capture_output=True, text=True, check=True)
+    kubectl = subprocess.run(
+        [
+            str(build.binary_path("kubectl")),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "logs",
+            "logger",
+            "-n",
+            namespace,
+            "--limit-bytes=6",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert kubectl.stdout == "line 0"
     with pytest.raises(client.ApiException) as missing:
         core.read_namespaced_pod_log("logger", namespace, container="other")
@@ -335,8 +420,9 @@ def test_teardown_leaves_no_process_behind(tmp_path):
         core = client.CoreV1Api(c.api_client())
         core.create_namespaced_pod("default", pod_manifest("lingerer", "import time; time.sleep(600)"))
         wait_for(lambda: phase(core, "default", "lingerer") == "Running", what="lingerer Running")
-        pod_pid = int(get_pod(core, "default", "lingerer")["status"]["containerStatuses"][0]["containerID"]
-                      .split("://")[1])
+        pod_pid = int(
+            get_pod(core, "default", "lingerer")["status"]["containerStatuses"][0]["containerID"].split("://")[1]
+        )
         pids = dict(c.state["pids"])
     assert set(pids) == {"s3", "etcd", "apiserver", "scheduler", "controller-manager", "kubelet"}
     assert not [name for name, pid in pids.items() if procs.pid_alive(pid)]

@@ -32,12 +32,18 @@ GPU_NODE = "devcluster-node-0"
 def storage(cluster):
     """kubetune's own S3 storage with the cluster's credentials, for restoring checkpoints here."""
     env = cluster.env()
-    return open_storage(f"s3://{S3_BUCKET}", endpoint=cluster.s3_endpoint, region=env["AWS_DEFAULT_REGION"],
-                        access_key_id=env["AWS_ACCESS_KEY_ID"], secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+    return open_storage(
+        f"s3://{S3_BUCKET}",
+        endpoint=cluster.s3_endpoint,
+        region=env["AWS_DEFAULT_REGION"],
+        access_key_id=env["AWS_ACCESS_KEY_ID"],
+        secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
 
 
-def run_example(custom, s3, cluster, namespace: str, path: Path, *, node: str | None = None,
-                timeout_s: float = 480) -> tuple[dict, dict, dict[str, dict], dict[str, list[dict]]]:
+def run_example(
+    custom, s3, cluster, namespace: str, path: Path, *, node: str | None = None, timeout_s: float = 480
+) -> tuple[dict, dict, dict[str, dict], dict[str, list[dict]]]:
     """Apply the example at ``path`` (pinned to ``node`` if given), wait until it Succeeded, check that it ran
     ``numSamples`` trials of ``stop.training_iteration`` results each, and return
     ``(spec, experiment, trials by name, result.json lines by trial)``."""
@@ -57,8 +63,9 @@ def run_example(custom, s3, cluster, namespace: str, path: Path, *, node: str | 
     assert len(trials) == spec["numSamples"]
     lines = {t: result_lines(s3, trial_prefix(s3, S3_BUCKET, "experiments", namespace, name, t)) for t in trials}
     for trial, results in lines.items():
-        assert [r["training_iteration"] for r in results] == list(range(1, spec["stop"]["training_iteration"] + 1)), \
+        assert [r["training_iteration"] for r in results] == list(range(1, spec["stop"]["training_iteration"] + 1)), (
             trial
+        )
     return spec, exp, trials, lines
 
 
@@ -73,8 +80,11 @@ def result_lines(s3, key_prefix: str) -> list[dict]:
 
 
 def committed_checkpoints(s3, key_prefix: str) -> list[str]:
-    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=key_prefix + "/")
-            for o in page.get("Contents", [])]
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=key_prefix + "/")
+        for o in page.get("Contents", [])
+    ]
     return sorted(k.split("/")[-2] for k in keys if k.endswith("/" + COMMIT_MARKER))
 
 
@@ -85,8 +95,14 @@ def when(stamp: str) -> datetime.datetime:
 def check_counts_and_best(exp: dict, trials: dict[str, dict], finals: dict[str, float]) -> dict:
     """The Experiment's counts and bestTrial agree with its Trials; return bestTrial."""
     status = exp["status"]
-    assert status["trials"] == {"total": len(trials), "pending": 0, "running": 0, "paused": 0,
-                                "succeeded": len(trials), "failed": 0}
+    assert status["trials"] == {
+        "total": len(trials),
+        "pending": 0,
+        "running": 0,
+        "paused": 0,
+        "succeeded": len(trials),
+        "failed": 0,
+    }
     for name, trial in trials.items():
         assert trial["status"]["phase"] == "Succeeded", (name, trial["status"])
         assert trial["status"]["metricValue"] == finals[name]
@@ -99,16 +115,15 @@ def check_counts_and_best(exp: dict, trials: dict[str, dict], finals: dict[str, 
 
 
 def test_digits_experiment_trains_every_trial_on_its_own_gpu_and_the_best_checkpoint_restores(
-        cluster, operator, custom, s3, storage, namespace, storage_secret):
-    spec, exp, trials, lines = run_example(custom, s3, cluster, namespace, EXAMPLE / "experiment.yaml",
-                                           node=GPU_NODE)
+    cluster, operator, custom, s3, storage, namespace, storage_secret
+):
+    spec, exp, trials, lines = run_example(custom, s3, cluster, namespace, EXAMPLE / "experiment.yaml", node=GPU_NODE)
     name, iterations = exp["metadata"]["name"], spec["stop"]["training_iteration"]
     for trial, results in lines.items():
         assert all(0 <= r["mean_accuracy"] <= 1 and r["mean_loss"] > 0 for r in results)
         every = spec["checkpoint"]["frequency"]
         prefix = trial_prefix(s3, S3_BUCKET, "experiments", namespace, name, trial)
-        assert committed_checkpoints(s3, prefix) == [
-            f"checkpoint_{i:06d}" for i in range(every, iterations + 1, every)]
+        assert committed_checkpoints(s3, prefix) == [f"checkpoint_{i:06d}" for i in range(every, iterations + 1, every)]
     finals = {t: results[-1]["mean_accuracy"] for t, results in lines.items()}
     best = check_counts_and_best(exp, trials, finals)
     assert best["metricValue"] > 0.9 and best["iteration"] == iterations
@@ -120,8 +135,11 @@ def test_digits_experiment_trains_every_trial_on_its_own_gpu_and_the_best_checkp
         assert len(ids) == 1 and len(next(iter(ids)).split(",")) == spec["resourcesPerTrial"]["gpu"], (trial, ids)
         gpus[trial] = next(iter(ids))
     spans = {t: (when(tr["status"]["startTime"]), when(tr["status"]["completionTime"])) for t, tr in trials.items()}
-    overlapping = [(a, b) for a, b in itertools.combinations(sorted(trials), 2)
-                   if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+    overlapping = [
+        (a, b)
+        for a, b in itertools.combinations(sorted(trials), 2)
+        if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+    ]
     assert overlapping, spans  # maxConcurrentTrials > 1: some trials did run together
     assert all(gpus[a] != gpus[b] for a, b in overlapping), {t: (gpus[t], spans[t]) for t in trials}
 
@@ -138,21 +156,25 @@ def test_digits_experiment_trains_every_trial_on_its_own_gpu_and_the_best_checkp
 
 
 def test_digits_function_experiment_succeeds_and_its_checkpoints_resume(
-        cluster, operator, custom, s3, storage, namespace, storage_secret, tmp_path):
+    cluster, operator, custom, s3, storage, namespace, storage_secret, tmp_path
+):
     spec, exp, trials, lines = run_example(custom, s3, cluster, namespace, EXAMPLE / "experiment-function.yaml")
     name, iterations = exp["metadata"]["name"], spec["stop"]["training_iteration"]
     for trial in lines:
         # the function reports a checkpoint with every result, and each one is committed
         assert committed_checkpoints(s3, trial_prefix(s3, S3_BUCKET, "experiments", namespace, name, trial)) == [
-            f"checkpoint_{i:06d}" for i in range(1, iterations + 1)]
+            f"checkpoint_{i:06d}" for i in range(1, iterations + 1)
+        ]
     best = check_counts_and_best(exp, trials, {t: r[-1]["mean_accuracy"] for t, r in lines.items()})
 
     local = tmp_path / "best"
     restore_checkpoint(storage, best["checkpoint"], local)
     model_dirs = [p.parent for p in local.rglob(digits.MODEL_FILE)]
     assert len(model_dirs) == 1
-    assert digits.evaluate(digits.load_model(str(model_dirs[0])), digits.load_split())["mean_accuracy"] == \
-        best["metricValue"]
+    assert (
+        digits.evaluate(digits.load_model(str(model_dirs[0])), digits.load_split())["mean_accuracy"]
+        == best["metricValue"]
+    )
     resumed = kubetune.wrap_function(train_digits)(best["config"], storage=storage)
     resumed.restore(best["checkpoint"])
     result = resumed.train()

@@ -63,19 +63,25 @@ def run_with_kills(custom, operator, namespace, spec, expected_trials):
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
     with Killer(operator) as killer:
         try:
-            wait_for(lambda: phase_is(custom, namespace, name, "Succeeded", "Failed"), timeout=300,
-                     what=f"{name} to finish while its operator is killed every 3 s")
+            wait_for(
+                lambda: phase_is(custom, namespace, name, "Succeeded", "Failed"),
+                timeout=300,
+                what=f"{name} to finish while its operator is killed every 3 s",
+            )
         except AssertionError as exc:  # say where each trial got stuck
-            states = {n: {k: t.get("status", {}).get(k) for k in ("phase", "reason", "attempt", "iteration")}
-                      for n, t in sorted(trials(custom, namespace).items())}
+            states = {
+                n: {k: t.get("status", {}).get(k) for k in ("phase", "reason", "attempt", "iteration")}
+                for n, t in sorted(trials(custom, namespace).items())
+            }
             raise AssertionError(f"{exc}; trials: {states}") from None
     assert killer.kills >= 2
     exp = get(custom, namespace, "experiments", name)
     assert exp["status"]["phase"] == "Succeeded", exp["status"]
     found = dict(sorted(trials(custom, namespace).items(), key=lambda kv: kv[1]["spec"]["index"]))
     assert len(found) == expected_trials and exp["status"]["trials"]["total"] == expected_trials
-    assert all(t["status"]["phase"] == "Succeeded" for t in found.values()), \
-        {n: {k: t["status"].get(k) for k in ("phase", "reason", "attempt", "message")} for n, t in found.items()}
+    assert all(t["status"]["phase"] == "Succeeded" for t in found.values()), {
+        n: {k: t["status"].get(k) for k in ("phase", "reason", "attempt", "message")} for n, t in found.items()
+    }
     return found
 
 
@@ -86,16 +92,30 @@ def lines_once(s3, namespace, exp, trial):
     return lines
 
 
-@pytest.mark.parametrize("scheduler", [
-    {"name": "asha", "params": {"grace_period": 1, "reduction_factor": 2, "max_t": MAX_T}},
-    {"name": "median_stopping_rule", "params": {"time_attr": "training_iteration", "grace_period": 2,
-                                                "min_samples_required": 2}},
-], ids=["asha", "median"])
-def test_killed_operator_stops_the_trials_an_uninterrupted_scheduler_stops(cluster, operator, custom, core, s3,
-                                                                           namespace, storage_secret, scheduler):
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        {"name": "asha", "params": {"grace_period": 1, "reduction_factor": 2, "max_t": MAX_T}},
+        {
+            "name": "median_stopping_rule",
+            "params": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
+        },
+    ],
+    ids=["asha", "median"],
+)
+def test_killed_operator_stops_the_trials_an_uninterrupted_scheduler_stops(
+    cluster, operator, custom, core, s3, namespace, storage_secret, scheduler
+):
     xs = [3, 1, 4, 2, 6, 5, 0.5]
-    spec = experiment("storm", cluster, storage_secret, config={"x": {"grid_search": xs}, "sleep": 0.4},
-                      stop={"training_iteration": MAX_T}, maxConcurrentTrials=1, scheduler=scheduler)
+    spec = experiment(
+        "storm",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": xs}, "sleep": 0.4},
+        stop={"training_iteration": MAX_T},
+        maxConcurrentTrials=1,
+        scheduler=scheduler,
+    )
     found = run_with_kills(custom, operator, namespace, spec, len(xs))
     replay = create_scheduler(scheduler["name"], "score", "max", **scheduler["params"])
     stops = 0
@@ -112,8 +132,9 @@ def test_killed_operator_stops_the_trials_an_uninterrupted_scheduler_stops(clust
             replay.on_trial_complete(name, compact_result(lines[-1], "score"))
     assert stops >= 2  # the scheduler had decisions to make
     # What the restarted operators' scheduler knows at the end is what it knows uninterrupted.
-    assert json.dumps(operator_scheduler(custom, core, namespace, "storm").get_state(), sort_keys=True) == \
-        json.dumps(replay.get_state(), sort_keys=True)
+    assert json.dumps(operator_scheduler(custom, core, namespace, "storm").get_state(), sort_keys=True) == json.dumps(
+        replay.get_state(), sort_keys=True
+    )
 
 
 def operator_scheduler(custom, core, namespace, name):
@@ -126,12 +147,21 @@ def operator_scheduler(custom, core, namespace, name):
     return ctl.scheduler
 
 
-def test_killed_operator_suggests_what_an_uninterrupted_optuna_search_suggests(cluster, operator, custom, s3,
-                                                                               namespace, storage_secret):
+def test_killed_operator_suggests_what_an_uninterrupted_optuna_search_suggests(
+    cluster, operator, custom, s3, namespace, storage_secret
+):
     space = {"x": {"uniform": [0.5, 3.0]}, "sleep": 0.3}
     algo = {"name": "optuna", "seed": 11, "params": {"sampler_args": {"n_startup_trials": 3}}}
-    spec = experiment("optuna-storm", cluster, storage_secret, config=space, numSamples=7,
-                      stop={"training_iteration": 4}, maxConcurrentTrials=1, searchAlgorithm=algo)
+    spec = experiment(
+        "optuna-storm",
+        cluster,
+        storage_secret,
+        config=space,
+        numSamples=7,
+        stop={"training_iteration": 4},
+        maxConcurrentTrials=1,
+        searchAlgorithm=algo,
+    )
     found = run_with_kills(custom, operator, namespace, spec, 7)
     replay = create_searcher("optuna", space, "score", "max", num_samples=7, seed=11, **algo["params"])
     for name, trial in found.items():
@@ -144,9 +174,15 @@ def test_killed_operator_suggests_what_an_uninterrupted_optuna_search_suggests(c
 def test_killed_operator_runs_hyperband_to_the_end(cluster, operator, custom, s3, namespace, storage_secret):
     xs = [3, 1, 4, 2, 6, 5]
     # Ray's brackets for max_t 9: (3 trials, rung 9), then (5, rung 3): the last three trials are judged at 3
-    spec = experiment("hb-storm", cluster, storage_secret, config={"x": {"grid_search": xs}, "sleep": 1.0},
-                      stop={"training_iteration": 9}, maxConcurrentTrials=2,
-                      scheduler={"name": "hyperband", "params": {"max_t": 9, "reduction_factor": 3}})
+    spec = experiment(
+        "hb-storm",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": xs}, "sleep": 1.0},
+        stop={"training_iteration": 9},
+        maxConcurrentTrials=2,
+        scheduler={"name": "hyperband", "params": {"max_t": 9, "reduction_factor": 3}},
+    )
     started = time.monotonic()
     found = run_with_kills(custom, operator, namespace, spec, len(xs))
     assert time.monotonic() - started < 300
@@ -164,42 +200,64 @@ def condition(custom, namespace, name, type_):
 def quota(core, namespace, hard):
     """A ResourceQuota, waited for until the quota controller has counted usage (admission enforces it then)."""
     core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "limits"}, "spec": {"hard": hard}})
-    wait_for(lambda: (core.read_namespaced_resource_quota("limits", namespace).status.hard or {}), timeout=60,
-             what="the quota's status")
+    wait_for(
+        lambda: core.read_namespaced_resource_quota("limits", namespace).status.hard or {},
+        timeout=60,
+        what="the quota's status",
+    )
 
 
-def test_a_refused_journal_write_degrades_the_experiment_until_it_succeeds(cluster, operator, custom, core,
-                                                                          namespace, storage_secret):
+def test_a_refused_journal_write_degrades_the_experiment_until_it_succeeds(
+    cluster, operator, custom, core, namespace, storage_secret
+):
     quota(core, namespace, {"configmaps": "0"})
-    spec = experiment("refused", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3]}},
-                      scheduler={"name": "asha", "params": {"grace_period": 1, "max_t": 3}})
+    spec = experiment(
+        "refused",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": [1, 2, 3]}},
+        scheduler={"name": "asha", "params": {"grace_period": 1, "max_t": 3}},
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
-    degraded = wait_for(lambda: condition(custom, namespace, "refused", "Degraded").get("status") == "True"
-                        and condition(custom, namespace, "refused", "Degraded"), what="Degraded=True")
+    degraded = wait_for(
+        lambda: (
+            condition(custom, namespace, "refused", "Degraded").get("status") == "True"
+            and condition(custom, namespace, "refused", "Degraded")
+        ),
+        what="Degraded=True",
+    )
     assert degraded["reason"] == "ReconcileError" and "forbidden" in degraded["message"].lower(), degraded
     assert events(core, namespace, "ReconcileFailed")
     assert trials(custom, namespace) == {}  # nothing was decided that the journal does not hold
     core.delete_namespaced_resource_quota("limits", namespace)
-    wait_for(lambda: phase_is(custom, namespace, "refused", "Succeeded", "Failed"), timeout=180,
-             what="the experiment to finish once the quota is gone")
+    wait_for(
+        lambda: phase_is(custom, namespace, "refused", "Succeeded", "Failed"),
+        timeout=180,
+        what="the experiment to finish once the quota is gone",
+    )
     assert get(custom, namespace, "experiments", "refused")["status"]["phase"] == "Succeeded"
     assert condition(custom, namespace, "refused", "Degraded")["status"] == "False"
 
 
-def test_trials_refused_by_a_quota_are_created_later_with_the_same_configs(cluster, operator, custom, core,
-                                                                           namespace, storage_secret):
+def test_trials_refused_by_a_quota_are_created_later_with_the_same_configs(
+    cluster, operator, custom, core, namespace, storage_secret
+):
     quota(core, namespace, {"count/trials.kubetune.io": "2"})
     space = {"x": {"uniform": [0.5, 3.0]}, "sleep": 0.2}
     algo = {"name": "optuna", "seed": 5, "params": {"sampler_args": {"n_startup_trials": 4}}}
-    spec = experiment("quota", cluster, storage_secret, config=space, numSamples=4, maxConcurrentTrials=4,
-                      searchAlgorithm=algo)
+    spec = experiment(
+        "quota", cluster, storage_secret, config=space, numSamples=4, maxConcurrentTrials=4, searchAlgorithm=algo
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
     wait_for(lambda: events(core, namespace, "APICallsFailed"), what="an event about the refused creates")
     assert "exceeded quota" in events(core, namespace, "APICallsFailed")[0].message
     assert len(trials(custom, namespace)) == 2
     core.delete_namespaced_resource_quota("limits", namespace)
-    wait_for(lambda: phase_is(custom, namespace, "quota", "Succeeded", "Failed"), timeout=180,
-             what="the experiment to finish once the quota is gone")
+    wait_for(
+        lambda: phase_is(custom, namespace, "quota", "Succeeded", "Failed"),
+        timeout=180,
+        what="the experiment to finish once the quota is gone",
+    )
     found = sorted(trials(custom, namespace).values(), key=lambda t: t["spec"]["index"])
     replay = create_searcher("optuna", space, "score", "max", num_samples=4, seed=5, **algo["params"])
     assert [t["spec"]["config"] for t in found] == [replay.suggest(t["metadata"]["name"]) for t in found]
@@ -209,29 +267,52 @@ def test_trials_refused_by_a_quota_are_created_later_with_the_same_configs(clust
 def test_an_experiment_with_a_100_character_name_runs(cluster, operator, custom, namespace, storage_secret):
     name = "a-very-long-experiment-name-" + "x" * 72
     assert len(name) == 100
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        name, cluster, storage_secret, config={"x": {"grid_search": [1, 2]}}))
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment(name, cluster, storage_secret, config={"x": {"grid_search": [1, 2]}}),
+    )
     wait_for(lambda: phase_is(custom, namespace, name, "Succeeded", "Failed"), what="the long-named experiment")
     exp = get(custom, namespace, "experiments", name)
     assert exp["status"]["phase"] == "Succeeded" and exp["status"]["trials"]["succeeded"] == 2
 
 
-def test_an_experiment_deleted_and_created_again_starts_afresh(cluster, operator, custom, s3, namespace,
-                                                               storage_secret):
-    old = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "again", cluster, storage_secret, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 30}))
-    wait_for(lambda: (trials(custom, namespace).get("again-00000", {}).get("status", {}).get("iteration") or 0) >= 3,
-             what="the first incarnation's trial to checkpoint a few iterations")
+def test_an_experiment_deleted_and_created_again_starts_afresh(
+    cluster, operator, custom, s3, namespace, storage_secret
+):
+    old = custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment("again", cluster, storage_secret, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 30}),
+    )
+    wait_for(
+        lambda: (trials(custom, namespace).get("again-00000", {}).get("status", {}).get("iteration") or 0) >= 3,
+        what="the first incarnation's trial to checkpoint a few iterations",
+    )
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "again")
     wait_for(lambda: not get(custom, namespace, "experiments", "again"), what="the Experiment to go")
-    new = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "again", cluster, storage_secret, config={"x": 2}, stop={"training_iteration": 4}))
+    new = custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment("again", cluster, storage_secret, config={"x": 2}, stop={"training_iteration": 4}),
+    )
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     wait_for(lambda: phase_is(custom, namespace, "again", "Succeeded", "Failed"), what="the new incarnation to end")
     status = get(custom, namespace, "experiments", "again")["status"]
     assert status["phase"] == "Succeeded" and status["trials"]["total"] == 1, status
-    trial = wait_for(lambda: [t for t in trials(custom, namespace).values()
-                              if t["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]])[0]
+    trial = wait_for(
+        lambda: [
+            t
+            for t in trials(custom, namespace).values()
+            if t["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]
+        ]
+    )[0]
     assert trial["spec"]["config"] == {"x": 2} and trial["status"]["iteration"] == 4
     assert status["bestTrial"]["metricValue"] == 8.0  # 4 steps of 2: nothing carried over from the old trial
     key = f"experiments/{namespace}/again/{new['metadata']['uid'][:8]}/again-00000/result.json"
@@ -239,16 +320,19 @@ def test_an_experiment_deleted_and_created_again_starts_afresh(cluster, operator
     assert [(r["training_iteration"], r["score"]) for r in lines] == [(1, 2.0), (2, 4.0), (3, 6.0), (4, 8.0)]
 
 
-def test_an_invalid_edit_keeps_ready_false_while_the_last_valid_spec_runs(cluster, operator, custom, core, namespace,
-                                                                          storage_secret):
-    spec = experiment("edited", cluster, storage_secret, config={"x": 1, "sleep": 0.5},
-                      stop={"training_iteration": 12})
+def test_an_invalid_edit_keeps_ready_false_while_the_last_valid_spec_runs(
+    cluster, operator, custom, core, namespace, storage_secret
+):
+    spec = experiment("edited", cluster, storage_secret, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 12})
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
     wait_for(lambda: phase_is(custom, namespace, "edited", "Running"), what="Running")
-    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "edited",
-                                          {"spec": {"config": {"x": 1, "lr": {"loguniform": [0, 1]}}}})
-    wait_for(lambda: condition(custom, namespace, "edited", "Ready").get("reason") == "InvalidSpec",
-             what="Ready=False/InvalidSpec")
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "experiments", "edited", {"spec": {"config": {"x": 1, "lr": {"loguniform": [0, 1]}}}}
+    )
+    wait_for(
+        lambda: condition(custom, namespace, "edited", "Ready").get("reason") == "InvalidSpec",
+        what="Ready=False/InvalidSpec",
+    )
     time.sleep(4)  # several reconcile passes and status writes later
     ready = condition(custom, namespace, "edited", "Ready")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "loguniform" in ready["message"]
@@ -257,55 +341,122 @@ def test_an_invalid_edit_keeps_ready_false_while_the_last_valid_spec_runs(cluste
 
 
 def test_trials_that_cannot_start_say_why(cluster, operator, custom, core, namespace, storage_secret):
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "greedy", cluster, storage_secret, config={"x": 1}, resourcesPerTrial={"gpu": 8}))
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "typo", cluster, "s3-credz", config={"x": 1}))
-    bad = experiment("sideways", cluster, storage_secret, config={"x": 1},
-                     template={"tolerations": [{"key": "k", "operator": "Sideways"}]})
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment("greedy", cluster, storage_secret, config={"x": 1}, resourcesPerTrial={"gpu": 8}),
+    )
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "experiments", experiment("typo", cluster, "s3-credz", config={"x": 1})
+    )
+    bad = experiment(
+        "sideways",
+        cluster,
+        storage_secret,
+        config={"x": 1},
+        template={"tolerations": [{"key": "k", "operator": "Sideways"}]},
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", bad)
 
-    greedy = wait_for(lambda: condition(custom, namespace, "greedy", "TrialsWaiting").get("status") == "True"
-                      and condition(custom, namespace, "greedy", "TrialsWaiting"), what="TrialsWaiting on greedy")
+    greedy = wait_for(
+        lambda: (
+            condition(custom, namespace, "greedy", "TrialsWaiting").get("status") == "True"
+            and condition(custom, namespace, "greedy", "TrialsWaiting")
+        ),
+        what="TrialsWaiting on greedy",
+    )
     assert greedy["reason"] == "Unschedulable" and "nvidia.com/gpu" in greedy["message"], greedy
     trial = get(custom, namespace, "trials", "greedy-00000")["status"]
     assert trial["phase"] == "Pending" and trial["reason"] == "Unschedulable"
 
-    typo = wait_for(lambda: condition(custom, namespace, "typo", "TrialsWaiting").get("status") == "True"
-                    and condition(custom, namespace, "typo", "TrialsWaiting"), what="TrialsWaiting on typo")
+    typo = wait_for(
+        lambda: (
+            condition(custom, namespace, "typo", "TrialsWaiting").get("status") == "True"
+            and condition(custom, namespace, "typo", "TrialsWaiting")
+        ),
+        what="TrialsWaiting on typo",
+    )
     assert typo["reason"] == "CreateContainerConfigError" and "s3-credz" in typo["message"], typo
     env = cluster.env()  # the user fixes it: the Secret appears, the trial starts and finishes
-    core.create_namespaced_secret(namespace, {"metadata": {"name": "s3-credz"}, "stringData": {
-        "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
+    core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "s3-credz"},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+                "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+            },
+        },
+    )
     wait_for(lambda: phase_is(custom, namespace, "typo", "Succeeded"), timeout=120, what="typo to succeed")
     assert condition(custom, namespace, "typo", "TrialsWaiting")["status"] == "False"
 
-    ready = wait_for(lambda: condition(custom, namespace, "sideways", "Ready").get("status") == "False"
-                     and condition(custom, namespace, "sideways", "Ready"), what="Ready=False on sideways")
+    ready = wait_for(
+        lambda: (
+            condition(custom, namespace, "sideways", "Ready").get("status") == "False"
+            and condition(custom, namespace, "sideways", "Ready")
+        ),
+        what="Ready=False on sideways",
+    )
     assert "Sideways" in ready["message"] and "refused trial pod" in ready["message"], ready
     assert any("Sideways" in e.message for e in events(core, namespace, "APICallsFailed"))
 
 
-def test_a_misspelled_domain_is_flagged_and_two_domains_in_one_object_refused(cluster, operator, custom, core,
-                                                                               namespace, storage_secret):
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "typo-domain", cluster, storage_secret, config={"x": 1, "lr": {"loguniforn": [0.0001, 0.1]}}))
+def test_a_misspelled_domain_is_flagged_and_two_domains_in_one_object_refused(
+    cluster, operator, custom, core, namespace, storage_secret
+):
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment("typo-domain", cluster, storage_secret, config={"x": 1, "lr": {"loguniforn": [0.0001, 0.1]}}),
+    )
     flagged = wait_for(lambda: events(core, namespace, "SuspiciousConfig"), what="a SuspiciousConfig event")
     assert "config.lr" in flagged[0].message and "loguniform" in flagged[0].message
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "two-domains", cluster, storage_secret, config={"x": 1, "lr": {"uniform": [0, 1], "choice": [1, 2]}}))
-    ready = wait_for(lambda: condition(custom, namespace, "two-domains", "Ready").get("status") == "False"
-                     and condition(custom, namespace, "two-domains", "Ready"), what="Ready=False on two-domains")
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment(
+            "two-domains", cluster, storage_secret, config={"x": 1, "lr": {"uniform": [0, 1], "choice": [1, 2]}}
+        ),
+    )
+    ready = wait_for(
+        lambda: (
+            condition(custom, namespace, "two-domains", "Ready").get("status") == "False"
+            and condition(custom, namespace, "two-domains", "Ready")
+        ),
+        what="Ready=False on two-domains",
+    )
     assert ready["reason"] == "InvalidSpec" and "several domains" in ready["message"]
 
 
-def test_killed_operator_carries_out_pbt_exploits_across_restarts(cluster, operator, custom, core, s3, namespace,
-                                                                   storage_secret):
-    scheduler = {"name": "pbt", "params": {"time_attr": "training_iteration", "perturbation_interval": 2,
-                                           "hyperparam_mutations": {"x": [1, 2, 3, 4]}, "resample_probability": 0.0}}
-    spec = experiment("pbt-storm", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3, 4]}, "sleep": 0.5},
-                      stop={"training_iteration": 10}, maxConcurrentTrials=4, scheduler=scheduler,
-                      checkpoint={"frequency": 0, "atEnd": True})
+def test_killed_operator_carries_out_pbt_exploits_across_restarts(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    scheduler = {
+        "name": "pbt",
+        "params": {
+            "time_attr": "training_iteration",
+            "perturbation_interval": 2,
+            "hyperparam_mutations": {"x": [1, 2, 3, 4]},
+            "resample_probability": 0.0,
+        },
+    }
+    spec = experiment(
+        "pbt-storm",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": [1, 2, 3, 4]}, "sleep": 0.5},
+        stop={"training_iteration": 10},
+        maxConcurrentTrials=4,
+        scheduler=scheduler,
+        checkpoint={"frequency": 0, "atEnd": True},
+    )
     found = run_with_kills(custom, operator, namespace, spec, 4)
     perturbed = [t for t in found.values() if t["status"].get("perturbations")]
     assert perturbed, {n: t["status"].get("reason") for n, t in found.items()}
@@ -325,8 +476,11 @@ def test_killed_operator_carries_out_pbt_exploits_across_restarts(cluster, opera
             continue  # explore kept x: the results do not tell the lineages apart
         new = [r for r in lines if r["config"] == trial["status"]["config"]]
         assert new and new[-1]["training_iteration"] == iterations[-1], (name, last)
-        steps = [(b["score"] - a["score"]) for a, b in zip(new, new[1:])
-                 if b["training_iteration"] == a["training_iteration"] + 1]
+        steps = [
+            (b["score"] - a["score"])
+            for a, b in zip(new, new[1:])
+            if b["training_iteration"] == a["training_iteration"] + 1
+        ]
         assert steps == [x] * len(steps), (name, steps, x)
     # the journal a restarted operator replays holds every exploit the operators carried out
     rebuilt = operator_scheduler(custom, core, namespace, "pbt-storm")

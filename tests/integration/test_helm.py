@@ -42,10 +42,11 @@ OPERATOR = "kubetune-operator"  # Deployment, Service, ServiceAccount and roles 
 KEY_SECRET = "kubetune-collector-key"
 SA_USER = f"system:serviceaccount:{SYSTEM}:{OPERATOR}"
 GROUP, VERSION = "kubetune.io", "v1alpha1"
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest"}
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
-
 
 
 class Helm:
@@ -53,12 +54,21 @@ class Helm:
 
     def __init__(self, cluster: Cluster, home: Path):
         self.cluster = cluster
-        self.env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
-                    "HELM_DATA_HOME": str(home / "data")}
+        self.env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([str(build.binary_path("helm")), "--kubeconfig", str(self.cluster.kubeconfig), *args],
-                              capture_output=True, text=True, env=self.env, timeout=300)
+        proc = subprocess.run(
+            [str(build.binary_path("helm")), "--kubeconfig", str(self.cluster.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=300,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
@@ -93,8 +103,12 @@ def helm(own_cluster, tmp_path_factory):
 def local_values(tmp_path_factory):
     """Values for this cluster: free host ports (pods share the host's network) and a loopback collector URL."""
     port, probe = procs.free_port(), procs.free_port()
-    values = {"collector": {"port": port, "url": f"http://127.0.0.1:{port}"}, "probePort": probe,
-              "statusWriteIntervalSeconds": 0.5, "trials": {"terminationGracePeriodSeconds": 20}}
+    values = {
+        "collector": {"port": port, "url": f"http://127.0.0.1:{port}"},
+        "probePort": probe,
+        "statusWriteIntervalSeconds": 0.5,
+        "trials": {"terminationGracePeriodSeconds": 20},
+    }
     path = tmp_path_factory.mktemp("values") / "local.yaml"
     path.write_text(yaml.safe_dump(values))
     return path, values
@@ -106,12 +120,19 @@ NON_DEFAULT = {
     "fullnameOverride": "tuner",
     "watchNamespaces": [TEAM, OTHER_TEAM],
     "serviceAccount": {"create": True, "name": "tuner-sa", "annotations": {"example.com/role": "tuner"}},
-    "collector": {"port": 9000, "url": "http://tuner.example.internal:9000", "keySecret": {"name": "tuner-key",
-                                                                                            "create": False}},
+    "collector": {
+        "port": 9000,
+        "url": "http://tuner.example.internal:9000",
+        "keySecret": {"name": "tuner-key", "create": False},
+    },
     "probePort": 9001,
     "service": {"type": "NodePort", "annotations": {"example.com/scrape": "true"}},
-    "trials": {"image": {"repository": "registry.example.com/ml/trainer", "tag": "2024.1"}, "maxConcurrentTrials": 4,
-               "terminationGracePeriodSeconds": 120, "runAsUser": 4242},
+    "trials": {
+        "image": {"repository": "registry.example.com/ml/trainer", "tag": "2024.1"},
+        "maxConcurrentTrials": 4,
+        "terminationGracePeriodSeconds": 120,
+        "runAsUser": 4242,
+    },
     "storage": {"uri": "s3://ml-bucket/tuning", "endpoint": "https://minio.example.internal", "region": "eu-west-1"},
     "statusWriteIntervalSeconds": 5,
     "verbose": True,
@@ -122,8 +143,16 @@ NON_DEFAULT = {
     "priorityClassName": "",
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
-    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "preference": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}}]}},
+    "affinity": {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]},
+                }
+            ]
+        }
+    },
 }
 
 
@@ -148,10 +177,15 @@ def test_rendered_manifests_pass_the_api_servers_dry_run(own_cluster, helm, tmp_
     started = time.monotonic()
     default = helm.run("template", RELEASE, str(CHART), "-n", SYSTEM, "--include-crds").stdout
     applied = own_cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=default).stdout
-    for line in ("customresourcedefinition.apiextensions.k8s.io/experiments.kubetune.io created",
-                 f"deployment.apps/{OPERATOR} created", f"clusterrole.rbac.authorization.k8s.io/{OPERATOR} created",
-                 f"secret/{KEY_SECRET} created", f"service/{OPERATOR} created",
-                 f"serviceaccount/{OPERATOR} created", f"role.rbac.authorization.k8s.io/{OPERATOR}-key created"):
+    for line in (
+        "customresourcedefinition.apiextensions.k8s.io/experiments.kubetune.io created",
+        f"deployment.apps/{OPERATOR} created",
+        f"clusterrole.rbac.authorization.k8s.io/{OPERATOR} created",
+        f"secret/{KEY_SECRET} created",
+        f"service/{OPERATOR} created",
+        f"serviceaccount/{OPERATOR} created",
+        f"role.rbac.authorization.k8s.io/{OPERATOR}-key created",
+    ):
         assert line + " (server dry run)" in applied, applied
     values = tmp_path / "non-default.yaml"
     values.write_text(yaml.safe_dump(NON_DEFAULT))
@@ -189,29 +223,41 @@ def test_rendered_manifests_pass_the_api_servers_dry_run(own_cluster, helm, tmp_
     assert pod["metadata"]["labels"]["example.com/tier"] == "control"
 
     default_docs = by_kind([d for d in yaml.safe_load_all(default) if d])
-    env = {e["name"]: e.get("value") for e in
-           default_docs[("Deployment", SYSTEM, OPERATOR)]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in default_docs[("Deployment", SYSTEM, OPERATOR)]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["KUBETUNE_OPERATOR_COLLECTOR_URL"] == f"http://{OPERATOR}.{SYSTEM}.svc:8080"
     assert env["KUBETUNE_OPERATOR_TRIALS_DEFAULT_IMAGE"] == "kubetune/runtime:0.1.0"
 
 
 def test_values_outside_the_schema_are_refused(helm):
-    for bad in ("image.pullPolicy=Sometimes", "collector.port=70000", "storage.uri=gs://bucket",
-                "watchNamespaces[0]=Not_A_Namespace", "imageTag=1.0"):
+    for bad in (
+        "image.pullPolicy=Sometimes",
+        "collector.port=70000",
+        "storage.uri=gs://bucket",
+        "watchNamespaces[0]=Not_A_Namespace",
+        "imageTag=1.0",
+    ):
         proc = helm.run("template", RELEASE, str(CHART), "--set", bad, check=False)
         assert proc.returncode != 0 and "schema" in proc.stderr, (bad, proc.stderr)
 
 
 def operator_pods(core) -> list:
-    return [p for p in core.list_namespaced_pod(SYSTEM, label_selector=INSTANCE).items
-            if p.metadata.deletion_timestamp is None]
+    return [
+        p
+        for p in core.list_namespaced_pod(SYSTEM, label_selector=INSTANCE).items
+        if p.metadata.deletion_timestamp is None
+    ]
 
 
 def running_operator(core, port: int):
     """The operator pod once it runs and its collector answers."""
+
     def ready():
         pods = [p for p in operator_pods(core) if p.status.phase == "Running"]
         return pods[0] if len(pods) == 1 and procs.http_ok(f"http://127.0.0.1:{port}/healthz") else None
+
     return wait_for(lambda: _quiet(ready), timeout=90, what="the operator pod to run and its collector to answer")
 
 
@@ -223,8 +269,9 @@ def _quiet(fn):
 
 
 def operator_logs(cluster) -> str:
-    return "\n".join(p.read_text(errors="replace")
-                     for p in (cluster.pod_log_dir()).glob(f"{SYSTEM}_{OPERATOR}-*/*.log"))
+    return "\n".join(
+        p.read_text(errors="replace") for p in (cluster.pod_log_dir()).glob(f"{SYSTEM}_{OPERATOR}-*/*.log")
+    )
 
 
 def assert_no_forbidden(cluster) -> None:
@@ -234,10 +281,20 @@ def assert_no_forbidden(cluster) -> None:
 
 
 def experiment(name, cluster, **spec):
-    body = {"trainable": {"entrypoint": "tests.integration.trainables:Counter"}, "config": {"x": 1},
-            "metric": "score", "mode": "max", "stop": {"training_iteration": 3}, "checkpoint": {"frequency": 1},
-            "storage": {"uri": f"s3://{S3_BUCKET}/helm", "endpoint": cluster.s3_endpoint, "region": "us-east-1",
-                        "credentialsSecret": "s3-creds"}}
+    body = {
+        "trainable": {"entrypoint": "tests.integration.trainables:Counter"},
+        "config": {"x": 1},
+        "metric": "score",
+        "mode": "max",
+        "stop": {"training_iteration": 3},
+        "checkpoint": {"frequency": 1},
+        "storage": {
+            "uri": f"s3://{S3_BUCKET}/helm",
+            "endpoint": cluster.s3_endpoint,
+            "region": "us-east-1",
+            "credentialsSecret": "s3-creds",
+        },
+    }
     body.update(spec)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "metadata": {"name": name}, "spec": body}
 
@@ -260,33 +317,44 @@ def trial_status(custom, name) -> dict:
 def release(own_cluster, core, helm, local_values):
     """The chart installed with the local values; yields ``(helm install's output, seconds it took)``."""
     env = own_cluster.env()
-    core.create_namespaced_secret(TEAM, {"metadata": {"name": "s3-creds"}, "stringData": {
-        "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}})
+    core.create_namespaced_secret(
+        TEAM,
+        {
+            "metadata": {"name": "s3-creds"},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+                "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+            },
+        },
+    )
     started = time.monotonic()
-    out = helm.run("install", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(local_values[0]), "--wait",
-                   "--timeout", "120s").stdout
+    out = helm.run(
+        "install", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(local_values[0]), "--wait", "--timeout", "120s"
+    ).stdout
     return out, time.monotonic() - started
 
 
-def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster, core, custom, release,
-                                                                    local_values):
+def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster, core, custom, release, local_values):
     out, seconds = release
     print(f"\n[helm] install --wait: {seconds:.1f} s")
     assert "STATUS: deployed" in out and f"rollout status deployment/{OPERATOR}" in out  # NOTES.txt
     port = local_values[1]["collector"]["port"]
     pod = running_operator(core, port)
     assert pod.spec.service_account_name == OPERATOR
-    token_volumes = [v for v in pod.spec.volumes if v.projected and any(
-        s.service_account_token for s in v.projected.sources)]
+    token_volumes = [
+        v for v in pod.spec.volumes if v.projected and any(s.service_account_token for s in v.projected.sources)
+    ]
     assert len(token_volumes) == 1  # the ServiceAccount admission plugin's projected token
 
     # The pod's credentials are the ServiceAccount's token, and nothing else.
-    token = (own_cluster.pod_log_dir() / f"{SYSTEM}_{pod.metadata.name}" / "volumes" / token_volumes[0].name
-             / "token").read_text()
+    token = (
+        own_cluster.pod_log_dir() / f"{SYSTEM}_{pod.metadata.name}" / "volumes" / token_volumes[0].name / "token"
+    ).read_text()
     cfg = client.Configuration(host=own_cluster.api_url)
     cfg.ssl_ca_cert, cfg.api_key = str(own_cluster.pki["ca.crt"]), {"authorization": f"Bearer {token}"}
     review = client.AuthenticationV1Api(client.ApiClient(cfg)).create_self_subject_review(
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
     assert review.status.user_info.username == SA_USER
     pid = int(pod.status.container_statuses[0].container_id.removeprefix("process://"))
     environ = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
@@ -296,6 +364,7 @@ def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster,
     # Least privilege: the operator may run trials but cannot read users' Secrets.
     def can(*args):
         return own_cluster.kubectl("auth", "can-i", *args, "--as", SA_USER, check=False).stdout.strip()
+
     assert can("create", "pods", "-n", TEAM) == "yes"
     assert can("patch", "trials.kubetune.io", "--subresource=status", "-n", TEAM) == "yes"
     assert can("get", "secrets", "-n", TEAM) == "no"
@@ -307,8 +376,11 @@ def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster,
     proof = experiment("proof", own_cluster)
     proof["spec"]["podRetentionPolicy"] = {"whenSucceeded": "Retain"}  # kept to be looked at below
     custom.create_namespaced_custom_object(GROUP, VERSION, TEAM, "experiments", proof)
-    wait_for(lambda: exp_status(custom, "proof").get("phase") in ("Succeeded", "Failed"), timeout=90,
-             what="the experiment to finish")
+    wait_for(
+        lambda: exp_status(custom, "proof").get("phase") in ("Succeeded", "Failed"),
+        timeout=90,
+        what="the experiment to finish",
+    )
     print(f"[helm] experiment through the installed operator: {time.monotonic() - started:.1f} s")
     status = exp_status(custom, "proof")
     assert status["phase"] == "Succeeded", status
@@ -318,29 +390,59 @@ def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster,
     assert trial_pod.spec.containers[0].image == "kubetune/runtime:0.1.0"
     assert trial_pod.spec.automount_service_account_token is False
     # its token Secret was deleted with the chart's RBAC once the attempt ended
-    wait_for(lambda: not [s for s in core.list_namespaced_secret(TEAM).items
-                          if s.metadata.name.startswith("proof-00000-0-")],
-             timeout=30, what="the attempt's token Secret to be deleted")
+    wait_for(
+        lambda: (
+            not [s for s in core.list_namespaced_secret(TEAM).items if s.metadata.name.startswith("proof-00000-0-")]
+        ),
+        timeout=30,
+        what="the attempt's token Secret to be deleted",
+    )
     with pytest.raises(client.ApiException) as refused:  # the namespace does enforce "restricted"
-        core.create_namespaced_pod(TEAM, {"metadata": {"name": "privileged"}, "spec": {"containers": [
-            {"name": "c", "image": "busybox", "command": ["true"]}]}})
+        core.create_namespaced_pod(
+            TEAM,
+            {
+                "metadata": {"name": "privileged"},
+                "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["true"]}]},
+            },
+        )
     assert refused.value.status == 403 and "violates PodSecurity" in refused.value.body
     assert_no_forbidden(own_cluster)
 
 
-def test_upgrade_keeps_the_key_and_running_trials_keep_reporting(own_cluster, core, custom, helm, release,
-                                                                 local_values):
+def test_upgrade_keeps_the_key_and_running_trials_keep_reporting(
+    own_cluster, core, custom, helm, release, local_values
+):
     port = local_values[1]["collector"]["port"]
     old_pod = running_operator(core, port)
     key = core.read_namespaced_secret(KEY_SECRET, SYSTEM).data["hmac-key"]
-    custom.create_namespaced_custom_object(GROUP, VERSION, TEAM, "experiments", experiment(
-        "across", own_cluster, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 80}))
-    wait_for(lambda: (trial_status(custom, "across-00000").get("iteration") or 0) >= 2, timeout=60,
-             what="the trial to report before the upgrade")
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        TEAM,
+        "experiments",
+        experiment("across", own_cluster, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 80}),
+    )
+    wait_for(
+        lambda: (trial_status(custom, "across-00000").get("iteration") or 0) >= 2,
+        timeout=60,
+        what="the trial to report before the upgrade",
+    )
 
     started = time.monotonic()  # to namespaced RBAC: the operator pod is replaced (Recreate)
-    out = helm.run("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(local_values[0]),
-                   "--set", f"watchNamespaces={{{TEAM}}}", "--wait", "--timeout", "120s").stdout
+    out = helm.run(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        SYSTEM,
+        "-f",
+        str(local_values[0]),
+        "--set",
+        f"watchNamespaces={{{TEAM}}}",
+        "--wait",
+        "--timeout",
+        "120s",
+    ).stdout
     assert f"It runs Experiments in these namespaces only: {TEAM}." in out  # NOTES.txt
     new_pod = running_operator(core, port)
     print(f"\n[helm] upgrade --wait, until the new operator answers: {time.monotonic() - started:.1f} s")
@@ -353,17 +455,28 @@ def test_upgrade_keeps_the_key_and_running_trials_keep_reporting(own_cluster, co
     # The same pod reports to the new operator: its status moves on while attempt 0 still runs.
     seen = trial_status(custom, "across-00000").get("iteration") or 0
     assert core.read_namespaced_pod("across-00000-0", TEAM).status.phase == "Running"
-    wait_for(lambda: (trial_status(custom, "across-00000").get("iteration") or 0) > seen + 2, timeout=60,
-             what="results to reach the new operator")
-    wait_for(lambda: exp_status(custom, "across").get("phase") in ("Succeeded", "Failed"), timeout=90,
-             what="the experiment to finish after the upgrade")
+    wait_for(
+        lambda: (trial_status(custom, "across-00000").get("iteration") or 0) > seen + 2,
+        timeout=60,
+        what="results to reach the new operator",
+    )
+    wait_for(
+        lambda: exp_status(custom, "across").get("phase") in ("Succeeded", "Failed"),
+        timeout=90,
+        what="the experiment to finish after the upgrade",
+    )
     trial = trial_status(custom, "across-00000")
     assert exp_status(custom, "across")["phase"] == "Succeeded"
     assert trial["phase"] == "Succeeded" and trial["attempt"] == 0 and not trial.get("failures")
     assert trial["iteration"] == 80
     env = own_cluster.env()
-    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"])
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
     prefix = trial_prefix(s3, S3_BUCKET, "helm", TEAM, "across", "across-00000")
     body = s3.get_object(Bucket=S3_BUCKET, Key=f"{prefix}/result.json")["Body"].read()
     assert [json.loads(line)["training_iteration"] for line in body.splitlines()] == list(range(1, 81))
@@ -378,12 +491,19 @@ def test_uninstall_leaves_no_operator_objects(own_cluster, core, custom, helm, r
     wait_for(lambda: not core.list_namespaced_pod(SYSTEM).items, timeout=60, what="the operator pod to go")
     print(f"\n[helm] uninstall --wait, until the operator pod is gone: {time.monotonic() - started:.1f} s")
     left = own_cluster.kubectl(
-        "get", "deployments,replicasets,pods,services,serviceaccounts,secrets,configmaps,roles,rolebindings",
-        "-A", "-l", INSTANCE, "-o", "name").stdout
+        "get",
+        "deployments,replicasets,pods,services,serviceaccounts,secrets,configmaps,roles,rolebindings",
+        "-A",
+        "-l",
+        INSTANCE,
+        "-o",
+        "name",
+    ).stdout
     left += own_cluster.kubectl("get", "clusterroles,clusterrolebindings", "-l", INSTANCE, "-o", "name").stdout
     assert left.strip() == ""
-    assert not [s.metadata.name for s in core.list_namespaced_secret(SYSTEM).items
-                if s.metadata.name.startswith(RELEASE)]
+    assert not [
+        s.metadata.name for s in core.list_namespaced_secret(SYSTEM).items if s.metadata.name.startswith(RELEASE)
+    ]
     assert not _quiet(lambda: procs.http_ok(f"http://127.0.0.1:{local_values[1]['collector']['port']}/healthz"))
     # Helm keeps CRDs (and so the users' Experiments); none of them is held by an operator finalizer.
     for exp in custom.list_namespaced_custom_object(GROUP, VERSION, TEAM, "experiments")["items"]:

@@ -18,13 +18,22 @@ GROUP, VERSION = "kubetune.io", "v1alpha1"
 TRAINABLE = "tests.integration.trainables:Counter"
 
 
-
 def experiment(name, cluster, secret, *, config, **spec):
-    body = {"trainable": {"entrypoint": TRAINABLE}, "image": "kubetune/runtime:test", "config": config,
-            "metric": "score", "mode": "max", "stop": {"training_iteration": 3},
-            "checkpoint": {"frequency": 1, "atEnd": True},
-            "storage": {"uri": f"s3://{S3_BUCKET}/experiments", "endpoint": cluster.s3_endpoint,
-                        "region": "us-east-1", "credentialsSecret": secret}}
+    body = {
+        "trainable": {"entrypoint": TRAINABLE},
+        "image": "kubetune/runtime:test",
+        "config": config,
+        "metric": "score",
+        "mode": "max",
+        "stop": {"training_iteration": 3},
+        "checkpoint": {"frequency": 1, "atEnd": True},
+        "storage": {
+            "uri": f"s3://{S3_BUCKET}/experiments",
+            "endpoint": cluster.s3_endpoint,
+            "region": "us-east-1",
+            "credentialsSecret": secret,
+        },
+    }
     body.update(spec)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "metadata": {"name": name}, "spec": body}
 
@@ -57,15 +66,20 @@ def events(core, ns, reason):
     return [e for e in core.list_namespaced_event(ns).items if e.reason == reason]
 
 
-def test_happy_path_runs_every_trial_and_reports_the_best(cluster, operator, custom, core, s3, namespace,
-                                                          storage_secret):
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "happy", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3]}}, maxConcurrentTrials=2))
+def test_happy_path_runs_every_trial_and_reports_the_best(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment("happy", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3]}}, maxConcurrentTrials=2),
+    )
     wait_for(lambda: phase_is(custom, namespace, "happy", "Succeeded", "Failed"), what="experiment to finish")
     exp = get(custom, namespace, "experiments", "happy")
     assert exp["status"]["phase"] == "Succeeded", exp["status"]
-    assert exp["status"]["trials"] == {"total": 3, "pending": 0, "running": 0, "paused": 0, "succeeded": 3,
-                                       "failed": 0}
+    assert exp["status"]["trials"] == {"total": 3, "pending": 0, "running": 0, "paused": 0, "succeeded": 3, "failed": 0}
     best = exp["status"]["bestTrial"]
     assert best["config"] == {"x": 3} and best["metricValue"] == 9.0 and best["iteration"] == 3
     assert best["checkpoint"].startswith(f"s3://{S3_BUCKET}/experiments/{namespace}/happy/")
@@ -82,17 +96,30 @@ def test_happy_path_runs_every_trial_and_reports_the_best(cluster, operator, cus
     assert events(core, namespace, "TrialSucceeded")
     table = cluster.kubectl("get", "trials", "-n", namespace).stdout
     assert "Succeeded" in table and "ITERATION" in table.upper()
+
     # each attempt's collector token lived in its own Secret, gone once the attempt ended
-    left = lambda: [s.metadata.name for s in core.list_namespaced_secret(namespace).items  # noqa: E731
-                    if s.metadata.name.startswith("happy-")]
+    def left():
+        return [
+            s.metadata.name
+            for s in core.list_namespaced_secret(namespace).items
+            if s.metadata.name.startswith("happy-")
+        ]
+
     wait_for(lambda: not left(), timeout=30, what=f"the token Secrets to be deleted ({left()} are not)")
 
 
 def test_a_running_trial_pod_shows_no_token(cluster, operator, custom, core, namespace, storage_secret):
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "tokenless", cluster, storage_secret, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 6}))
-    wait_for(lambda: (get(custom, namespace, "trials", "tokenless-00000").get("status", {}).get("iteration") or 0) >= 1,
-             what="the trial to report (its runtime read the token from the Secret)")
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment("tokenless", cluster, storage_secret, config={"x": 1, "sleep": 0.5}, stop={"training_iteration": 6}),
+    )
+    wait_for(
+        lambda: (get(custom, namespace, "trials", "tokenless-00000").get("status", {}).get("iteration") or 0) >= 1,
+        what="the trial to report (its runtime read the token from the Secret)",
+    )
     pod = json.loads(core.read_namespaced_pod("tokenless-00000-0", namespace, _preload_content=False).data)
     token_var = next(e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "KUBETUNE_TOKEN")
     secret_name = token_var["valueFrom"]["secretKeyRef"]["name"]
@@ -110,9 +137,15 @@ def test_kubectl_explains_the_api(cluster):
 
 
 def test_gpu_limited_concurrency_never_exceeds_free_gpus(cluster, operator, custom, core, namespace, storage_secret):
-    spec = experiment("gpus", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3]}, "sleep": 0.5},
-                      maxConcurrentTrials=3, resourcesPerTrial={"cpu": "100m", "gpu": 1},
-                      template={"nodeSelector": {"kubernetes.io/hostname": "devcluster-node-1"}})
+    spec = experiment(
+        "gpus",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": [1, 2, 3]}, "sleep": 0.5},
+        maxConcurrentTrials=3,
+        resourcesPerTrial={"cpu": "100m", "gpu": 1},
+        template={"nodeSelector": {"kubernetes.io/hostname": "devcluster-node-1"}},
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
     most, done = 0, threading.Event()
 
@@ -134,13 +167,21 @@ def test_gpu_limited_concurrency_never_exceeds_free_gpus(cluster, operator, cust
     assert most == 1  # the node has one GPU; the other trials' pods waited in Pending
 
 
-def test_retry_after_a_crash_and_failure_after_max_failures(cluster, operator, custom, core, s3, namespace,
-                                                           storage_secret):
-    spec = experiment("flaky", cluster, storage_secret, config={"x": 1, "fail_at": 3},
-                      stop={"training_iteration": 4}, failure={"maxFailures": 1})
+def test_retry_after_a_crash_and_failure_after_max_failures(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    spec = experiment(
+        "flaky",
+        cluster,
+        storage_secret,
+        config={"x": 1, "fail_at": 3},
+        stop={"training_iteration": 4},
+        failure={"maxFailures": 1},
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
-    bad = experiment("broken", cluster, storage_secret, config={"x": 1, "always_fail": True},
-                     failure={"maxFailures": 1})
+    bad = experiment(
+        "broken", cluster, storage_secret, config={"x": 1, "always_fail": True}, failure={"maxFailures": 1}
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", bad)
     wait_for(lambda: phase_is(custom, namespace, "flaky", "Succeeded", "Failed"), what="flaky to finish")
     trial = get(custom, namespace, "trials", "flaky-00000")
@@ -163,8 +204,14 @@ def test_retry_after_a_crash_and_failure_after_max_failures(cluster, operator, c
 
 
 def test_a_killed_pod_resumes_at_its_checkpoint(cluster, operator, custom, core, s3, namespace, storage_secret):
-    spec = experiment("resume", cluster, storage_secret, config={"x": 1, "sleep": 0.3},
-                      stop={"training_iteration": 12}, failure={"maxFailures": 2})
+    spec = experiment(
+        "resume",
+        cluster,
+        storage_secret,
+        config={"x": 1, "sleep": 0.3},
+        stop={"training_iteration": 12},
+        failure={"maxFailures": 2},
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
 
     def checkpointed():
@@ -190,16 +237,27 @@ def test_invalid_specs_are_rejected_or_marked(cluster, operator, custom, core, n
     with pytest.raises(client.ApiException) as exc:
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", bad_schema)
     assert exc.value.status == 422 and "mode" in exc.value.body
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "badspace", cluster, storage_secret, config={"lr": {"loguniform": [0, 1]}}))
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment("badspace", cluster, storage_secret, config={"lr": {"loguniform": [0, 1]}}),
+    )
     root = experiment("asroot", cluster, storage_secret, config={"x": 1})
     root["spec"]["template"] = {"securityContext": {"runAsUser": 0, "runAsNonRoot": False}}
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", root)
 
     def marked(name):
         conds = get(custom, namespace, "experiments", name).get("status", {}).get("conditions", [])
-        return next((c["message"] for c in conds if c["type"] == "Ready" and c["status"] == "False"
-                     and c["reason"] == "InvalidSpec"), None)
+        return next(
+            (
+                c["message"]
+                for c in conds
+                if c["type"] == "Ready" and c["status"] == "False" and c["reason"] == "InvalidSpec"
+            ),
+            None,
+        )
 
     wait_for(lambda: marked("badspace"), what="the InvalidSpec condition")
     wait_for(lambda: marked("asroot"), what="the InvalidSpec condition of a root template")
@@ -207,26 +265,33 @@ def test_invalid_specs_are_rejected_or_marked(cluster, operator, custom, core, n
     assert events(core, namespace, "InvalidSpec")
     assert trials(custom, namespace) == {}
     # the operator still serves other experiments
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "fine", cluster, storage_secret, config={"x": 2}))
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "experiments", experiment("fine", cluster, storage_secret, config={"x": 2})
+    )
     wait_for(lambda: phase_is(custom, namespace, "fine", "Succeeded"), what="the valid experiment to succeed")
 
 
-def test_suspend_and_resume_continue_from_checkpoints(cluster, operator, custom, core, s3, namespace,
-                                                      storage_secret):
-    spec = experiment("pausable", cluster, storage_secret, config={"x": 1, "sleep": 0.3},
-                      stop={"training_iteration": 10})
+def test_suspend_and_resume_continue_from_checkpoints(cluster, operator, custom, core, s3, namespace, storage_secret):
+    spec = experiment(
+        "pausable", cluster, storage_secret, config={"x": 1, "sleep": 0.3}, stop={"training_iteration": 10}
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
-    wait_for(lambda: (get(custom, namespace, "trials", "pausable-00000").get("status", {}).get("iteration") or 0) >= 2,
-             what="some progress")
-    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "pausable",
-                                          {"spec": {"suspend": True}})
+    wait_for(
+        lambda: (get(custom, namespace, "trials", "pausable-00000").get("status", {}).get("iteration") or 0) >= 2,
+        what="some progress",
+    )
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "experiments", "pausable", {"spec": {"suspend": True}}
+    )
     wait_for(lambda: phase_is(custom, namespace, "pausable", "Suspended"), what="Suspended")
-    wait_for(lambda: get(custom, namespace, "trials", "pausable-00000")["status"]["phase"] == "Paused",
-             what="the trial to pause")
+    wait_for(
+        lambda: get(custom, namespace, "trials", "pausable-00000")["status"]["phase"] == "Paused",
+        what="the trial to pause",
+    )
     assert not [p for p in core.list_namespaced_pod(namespace).items if p.status.phase in ("Running", "Pending")]
-    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "pausable",
-                                          {"spec": {"suspend": False}})
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "experiments", "pausable", {"spec": {"suspend": False}}
+    )
     wait_for(lambda: phase_is(custom, namespace, "pausable", "Succeeded", "Failed"), what="finish after resume")
     trial = get(custom, namespace, "trials", "pausable-00000")
     assert trial["status"]["phase"] == "Succeeded" and trial["status"].get("failures", 0) == 0
@@ -235,31 +300,56 @@ def test_suspend_and_resume_continue_from_checkpoints(cluster, operator, custom,
     assert lines[-1]["score"] == 10.0
 
 
-def test_deleting_an_experiment_removes_its_trials_and_pods(cluster, operator, custom, core, namespace,
-                                                           storage_secret):
-    spec = experiment("doomed", cluster, storage_secret, config={"x": {"grid_search": [1, 2]}, "sleep": 1},
-                      stop={"training_iteration": 100})
+def test_deleting_an_experiment_removes_its_trials_and_pods(cluster, operator, custom, core, namespace, storage_secret):
+    spec = experiment(
+        "doomed",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": [1, 2]}, "sleep": 1},
+        stop={"training_iteration": 100},
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
-    wait_for(lambda: sum(1 for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running") == 2,
-             what="two running trial pods")
+    wait_for(
+        lambda: sum(1 for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running") == 2,
+        what="two running trial pods",
+    )
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "doomed")
-    wait_for(lambda: not trials(custom, namespace) and not core.list_namespaced_pod(namespace).items, timeout=90,
-             what="trials and pods to be garbage-collected")
+    wait_for(
+        lambda: not trials(custom, namespace) and not core.list_namespaced_pod(namespace).items,
+        timeout=90,
+        what="trials and pods to be garbage-collected",
+    )
 
 
-def test_operator_killed_mid_experiment_finishes_without_duplicates(cluster, operator, custom, core, s3,
-                                                                   namespace, storage_secret):
-    spec = experiment("survivor", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3, 4, 5, 6]},
-                                                                   "sleep": 0.3},
-                      stop={"training_iteration": 5}, maxConcurrentTrials=2)
+def test_operator_killed_mid_experiment_finishes_without_duplicates(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    spec = experiment(
+        "survivor",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": [1, 2, 3, 4, 5, 6]}, "sleep": 0.3},
+        stop={"training_iteration": 5},
+        maxConcurrentTrials=2,
+    )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
-    wait_for(lambda: (get(custom, namespace, "experiments", "survivor").get("status", {}).get("trials") or {})
-             .get("succeeded", 0) >= 2, what="two trials done")
+    wait_for(
+        lambda: (
+            (get(custom, namespace, "experiments", "survivor").get("status", {}).get("trials") or {}).get(
+                "succeeded", 0
+            )
+            >= 2
+        ),
+        what="two trials done",
+    )
     operator.kill()
     time.sleep(2)
     operator.start()
-    wait_for(lambda: phase_is(custom, namespace, "survivor", "Succeeded", "Failed"), timeout=180,
-             what="the experiment to finish after the restart")
+    wait_for(
+        lambda: phase_is(custom, namespace, "survivor", "Succeeded", "Failed"),
+        timeout=180,
+        what="the experiment to finish after the restart",
+    )
     exp = get(custom, namespace, "experiments", "survivor")
     assert exp["status"]["phase"] == "Succeeded"
     assert exp["status"]["trials"]["total"] == 6 and exp["status"]["trials"]["succeeded"] == 6
@@ -272,15 +362,38 @@ def test_operator_killed_mid_experiment_finishes_without_duplicates(cluster, ope
 
 
 def test_pbt_restarts_the_worst_trial_from_the_best_ones_checkpoint_with_an_explored_config(
-        cluster, operator, custom, core, s3, namespace, storage_secret):
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
     mutations = {"x": [1, 2, 3, 4]}
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", experiment(
-        "pbt", cluster, storage_secret, config={"x": {"grid_search": [1, 2, 3, 4]}, "sleep": 0.3},
-        maxConcurrentTrials=4, stop={"training_iteration": 8}, checkpoint={"frequency": 0, "atEnd": True},
-        scheduler={"name": "pbt", "params": {"time_attr": "training_iteration", "perturbation_interval": 2,
-                                             "hyperparam_mutations": mutations, "resample_probability": 0.0}}))
-    wait_for(lambda: phase_is(custom, namespace, "pbt", "Succeeded", "Failed"), timeout=240,
-             what="the PBT experiment to finish")
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "experiments",
+        experiment(
+            "pbt",
+            cluster,
+            storage_secret,
+            config={"x": {"grid_search": [1, 2, 3, 4]}, "sleep": 0.3},
+            maxConcurrentTrials=4,
+            stop={"training_iteration": 8},
+            checkpoint={"frequency": 0, "atEnd": True},
+            scheduler={
+                "name": "pbt",
+                "params": {
+                    "time_attr": "training_iteration",
+                    "perturbation_interval": 2,
+                    "hyperparam_mutations": mutations,
+                    "resample_probability": 0.0,
+                },
+            },
+        ),
+    )
+    wait_for(
+        lambda: phase_is(custom, namespace, "pbt", "Succeeded", "Failed"),
+        timeout=240,
+        what="the PBT experiment to finish",
+    )
     exp = get(custom, namespace, "experiments", "pbt")
     assert exp["status"]["phase"] == "Succeeded", exp["status"]
     found = trials(custom, namespace)
@@ -298,8 +411,11 @@ def test_pbt_restarts_the_worst_trial_from_the_best_ones_checkpoint_with_an_expl
         # trial makes a jump, as in Ray; one restored at the stop iteration reports once more, then stops)
         assert iterations == sorted(set(iterations)) and iterations[-1] in (8, 9), iterations
         # from the donor's iteration on, the score is the donor's checkpoint plus the new x per step
-        donor_score = next(r["score"] for r in result_lines(s3, namespace, "pbt", last["donor"])
-                           if r["training_iteration"] == last["iteration"])
+        donor_score = next(
+            r["score"]
+            for r in result_lines(s3, namespace, "pbt", last["donor"])
+            if r["training_iteration"] == last["iteration"]
+        )
         after = [r for r in lines if r["training_iteration"] > last["iteration"]]
         if len(status["perturbations"]) == 1 and after:
             assert after[0]["score"] == donor_score + status["config"]["x"]

@@ -32,7 +32,7 @@ class Quadratic(tune.Trainable):
 
     def step(self):
         self.x += config_step(self.config)
-        return {"score": -(self.x - self.config["target"]) ** 2}
+        return {"score": -((self.x - self.config["target"]) ** 2)}
 
     def save_checkpoint(self, checkpoint_dir):
         with open(os.path.join(checkpoint_dir, "x.json"), "w") as f:
@@ -83,12 +83,23 @@ def experiment(custom, namespace, name):
     return custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "experiments", name)
 
 
-def test_run_ships_a_test_module_class_by_value_and_returns_the_analysis(operator, custom, namespace, storage_secret,
-                                                                         sdk_env):
-    analysis = tune.run(Quadratic, name="quad", namespace=namespace, storage=storage(storage_secret),
-                        config={"lr": tune.grid_search([0.5, 1.0]), "target": tune.choice([4])}, num_samples=2,
-                        metric="score", mode="max", stop={"training_iteration": 4}, verbose=0,
-                        checkpoint_at_end=True, poll_interval_s=0.5)
+def test_run_ships_a_test_module_class_by_value_and_returns_the_analysis(
+    operator, custom, namespace, storage_secret, sdk_env
+):
+    analysis = tune.run(
+        Quadratic,
+        name="quad",
+        namespace=namespace,
+        storage=storage(storage_secret),
+        config={"lr": tune.grid_search([0.5, 1.0]), "target": tune.choice([4])},
+        num_samples=2,
+        metric="score",
+        mode="max",
+        stop={"training_iteration": 4},
+        verbose=0,
+        checkpoint_at_end=True,
+        poll_interval_s=0.5,
+    )
     exp = experiment(custom, namespace, "quad")
     assert exp["spec"]["trainable"]["pickleURI"].startswith(f"s3://{S3_BUCKET}/{PREFIX}/{namespace}/quad/sdk/")
     assert exp["status"]["phase"] == "Succeeded"
@@ -107,10 +118,14 @@ def test_run_ships_a_test_module_class_by_value_and_returns_the_analysis(operato
 
 def test_tuner_fit_with_a_function_trainable_by_import_path(operator, custom, namespace, storage_secret, sdk_env):
     tuner = tune.Tuner(
-        "tests.integration.test_sdk:train_fn", param_space={"a": tune.grid_search([1.0, 2.0, 4.0])},
+        "tests.integration.test_sdk:train_fn",
+        param_space={"a": tune.grid_search([1.0, 2.0, 4.0])},
         tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=2),
-        run_config=tune.RunConfig(name="fn", verbose=0), namespace=namespace, storage=storage(storage_secret),
-        poll_interval_s=0.5)
+        run_config=tune.RunConfig(name="fn", verbose=0),
+        namespace=namespace,
+        storage=storage(storage_secret),
+        poll_interval_s=0.5,
+    )
     grid = tuner.fit()
     exp = experiment(custom, namespace, "fn")
     assert exp["spec"]["trainable"] == {"entrypoint": "tests.integration.test_sdk:train_fn"}
@@ -126,8 +141,15 @@ def test_tuner_fit_with_a_function_trainable_by_import_path(operator, custom, na
 def test_with_parameters_uploads_a_large_array_once(operator, namespace, storage_secret, sdk_env, s3):
     data = np.ones(50 * 2**20 // 8)  # 50 MB
     trainable = tune.with_parameters(array_sum, data=data)
-    analysis = tune.run(trainable, name="params", namespace=namespace, storage=storage(storage_secret),
-                        config={"k": tune.grid_search([1, 2, 3])}, verbose=0, poll_interval_s=0.5)
+    analysis = tune.run(
+        trainable,
+        name="params",
+        namespace=namespace,
+        storage=storage(storage_secret),
+        config={"k": tune.grid_search([1, 2, 3])},
+        verbose=0,
+        poll_interval_s=0.5,
+    )
     assert sorted(t.last_result["sum"] for t in analysis.trials) == [data.size, 2 * data.size, 3 * data.size]
     prefix = f"{PREFIX}/{namespace}/params/sdk/parameters/"
     objects = s3.list_objects_v2(Bucket=S3_BUCKET, Prefix=prefix)["Contents"]
@@ -144,13 +166,25 @@ def test_with_parameters_uploads_a_large_array_once(operator, namespace, storage
 
 def test_built_in_stoppers_and_analysis_from_storage_alone(operator, custom, namespace, storage_secret, sdk_env):
     stop = tune.stopper.CombinedStopper(tune.stopper.MaximumIterationStopper(3))
-    tune.run(Quadratic, name="stopped", namespace=namespace, storage=storage(storage_secret),
-             config={"lr": tune.grid_search([1.0, 2.0]), "target": 1}, stop=stop, verbose=0, poll_interval_s=0.5)
+    tune.run(
+        Quadratic,
+        name="stopped",
+        namespace=namespace,
+        storage=storage(storage_secret),
+        config={"lr": tune.grid_search([1.0, 2.0]), "target": 1},
+        stop=stop,
+        verbose=0,
+        poll_interval_s=0.5,
+    )
     exp = experiment(custom, namespace, "stopped")
     assert exp["spec"]["stoppers"] == [{"name": "maximum_iteration", "params": {"max_iter": 3}}]
     # no cluster needed: the storage URI alone
-    analysis = ExperimentAnalysis(f"s3://{S3_BUCKET}/{PREFIX}/{namespace}/stopped", default_metric="score",
-                                  default_mode="max", storage_endpoint=os.environ["AWS_ENDPOINT_URL_S3"])
+    analysis = ExperimentAnalysis(
+        f"s3://{S3_BUCKET}/{PREFIX}/{namespace}/stopped",
+        default_metric="score",
+        default_mode="max",
+        storage_endpoint=os.environ["AWS_ENDPOINT_URL_S3"],
+    )
     assert [t.last_result["training_iteration"] for t in analysis.trials] == [3, 3]
     assert analysis.best_config == {"lr": 1.0, "target": 1}
 
@@ -164,10 +198,18 @@ class CloseEnough(tune.Stopper):
 
 def test_sample_from_and_a_users_stopper_run_in_the_trial_pods(operator, custom, namespace, storage_secret, sdk_env):
     stop = tune.stopper.CombinedStopper(tune.stopper.MaximumIterationStopper(10), CloseEnough())
-    analysis = tune.run(Quadratic, name="user-code", namespace=namespace, storage=storage(storage_secret),
-                        config={"lr": tune.grid_search([0.5, 1.0]),
-                                "target": tune.sample_from(lambda spec: spec.config.lr * 4)},
-                        stop=stop, metric="score", mode="max", verbose=0, poll_interval_s=0.5)
+    analysis = tune.run(
+        Quadratic,
+        name="user-code",
+        namespace=namespace,
+        storage=storage(storage_secret),
+        config={"lr": tune.grid_search([0.5, 1.0]), "target": tune.sample_from(lambda spec: spec.config.lr * 4)},
+        stop=stop,
+        metric="score",
+        mode="max",
+        verbose=0,
+        poll_interval_s=0.5,
+    )
     exp = experiment(custom, namespace, "user-code")
     assert exp["spec"]["stoppers"] == [{"name": "maximum_iteration", "params": {"max_iter": 10}}]
     assert list(exp["spec"]["config"]["target"]) == ["kubetune/pickled_function"]  # resolved in the pod
@@ -179,25 +221,43 @@ def test_sample_from_and_a_users_stopper_run_in_the_trial_pods(operator, custom,
 def test_a_spec_the_operator_refuses_raises_and_leaves_nothing(operator, custom, namespace, storage_secret, sdk_env):
     scheduler = tune.schedulers.ASHAScheduler(metric="score", mode="max", grace_period=5, max_t=2)
     with pytest.raises(InvalidExperiment, match="grace_period"):
-        tune.run(Quadratic, name="refused", namespace=namespace, storage=storage(storage_secret),
-                 config={"lr": 1.0, "target": 1}, scheduler=scheduler, verbose=0, poll_interval_s=0.5)
+        tune.run(
+            Quadratic,
+            name="refused",
+            namespace=namespace,
+            storage=storage(storage_secret),
+            config={"lr": 1.0, "target": 1},
+            scheduler=scheduler,
+            verbose=0,
+            poll_interval_s=0.5,
+        )
     cluster = Cluster.connect(namespace=namespace)
-    wait_for(lambda: not [e for e in cluster.list() if e["metadata"]["name"] == "refused"], timeout=30,
-             what="the refused experiment to be deleted")
+    wait_for(
+        lambda: not [e for e in cluster.list() if e["metadata"]["name"] == "refused"],
+        timeout=30,
+        what="the refused experiment to be deleted",
+    )
 
 
 def test_failed_trials_raise_tune_error_with_their_message(operator, namespace, storage_secret, sdk_env):
     with pytest.raises(tune.TuneError, match="Trials did not complete"):
-        tune.run("tests.integration.trainables:Counter", name="failing", namespace=namespace,
-                 storage=storage(storage_secret), config={"x": 1, "always_fail": True}, verbose=0,
-                 poll_interval_s=0.5)
+        tune.run(
+            "tests.integration.trainables:Counter",
+            name="failing",
+            namespace=namespace,
+            storage=storage(storage_secret),
+            config={"x": 1, "always_fail": True},
+            verbose=0,
+            poll_interval_s=0.5,
+        )
     grid = tune.Tuner.restore("failing", namespace=namespace, storage=storage(storage_secret)).fit()
     assert grid.num_errors == 1 and "always fails" in str(grid.errors[0])
 
 
 def kubetune_cli(*args, env, check=True):
-    done = subprocess.run([sys.executable, "-m", "kubetune.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "kubetune.cli", *args], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -205,13 +265,25 @@ def kubetune_cli(*args, env, check=True):
 
 def test_the_kubetune_command(operator, custom, namespace, storage_secret, sdk_env, tmp_path, cluster):
     manifest = tmp_path / "exp.yaml"
-    manifest.write_text(json.dumps({
-        "apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment", "metadata": {"name": "cli"},
-        "spec": {"trainable": {"entrypoint": "tests.integration.trainables:Counter"},
-                 "config": {"x": {"grid_search": [1, 3]}}, "metric": "score", "mode": "max",
-                 "stop": {"training_iteration": 2}, "checkpoint": {"atEnd": True},
-                 "podRetentionPolicy": {"whenSucceeded": "Retain"},
-                 "storage": {**storage(storage_secret), "endpoint": cluster.s3_endpoint}}}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "apiVersion": "kubetune.io/v1alpha1",
+                "kind": "Experiment",
+                "metadata": {"name": "cli"},
+                "spec": {
+                    "trainable": {"entrypoint": "tests.integration.trainables:Counter"},
+                    "config": {"x": {"grid_search": [1, 3]}},
+                    "metric": "score",
+                    "mode": "max",
+                    "stop": {"training_iteration": 2},
+                    "checkpoint": {"atEnd": True},
+                    "podRetentionPolicy": {"whenSucceeded": "Retain"},
+                    "storage": {**storage(storage_secret), "endpoint": cluster.s3_endpoint},
+                },
+            }
+        )
+    )
     ns = ["-n", namespace]
     assert "created" in kubetune_cli("run", str(manifest), "--watch", *ns, env=sdk_env).stderr
     listed = kubetune_cli("get", *ns, env=sdk_env).stdout.splitlines()
@@ -228,10 +300,26 @@ def test_the_kubetune_command(operator, custom, namespace, storage_secret, sdk_e
     assert "trial ends" in log and kubetune_cli("logs", "cli-00001", "-f", *ns, env=sdk_env).stdout == log
     gone = kubetune_cli("logs", "cli-00001", "--attempt", "5", *ns, env=sdk_env, check=False)
     assert gone.returncode == 3 and "is gone" in gone.stderr
-    ran = kubetune_cli("run", "tests.integration.trainables:Counter", "--name", "cli-fn", "--config",
-                       '{"x": {"grid_search": [1, 2]}}', "--stop", '{"training_iteration": 2}', "--metric", "score",
-                       "--mode", "max", "--storage", storage(storage_secret)["uri"], "--secret", storage_secret, *ns,
-                       env=sdk_env)
+    ran = kubetune_cli(
+        "run",
+        "tests.integration.trainables:Counter",
+        "--name",
+        "cli-fn",
+        "--config",
+        '{"x": {"grid_search": [1, 2]}}',
+        "--stop",
+        '{"training_iteration": 2}',
+        "--metric",
+        "score",
+        "--mode",
+        "max",
+        "--storage",
+        storage(storage_secret)["uri"],
+        "--secret",
+        storage_secret,
+        *ns,
+        env=sdk_env,
+    )
     assert json.loads(ran.stdout) == {"best_config": {"x": 2}}
     kubetune_cli("suspend", "cli", *ns, env=sdk_env)
     assert experiment(custom, namespace, "cli")["spec"]["suspend"] is True
@@ -251,11 +339,15 @@ def test_ctrl_c_detaches_and_the_experiment_keeps_running(operator, custom, name
                  storage={storage(storage_secret)!r}, config={{"x": 1, "sleep": 1}},
                  stop={{"training_iteration": 30}}, poll_interval_s=0.5)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], env=sdk_env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=sdk_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
-        wait_for(lambda: (experiment_or_none(custom, namespace, "detach") or {}).get("status", {}).get("phase")
-                 == "Running", timeout=60, what="the experiment to run")
+        wait_for(
+            lambda: (experiment_or_none(custom, namespace, "detach") or {}).get("status", {}).get("phase") == "Running",
+            timeout=60,
+            what="the experiment to run",
+        )
         time.sleep(1)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
@@ -277,16 +369,35 @@ def experiment_or_none(custom, namespace, name):
         return None
 
 
-def test_a_pbt_policy_is_written_as_ray_writes_it_and_replays_on_a_new_trial(operator, custom, namespace,
-                                                                            storage_secret, sdk_env, s3):
-    pbt = tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
-                                                  hyperparam_mutations={"x": [1, 2, 3, 4]}, resample_probability=0)
-    tune.run("tests.integration.trainables:Counter", name="pbt-src", namespace=namespace,
-             storage=storage(storage_secret), config={"x": tune.grid_search([1, 2, 3, 4]), "sleep": 0.3},
-             metric="score", mode="max", stop={"training_iteration": 8}, scheduler=pbt, max_concurrent_trials=4,
-             checkpoint_at_end=True, verbose=0, poll_interval_s=0.5)
-    found = {t["metadata"]["name"]: t for t in custom.list_namespaced_custom_object(
-        "kubetune.io", "v1alpha1", namespace, "trials")["items"] if t["spec"]["experiment"] == "pbt-src"}
+def test_a_pbt_policy_is_written_as_ray_writes_it_and_replays_on_a_new_trial(
+    operator, custom, namespace, storage_secret, sdk_env, s3
+):
+    pbt = tune.schedulers.PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"x": [1, 2, 3, 4]},
+        resample_probability=0,
+    )
+    tune.run(
+        "tests.integration.trainables:Counter",
+        name="pbt-src",
+        namespace=namespace,
+        storage=storage(storage_secret),
+        config={"x": tune.grid_search([1, 2, 3, 4]), "sleep": 0.3},
+        metric="score",
+        mode="max",
+        stop={"training_iteration": 8},
+        scheduler=pbt,
+        max_concurrent_trials=4,
+        checkpoint_at_end=True,
+        verbose=0,
+        poll_interval_s=0.5,
+    )
+    found = {
+        t["metadata"]["name"]: t
+        for t in custom.list_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "trials")["items"]
+        if t["spec"]["experiment"] == "pbt-src"
+    }
     perturbed = [t for t in found.values() if t["status"].get("perturbations")]
     assert perturbed
     trial = perturbed[0]
@@ -298,15 +409,28 @@ def test_a_pbt_policy_is_written_as_ray_writes_it_and_replays_on_a_new_trial(ope
     assert lines[-1][5] == trial["status"]["config"]  # Ray's line: the donor's config, then the new one
     # the replay: the policy's first config, then its configs at its steps, restoring the trial's own checkpoint
     replay = tune.schedulers.PopulationBasedTrainingReplay(f"s3://{S3_BUCKET}/{key}")
-    analysis = tune.run("tests.integration.trainables:Counter", name="pbt-replay", namespace=namespace,
-                        storage=storage(storage_secret), metric="score", mode="max",
-                        stop={"training_iteration": 8}, scheduler=replay, checkpoint_at_end=True, verbose=0,
-                        poll_interval_s=0.5)
-    (replayed,) = [t for t in custom.list_namespaced_custom_object(
-        "kubetune.io", "v1alpha1", namespace, "trials")["items"] if t["spec"]["experiment"] == "pbt-replay"]
+    analysis = tune.run(
+        "tests.integration.trainables:Counter",
+        name="pbt-replay",
+        namespace=namespace,
+        storage=storage(storage_secret),
+        metric="score",
+        mode="max",
+        stop={"training_iteration": 8},
+        scheduler=replay,
+        checkpoint_at_end=True,
+        verbose=0,
+        poll_interval_s=0.5,
+    )
+    (replayed,) = [
+        t
+        for t in custom.list_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "trials")["items"]
+        if t["spec"]["experiment"] == "pbt-replay"
+    ]
     assert replayed["spec"]["config"] == replay.config
     changes = [(step, config) for step, config in replay.params["policy"] if step < 8]  # the stop wins at 8
     assert [p["iteration"] for p in replayed["status"].get("perturbations", [])] == [s for s, _ in changes]
-    assert replayed["status"].get("config", replayed["spec"]["config"]) == (changes[-1][1] if changes
-                                                                            else replay.config)
+    assert replayed["status"].get("config", replayed["spec"]["config"]) == (
+        changes[-1][1] if changes else replay.config
+    )
     assert analysis.trials[0].last_result["training_iteration"] == 8

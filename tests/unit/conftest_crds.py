@@ -17,11 +17,31 @@ import yaml
 CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 CRD_FILES = {"Experiment": "experiments.kubetune.io.yaml", "Trial": "trials.kubetune.io.yaml"}
 
-_ANNOTATIONS = {"description", "default", "format", "x-kubernetes-preserve-unknown-fields",
-                "x-kubernetes-int-or-string", "x-kubernetes-validations", "x-kubernetes-list-type",
-                "x-kubernetes-list-map-keys"}
-_CHECKED = {"type", "properties", "required", "items", "additionalProperties", "enum", "minimum", "maximum",
-            "minLength", "maxLength", "pattern", "maxItems", "maxProperties"}
+_ANNOTATIONS = {
+    "description",
+    "default",
+    "format",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+}
+_CHECKED = {
+    "type",
+    "properties",
+    "required",
+    "items",
+    "additionalProperties",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "maxItems",
+    "maxProperties",
+}
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
 
 

@@ -46,8 +46,7 @@ class Collector:
         bad_auth: how many requests came without the right bearer token (answered 401).
     """
 
-    def __init__(self, port: int = 0, decide: Callable[[dict, list[dict]], str] | None = None,
-                 max_body: int = 1 << 20):
+    def __init__(self, port: int = 0, decide: Callable[[dict, list[dict]], str] | None = None, max_body: int = 1 << 20):
         self.port = port or free_port()
         self.max_body = max_body
         self.too_large = 0
@@ -111,15 +110,30 @@ class Collector:
             self._server = None
 
 
-def runtime_env(tmp_path, trial_dir_uri: str, *, config: dict, endpoint: str | None = None,
-                collector: Collector | None = None, **fields) -> dict[str, str]:
+def runtime_env(
+    tmp_path,
+    trial_dir_uri: str,
+    *,
+    config: dict,
+    endpoint: str | None = None,
+    collector: Collector | None = None,
+    **fields,
+) -> dict[str, str]:
     """The environment of a runtime subprocess for one trial (``fields`` go to ``TrialEnv``)."""
     checkpoint = fields.pop("checkpoint", CheckpointPolicy())
-    trial = TrialEnv(namespace="ns", experiment="exp", trial="trial-0",
-                     attempt=fields.pop("attempt", 0), config=config, trial_dir_uri=trial_dir_uri,
-                     checkpoint=checkpoint, storage_endpoint=endpoint,
-                     collector_url=collector.url if collector else None,
-                     token=TOKEN if collector else None, **fields)
+    trial = TrialEnv(
+        namespace="ns",
+        experiment="exp",
+        trial="trial-0",
+        attempt=fields.pop("attempt", 0),
+        config=config,
+        trial_dir_uri=trial_dir_uri,
+        checkpoint=checkpoint,
+        storage_endpoint=endpoint,
+        collector_url=collector.url if collector else None,
+        token=TOKEN if collector else None,
+        **fields,
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBETUNE_", "AWS_"))}
     env.update(AWS_TEST_ENV)
     env.update(encode_trial_env(trial))
@@ -131,8 +145,9 @@ def runtime_env(tmp_path, trial_dir_uri: str, *, config: dict, endpoint: str | N
 
 def start_runtime(env: dict[str, str]) -> subprocess.Popen:
     """Start ``python -m kubetune.runtime`` with ``env``; stdout and stderr merged, text."""
-    return subprocess.Popen([sys.executable, "-m", "kubetune.runtime"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kubetune.runtime"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def run_runtime(env: dict[str, str], timeout_s: float = 60) -> tuple[int, str]:

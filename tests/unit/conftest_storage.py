@@ -22,15 +22,22 @@ from werkzeug.serving import ThreadedWSGIServer
 
 #: Environment for anything (this process or a runtime subprocess) that talks to the moto endpoint.
 AWS_TEST_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
 }
 
 
 def s3_client(endpoint: str):
     """A plain boto3 client on ``endpoint`` (test setup and checks, not the code under test)."""
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def new_bucket(endpoint: str) -> str:

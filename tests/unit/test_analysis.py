@@ -37,9 +37,17 @@ def file_root(tmp_path):
     return f"file://{tmp_path / 'store'}"
 
 
-def write_trial(exp_uri: str, name: str, metrics: list[dict], *, config: dict | None = None,
-                endpoint: str | None = None, error: str | None = None, checkpoints: tuple[int, ...] = (),
-                workdir: Path) -> str:
+def write_trial(
+    exp_uri: str,
+    name: str,
+    metrics: list[dict],
+    *,
+    config: dict | None = None,
+    endpoint: str | None = None,
+    error: str | None = None,
+    checkpoints: tuple[int, ...] = (),
+    workdir: Path,
+) -> str:
     """Write one trial as the runtime does: params.json, result.json/progress.csv through ResultLog (Ray's
     auto-filled fields included), committed checkpoints, error.txt. Returns the trial dir URI."""
     config = {"lr": 0.1} if config is None else config
@@ -48,8 +56,16 @@ def write_trial(exp_uri: str, name: str, metrics: list[dict], *, config: dict | 
     storage.put_bytes(join_uri(trial_uri, "params.json"), json.dumps(config).encode())
     log = ResultLog(storage, trial_uri, workdir / name / "results")
     for i, result in enumerate(metrics, 1):
-        log.append({**result, "training_iteration": i, "done": i == len(metrics), "trial_id": name,
-                    "config": config, "time_total_s": 0.5 * i})
+        log.append(
+            {
+                **result,
+                "training_iteration": i,
+                "done": i == len(metrics),
+                "trial_id": name,
+                "config": config,
+                "time_total_s": 0.5 * i,
+            }
+        )
         if i in checkpoints:
             log.sync()  # the runtime syncs the log before each commit
             local = workdir / name / f"checkpoint_{i:06d}"
@@ -70,11 +86,11 @@ def series(values: list[float], key: str = "score") -> list[dict]:
 # Each trial wins exactly one scope in mode "max" (12 results each); "loss" is -score, so in mode "min"
 # the same trial wins on loss.
 SCOPE_WINNERS = {
-    "all": [120] + [0] * 11,                   # max 120; avg 10
-    "avg": [100, 100] + [0] * 10,              # avg 16.7
+    "all": [120] + [0] * 11,  # max 120; avg 10
+    "avg": [100, 100] + [0] * 10,  # avg 16.7
     "last-10-avg": [0, 0] + [15] * 5 + [0] * 5,  # last 10: 7.5
-    "last-5-avg": [0] * 7 + [8] * 4 + [0],      # last 5: 6.4
-    "last": [0] * 11 + [5],                     # last 5
+    "last-5-avg": [0] * 7 + [8] * 4 + [0],  # last 5: 6.4
+    "last": [0] * 11 + [5],  # last 5
 }
 
 
@@ -83,8 +99,14 @@ def scopes_exp(root, tmp_path):
     base, endpoint = root
     exp = join_uri(base, "team", "scopes", UID)
     for index, values in enumerate(SCOPE_WINNERS.values()):
-        write_trial(exp, f"scopes-{index:05d}", series(values), config={"lr": index / 10}, endpoint=endpoint,
-                    workdir=tmp_path / "w")
+        write_trial(
+            exp,
+            f"scopes-{index:05d}",
+            series(values),
+            config={"lr": index / 10},
+            endpoint=endpoint,
+            workdir=tmp_path / "w",
+        )
     return join_uri(base, "team", "scopes"), endpoint
 
 
@@ -129,8 +151,11 @@ def test_loading_and_ray_members(scopes_exp):
     assert analysis.best_result["score"] == 5
     assert analysis.get_best_config("score", "max", "all") == {"lr": 0.0}
     assert analysis.get_best_logdir("loss", "min", "avg") == analysis.trials[1].path
-    assert analysis.get_all_configs() == analysis.configs == {t.path: {"lr": i / 10}
-                                                             for i, t in enumerate(analysis.trials)}
+    assert (
+        analysis.get_all_configs()
+        == analysis.configs
+        == {t.path: {"lr": i / 10} for i, t in enumerate(analysis.trials)}
+    )
     assert analysis.get_all_configs(prefix=True)[trial.path] == {"config/lr": 0.4}
     best_df = analysis.best_result_df
     assert list(best_df.index) == ["scopes-00004"] and best_df.index.name == "trial_id"
@@ -149,8 +174,15 @@ def test_bad_arguments_give_rays_errors(scopes_exp):
         analysis.get_best_trial(mode="max")
     with pytest.raises(ValueError, match="No `mode` has been passed and `default_mode` has not been set"):
         analysis.get_best_trial("score")
-    for prop in ("best_trial", "best_config", "best_logdir", "best_checkpoint", "best_dataframe", "best_result",
-                 "best_result_df"):
+    for prop in (
+        "best_trial",
+        "best_config",
+        "best_logdir",
+        "best_checkpoint",
+        "best_dataframe",
+        "best_result",
+        "best_result_df",
+    ):
         with pytest.raises(ValueError, match=f"To fetch the `{prop}`, pass a `metric` and `mode`"):
             getattr(analysis, prop)
     with pytest.raises(ValueError, match="you'll also have to pass a `metric`"):
@@ -201,8 +233,9 @@ def test_dataframes_flatten_nested_keys_and_config(root, tmp_path):
     config = {"lr": 0.01, "model": {"layers": 3}}
     for index, scale in enumerate((1, 2)):
         metrics = [{"acc": scale * v, "a": {"b": scale * 10 * v}} for v in (0.2, 0.9, 0.5)]
-        write_trial(exp, f"frames-{index:05d}", metrics, config={**config, "seed": index}, endpoint=endpoint,
-                    workdir=tmp_path)
+        write_trial(
+            exp, f"frames-{index:05d}", metrics, config={**config, "seed": index}, endpoint=endpoint, workdir=tmp_path
+        )
     analysis = ExperimentAnalysis(exp, storage_endpoint=endpoint)
     last = analysis.dataframe()
     assert {"config/lr", "config/model/layers", "config/seed", "a/b", "acc", "logdir", "trial_id"} <= set(last)
@@ -235,8 +268,9 @@ def test_dataframes_flatten_nested_keys_and_config(root, tmp_path):
 def test_best_checkpoint_by_the_result_of_its_iteration(root, tmp_path):
     base, endpoint = root
     exp = join_uri(base, "team", "ckpt", UID)
-    trial_uri = write_trial(exp, "ckpt-00000", series([1, 5, 2, 9, 3, 7]), endpoint=endpoint,
-                            checkpoints=(2, 4, 6), workdir=tmp_path / "a")
+    trial_uri = write_trial(
+        exp, "ckpt-00000", series([1, 5, 2, 9, 3, 7]), endpoint=endpoint, checkpoints=(2, 4, 6), workdir=tmp_path / "a"
+    )
     storage = open_storage(trial_uri, endpoint)
     # A second commit of iteration 6 (the runtime's forced checkpoint at the end) replaces it...
     again = tmp_path / "again" / "checkpoint_000006"
@@ -249,7 +283,10 @@ def test_best_checkpoint_by_the_result_of_its_iteration(root, tmp_path):
 
     analysis = ExperimentAnalysis(join_uri(base, "team", "ckpt"), storage_endpoint=endpoint)
     assert analysis.get_trial_checkpoints_paths("ckpt-00000", "score") == [
-        (checkpoint_uri(trial_uri, 2), 5), (checkpoint_uri(trial_uri, 4), 9), (newer, 7)]
+        (checkpoint_uri(trial_uri, 2), 5),
+        (checkpoint_uri(trial_uri, 4), 9),
+        (newer, 7),
+    ]
     assert [v for _, v in analysis.get_trial_checkpoints_paths(trial_uri)] == [2, 4, 6]  # training_iteration
 
     best = analysis.get_best_checkpoint(analysis.trials[0], "score", "max")
@@ -276,15 +313,19 @@ def test_best_checkpoint_by_the_result_of_its_iteration(root, tmp_path):
     with result.checkpoint.as_directory() as directory:
         assert Path(directory, "state.txt").read_text() == "ckpt-00000 at 6, again"
     assert [(c.uri, m["score"]) for c, m in result.best_checkpoints] == [
-        (checkpoint_uri(trial_uri, 2), 5), (checkpoint_uri(trial_uri, 4), 9), (newer, 7)]
+        (checkpoint_uri(trial_uri, 2), 5),
+        (checkpoint_uri(trial_uri, 4), 9),
+        (newer, 7),
+    ]
 
 
 def test_failed_trials_and_result_grid(root, tmp_path):
     base, endpoint = root
     exp = join_uri(base, "team", "errs", UID)
     write_trial(exp, "errs-00000", series([1, 2]), endpoint=endpoint, workdir=tmp_path)
-    write_trial(exp, "errs-00001", series([4]), endpoint=endpoint, error="ValueError: boom at iteration 2",
-                workdir=tmp_path)
+    write_trial(
+        exp, "errs-00001", series([4]), endpoint=endpoint, error="ValueError: boom at iteration 2", workdir=tmp_path
+    )
     write_trial(exp, "errs-00002", series([3, 3, 3]), endpoint=endpoint, workdir=tmp_path)
     analysis = ExperimentAnalysis(join_uri(base, "team", "errs"), "score", "max", storage_endpoint=endpoint)
     failed = analysis.trials[1]
@@ -305,10 +346,17 @@ def test_failed_trials_and_result_grid(root, tmp_path):
 
     # The SDK's view wins: errs-00001's error.txt was left by an attempt before a successful retry, and
     # errs-00003 failed before writing anything.
-    told = ExperimentAnalysis(join_uri(base, "team", "errs"), storage_endpoint=endpoint,
-                              trial_errors={"errs-00002": "OOMKilled", "errs-00003": "ImagePullBackOff"})
+    told = ExperimentAnalysis(
+        join_uri(base, "team", "errs"),
+        storage_endpoint=endpoint,
+        trial_errors={"errs-00002": "OOMKilled", "errs-00003": "ImagePullBackOff"},
+    )
     assert [(t.trial_id, t.error) for t in told.trials] == [
-        ("errs-00000", None), ("errs-00001", None), ("errs-00002", "OOMKilled"), ("errs-00003", "ImagePullBackOff")]
+        ("errs-00000", None),
+        ("errs-00001", None),
+        ("errs-00002", "OOMKilled"),
+        ("errs-00003", "ImagePullBackOff"),
+    ]
     ghost = told.trials[3]
     assert ghost.config == {} and ghost.last_result == {} and ghost.path == join_uri(exp, "errs-00003")
     assert ResultGrid(told).num_errors == 2
@@ -317,8 +365,7 @@ def test_failed_trials_and_result_grid(root, tmp_path):
 
 def test_trial_without_results_reads_params_json(file_root, tmp_path):
     exp = join_uri(file_root, "team", "early", UID)
-    write_trial(exp, "early-00000", [], config={"lr": 0.5, "units": [8, 16]}, workdir=tmp_path,
-                error="setup() failed")
+    write_trial(exp, "early-00000", [], config={"lr": 0.5, "units": [8, 16]}, workdir=tmp_path, error="setup() failed")
     analysis = ExperimentAnalysis(exp)
     trial = analysis.trials[0]
     assert trial.config == {"lr": 0.5, "units": [8, 16]} and trial.last_result == {}
@@ -332,7 +379,7 @@ def test_experiment_path_resolution(file_root, tmp_path):
     old = write_trial(join_uri(exp, "11111111"), "twice-00000", series([1]), workdir=tmp_path / "o")
     new = write_trial(join_uri(exp, "00000000"), "twice-00000", series([2]), workdir=tmp_path / "n")
     stale = time.time() - 3600
-    for path in Path(old[len("file://"):]).rglob("*"):
+    for path in Path(old[len("file://") :]).rglob("*"):
         os.utime(path, (stale, stale))
     # Two runs of the Experiment under its name: the one written last is read, whatever the names' order.
     analysis = ExperimentAnalysis(exp)

@@ -36,11 +36,20 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 def experiment(**spec) -> dict:
-    base = {"trainable": {"entrypoint": "mytrain:Trainable"}, "config": {"lr": {"loguniform": [1e-4, 1e-1]}},
-            "metric": "acc", "mode": "max", "storage": {"uri": "s3://bucket/runs/"}}
+    base = {
+        "trainable": {"entrypoint": "mytrain:Trainable"},
+        "config": {"lr": {"loguniform": [1e-4, 1e-1]}},
+        "metric": "acc",
+        "mode": "max",
+        "storage": {"uri": "s3://bucket/runs/"},
+    }
     base.update(spec)
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "mnist", "namespace": "team-a", "uid": "exp-uid-1", "generation": 1}, "spec": base}
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "mnist", "namespace": "team-a", "uid": "exp-uid-1", "generation": 1},
+        "spec": base,
+    }
 
 
 def trial(exp: dict | None = None, index: int = 3, **status) -> dict:
@@ -51,8 +60,9 @@ def trial(exp: dict | None = None, index: int = 3, **status) -> dict:
     return obj
 
 
-def pod(exp: dict | None = None, tr: dict | None = None, attempt: int = 0, settings: Settings | None = None,
-        **kwargs) -> dict:
+def pod(
+    exp: dict | None = None, tr: dict | None = None, attempt: int = 0, settings: Settings | None = None, **kwargs
+) -> dict:
     exp = exp or experiment()
     return build_pod(exp, tr or trial(exp), attempt, settings or Settings(), **kwargs)
 
@@ -134,9 +144,16 @@ def test_build_trial_manifest():
     assert t["apiVersion"] == "kubetune.io/v1alpha1" and t["kind"] == "Trial"
     assert t["metadata"]["name"] == "mnist-00003" and t["metadata"]["namespace"] == "team-a"
     assert t["metadata"]["labels"] == {LABEL_EXPERIMENT: "mnist", LABEL_MANAGED_BY: "kubetune"}
-    assert t["metadata"]["ownerReferences"] == [{
-        "apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment", "name": "mnist", "uid": "exp-uid-1",
-        "controller": True, "blockOwnerDeletion": True}]
+    assert t["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "kubetune.io/v1alpha1",
+            "kind": "Experiment",
+            "name": "mnist",
+            "uid": "exp-uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     assert t["spec"] == {"experiment": "mnist", "index": 3, "config": {"lr": 0.01}, "tag": "3_lr=0.01"}
     assert validate(t["spec"], root_schema("Trial")["properties"]["spec"], ".spec") == []
 
@@ -167,10 +184,22 @@ def test_pod_identity_owner_and_labels():
     meta = p["metadata"]
     assert (p["apiVersion"], p["kind"]) == ("v1", "Pod")
     assert meta["name"] == "mnist-00003-2" and meta["namespace"] == "team-a"
-    assert meta["labels"] == {LABEL_EXPERIMENT: "mnist", LABEL_TRIAL: "mnist-00003", LABEL_ATTEMPT: "2",
-                              LABEL_MANAGED_BY: "kubetune"}
-    assert meta["ownerReferences"] == [{"apiVersion": "kubetune.io/v1alpha1", "kind": "Trial", "name": "mnist-00003",
-                                        "uid": "trial-uid-3", "controller": True, "blockOwnerDeletion": True}]
+    assert meta["labels"] == {
+        LABEL_EXPERIMENT: "mnist",
+        LABEL_TRIAL: "mnist-00003",
+        LABEL_ATTEMPT: "2",
+        LABEL_MANAGED_BY: "kubetune",
+    }
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "kubetune.io/v1alpha1",
+            "kind": "Trial",
+            "name": "mnist-00003",
+            "uid": "trial-uid-3",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
 
 
 def test_pod_runs_the_runtime_in_the_experiment_image_or_the_default():
@@ -180,9 +209,11 @@ def test_pod_runs_the_runtime_in_the_experiment_image_or_the_default():
 
 
 def test_pod_env_is_the_runtime_contract():
-    exp = experiment(stop={"training_iteration": 10}, checkpoint={"frequency": 5, "atEnd": False, "keep": 2,
-                                                                   "scoreAttribute": "min-loss"},
-                     storage={"uri": "s3://bucket/runs/", "endpoint": "http://127.0.0.1:9000", "region": "eu-1"})
+    exp = experiment(
+        stop={"training_iteration": 10},
+        checkpoint={"frequency": 5, "atEnd": False, "keep": 2, "scoreAttribute": "min-loss"},
+        storage={"uri": "s3://bucket/runs/", "endpoint": "http://127.0.0.1:9000", "region": "eu-1"},
+    )
     settings = Settings(collector=CollectorSettings(url="http://collector.kubetune-system.svc:8080"))
     p = build_pod(exp, trial(exp), 1, settings)
     env = read_trial_env(env_of(p))
@@ -197,8 +228,10 @@ def test_pod_env_is_the_runtime_contract():
     assert env.collector_url == "http://collector.kubetune-system.svc:8080"
     assert env.token is None and env.pod_name == "mnist-00003-1"  # the token comes from the attempt's Secret
     token_var = next(e for e in container(p)["env"] if e["name"] == "KUBETUNE_TOKEN")
-    assert token_var == {"name": "KUBETUNE_TOKEN", "valueFrom": {"secretKeyRef": {
-        "name": "mnist-00003-1-trial-ui", "key": "token"}}}  # <pod>-<the Trial uid's first 8>
+    assert token_var == {
+        "name": "KUBETUNE_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "mnist-00003-1-trial-ui", "key": "token"}},
+    }  # <pod>-<the Trial uid's first 8>
     secret = build_token_secret(p, trial(exp), "secret-token")
     assert secret["metadata"]["name"] == "mnist-00003-1-trial-ui" and secret["stringData"] == {"token": "secret-token"}
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "Trial"
@@ -208,8 +241,10 @@ def test_pod_env_is_the_runtime_contract():
 
 def test_trials_wait_for_the_answer_to_each_result_when_the_operator_may_stop_them_there():
     assert read_trial_env(env_of(pod())).decision_wait_s == 0  # fifo, no stoppers: nothing to wait for
-    for spec in ({"scheduler": {"name": "asha"}}, {"stoppers": [{"name": "maximum_iteration",
-                                                                "params": {"max_iter": 3}}]}):
+    for spec in (
+        {"scheduler": {"name": "asha"}},
+        {"stoppers": [{"name": "maximum_iteration", "params": {"max_iter": 3}}]},
+    ):
         assert read_trial_env(env_of(pod(experiment(**spec)))).decision_wait_s == DECISION_WAIT_S
 
 
@@ -233,8 +268,9 @@ def test_collector_url_defaults_to_loopback_on_the_bind_port():
 def test_storage_falls_back_to_the_operator_default_and_is_required():
     exp = experiment()
     del exp["spec"]["storage"]
-    settings = Settings(storage=StorageSettings(default_uri="file:///data/", default_endpoint=None,
-                                                default_region="local"))
+    settings = Settings(
+        storage=StorageSettings(default_uri="file:///data/", default_endpoint=None, default_region="local")
+    )
     env = read_trial_env(env_of(pod(exp, settings=settings)))
     assert env.trial_dir_uri == "file:///data/team-a/mnist/exp-uid-/mnist-00003" and env.storage_region == "local"
     with pytest.raises(ValueError, match="storage"):
@@ -246,12 +282,18 @@ def test_trial_dir_uri_joins_without_a_double_slash():
     assert trial_dir_uri("file:///x", "ns", "e", "0123456789", "t") == "file:///x/ns/e/01234567/t"
 
 
-@pytest.mark.parametrize("status, restore_from, expected", [
-    ({}, None, "s3://bucket/other/checkpoint_000004"),
-    ({"checkpoint": {"uri": "s3://bucket/runs/team-a/mnist/mnist-00003/checkpoint_000002", "iteration": 2}},
-     None, None),
-    ({"checkpoint": {"uri": "s3://x/checkpoint_000002", "iteration": 2}}, "s3://explicit/ck", "s3://explicit/ck"),
-])
+@pytest.mark.parametrize(
+    "status, restore_from, expected",
+    [
+        ({}, None, "s3://bucket/other/checkpoint_000004"),
+        (
+            {"checkpoint": {"uri": "s3://bucket/runs/team-a/mnist/mnist-00003/checkpoint_000002", "iteration": 2}},
+            None,
+            None,
+        ),
+        ({"checkpoint": {"uri": "s3://x/checkpoint_000002", "iteration": 2}}, "s3://explicit/ck", "s3://explicit/ck"),
+    ],
+)
 def test_restore_from(status, restore_from, expected):
     exp = experiment()
     tr = trial(exp, **status)
@@ -265,8 +307,11 @@ def test_restore_from(status, restore_from, expected):
 def test_pod_meets_the_restricted_pod_security_standard():
     p = pod()
     spec = p["spec"]
-    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000,
-                                       "seccompProfile": {"type": "RuntimeDefault"}}
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert container(p)["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert spec["automountServiceAccountToken"] is False
     for forbidden in ("hostNetwork", "hostPID", "hostIPC"):
@@ -276,8 +321,12 @@ def test_pod_meets_the_restricted_pod_security_standard():
 def test_template_security_context_overrides_the_pod_defaults():
     exp = experiment(template={"securityContext": {"runAsUser": 2000, "fsGroup": 3000}})
     ctx = pod(exp)["spec"]["securityContext"]
-    assert ctx == {"runAsNonRoot": True, "runAsUser": 2000, "fsGroup": 3000,
-                   "seccompProfile": {"type": "RuntimeDefault"}}
+    assert ctx == {
+        "runAsNonRoot": True,
+        "runAsUser": 2000,
+        "fsGroup": 3000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     settings = Settings(trials=TrialSettings(run_as_user=4242))
     assert pod(settings=settings)["spec"]["securityContext"]["runAsUser"] == 4242
 
@@ -295,7 +344,8 @@ def test_the_credentials_secret_and_the_attempts_own_token_are_the_only_secrets_
     assert container(pod(exp))["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
     assert "envFrom" not in container(pod())
     assert [e["valueFrom"] for e in container(pod(exp))["env"] if "valueFrom" in e] == [
-        {"secretKeyRef": {"name": "mnist-00003-0-trial-ui", "key": "token"}}]
+        {"secretKeyRef": {"name": "mnist-00003-0-trial-ui", "key": "token"}}
+    ]
 
 
 # ------------------------------------------------------------------ Pod: resources
@@ -303,7 +353,9 @@ def test_the_credentials_secret_and_the_attempts_own_token_are_the_only_secrets_
 
 def test_resources_without_gpu():
     assert pod_resources({"cpu": 2, "memory": "4Gi", "gpu": 0}) == {
-        "requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
+        "requests": {"cpu": "2", "memory": "4Gi"},
+        "limits": {"memory": "4Gi"},
+    }
     assert pod_resources(None) == {"requests": {"cpu": "1"}}
     assert pod_resources({"cpu": "500m"}) == {"requests": {"cpu": "500m"}}
 
@@ -320,7 +372,8 @@ def test_pod_uses_resources_per_trial():
     exp = experiment(resourcesPerTrial={"cpu": "250m", "memory": 1 << 30, "gpu": 1})
     assert container(pod(exp))["resources"] == {
         "requests": {"cpu": "250m", "memory": str(1 << 30), "nvidia.com/gpu": "1"},
-        "limits": {"memory": str(1 << 30), "nvidia.com/gpu": "1"}}
+        "limits": {"memory": str(1 << 30), "nvidia.com/gpu": "1"},
+    }
 
 
 # ------------------------------------------------------------------ Pod: template overlay
@@ -335,8 +388,10 @@ TEMPLATE = {
     "runtimeClassName": "nvidia",
     "serviceAccountName": "s3-reader",
     "imagePullSecrets": [{"name": "registry"}],
-    "env": [{"name": "OMP_NUM_THREADS", "value": "1"},
-            {"name": "WANDB_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}}],
+    "env": [
+        {"name": "OMP_NUM_THREADS", "value": "1"},
+        {"name": "WANDB_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}},
+    ],
     "envFrom": [{"configMapRef": {"name": "settings"}}],
     "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
     "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
@@ -347,8 +402,16 @@ def test_template_overlay_reaches_every_field():
     exp = experiment(template=copy.deepcopy(TEMPLATE), storage={"uri": "s3://b", "credentialsSecret": "creds"})
     p = pod(exp)
     spec, c = p["spec"], container(p)
-    for field in ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName",
-                  "serviceAccountName", "imagePullSecrets", "volumes"):
+    for field in (
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "priorityClassName",
+        "runtimeClassName",
+        "serviceAccountName",
+        "imagePullSecrets",
+        "volumes",
+    ):
         assert spec[field] == TEMPLATE[field], field
     assert c["volumeMounts"] == TEMPLATE["volumeMounts"]
     assert p["metadata"]["annotations"] == {"cost-center": "42"}
@@ -378,8 +441,13 @@ def test_template_labels_cannot_override_ours():
 
 def test_empty_template_adds_nothing():
     p = pod()
-    assert set(p["spec"]) == {"restartPolicy", "automountServiceAccountToken", "terminationGracePeriodSeconds",
-                              "securityContext", "containers"}
+    assert set(p["spec"]) == {
+        "restartPolicy",
+        "automountServiceAccountToken",
+        "terminationGracePeriodSeconds",
+        "securityContext",
+        "containers",
+    }
     assert "annotations" not in p["metadata"]
     assert "volumeMounts" not in container(p)
 

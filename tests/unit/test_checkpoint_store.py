@@ -173,6 +173,7 @@ class _DyingStorage:
                 raise _Killed(name)
             self._budget -= 1
             return method(*args, **kwargs)
+
         return write
 
 
@@ -181,6 +182,7 @@ def _restored_payload(storage, trial_dir, tmp_path, uri):
     restore_checkpoint(storage, uri, out)
     payload = (out / "model" / "weights.bin").read_bytes()
     import shutil
+
     shutil.rmtree(out)
     return payload
 

@@ -1,5 +1,5 @@
-"""Code health, checked by ``make test``: ruff's lint rules (``pyproject.toml``) and the import contracts
-(``.importlinter``: the kubetune package never imports the operator or devcluster, the trial pod never
+"""Code health, checked by ``make test``: ruff's lint rules and its formatter (``pyproject.toml``) and the
+import contracts (``.importlinter``: the kubetune package never imports the operator or devcluster, the trial pod never
 imports the SDK, the operator's pure modules never import kopf, the Kubernetes client or aiohttp)."""
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ def run(*argv: str) -> subprocess.CompletedProcess:
 def test_ruff_finds_nothing():
     done = run(str(BIN / "ruff"), "check", "--no-cache", "--output-format", "concise", ".")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ruff_format_would_change_nothing():
+    done = run(str(BIN / "ruff"), "format", "--check", "--no-cache", ".")
+    assert done.returncode == 0, done.stdout + done.stderr + "\nrun: .venv/bin/ruff format ."
 
 
 def test_every_import_contract_is_kept():

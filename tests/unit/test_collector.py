@@ -22,16 +22,30 @@ OTHER_KEY = b"o" * 32
 
 
 def experiment():
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "exp", "namespace": "ns", "uid": "u", "generation": 1},
-            "spec": {"trainable": {"entrypoint": "m:T"}, "config": {"x": {"grid_search": [1, 2]}},
-                     "metric": "acc", "mode": "max", "stop": {"training_iteration": 5},
-                     "storage": {"uri": "s3://b/p"}}}
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "exp", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": {
+            "trainable": {"entrypoint": "m:T"},
+            "config": {"x": {"grid_search": [1, 2]}},
+            "metric": "acc",
+            "mode": "max",
+            "stop": {"training_iteration": 5},
+            "storage": {"uri": "s3://b/p"},
+        },
+    }
 
 
 def batch(trial="exp-00000", attempt=0, results=None, **extra):
-    return {"namespace": "ns", "experiment": "exp", "trial": trial, "attempt": attempt,
-            "results": results if results is not None else [{"acc": 0.5, "training_iteration": 1}], **extra}
+    return {
+        "namespace": "ns",
+        "experiment": "exp",
+        "trial": trial,
+        "attempt": attempt,
+        "results": results if results is not None else [{"acc": 0.5, "training_iteration": 1}],
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -75,12 +89,15 @@ def test_a_good_batch_gets_a_decision_and_updates_the_trial(registry):
     assert reply == {"decision": "stop"}  # spec.stop reached
 
 
-@pytest.mark.parametrize("bad_token", [
-    token(key=OTHER_KEY),  # forged with another key
-    token(trial="exp-00001"),  # another trial's token
-    token(attempt=1),  # another attempt's token
-    "",  # none
-])
+@pytest.mark.parametrize(
+    "bad_token",
+    [
+        token(key=OTHER_KEY),  # forged with another key
+        token(trial="exp-00001"),  # another trial's token
+        token(attempt=1),  # another attempt's token
+        "",  # none
+    ],
+)
 def test_forged_or_foreign_tokens_get_401_and_change_nothing(registry, bad_token):
     status, reply = post(registry, batch(), bad_token)
     assert status == 401 and "error" in reply
@@ -94,16 +111,19 @@ def test_a_stale_attempt_gets_401(registry):
     assert status == 401 and "stale" in reply["error"]
 
 
-@pytest.mark.parametrize("body", [
-    b"not json",
-    b"[1, 2]",
-    batch(attempt=-1),
-    batch(attempt="0"),
-    batch(results={"acc": 1}),
-    batch(results=[{"acc": 1}] * 11),  # over max_results_per_batch
-    batch(checkpoint="s3://nowhere"),
-    {"namespace": "ns", "trial": "exp-00000", "attempt": 0},  # no experiment
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[1, 2]",
+        batch(attempt=-1),
+        batch(attempt="0"),
+        batch(results={"acc": 1}),
+        batch(results=[{"acc": 1}] * 11),  # over max_results_per_batch
+        batch(checkpoint="s3://nowhere"),
+        {"namespace": "ns", "trial": "exp-00000", "attempt": 0},  # no experiment
+    ],
+)
 def test_malformed_batches_get_400_and_change_nothing(registry, body):
     status, reply = post(registry, body, token())
     assert status == 400 and reply["error"].startswith("malformed batch")
@@ -180,8 +200,9 @@ def test_metrics_count_requests_results_and_decisions(registry):
         try:
             async with ClientSession() as session:
                 body = json.dumps(batch(results=[{"acc": 0.1, "training_iteration": 1}] * 3)).encode()
-                async with session.post(server.make_url(COLLECTOR_RESULTS_PATH), data=body,
-                                        headers={"Authorization": f"Bearer {token()}"}) as r:
+                async with session.post(
+                    server.make_url(COLLECTOR_RESULTS_PATH), data=body, headers={"Authorization": f"Bearer {token()}"}
+                ) as r:
                     assert r.status == 200
                 async with session.get(server.make_url("/metrics")) as r:
                     return await r.text()
@@ -189,6 +210,7 @@ def test_metrics_count_requests_results_and_decisions(registry):
             await server.close()
 
     from prometheus_client import REGISTRY
+
     before = REGISTRY.get_sample_value("kubetune_results_total") or 0
     text = asyncio.run(go())
     assert REGISTRY.get_sample_value("kubetune_results_total") == before + 3

@@ -19,12 +19,24 @@ T0 = 1_800_000_000.0
 
 
 def experiment(**spec):
-    base = {"trainable": {"entrypoint": "m:T"}, "image": "img", "config": {"lr": {"grid_search": [1, 2, 3, 4]}},
-            "numSamples": 1, "metric": "acc", "mode": "max", "maxConcurrentTrials": 2,
-            "storage": {"uri": "s3://bucket/prefix"}, "failure": {"maxFailures": 1}}
+    base = {
+        "trainable": {"entrypoint": "m:T"},
+        "image": "img",
+        "config": {"lr": {"grid_search": [1, 2, 3, 4]}},
+        "numSamples": 1,
+        "metric": "acc",
+        "mode": "max",
+        "maxConcurrentTrials": 2,
+        "storage": {"uri": "s3://bucket/prefix"},
+        "failure": {"maxFailures": 1},
+    }
     base.update(spec)
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": 1}, "spec": base}
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": 1},
+        "spec": base,
+    }
 
 
 def adopt_created(ctl, plan):
@@ -75,8 +87,13 @@ def test_pod_outcomes_move_trials_through_their_phases(ctl):
 def test_collector_stop_gives_early_stopped_and_pause_gives_paused(ctl):
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
-    ctl.plan({"exp-00000-0": pod("exp-00000-0", "Succeeded", OUTCOME_STOPPED),
-              "exp-00001-0": pod("exp-00001-0", "Succeeded", OUTCOME_PAUSED)}, T0 + 2)
+    ctl.plan(
+        {
+            "exp-00000-0": pod("exp-00000-0", "Succeeded", OUTCOME_STOPPED),
+            "exp-00001-0": pod("exp-00001-0", "Succeeded", OUTCOME_PAUSED),
+        },
+        T0 + 2,
+    )
     assert ctl.trials["exp-00000"].status["reason"] == "EarlyStopped"
     assert ctl.trials["exp-00001"].status["phase"] == "Paused"
 
@@ -112,19 +129,35 @@ def test_sigterm_not_asked_for_is_retried_from_the_checkpoint(ctl):
     assert trial.attempt == 1 and trial.status["reason"] == "Terminated" and not trial.status.get("failures")
 
 
-@pytest.mark.parametrize("condition, status_reason, reason", [
-    ({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}, None, "EvictionByEvictionAPI"),
-    ({"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}, None, "PreemptionByScheduler"),
-    (None, "Evicted", "Evicted"),
-])
+@pytest.mark.parametrize(
+    "condition, status_reason, reason",
+    [
+        (
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
+            None,
+            "EvictionByEvictionAPI",
+        ),
+        (
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},
+            None,
+            "PreemptionByScheduler",
+        ),
+        (None, "Evicted", "Evicted"),
+    ],
+)
 def test_disruptions_are_retried_even_with_no_retries_left(condition, status_reason, reason):
     ctl = ExperimentController(experiment(failure={"maxFailures": 0}), Settings(), KEY)
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
-    body = {"metadata": {"name": "exp-00000-0", "labels": {"kubetune.io/trial": "exp-00000",
-                                                            "kubetune.io/attempt": "0"}},
-            "status": {"phase": "Failed", "reason": status_reason, "conditions": [condition] if condition else [],
-                       "containerStatuses": [{"name": "trial", "state": {"terminated": {"exitCode": 137}}}]}}
+    body = {
+        "metadata": {"name": "exp-00000-0", "labels": {"kubetune.io/trial": "exp-00000", "kubetune.io/attempt": "0"}},
+        "status": {
+            "phase": "Failed",
+            "reason": status_reason,
+            "conditions": [condition] if condition else [],
+            "containerStatuses": [{"name": "trial", "state": {"terminated": {"exitCode": 137}}}],
+        },
+    }
     plan = ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 2)
     trial = ctl.trials["exp-00000"]
     assert trial.phase == "Pending" and trial.attempt == 1 and trial.status["reason"] == reason
@@ -137,8 +170,10 @@ def test_max_failures_minus_one_retries_without_limit():
     adopt_created(ctl, ctl.plan({}, T0))
     for attempt in range(5):
         ctl.plan({}, T0 + 10 * attempt + 1)
-        ctl.plan({f"exp-00000-{attempt}": pod(f"exp-00000-{attempt}", "Failed", exit_code=1, message="boom")},
-                 T0 + 10 * attempt + 2)
+        ctl.plan(
+            {f"exp-00000-{attempt}": pod(f"exp-00000-{attempt}", "Failed", exit_code=1, message="boom")},
+            T0 + 10 * attempt + 2,
+        )
     trial = ctl.trials["exp-00000"]
     assert trial.phase == "Pending" and trial.attempt == 5 and trial.status["failures"] == 5
 
@@ -168,8 +203,12 @@ def test_results_update_status_and_decide(ctl):
     ctl.plan({}, T0 + 1)
     assert ctl.record_results("exp-00000", 0, [{"acc": 0.5, "training_iteration": 1}], None) == "continue"
     assert ctl.record_results("exp-00000", 1, [{"acc": 0.5}], None) is None  # stale attempt
-    assert ctl.record_results("exp-00000", 0, [{"acc": 0.6, "training_iteration": 2, "done": True}],
-                              {"uri": "s3://b/c", "iteration": 2}) == "stop"
+    assert (
+        ctl.record_results(
+            "exp-00000", 0, [{"acc": 0.6, "training_iteration": 2, "done": True}], {"uri": "s3://b/c", "iteration": 2}
+        )
+        == "stop"
+    )
     status = ctl.trials["exp-00000"].status
     assert status["metricValue"] == 0.6 and status["iteration"] == 2
     assert status["checkpoint"] == {"uri": "s3://b/c", "iteration": 2}
@@ -209,10 +248,21 @@ def test_experiment_succeeds_when_all_trials_finish_with_best_trial():
     plan = ctl.plan(ended, T0 + 3)
     assert plan.experiment_status["phase"] == "Succeeded"
     best = ctl.exp_status["bestTrial"]
-    assert best == {"name": "exp-00003", "metricValue": 0.3, "iteration": 5, "checkpoint": "s3://b/3",
-                    "config": {"lr": 4}}
-    assert ctl.exp_status["trials"] == {"total": 4, "pending": 0, "running": 0, "paused": 0, "succeeded": 4,
-                                        "failed": 0}
+    assert best == {
+        "name": "exp-00003",
+        "metricValue": 0.3,
+        "iteration": 5,
+        "checkpoint": "s3://b/3",
+        "config": {"lr": 4},
+    }
+    assert ctl.exp_status["trials"] == {
+        "total": 4,
+        "pending": 0,
+        "running": 0,
+        "paused": 0,
+        "succeeded": 4,
+        "failed": 0,
+    }
     assert ctl.finished
 
 
@@ -238,13 +288,16 @@ def test_spec_changes_to_concurrency_and_samples_take_effect(ctl):
     assert ctl.searcher.total == 8
 
 
-@pytest.mark.parametrize("spec, words", [
-    ({"config": {"lr": {"loguniform": [0, 1]}}}, "loguniform"),
-    ({"searchAlgorithm": {"name": "nope"}}, "nope"),
-    ({"scheduler": {"name": "asha", "params": {"bogus": 1}}}, "bogus"),
-    ({"storage": {}}, "storage.uri"),
-    ({"timeBudget": "soon"}, "duration"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({"config": {"lr": {"loguniform": [0, 1]}}}, "loguniform"),
+        ({"searchAlgorithm": {"name": "nope"}}, "nope"),
+        ({"scheduler": {"name": "asha", "params": {"bogus": 1}}}, "bogus"),
+        ({"storage": {}}, "storage.uri"),
+        ({"timeBudget": "soon"}, "duration"),
+    ],
+)
 def test_invalid_specs_raise_with_a_clear_message(spec, words):
     with pytest.raises(InvalidSpec, match=words):
         ExperimentController(experiment(**spec), Settings(), KEY)
@@ -285,15 +338,22 @@ def test_every_created_trial_is_announced_in_an_event(ctl):
         plan = ctl.plan({pod_name(name, 0): pod(pod_name(name, 0), "Succeeded", OUTCOME_COMPLETED)}, T0 + 2 + step)
         adopt_created(ctl, plan)
         announced += [e[3] for e in plan.events if e[2] == "TrialsCreated"]
-    assert announced == ["created 2 trials: exp-00000 .. exp-00001", "created 1 trial: exp-00002",
-                         "created 1 trial: exp-00003"]
+    assert announced == [
+        "created 2 trials: exp-00000 .. exp-00001",
+        "created 1 trial: exp-00002",
+        "created 1 trial: exp-00003",
+    ]
     assert ctl.search_finished
 
 
 def test_the_experiment_status_holds_no_searcher_state():
-    ctl = ExperimentController(experiment(searchAlgorithm={"name": "optuna", "seed": 1},
-                                          config={"lr": {"loguniform": [1e-4, 1e-1]}}, numSamples=3),
-                               Settings(), KEY)
+    ctl = ExperimentController(
+        experiment(
+            searchAlgorithm={"name": "optuna", "seed": 1}, config={"lr": {"loguniform": [1e-4, 1e-1]}}, numSamples=3
+        ),
+        Settings(),
+        KEY,
+    )
     plan = ctl.plan({}, T0)
     assert "searcherState" not in plan.experiment_status  # it lives in the journal, however large
     assert [entry[0] for entry in ctl.journal.pending] == ["suggest", "add", "suggest", "add"]
@@ -303,10 +363,20 @@ def test_a_pod_that_cannot_start_says_why_in_the_trial_and_the_experiment(ctl):
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
     labels = {"kubetune.io/trial": "exp-00000", "kubetune.io/attempt": "0"}
-    body = {"metadata": {"name": "exp-00000-0", "labels": labels},
-            "status": {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                 "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}}
+    body = {
+        "metadata": {"name": "exp-00000-0", "labels": labels},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    }
     plan = ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 2)
     trial = ctl.trials["exp-00000"]
     assert trial.phase == "Pending" and trial.status["reason"] == "Unschedulable"
@@ -315,9 +385,18 @@ def test_a_pod_that_cannot_start_says_why_in_the_trial_and_the_experiment(ctl):
     waiting = next(c for c in plan.experiment_status["conditions"] if c["type"] == "TrialsWaiting")
     assert waiting["status"] == "True" and waiting["reason"] == "Unschedulable"
     assert "exp-00000: 0/2 nodes are available" in waiting["message"]
-    body["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
-                      "containerStatuses": [{"name": "trial", "state": {"waiting": {
-                          "reason": "CreateContainerConfigError", "message": 'secret "s3-credz" not found'}}}]}
+    body["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [
+            {
+                "name": "trial",
+                "state": {
+                    "waiting": {"reason": "CreateContainerConfigError", "message": 'secret "s3-credz" not found'}
+                },
+            }
+        ],
+    }
     ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 3)
     assert trial.status["reason"] == "CreateContainerConfigError" and "s3-credz" in trial.status["message"]
     body["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
@@ -347,8 +426,11 @@ def test_an_edit_of_scheduler_params_is_refused_and_the_old_ones_stay():
 
 def test_a_restarted_operator_takes_the_newest_attempt_its_pods_show():
     ctl = ExperimentController(experiment(), Settings(), KEY)
-    trial = {"metadata": {"name": "exp-00000", "uid": "uid-exp-00000"}, "spec": {"index": 0, "config": {"lr": 1}},
-             "status": {"phase": "Pending", "attempt": 1}}  # attempt 2's status write was lost
+    trial = {
+        "metadata": {"name": "exp-00000", "uid": "uid-exp-00000"},
+        "spec": {"index": 0, "config": {"lr": 1}},
+        "status": {"phase": "Pending", "attempt": 1},
+    }  # attempt 2's status write was lost
     ctl.observe_trial(trial)
     ctl.restore([])
     plan = ctl.plan({"exp-00000-2": pod("exp-00000-2", "Running")}, T0)
@@ -374,8 +456,10 @@ def _run_two_trials_to_their_end(ctl):
     """exp-00000: attempt 0 fails, attempt 1 completes; exp-00001: attempt 0 pauses. Returns the pods."""
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
-    pods = {"exp-00000-0": pod("exp-00000-0", "Failed", exit_code=1, message="boom"),
-            "exp-00001-0": pod("exp-00001-0", "Succeeded", OUTCOME_PAUSED)}
+    pods = {
+        "exp-00000-0": pod("exp-00000-0", "Failed", exit_code=1, message="boom"),
+        "exp-00001-0": pod("exp-00001-0", "Succeeded", OUTCOME_PAUSED),
+    }
     first = ctl.plan(pods, T0 + 2)
     pods["exp-00000-1"] = pod("exp-00000-1", "Running")
     ctl.plan(pods, T0 + 3)
@@ -387,8 +471,10 @@ def test_ended_pods_are_deleted_once_recorded_keeping_failed_ones_by_default(ctl
     first, last, pods = _run_two_trials_to_their_end(ctl)
     # every ended attempt's token Secret goes, once, whatever the retention policy
     assert sorted(first.collect_secrets + last.collect_secrets) == [
-        ("exp-00000-0-uid-exp-", "exp-00000"), ("exp-00000-1-uid-exp-", "exp-00000"),
-        ("exp-00001-0-uid-exp-", "exp-00001")]
+        ("exp-00000-0-uid-exp-", "exp-00000"),
+        ("exp-00000-1-uid-exp-", "exp-00000"),
+        ("exp-00001-0-uid-exp-", "exp-00001"),
+    ]
     assert ctl.plan(pods, T0 + 4.5).collect_secrets == []
     # the paused pod goes in the pass that records the pause, and only after its status write
     assert first.collect_pods == [("exp-00001-0", "exp-00001")] and "exp-00001" in first.trial_status
@@ -401,11 +487,14 @@ def test_ended_pods_are_deleted_once_recorded_keeping_failed_ones_by_default(ctl
     assert "exp-00002-0" not in names and "exp-00000-7" not in names
 
 
-@pytest.mark.parametrize("policy, collected", [
-    ({"whenSucceeded": "Retain", "whenFailed": "Retain"}, set()),
-    ({"whenSucceeded": "Retain", "whenFailed": "Delete"}, {"exp-00000-0"}),
-    ({"whenSucceeded": "Delete", "whenFailed": "Delete"}, {"exp-00000-0", "exp-00000-1", "exp-00001-0"}),
-])
+@pytest.mark.parametrize(
+    "policy, collected",
+    [
+        ({"whenSucceeded": "Retain", "whenFailed": "Retain"}, set()),
+        ({"whenSucceeded": "Retain", "whenFailed": "Delete"}, {"exp-00000-0"}),
+        ({"whenSucceeded": "Delete", "whenFailed": "Delete"}, {"exp-00000-0", "exp-00000-1", "exp-00001-0"}),
+    ],
+)
 def test_the_pod_retention_policy_chooses_what_is_deleted(policy, collected):
     ctl = ExperimentController(experiment(podRetentionPolicy=policy), Settings(), KEY)
     first, last, pods = _run_two_trials_to_their_end(ctl)
@@ -414,10 +503,18 @@ def test_the_pod_retention_policy_chooses_what_is_deleted(policy, collected):
 
 def test_a_pass_stops_asking_a_slow_searcher_and_the_next_goes_on(monkeypatch):
     import kubetune_operator.controller as controller
+
     monkeypatch.setattr(controller, "SUGGEST_SECONDS_PER_PASS", 0.0)  # every searcher is "slow"
-    ctl = ExperimentController(experiment(searchAlgorithm={"name": "optuna", "seed": 1},
-                                          config={"lr": {"uniform": [0, 1]}}, numSamples=3, maxConcurrentTrials=3),
-                               Settings(), KEY)
+    ctl = ExperimentController(
+        experiment(
+            searchAlgorithm={"name": "optuna", "seed": 1},
+            config={"lr": {"uniform": [0, 1]}},
+            numSamples=3,
+            maxConcurrentTrials=3,
+        ),
+        Settings(),
+        KEY,
+    )
     names = []
     for step in range(4):
         plan = ctl.plan({}, T0 + step)
@@ -433,8 +530,11 @@ def test_a_pass_looks_only_at_open_trials_and_counts_and_best_stay_those_of_ever
     retired trial whose last status write failed (it opens again) and results that tie."""
     from kubetune_operator import status as st
 
-    ctl = ExperimentController(experiment(config={"lr": {"grid_search": list(range(12))}}, maxConcurrentTrials=3,
-                                          failure={"maxFailures": 0}), Settings(), KEY)
+    ctl = ExperimentController(
+        experiment(config={"lr": {"grid_search": list(range(12))}}, maxConcurrentTrials=3, failure={"maxFailures": 0}),
+        Settings(),
+        KEY,
+    )
     pods, now, reopened = {}, T0, False
     while not ctl.finished:
         plan = ctl.plan(pods, now)
@@ -445,8 +545,12 @@ def test_a_pass_looks_only_at_open_trials_and_counts_and_best_stay_those_of_ever
             index = ctl.trials[trial].index
             acc = index % 4 / 4  # ties between trials 0, 4 and 8: the lowest index wins
             ctl.record_results(trial, 0, [{"training_iteration": 1, "acc": acc}], None)
-            pods[name] = pod(name, "Failed" if index == 5 else "Succeeded", None if index == 5 else OUTCOME_COMPLETED,
-                             exit_code=1 if index == 5 else None)
+            pods[name] = pod(
+                name,
+                "Failed" if index == 5 else "Succeeded",
+                None if index == 5 else OUTCOME_COMPLETED,
+                exit_code=1 if index == 5 else None,
+            )
         if not reopened and "exp-00001" in ctl.trials and "exp-00001" not in ctl._open:
             ctl.status_write_failed("exp-00001")  # its last status patch failed after it retired
             assert "exp-00001" in ctl._open
@@ -466,8 +570,9 @@ def test_result_only_status_writes_are_spread_over_passes():
     result: 150 running trials are written over two passes, and none is forgotten."""
     from kubetune_operator.controller import PERIODIC_STATUS_WRITES_PER_PASS
 
-    ctl = ExperimentController(experiment(config={"lr": {"grid_search": list(range(150))}}, maxConcurrentTrials=150),
-                               Settings(), KEY)
+    ctl = ExperimentController(
+        experiment(config={"lr": {"grid_search": list(range(150))}}, maxConcurrentTrials=150), Settings(), KEY
+    )
     adopt_created(ctl, ctl.plan({}, T0))
     pods = {m["metadata"]["name"]: pod(m["metadata"]["name"], "Running") for m in ctl.plan({}, T0 + 1).create_pods}
     ctl.plan(pods, T0 + 2)  # Running: phase changes, all written at once

@@ -54,8 +54,11 @@ def test_plural_and_kind_constants_match_the_crds():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_field_has_a_description(kind):
-    missing = [path or "<root>" for path, node in walk(root_schema(kind))
-               if path != ".metadata" and not (node.get("description") or "").strip()]
+    missing = [
+        path or "<root>"
+        for path, node in walk(root_schema(kind))
+        if path != ".metadata" and not (node.get("description") or "").strip()
+    ]
     assert not missing
 
 
@@ -115,8 +118,14 @@ def test_enums():
     spec = _spec("Experiment")["properties"]
     assert spec["mode"]["enum"] == ["max", "min"]
     assert spec["searchAlgorithm"]["properties"]["name"]["enum"] == ["basic", "random", "optuna"]
-    assert spec["scheduler"]["properties"]["name"]["enum"] == ["fifo", "asha", "median_stopping_rule", "hyperband",
-                                                                "pbt", "pbt_replay"]
+    assert spec["scheduler"]["properties"]["name"]["enum"] == [
+        "fifo",
+        "asha",
+        "median_stopping_rule",
+        "hyperband",
+        "pbt",
+        "pbt_replay",
+    ]
     assert tuple(_status("Experiment")["properties"]["phase"]["enum"]) == status.EXPERIMENT_PHASES
     assert tuple(_status("Trial")["properties"]["phase"]["enum"]) == status.TRIAL_PHASES
 
@@ -128,15 +137,27 @@ def test_config_documents_every_search_domain():
 
 def test_kubernetes_typed_fields_are_preserved_not_pruned():
     template = _spec("Experiment")["properties"]["template"]["properties"]
-    assert set(template) == {"labels", "annotations", "nodeSelector", "tolerations", "affinity", "priorityClassName",
-                             "runtimeClassName", "serviceAccountName", "imagePullSecrets", "securityContext", "env",
-                             "envFrom", "volumes", "volumeMounts"}
+    assert set(template) == {
+        "labels",
+        "annotations",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "priorityClassName",
+        "runtimeClassName",
+        "serviceAccountName",
+        "imagePullSecrets",
+        "securityContext",
+        "env",
+        "envFrom",
+        "volumes",
+        "volumeMounts",
+    }
     for name in ("affinity", "securityContext"):
         assert template[name]["x-kubernetes-preserve-unknown-fields"] is True
     for name in ("tolerations", "env", "envFrom", "volumes", "volumeMounts"):
         assert template[name]["items"]["x-kubernetes-preserve-unknown-fields"] is True
-    for path in (".spec.config", ".spec.scheduler.params", ".spec.searchAlgorithm.params",
-                 ".status.bestTrial.config"):
+    for path in (".spec.config", ".spec.scheduler.params", ".spec.searchAlgorithm.params", ".status.bestTrial.config"):
         assert node_at(root_schema("Experiment"), path)["x-kubernetes-preserve-unknown-fields"] is True
     for path in (".spec.config", ".status.lastResult"):
         assert node_at(root_schema("Trial"), path)["x-kubernetes-preserve-unknown-fields"] is True
@@ -146,8 +167,14 @@ def test_conditions_have_the_metav1_condition_shape():
     conditions = _status("Experiment")["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == ["type"]
     item = conditions["items"]
-    assert set(item["properties"]) == {"type", "status", "reason", "message", "lastTransitionTime",
-                                       "observedGeneration"}
+    assert set(item["properties"]) == {
+        "type",
+        "status",
+        "reason",
+        "message",
+        "lastTransitionTime",
+        "observedGeneration",
+    }
     assert set(item["required"]) == {"type", "status", "reason", "message", "lastTransitionTime"}
     assert item["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
     assert item["properties"]["lastTransitionTime"]["format"] == "date-time"
@@ -171,13 +198,31 @@ def test_trial_status_bounds_match_the_code():
     assert _spec("Trial")["properties"]["tag"]["maxLength"] == builders.MAX_TAG_LENGTH
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("Experiment", {"Phase": ".status.phase", "Running": ".status.trials.running",
-                    "Succeeded": ".status.trials.succeeded", "Failed": ".status.trials.failed",
-                    "Best": ".status.bestTrial.metricValue", "Age": ".metadata.creationTimestamp"}),
-    ("Trial", {"Phase": ".status.phase", "Iteration": ".status.iteration", "Metric": ".status.metricValue",
-               "Age": ".metadata.creationTimestamp"}),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        (
+            "Experiment",
+            {
+                "Phase": ".status.phase",
+                "Running": ".status.trials.running",
+                "Succeeded": ".status.trials.succeeded",
+                "Failed": ".status.trials.failed",
+                "Best": ".status.bestTrial.metricValue",
+                "Age": ".metadata.creationTimestamp",
+            },
+        ),
+        (
+            "Trial",
+            {
+                "Phase": ".status.phase",
+                "Iteration": ".status.iteration",
+                "Metric": ".status.metricValue",
+                "Age": ".metadata.creationTimestamp",
+            },
+        ),
+    ],
+)
 def test_printer_columns(kind, expected):
     columns = version_of(load_crd(kind))["additionalPrinterColumns"]
     default = {c["name"]: c["jsonPath"] for c in columns if not c.get("priority")}
@@ -198,20 +243,23 @@ def _rule_with(kind: str, text: str) -> tuple[str, dict]:
     return found[0]
 
 
-@pytest.mark.parametrize("message, path, fields", [
-    ("exactly one of entrypoint, source or pickleURI", ".spec.trainable", ("entrypoint", "source", "pickleURI")),
-    ("name is required with source", ".spec.trainable", ("source", "name")),
-    ("trainable is immutable", ".spec.trainable", ("oldSelf",)),
-    ("metric and mode must be set together", ".spec", ("metric", "mode")),
-    ("goal needs metric", ".spec", ("goal", "metric")),
-    ("scheduler other than fifo needs metric", ".spec", ("scheduler", "fifo", "metric")),
-    ("optuna needs metric", ".spec", ("searchAlgorithm", "optuna", "metric")),
-    ("metric and mode cannot change", ".spec", ("oldSelf.metric", "oldSelf.mode")),
-    ("scheduler.name cannot change", ".spec", ("oldSelf.scheduler", "oldSelf.searchAlgorithm")),
-    ("seed cannot change", ".spec.searchAlgorithm", ("oldSelf.seed",)),
-    ("timeBudget must be longer than 0s", ".spec.timeBudget", ("duration(self)",)),
-    ("cannot be set in template.env", ".spec.template.env", ("KUBETUNE_",)),
-])
+@pytest.mark.parametrize(
+    "message, path, fields",
+    [
+        ("exactly one of entrypoint, source or pickleURI", ".spec.trainable", ("entrypoint", "source", "pickleURI")),
+        ("name is required with source", ".spec.trainable", ("source", "name")),
+        ("trainable is immutable", ".spec.trainable", ("oldSelf",)),
+        ("metric and mode must be set together", ".spec", ("metric", "mode")),
+        ("goal needs metric", ".spec", ("goal", "metric")),
+        ("scheduler other than fifo needs metric", ".spec", ("scheduler", "fifo", "metric")),
+        ("optuna needs metric", ".spec", ("searchAlgorithm", "optuna", "metric")),
+        ("metric and mode cannot change", ".spec", ("oldSelf.metric", "oldSelf.mode")),
+        ("scheduler.name cannot change", ".spec", ("oldSelf.scheduler", "oldSelf.searchAlgorithm")),
+        ("seed cannot change", ".spec.searchAlgorithm", ("oldSelf.seed",)),
+        ("timeBudget must be longer than 0s", ".spec.timeBudget", ("duration(self)",)),
+        ("cannot be set in template.env", ".spec.template.env", ("KUBETUNE_",)),
+    ],
+)
 def test_experiment_cel_rules(message, path, fields):
     where, rule = _rule_with("Experiment", message)
     assert where == path
@@ -250,45 +298,77 @@ def test_cel_rules_iterate_only_bounded_lists(kind):
             assert node["items"]["properties"]["name"]["maxLength"] <= 256, path
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("1h30m", True), ("45m", True), ("90s", True), ("1.5h", True), ("10", False), ("1d", False), ("-1h", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("1h30m", True),
+        ("45m", True),
+        ("90s", True),
+        ("1.5h", True),
+        ("10", False),
+        ("1d", False),
+        ("-1h", False),
+    ],
+)
 def test_time_budget_pattern(value, ok):
     node = node_at(root_schema("Experiment"), ".spec.timeBudget")
     assert (validate(value, node) == []) is ok
 
 
-@pytest.mark.parametrize("field, value, ok", [
-    ("cpu", "500m", True), ("cpu", 2, True), ("cpu", "1.5", True), ("cpu", "lots", False), ("cpu", -1, False),
-    ("memory", "4Gi", True), ("memory", "512M", True), ("memory", 1 << 30, True), ("memory", "4GB", False),
-    ("gpuResourceName", "nvidia.com/gpu", True), ("gpuResourceName", "amd.com/gpu", True),
-    ("gpuResourceName", "gpu", False),
-])
+@pytest.mark.parametrize(
+    "field, value, ok",
+    [
+        ("cpu", "500m", True),
+        ("cpu", 2, True),
+        ("cpu", "1.5", True),
+        ("cpu", "lots", False),
+        ("cpu", -1, False),
+        ("memory", "4Gi", True),
+        ("memory", "512M", True),
+        ("memory", 1 << 30, True),
+        ("memory", "4GB", False),
+        ("gpuResourceName", "nvidia.com/gpu", True),
+        ("gpuResourceName", "amd.com/gpu", True),
+        ("gpuResourceName", "gpu", False),
+    ],
+)
 def test_resource_patterns(field, value, ok):
     node = node_at(root_schema("Experiment"), f".spec.resourcesPerTrial.{field}")
     assert (validate(value, node) == []) is ok
 
 
-@pytest.mark.parametrize("uri, ok", [("s3://bucket/prefix", True), ("file:///data/tune", True),
-                                     ("gs://bucket", False), ("bucket/prefix", False)])
+@pytest.mark.parametrize(
+    "uri, ok",
+    [("s3://bucket/prefix", True), ("file:///data/tune", True), ("gs://bucket", False), ("bucket/prefix", False)],
+)
 def test_storage_uri_pattern(uri, ok):
     assert (validate(uri, node_at(root_schema("Experiment"), ".spec.storage.uri")) == []) is ok
 
 
 def test_a_full_example_experiment_fits_the_schema():
     spec = {
-        "trainable": {"entrypoint": "mytrain.models:MnistTrainable"}, "image": "registry/mnist:1",
+        "trainable": {"entrypoint": "mytrain.models:MnistTrainable"},
+        "image": "registry/mnist:1",
         "config": {"lr": {"loguniform": [1e-4, 1e-1]}, "layers": {"grid_search": [1, 2]}, "batch": 64},
-        "numSamples": 4, "metric": "mean_accuracy", "mode": "max", "stop": {"training_iteration": 20},
-        "goal": 0.98, "timeBudget": "1h30m", "maxConcurrentTrials": 4,
-        "searchAlgorithm": {"name": "basic", "seed": 7}, "scheduler": {"name": "asha", "params": {"max_t": 20}},
+        "numSamples": 4,
+        "metric": "mean_accuracy",
+        "mode": "max",
+        "stop": {"training_iteration": 20},
+        "goal": 0.98,
+        "timeBudget": "1h30m",
+        "maxConcurrentTrials": 4,
+        "searchAlgorithm": {"name": "basic", "seed": 7},
+        "scheduler": {"name": "asha", "params": {"max_t": 20}},
         "checkpoint": {"frequency": 5, "atEnd": True, "keep": 2, "scoreAttribute": "mean_accuracy"},
         "failure": {"maxFailures": 2, "maxFailedTrials": 3},
         "resourcesPerTrial": {"cpu": "500m", "memory": "2Gi", "gpu": 1},
-        "template": {"labels": {"team": "ml"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                     "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
-                     "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
-                     "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]},
+        "template": {
+            "labels": {"team": "ml"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
+            "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+            "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+        },
         "storage": {"uri": "s3://tune/exp", "endpoint": "http://minio:9000", "credentialsSecret": "s3-creds"},
         "suspend": False,
     }
@@ -296,11 +376,22 @@ def test_a_full_example_experiment_fits_the_schema():
     spec["template"]["env"][0].pop("name")
     spec["numSamples"] = 0
     assert validate(spec, _spec("Experiment"), ".spec") == [
-        ".spec.numSamples: 0 < minimum 1", ".spec.template.env[0].name: required"]
+        ".spec.numSamples: 0 < minimum 1",
+        ".spec.template.env[0].name: required",
+    ]
 
 
-@pytest.mark.parametrize("reason, ok", [("Completed", True), ("OOMKilled", True), ("SchedulerPaused", True),
-                                        ("not camel", False), ("", False), ("Error: boom", False)])
+@pytest.mark.parametrize(
+    "reason, ok",
+    [
+        ("Completed", True),
+        ("OOMKilled", True),
+        ("SchedulerPaused", True),
+        ("not camel", False),
+        ("", False),
+        ("Error: boom", False),
+    ],
+)
 def test_trial_reason_takes_kubernetes_reasons(reason, ok):
     # reasons come from us and from pod statuses (kubelet's OOMKilled, Evicted, ...): metav1's reason syntax
     assert (validate(reason, node_at(root_schema("Trial"), ".status.reason")) == []) is ok

@@ -25,5 +25,7 @@ def test_kubebuilder_assets_override_the_cache_for_what_they_hold(tmp_path, monk
     assert build.binary_path("etcd") == assets / "etcd"
     assert build.binary_path("kubectl") == build.bin_dir() / "kubectl"
     assert build.missing_binaries(("etcd", "kube-apiserver", "kubectl")) == ["kubectl"]
-    assert build.ensure_binaries(("etcd", "kube-apiserver")) == {"etcd": assets / "etcd",
-                                                                "kube-apiserver": assets / "kube-apiserver"}
+    assert build.ensure_binaries(("etcd", "kube-apiserver")) == {
+        "etcd": assets / "etcd",
+        "kube-apiserver": assets / "kube-apiserver",
+    }

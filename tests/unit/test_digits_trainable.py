@@ -130,8 +130,11 @@ def test_the_manifests_fit_the_crd_and_name_loadable_trainables(manifest):
     assert (spec["metric"], spec["mode"]) == ("mean_accuracy", "max")
     assert 2 <= spec["maxConcurrentTrials"] <= 4 and spec["resourcesPerTrial"]["gpu"] == 1
     assert "maxFailures" in spec["failure"] and "training_iteration" in spec["stop"]
-    assert spec["storage"] == {"uri": "s3://kubetune/experiments", "region": "us-east-1",
-                                    "credentialsSecret": "s3-creds"}
+    assert spec["storage"] == {
+        "uri": "s3://kubetune/experiments",
+        "region": "us-east-1",
+        "credentialsSecret": "s3-creds",
+    }
     assert {"lr", "alpha", "hidden_units"} <= set(searched_keys(spec["config"]))
     variants = generate_variants(spec["config"], spec["numSamples"], seed=spec["searchAlgorithm"]["seed"])
     assert len(variants) == spec["numSamples"]

@@ -60,8 +60,9 @@ def _stages() -> dict[str, list[str]]:
 
 
 def test_dockerfile_passes_hadolint():
-    proc = subprocess.run([str(HADOLINT), "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [str(HADOLINT), "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -98,13 +99,15 @@ def test_images_are_pinned_non_root_and_installed_by_the_shared_script():
 def test_constraints_agree_with_requirements_dev():
     locked, dev = _pins(CONSTRAINTS), _pins(ROOT / "requirements-dev.txt")
     assert locked and not PROJECT_PACKAGES & set(locked)
-    assert {name: (version, dev[name]) for name, version in locked.items() if name in dev and dev[name] != version} \
-        == {}
+    assert {
+        name: (version, dev[name]) for name, version in locked.items() if name in dev and dev[name] != version
+    } == {}
 
 
 def _freeze(prefix: Path) -> dict[str, str]:
-    out = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "freeze", "--all"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [str(prefix / "bin" / "python"), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True
+    ).stdout
     installed = {}
     for line in out.splitlines():
         if " @ " in line:
@@ -118,9 +121,15 @@ def _freeze(prefix: Path) -> dict[str, str]:
 @pytest.mark.timeout(600)
 def test_install_script_installs_each_target_with_locked_versions(tmp_path):
     """Both targets, side by side (about a minute with a warm pip cache)."""
-    runs = {target: subprocess.Popen(["sh", str(INSTALL), target, str(tmp_path / target)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-            for target in ("runtime", "operator")}
+    runs = {
+        target: subprocess.Popen(
+            ["sh", str(INSTALL), target, str(tmp_path / target)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for target in ("runtime", "operator")
+    }
     outputs = {}
     for target, proc in runs.items():
         out, _ = proc.communicate(timeout=600)
@@ -138,6 +147,11 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
     assert "imports: basic, optuna, random | asha, fifo, hyperband, median_stopping_rule" in outputs["operator"]
     assert "optuna" in operator and "optuna" not in runtime
     assert _name("tensorboardX") in runtime  # trials write TensorBoard event files
-    help_text = subprocess.run([str(tmp_path / "operator" / "bin" / "python"), "-m", "kubetune_operator", "--help"],
-                               capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    help_text = subprocess.run(
+        [str(tmp_path / "operator" / "bin" / "python"), "-m", "kubetune_operator", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
     assert "--liveness" in help_text

@@ -39,8 +39,9 @@ def test_chart_crds_are_byte_identical_to_crds_folder():
     copied = sorted(p.name for p in (CHART / "crds").iterdir())
     assert source and copied == source
     for name in source:
-        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), \
+        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), (
             f"helm/kubetune/crds/{name} differs from crds/{name}: cp crds/*.yaml helm/kubetune/crds/"
+        )
 
 
 def test_values_yaml_meets_the_schema(schema, values):
@@ -49,19 +50,22 @@ def test_values_yaml_meets_the_schema(schema, values):
     assert set(values) == set(schema["properties"]) - {"global"}  # no value without a schema, and vice versa
 
 
-@pytest.mark.parametrize("path, bad", [
-    (("image", "pullPolicy"), "Sometimes"),
-    (("collector", "port"), 70000),
-    (("collector", "url"), "tuner:8080"),
-    (("storage", "uri"), "gs://bucket/prefix"),
-    (("watchNamespaces",), ["Team_A"]),
-    (("watchNamespaces",), "team-a"),
-    (("trials", "runAsUser"), 0),
-    (("trials", "maxConcurrentTrials"), 0),
-    (("serviceAccount", "create"), "yes"),
-    (("collector", "keySecret", "rotate"), True),
-    (("imageTag",), "1.0"),
-])
+@pytest.mark.parametrize(
+    "path, bad",
+    [
+        (("image", "pullPolicy"), "Sometimes"),
+        (("collector", "port"), 70000),
+        (("collector", "url"), "tuner:8080"),
+        (("storage", "uri"), "gs://bucket/prefix"),
+        (("watchNamespaces",), ["Team_A"]),
+        (("watchNamespaces",), "team-a"),
+        (("trials", "runAsUser"), 0),
+        (("trials", "maxConcurrentTrials"), 0),
+        (("serviceAccount", "create"), "yes"),
+        (("collector", "keySecret", "rotate"), True),
+        (("imageTag",), "1.0"),
+    ],
+)
 def test_schema_refuses_bad_values(schema, values, path, bad):
     changed = copy.deepcopy(values)
     target = changed
@@ -97,8 +101,10 @@ def test_every_value_of_the_chart_has_a_comment_in_values_yaml(schema):
         for _, k in stack:
             parent = (parent.get("properties") or {}).get(k, {})
         stack.append((indent, key))
-        if parent.get("additionalProperties") is not False or (stack[-2][1] if len(stack) > 1 else "") in \
-                KUBERNETES_SHAPED:
+        if (
+            parent.get("additionalProperties") is not False
+            or (stack[-2][1] if len(stack) > 1 else "") in KUBERNETES_SHAPED
+        ):
             continue  # a key inside a free-form Kubernetes object (resources, securityContext, ...)
         if not lines[i - 1].lstrip().startswith("#"):
             undocumented.append(".".join(k for _, k in stack))
@@ -125,11 +131,18 @@ def test_every_operator_setting_the_chart_sets_exists():
     template = (CHART / "templates" / "deployment.yaml").read_text()
     names = set(re.findall(r"name: (KUBETUNE_OPERATOR_\w+)", template))
     environ = {name: "1" for name in names}
-    environ.update({"KUBETUNE_OPERATOR_WATCH_NAMESPACES": "a,b", "KUBETUNE_OPERATOR_COLLECTOR_URL": "http://x:1",
-                    "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "0.0.0.0",
-                    "KUBETUNE_OPERATOR_TRIALS_POD_SECURITY_LEVEL": "baseline"})
-    known = {f"KUBETUNE_OPERATOR_{group}_{field}".upper()
-             for group, cls in Settings.__dataclass_fields__.items()
-             for field in cls.default_factory.__dataclass_fields__}
+    environ.update(
+        {
+            "KUBETUNE_OPERATOR_WATCH_NAMESPACES": "a,b",
+            "KUBETUNE_OPERATOR_COLLECTOR_URL": "http://x:1",
+            "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "0.0.0.0",
+            "KUBETUNE_OPERATOR_TRIALS_POD_SECURITY_LEVEL": "baseline",
+        }
+    )
+    known = {
+        f"KUBETUNE_OPERATOR_{group}_{field}".upper()
+        for group, cls in Settings.__dataclass_fields__.items()
+        for field in cls.default_factory.__dataclass_fields__
+    }
     assert names and names <= known, sorted(names - known)
     Settings.from_env(environ)  # and every one parses

@@ -54,9 +54,10 @@ def test_a_completed_trial_is_completed_whatever_the_experiment_is_doing():
 
 
 def test_the_pods_own_reason_wins_only_for_errors_and_disruptions():
-    assert {key for key, row in TRANSITIONS.items() if row.pod_reason} == \
-        {("Failed", None, s) for s in SITUATIONS} | {("Disrupted", None, "running"),
-                                                     ("Succeeded", OUTCOME_TERMINATED, "running")}
+    assert {key for key, row in TRANSITIONS.items() if row.pod_reason} == {("Failed", None, s) for s in SITUATIONS} | {
+        ("Disrupted", None, "running"),
+        ("Succeeded", OUTCOME_TERMINATED, "running"),
+    }
 
 
 def test_an_unknown_outcome_reads_as_none_and_an_unknown_end_is_an_error():

@@ -17,19 +17,30 @@ def _pod(**template):
 
 def test_the_pods_kubetune_builds_meet_restricted():
     assert violations(_pod(), "restricted") == []
-    assert violations(_pod(securityContext={"runAsUser": 2000, "fsGroup": 2000},
-                           volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]), "restricted") == []
+    assert (
+        violations(
+            _pod(
+                securityContext={"runAsUser": 2000, "fsGroup": 2000},
+                volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}],
+            ),
+            "restricted",
+        )
+        == []
+    )
 
 
-@pytest.mark.parametrize("template, broken_at, words", [
-    ({"securityContext": {"runAsUser": 0}}, "baseline", "runAsUser is 0"),
-    ({"securityContext": {"runAsNonRoot": False}}, "baseline", "runAsNonRoot"),
-    ({"volumes": [{"name": "nfs", "nfs": {"server": "s", "path": "/"}}]}, "baseline", "'nfs' is of a type"),
-    ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "privileged", "Unconfined"),
-    ({"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}, "privileged", "'host' is a hostPath"),
-    ({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}, "privileged", "kernel.msgmax"),
-    ({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, "privileged", "seLinuxOptions"),
-])
+@pytest.mark.parametrize(
+    "template, broken_at, words",
+    [
+        ({"securityContext": {"runAsUser": 0}}, "baseline", "runAsUser is 0"),
+        ({"securityContext": {"runAsNonRoot": False}}, "baseline", "runAsNonRoot"),
+        ({"volumes": [{"name": "nfs", "nfs": {"server": "s", "path": "/"}}]}, "baseline", "'nfs' is of a type"),
+        ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "privileged", "Unconfined"),
+        ({"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}, "privileged", "'host' is a hostPath"),
+        ({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}, "privileged", "kernel.msgmax"),
+        ({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, "privileged", "seLinuxOptions"),
+    ],
+)
 def test_a_template_that_loosens_the_pod_is_caught_at_the_levels_it_breaks(template, broken_at, words):
     pod = _pod(**template)
     levels = ["restricted", "baseline", "privileged"]
@@ -42,8 +53,12 @@ def test_a_template_that_loosens_the_pod_is_caught_at_the_levels_it_breaks(templ
 
 
 def test_an_experiment_beyond_the_allowed_level_is_refused_with_every_reason():
-    spec = experiment(template={"securityContext": {"runAsUser": 0, "runAsNonRoot": False},
-                                "volumes": [{"name": "host", "hostPath": {"path": "/etc"}}]})
+    spec = experiment(
+        template={
+            "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
+            "volumes": [{"name": "host", "hostPath": {"path": "/etc"}}],
+        }
+    )
     with pytest.raises(InvalidSpec) as err:
         ExperimentController(spec, Settings(), KEY)
     message = str(err.value)

@@ -12,9 +12,14 @@ from kubetune_operator.podwatch import PodWatch
 
 
 def body(ns: str, exp: str, trial: str, phase: str = "Running") -> dict:
-    return {"metadata": {"name": f"{trial}-0", "namespace": ns,
-                         "labels": {LABEL_EXPERIMENT: exp, LABEL_TRIAL: trial, LABEL_ATTEMPT: "0"}},
-            "status": {"phase": phase}}
+    return {
+        "metadata": {
+            "name": f"{trial}-0",
+            "namespace": ns,
+            "labels": {LABEL_EXPERIMENT: exp, LABEL_TRIAL: trial, LABEL_ATTEMPT: "0"},
+        },
+        "status": {"phase": phase},
+    }
 
 
 def watch_with_log(namespaces=()):
@@ -26,7 +31,8 @@ def listed(*pods: dict) -> dict:
     out: dict = {}
     for pod in pods:
         out.setdefault((pod["metadata"]["namespace"], pod["metadata"]["labels"][LABEL_EXPERIMENT]), {})[
-            pod["metadata"]["name"]] = pod_view(pod)
+            pod["metadata"]["name"]
+        ] = pod_view(pod)
     return out
 
 

@@ -20,8 +20,12 @@ from kubetune.progress import (
 )
 
 NOW = datetime(2024, 5, 1, 12, 1, 5, tzinfo=timezone.utc)
-SPACE = {"lr": {"loguniform": [1e-4, 0.1]}, "model": {"layers": {"choice": [1, 2, 3]}, "act": "relu"},
-         "batch_size": 32, "grid": {"grid_search": [1, 2]}}
+SPACE = {
+    "lr": {"loguniform": [1e-4, 0.1]},
+    "model": {"layers": {"choice": [1, 2, 3]}, "act": "relu"},
+    "batch_size": 32,
+    "grid": {"grid_search": [1, 2]},
+}
 
 
 def experiment(phase="Running", best=None, conditions=None, metric="mean_accuracy", **status):
@@ -35,22 +39,40 @@ def experiment(phase="Running", best=None, conditions=None, metric="mean_accurac
 
 
 def trial(index, phase="Running", acc=None, **status):
-    body = {"metadata": {"name": f"digits-{index}"},
-            "spec": {"experiment": "digits", "index": index, "tag": f"{index}_lr=0.001",
-                     "config": {"lr": 0.00123456, "model": {"layers": index % 3 + 1, "act": "relu"},
-                                "batch_size": 32, "grid": 1}},
-            "status": {"phase": phase, **status}}
+    body = {
+        "metadata": {"name": f"digits-{index}"},
+        "spec": {
+            "experiment": "digits",
+            "index": index,
+            "tag": f"{index}_lr=0.001",
+            "config": {
+                "lr": 0.00123456,
+                "model": {"layers": index % 3 + 1, "act": "relu"},
+                "batch_size": 32,
+                "grid": 1,
+            },
+        },
+        "status": {"phase": phase, **status},
+    }
     if acc is not None:
-        body["status"].update(iteration=index + 1, metricValue=acc, lastResult={
-            "mean_accuracy": acc, "mean_loss": 1 - acc, "time_total_s": 1.5 * (index + 1), "training_iteration":
-                index + 1, "info/gpu": "0"})
+        body["status"].update(
+            iteration=index + 1,
+            metricValue=acc,
+            lastResult={
+                "mean_accuracy": acc,
+                "mean_loss": 1 - acc,
+                "time_total_s": 1.5 * (index + 1),
+                "training_iteration": index + 1,
+                "info/gpu": "0",
+            },
+        )
     return body
 
 
 def rows(lines):
     """The trial rows of status_lines' output: after the rule, before a "... more" line."""
     rule = next(i for i, line in enumerate(lines) if set(line) <= {"-", " "} and line)
-    return [line for line in lines[rule + 1:] if not line.startswith("...")]
+    return [line for line in lines[rule + 1 :] if not line.startswith("...")]
 
 
 def names(lines):
@@ -71,16 +93,40 @@ def test_format_value_and_duration():
 
 def test_columns_are_name_status_searched_keys_iter_time_metric_and_metric_columns():
     lines = status_lines(experiment(), [trial(0, acc=0.91234)], metric_columns=["mean_loss", "info/gpu"], now=NOW)
-    assert lines[1].split() == ["Trial", "name", "status", "lr", "model/layers", "grid", "iter", "total", "time",
-                                "(s)", "mean_accuracy", "mean_loss", "info/gpu"]
+    assert lines[1].split() == [
+        "Trial",
+        "name",
+        "status",
+        "lr",
+        "model/layers",
+        "grid",
+        "iter",
+        "total",
+        "time",
+        "(s)",
+        "mean_accuracy",
+        "mean_loss",
+        "info/gpu",
+    ]
     assert "batch_size" not in lines[1] and "model/act" not in lines[1]
-    assert rows(lines)[0].split() == ["digits-0", "Running", "0.001235", "1", "1", "1", "1.50", "0.9123",
-                                      "0.08766", "0"]
+    assert rows(lines)[0].split() == [
+        "digits-0",
+        "Running",
+        "0.001235",
+        "1",
+        "1",
+        "1",
+        "1.50",
+        "0.9123",
+        "0.08766",
+        "0",
+    ]
 
 
 def test_metric_columns_take_titles_from_a_dict_and_the_metric_is_not_repeated():
-    lines = status_lines(experiment(), [trial(0, acc=0.5)],
-                         metric_columns={"mean_loss": "loss", "mean_accuracy": "acc"})
+    lines = status_lines(
+        experiment(), [trial(0, acc=0.5)], metric_columns={"mean_loss": "loss", "mean_accuracy": "acc"}
+    )
     header = lines[1].split()
     assert header[-2:] == ["mean_accuracy", "loss"] and "acc" not in header
 
@@ -100,15 +146,33 @@ def test_numbers_are_right_aligned_and_missing_values_blank():
 
 
 def test_rows_sort_by_status_as_ray_then_by_name_numerically():
-    trials = [trial(10, "Succeeded", 0.5), trial(2, "Succeeded", 0.6), trial(3, "Running", 0.1), trial(4, "Pending"),
-              trial(5, "Paused", 0.2), trial(6, "Failed", reason="Error", message="boom"), trial(1, "Running", 0.3)]
+    trials = [
+        trial(10, "Succeeded", 0.5),
+        trial(2, "Succeeded", 0.6),
+        trial(3, "Running", 0.1),
+        trial(4, "Pending"),
+        trial(5, "Paused", 0.2),
+        trial(6, "Failed", reason="Error", message="boom"),
+        trial(1, "Running", 0.3),
+    ]
     assert names(status_lines(experiment(), trials)) == [
-        "digits-6", "digits-5", "digits-4", "digits-1", "digits-3", "digits-2", "digits-10"]
+        "digits-6",
+        "digits-5",
+        "digits-4",
+        "digits-1",
+        "digits-3",
+        "digits-2",
+        "digits-10",
+    ]
 
 
 def test_row_limit_shows_the_best_and_the_running_then_every_phase_in_turns():
-    trials = ([trial(i, "Succeeded", 0.5 + i / 100) for i in range(20)] + [trial(20 + i, "Pending") for i in range(5)]
-              + [trial(30, "Running", 0.1), trial(31, "Running", 0.2)] + [trial(40, "Failed", reason="Error")])
+    trials = (
+        [trial(i, "Succeeded", 0.5 + i / 100) for i in range(20)]
+        + [trial(20 + i, "Pending") for i in range(5)]
+        + [trial(30, "Running", 0.1), trial(31, "Running", 0.2)]
+        + [trial(40, "Failed", reason="Error")]
+    )
     exp = experiment(best={"name": "digits-3", "metricValue": 0.53})
     lines = status_lines(exp, trials, max_rows=7)
     # Failed, Pending and Succeeded (its best first) take turns for the rows the best and running leave.
@@ -126,9 +190,13 @@ def test_row_limit_smaller_than_the_running_trials_keeps_the_best_first():
 
 
 def test_failed_and_stopped_trials_get_their_reason_and_the_last_line_of_the_message():
-    trace = "Traceback (most recent call last):\n  File \"train.py\", line 3\n" + "ValueError: " + "x" * 100 + "\n"
-    trials = [trial(0, "Failed", reason="Error", message=trace), trial(1, "Succeeded", 0.9, reason="EarlyStopped"),
-              trial(2, "Running", 0.5, reason="Running"), trial(3, "Pending", reason="Retrying", message="OOMKilled")]
+    trace = 'Traceback (most recent call last):\n  File "train.py", line 3\n' + "ValueError: " + "x" * 100 + "\n"
+    trials = [
+        trial(0, "Failed", reason="Error", message=trace),
+        trial(1, "Succeeded", 0.9, reason="EarlyStopped"),
+        trial(2, "Running", 0.5, reason="Running"),
+        trial(3, "Pending", reason="Retrying", message="OOMKilled"),
+    ]
     lines = status_lines(experiment(), trials)
     assert lines[1].split()[-1] == "reason"
     by_name = {row.split()[0]: row for row in rows(lines)}
@@ -147,8 +215,10 @@ def test_headline_counts_phases_and_shows_elapsed_time_and_best_trial():
     exp = experiment(best={"name": "digits-3", "metricValue": 0.971234})
     exp["metadata"]["creationTimestamp"] = "2024-05-01T12:00:00Z"
     trials = [trial(0, "Running", 0.5), trial(1, "Succeeded", 0.9), trial(3, "Succeeded", 0.97), trial(4, "Pending")]
-    assert headline(exp, trials, NOW) == ("Experiment digits: Running | 4 trials: 1 pending, 1 running, "
-                                          "2 succeeded | elapsed 0:01:05 | best mean_accuracy 0.9712 (digits-3)")
+    assert headline(exp, trials, NOW) == (
+        "Experiment digits: Running | 4 trials: 1 pending, 1 running, "
+        "2 succeeded | elapsed 0:01:05 | best mean_accuracy 0.9712 (digits-3)"
+    )
     exp["status"].update(phase="Succeeded", completionTime="2024-05-01T12:00:30Z")
     assert "elapsed 0:00:30 " in headline(exp, trials, NOW)
 
@@ -157,15 +227,24 @@ def test_headline_without_trials_counts_from_the_experiment_status():
     exp = experiment(phase="Pending", trials={"total": 3, "pending": 2, "running": 1})
     assert headline(exp, []) == "Experiment digits: Pending | 3 trials: 2 pending, 1 running"
     assert phase_counts([trial(0), trial(1, "Failed")]) == {
-        "Pending": 0, "Running": 1, "Paused": 0, "Succeeded": 0, "Failed": 1}
+        "Pending": 0,
+        "Running": 1,
+        "Paused": 0,
+        "Succeeded": 0,
+        "Failed": 1,
+    }
 
 
 def test_noteworthy_conditions_follow_the_headline():
     conditions = [
         {"type": "Ready", "status": "True", "reason": "Accepted", "message": "ok"},
         {"type": "Running", "status": "True", "reason": "TrialsRunning", "message": "2 running"},
-        {"type": "TrialsWaiting", "status": "True", "reason": "Unschedulable",
-         "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."},
+        {
+            "type": "TrialsWaiting",
+            "status": "True",
+            "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+        },
     ]
     lines = status_lines(experiment(conditions=conditions), [trial(0)])
     assert lines[1] == "TrialsWaiting (Unschedulable): 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
@@ -180,14 +259,25 @@ def render(renderable, width=200):
 
 def test_the_rich_table_shows_the_same_view():
     trials = [trial(i, "Succeeded", 0.5 + i / 100) for i in range(4)] + [
-        trial(9, "Failed", reason="Error", message="RuntimeError: CUDA out of memory")]
+        trial(9, "Failed", reason="Error", message="RuntimeError: CUDA out of memory")
+    ]
     exp = experiment(best={"name": "digits-3", "metricValue": 0.53})
     text = render(status_renderable(exp, trials, metric_columns={"mean_loss": "loss"}, max_rows=3, now=NOW))
     lines = text.splitlines()
     assert lines[0].startswith("Experiment digits: Running | 5 trials: 4 succeeded, 1 failed")
     header = lines[1]
-    for title in ("Trial name", "status", "lr", "model/layers", "grid", "iter", "total time (s)", "mean_accuracy",
-                  "loss", "reason"):
+    for title in (
+        "Trial name",
+        "status",
+        "lr",
+        "model/layers",
+        "grid",
+        "iter",
+        "total time (s)",
+        "mean_accuracy",
+        "loss",
+        "reason",
+    ):
         assert title in header
     assert "batch_size" not in text and "mean_loss" not in text
     shown = [line.split()[0] for line in lines[3:] if line.strip().startswith("digits-")]
@@ -224,8 +314,7 @@ def test_off_a_terminal_the_headline_is_printed_at_most_every_interval_and_the_t
         clock.now = t
         table.update(experiment(phase), [trial(0, "Running" if phase == "Running" else "Pending")])
     out = console.file.getvalue().splitlines()
-    assert out == ["Experiment digits: Pending | 1 trial: 1 pending",
-                   "Experiment digits: Running | 1 trial: 1 running"]
+    assert out == ["Experiment digits: Pending | 1 trial: 1 pending", "Experiment digits: Running | 1 trial: 1 running"]
     clock.now = 8
     table.update(experiment("Succeeded"), [trial(0, "Succeeded", 0.9)])  # the end: printed whatever the interval
     table.update(experiment("Succeeded"), [trial(0, "Succeeded", 0.9)])

@@ -89,8 +89,9 @@ def test_a_413_splits_the_batch_without_losing_results():
 
 def test_a_refused_token_fences_the_attempt_at_once():
     collector = Collector().start()
-    reporter = Reporter(collector.url, "wrong", namespace="ns", experiment="exp", trial="t", attempt=0,
-                        backoff_s=(0.02, 0.05))
+    reporter = Reporter(
+        collector.url, "wrong", namespace="ns", experiment="exp", trial="t", attempt=0, backoff_s=(0.02, 0.05)
+    )
     reporter.start()
     reporter.report(_result(1))
     wait_for(reporter.fenced.is_set, 5, "the attempt to be fenced")

@@ -29,13 +29,24 @@ MAX_ITER = 9
 
 
 def experiment(**spec):
-    base = {"trainable": {"entrypoint": "m:T"}, "config": {"x": {"uniform": [0, 1]}, "y": {"choice": [1, 2, 3]}},
-            "numSamples": 12, "metric": "score", "mode": "max", "maxConcurrentTrials": 3,
-            "stop": {"training_iteration": MAX_ITER}, "storage": {"uri": "s3://b/p"},
-            "searchAlgorithm": {"name": "basic", "seed": 7}}
+    base = {
+        "trainable": {"entrypoint": "m:T"},
+        "config": {"x": {"uniform": [0, 1]}, "y": {"choice": [1, 2, 3]}},
+        "numSamples": 12,
+        "metric": "score",
+        "mode": "max",
+        "maxConcurrentTrials": 3,
+        "stop": {"training_iteration": MAX_ITER},
+        "storage": {"uri": "s3://b/p"},
+        "searchAlgorithm": {"name": "basic", "seed": 7},
+    }
     base.update(spec)
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "exp", "namespace": "ns", "uid": "0123456789-uid", "generation": 1}, "spec": base}
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "exp", "namespace": "ns", "uid": "0123456789-uid", "generation": 1},
+        "spec": base,
+    }
 
 
 def score(config, iteration):
@@ -134,8 +145,9 @@ class World:
             labels = manifest["metadata"]["labels"]
             if name not in self.pods:
                 trial = labels["kubetune.io/trial"]
-                self.pods[name] = PodView(name, trial, int(labels["kubetune.io/attempt"]), "Running",
-                                          owner_uid=f"uid-{trial}")
+                self.pods[name] = PodView(
+                    name, trial, int(labels["kubetune.io/attempt"]), "Running", owner_uid=f"uid-{trial}"
+                )
                 env = {e["name"]: e.get("value") for e in manifest["spec"]["containers"][0]["env"]}
                 self.pod_env[name] = env
                 restore_from = env.get("KUBETUNE_RESTORE_FROM")  # a PBT exploit: the donor's checkpoint
@@ -155,11 +167,22 @@ class World:
         assert previous == decision, (pod.trial, iteration, previous, decision)
         self.runs[pod.name] = self.checkpoint[pod.trial] = iteration
         self.lineage[pod.trial] = lineage
-        outcome = OUTCOME_COMPLETED if iteration >= MAX_ITER else \
-            {"stop": OUTCOME_STOPPED, "pause": OUTCOME_PAUSED}.get(decision)
+        outcome = (
+            OUTCOME_COMPLETED
+            if iteration >= MAX_ITER
+            else {"stop": OUTCOME_STOPPED, "pause": OUTCOME_PAUSED}.get(decision)
+        )
         if outcome:
-            pod.phase, pod.message = "Succeeded", json.dumps({"outcome": outcome, "iteration": iteration, "result": {
-                "training_iteration": iteration, "score": score(config, iteration)}})
+            pod.phase, pod.message = (
+                "Succeeded",
+                json.dumps(
+                    {
+                        "outcome": outcome,
+                        "iteration": iteration,
+                        "result": {"training_iteration": iteration, "score": score(config, iteration)},
+                    }
+                ),
+            )
             del self.runs[pod.name]
 
     def run(self, rounds: int = 400) -> dict:
@@ -173,20 +196,34 @@ class World:
                     self.train(pod)
             self.now += 1.0
         assert self.ctl.finished, "the experiment did not finish"
-        return {name: {"config": t["status"].get("config", t["spec"]["config"]), "phase": t["status"]["phase"],
-                       "reason": t["status"].get("reason"), "iteration": t["status"].get("iteration"),
-                       "attempt": t["status"].get("attempt")}
-                for name, t in sorted(self.trials.items())}
+        return {
+            name: {
+                "config": t["status"].get("config", t["spec"]["config"]),
+                "phase": t["status"]["phase"],
+                "reason": t["status"].get("reason"),
+                "iteration": t["status"].get("iteration"),
+                "attempt": t["status"].get("attempt"),
+            }
+            for name, t in sorted(self.trials.items())
+        }
 
 
 SCHEDULERS = {
     "fifo": {"name": "fifo"},
     "asha": {"name": "asha", "params": {"grace_period": 1, "reduction_factor": 2, "max_t": MAX_ITER}},
     "hyperband": {"name": "hyperband", "params": {"max_t": MAX_ITER, "reduction_factor": 3}},
-    "median": {"name": "median_stopping_rule", "params": {"time_attr": "training_iteration", "grace_period": 2,
-                                                          "min_samples_required": 2}},
-    "pbt": {"name": "pbt", "params": {"time_attr": "training_iteration", "perturbation_interval": 2,
-                                      "hyperparam_mutations": {"x": {"uniform": [0, 1]}, "y": [1, 2, 3]}}},
+    "median": {
+        "name": "median_stopping_rule",
+        "params": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
+    },
+    "pbt": {
+        "name": "pbt",
+        "params": {
+            "time_attr": "training_iteration",
+            "perturbation_interval": 2,
+            "hyperparam_mutations": {"x": {"uniform": [0, 1]}, "y": [1, 2, 3]},
+        },
+    },
     "pbt_replay": {"name": "pbt_replay", "params": {"policy": [[2, {"x": 0.25, "y": 2}], [4, {"x": 0.75, "y": 3}]]}},
 }
 SEARCHERS = {
@@ -219,8 +256,11 @@ def test_a_snapshot_replaces_the_entries_it_covers(monkeypatch):
     kinds = [cm["metadata"]["labels"][journal.LABEL_STATE] for cm in world.store.items.values()]
     assert kinds.count("snapshot") == 1, kinds  # older snapshots and covered segments were deleted
     assert world.store.size() < 40_000
-    state = json.loads(next(cm for cm in world.store.items.values()
-                            if cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot")["data"]["state"])
+    state = json.loads(
+        next(cm for cm in world.store.items.values() if cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot")[
+            "data"
+        ]["state"]
+    )
     assert len(state["searcher"]["trials"]) >= 10 and state["scheduler"]["results"]
 
 
@@ -283,8 +323,10 @@ def test_nan_and_infinite_metrics_reach_the_scheduler_and_the_journal_but_never_
     world = World({"scheduler": SCHEDULERS["asha"]})
     world.reconcile()
     world.reconcile()
-    decisions = [world.ctl.record_results(f"exp-0000{i}", 0, [{"training_iteration": 1, "score": value}], None)
-                 for i, value in enumerate([math.nan, math.inf, -math.inf])]
+    decisions = [
+        world.ctl.record_results(f"exp-0000{i}", 0, [{"training_iteration": 1, "score": value}], None)
+        for i, value in enumerate([math.nan, math.inf, -math.inf])
+    ]
     assert decisions == ["continue", "continue", "stop"]  # NaN is ignored by the cutoff, -inf is below inf
     world.commit()
     rung = world.ctl.scheduler.rungs[0][-1][1]  # the grace-period rung
@@ -298,9 +340,13 @@ def test_nan_and_infinite_metrics_reach_the_scheduler_and_the_journal_but_never_
 
 def test_a_snapshot_encoded_in_steps_is_the_same_text_and_lets_the_loop_run(monkeypatch):
     monkeypatch.setattr(journal, "STEP_SECONDS", 0.0)  # a step after every item
-    state = {"seq": 3, "scheduler": {"results": {f"t{i}": [[i, math.nan], [i + 1, math.inf]] for i in range(40)},
-                                     "stopped": ["t1"]},
-             "applied": {f"t{i}": [i, "continue", 0] for i in range(20)}, "1": None, "empty": {}}
+    state = {
+        "seq": 3,
+        "scheduler": {"results": {f"t{i}": [[i, math.nan], [i + 1, math.inf]] for i in range(40)}, "stopped": ["t1"]},
+        "applied": {f"t{i}": [i, "continue", 0] for i in range(20)},
+        "1": None,
+        "empty": {},
+    }
     ticks = []
 
     async def main():
@@ -308,6 +354,7 @@ def test_a_snapshot_encoded_in_steps_is_the_same_text_and_lets_the_loop_run(monk
             while True:
                 ticks.append(1)
                 await asyncio.sleep(0)
+
         ticker = asyncio.create_task(tick())
         text = await journal._dumps_in_steps(state, [0.0])
         ticker.cancel()
@@ -318,8 +365,12 @@ def test_a_snapshot_encoded_in_steps_is_the_same_text_and_lets_the_loop_run(monk
 
 
 def test_stoppers_continue_where_they_were_after_restarts():
-    spec = {"stoppers": [{"name": "trial_plateau", "params": {"std": 0.05, "num_results": 3, "grace_period": 3}},
-                         {"name": "experiment_plateau", "params": {"top": 3, "std": 0.2, "patience": 2}}]}
+    spec = {
+        "stoppers": [
+            {"name": "trial_plateau", "params": {"std": 0.05, "num_results": 3, "grace_period": 3}},
+            {"name": "experiment_plateau", "params": {"top": 3, "std": 0.2, "patience": 2}},
+        ]
+    }
     calm = World(spec)
     expected = calm.run()
     stormy = World(spec, kill_at=range(2, 10_000, 3))

@@ -22,11 +22,20 @@ def test_numbers():
     assert finite_number(False) is None and finite_number(10**400) is None
 
 
-@pytest.mark.parametrize("value, goal, mode, reached", [
-    (0.95, 0.95, "max", True), (0.96, 0.95, "max", True), (0.94, 0.95, "max", False),
-    (0.1, 0.1, "min", True), (0.05, 0.1, "min", True), (0.2, 0.1, "min", False), (None, 0.1, "min", False),
-    (math.nan, 0.1, "max", False), (0.5, None, "max", False),
-])
+@pytest.mark.parametrize(
+    "value, goal, mode, reached",
+    [
+        (0.95, 0.95, "max", True),
+        (0.96, 0.95, "max", True),
+        (0.94, 0.95, "max", False),
+        (0.1, 0.1, "min", True),
+        (0.05, 0.1, "min", True),
+        (0.2, 0.1, "min", False),
+        (None, 0.1, "min", False),
+        (math.nan, 0.1, "max", False),
+        (0.5, None, "max", False),
+    ],
+)
 def test_goal_reached(value, goal, mode, reached):
     assert goal_reached(value, goal, mode) is reached
 

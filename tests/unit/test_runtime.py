@@ -73,8 +73,14 @@ def _source(**kw):
 
 def test_inline_source_runs_to_the_stop_criterion_and_writes_the_trial_dir(tmp_path):
     storage, trial_dir = _storage(tmp_path)
-    env = runtime_env(tmp_path, trial_dir, config={"inc": 3}, stop={"nested": {"score": 150}},
-                      checkpoint=CheckpointPolicy(frequency=2, atEnd=True, keep=2), **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"inc": 3},
+        stop={"nested": {"score": 150}},
+        checkpoint=CheckpointPolicy(frequency=2, atEnd=True, keep=2),
+        **_source(),
+    )
     code, output = run_runtime(env)
     assert code == 0, output
 
@@ -96,36 +102,62 @@ def test_import_path_and_restart_continue_from_the_latest_checkpoint(tmp_path):
     common = dict(entrypoint="kt_test_trainables:Counter", checkpoint=CheckpointPolicy(frequency=0, atEnd=True))
     code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 3}, **common))
     assert code == 0, output
-    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 6},
-                                           attempt=1, **common))
+    code, output = run_runtime(
+        runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 6}, attempt=1, **common)
+    )
     assert code == 0, output
     assert "restored" in output and "at iteration 3" in output
     assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [
-        (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (4, 4),
+        (5, 5),
+        (6, 6),
+    ]
 
 
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_next_newest(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     policy = CheckpointPolicy(frequency=2, atEnd=False)
-    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 4},
-                                           checkpoint=policy, **_source()))
+    code, output = run_runtime(
+        runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 4}, checkpoint=policy, **_source())
+    )
     assert code == 0, output
     assert [c.iteration for c in list_checkpoints(storage, trial_dir)[0]] == [2, 4]
     storage.put_bytes(f"{trial_dir}/checkpoint_000004/state.json", b"{")  # cut short: not its committed size
-    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 6},
-                                           checkpoint=policy, attempt=1, **_source()))
+    code, output = run_runtime(
+        runtime_env(
+            tmp_path, trial_dir, config={}, stop={"training_iteration": 6}, checkpoint=policy, attempt=1, **_source()
+        )
+    )
     assert code == 0, output
     assert "cannot restore" in output and "checkpoint_000004" in output and "at iteration 2" in output
     assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [
-        (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]  # iterations 3 and 4 ran again, each logged once
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (4, 4),
+        (5, 5),
+        (6, 6),
+    ]  # iterations 3 and 4 ran again, each logged once
 
 
 def test_a_trial_restored_at_its_stop_criteria_runs_no_further_step(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     policy = CheckpointPolicy(frequency=0, atEnd=True)
     for attempt in (0, 1):  # the second attempt restores the checkpoint taken at iteration 4
-        code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 4},
-                                               checkpoint=policy, attempt=attempt, **_source()))
+        code, output = run_runtime(
+            runtime_env(
+                tmp_path,
+                trial_dir,
+                config={},
+                stop={"training_iteration": 4},
+                checkpoint=policy,
+                attempt=attempt,
+                **_source(),
+            )
+        )
         assert code == 0, output
     assert "already meets the stop criteria" in output
     assert [r["training_iteration"] for r in _lines(storage, trial_dir)] == [1, 2, 3, 4]
@@ -137,12 +169,14 @@ def test_cloudpickled_function_trainable(tmp_path):
 
     def train_fn(config):  # a local function: cloudpickle sends it by value
         import kubetune
+
         for i in range(1, 4):
             kubetune.report({"value": i * config["inc"]})
 
     storage.put_bytes(f"file://{tmp_path / 'store'}/ns/exp/trainable.pkl", cloudpickle.dumps(train_fn))
-    env = runtime_env(tmp_path, trial_dir, config={"inc": 7},
-                      pickle_uri=f"file://{tmp_path / 'store'}/ns/exp/trainable.pkl")
+    env = runtime_env(
+        tmp_path, trial_dir, config={"inc": 7}, pickle_uri=f"file://{tmp_path / 'store'}/ns/exp/trainable.pkl"
+    )
     code, output = run_runtime(env)
     assert code == 0, output
     lines = _lines(storage, trial_dir)
@@ -154,8 +188,9 @@ def test_failure_exits_nonzero_and_a_retry_does_not_duplicate_results(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     config = {"fail_at": 6, "fail_flag": str(tmp_path / "failed-once")}
     policy = CheckpointPolicy(frequency=4, atEnd=False)
-    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config=config, stop={"training_iteration": 8},
-                                           checkpoint=policy, **_source()))
+    code, output = run_runtime(
+        runtime_env(tmp_path, trial_dir, config=config, stop={"training_iteration": 8}, checkpoint=policy, **_source())
+    )
     assert code == 1, output
     message = (tmp_path / "termination-log").read_text()
     assert "RuntimeError: boom at iteration 6" in message and len(message.encode()) <= 4096
@@ -163,8 +198,17 @@ def test_failure_exits_nonzero_and_a_retry_does_not_duplicate_results(tmp_path):
     assert 'raise RuntimeError(f"boom at iteration {it}")' in message  # inline source lines show
     assert [r["training_iteration"] for r in _lines(storage, trial_dir)] == [1, 2, 3, 4, 5]
 
-    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config=config, stop={"training_iteration": 8},
-                                           checkpoint=policy, attempt=1, **_source()))
+    code, output = run_runtime(
+        runtime_env(
+            tmp_path,
+            trial_dir,
+            config=config,
+            stop={"training_iteration": 8},
+            checkpoint=policy,
+            attempt=1,
+            **_source(),
+        )
+    )
     assert code == 0, output
     assert "dropped 1 written after it" in output  # iteration 5 ran again after restoring 4
     lines = _lines(storage, trial_dir)
@@ -175,8 +219,13 @@ def test_failure_exits_nonzero_and_a_retry_does_not_duplicate_results(tmp_path):
 def test_sigterm_during_a_long_step_leaves_a_restorable_checkpoint(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     flag = tmp_path / "in-slow-step"
-    env = runtime_env(tmp_path, trial_dir, config={"slow_at": 3, "slow_flag": str(flag)},
-                      checkpoint=CheckpointPolicy(frequency=0, atEnd=False), **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"slow_at": 3, "slow_flag": str(flag)},
+        checkpoint=CheckpointPolicy(frequency=0, atEnd=False),
+        **_source(),
+    )
     env["KUBETUNE_GRACE_PERIOD_S"] = "4"
     proc = start_runtime(env)
     wait_for(flag.exists, 30, "the slow step")
@@ -191,14 +240,23 @@ def test_sigterm_during_a_long_step_leaves_a_restorable_checkpoint(tmp_path):
     code, output = run_runtime(env)
     assert code == 0, output
     assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [
-        (1, 1), (2, 2), (3, 3), (4, 4)]
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (4, 4),
+    ]
 
 
 def test_sigterm_between_steps_checkpoints_the_current_iteration(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     flag = tmp_path / "at-iteration-3"
-    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.05, "flag_at": 3, "flag": str(flag)},
-                      checkpoint=CheckpointPolicy(frequency=0, atEnd=False), **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"step_s": 0.05, "flag_at": 3, "flag": str(flag)},
+        checkpoint=CheckpointPolicy(frequency=0, atEnd=False),
+        **_source(),
+    )
     proc = start_runtime(env)
     wait_for(flag.exists, 30, "iteration 3")
     proc.send_signal(signal.SIGTERM)
@@ -212,8 +270,14 @@ def test_collector_down_then_back_gets_every_result_and_training_goes_on(tmp_pat
     storage, trial_dir = _storage(tmp_path)
     collector = Collector(port=free_port())  # down at first
     flag = tmp_path / "at-iteration-20"
-    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.02, "flag_at": 20, "flag": str(flag)},
-                      stop={"training_iteration": 150}, collector=collector, **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"step_s": 0.02, "flag_at": 20, "flag": str(flag)},
+        stop={"training_iteration": 150},
+        collector=collector,
+        **_source(),
+    )
     proc = start_runtime(env)
     wait_for(flag.exists, 30, "20 iterations while the collector is down")
     collector.start()
@@ -230,8 +294,10 @@ def test_collector_down_then_back_gets_every_result_and_training_goes_on(tmp_pat
     assert "test-token" not in output
 
 
-@pytest.mark.parametrize("decision, at_end, expected", [
-    ("stop", True, 5), ("stop", False, None), ("pause", False, 5), ("checkpoint", False, 5)])
+@pytest.mark.parametrize(
+    "decision, at_end, expected",
+    [("stop", True, 5), ("stop", False, None), ("pause", False, 5), ("checkpoint", False, 5)],
+)
 def test_collector_decisions(tmp_path, decision, at_end, expected):
     storage, trial_dir = _storage(tmp_path)
 
@@ -241,8 +307,15 @@ def test_collector_decisions(tmp_path, decision, at_end, expected):
 
     collector = Collector(decide=decide).start()
     stop = {"training_iteration": 40} if decision == "checkpoint" else {}
-    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.1}, stop=stop, collector=collector,
-                      checkpoint=CheckpointPolicy(frequency=0, atEnd=at_end), **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"step_s": 0.1},
+        stop=stop,
+        collector=collector,
+        checkpoint=CheckpointPolicy(frequency=0, atEnd=at_end),
+        **_source(),
+    )
     code, output = run_runtime(env)
     collector.stop()
     assert code == 0, output
@@ -265,8 +338,15 @@ def test_with_a_decision_wait_a_stop_or_pause_applies_at_the_result_it_is_about(
         return decision if 5 in [r["training_iteration"] for r in batch["results"]] else "continue"
 
     collector = Collector(decide=decide).start()
-    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.01}, collector=collector, decision_wait_s=5.0,
-                      checkpoint=CheckpointPolicy(frequency=0, atEnd=True), **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"step_s": 0.01},
+        collector=collector,
+        decision_wait_s=5.0,
+        checkpoint=CheckpointPolicy(frequency=0, atEnd=True),
+        **_source(),
+    )
     code, output = run_runtime(env)
     collector.stop()
     assert code == 0, output
@@ -277,8 +357,15 @@ def test_with_a_decision_wait_a_stop_or_pause_applies_at_the_result_it_is_about(
 def test_a_decision_wait_does_not_hold_training_while_the_collector_is_down(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     collector = Collector()  # never started: connections are refused
-    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.01}, stop={"training_iteration": 30},
-                      collector=collector, decision_wait_s=5.0, **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"step_s": 0.01},
+        stop={"training_iteration": 30},
+        collector=collector,
+        decision_wait_s=5.0,
+        **_source(),
+    )
     started = time.monotonic()
     code, output = run_runtime(env)
     assert code == 0, output
@@ -289,8 +376,15 @@ def test_a_decision_wait_does_not_hold_training_while_the_collector_is_down(tmp_
 def test_a_stale_attempt_stops_at_once_and_writes_nothing_more(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     collector = Collector().start()
-    env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.05}, stop={"training_iteration": 100},
-                      collector=collector, checkpoint=CheckpointPolicy(frequency=1, atEnd=True), **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"step_s": 0.05},
+        stop={"training_iteration": 100},
+        collector=collector,
+        checkpoint=CheckpointPolicy(frequency=1, atEnd=True),
+        **_source(),
+    )
     env["KUBETUNE_TOKEN"] = "a-token-the-collector-refuses"  # as for an attempt the operator replaced
     code, output = run_runtime(env)
     collector.stop()
@@ -347,16 +441,22 @@ def test_function_trainable_checkpoints_and_a_retry_resumes_without_duplicates(t
     code, output = run_runtime(runtime_env(tmp_path, trial_dir, attempt=1, **common))
     assert code == 0, output
     assert "dropped 1 written after it" in output  # result 5 of the failed attempt
-    assert [(r["training_iteration"], r["count"]) for r in _lines(storage, trial_dir)] == [
-        (i, i) for i in range(1, 7)]
+    assert [(r["training_iteration"], r["count"]) for r in _lines(storage, trial_dir)] == [(i, i) for i in range(1, 7)]
     assert [c.iteration for c in list_checkpoints(storage, trial_dir)[0]] == [2, 4, 6]
 
 
 def test_a_trainable_without_save_checkpoint_still_completes(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     source = "import kubetune\nclass T(kubetune.Trainable):\n    def step(self):\n        return {'x': 1}\n"
-    env = runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 3}, source=source, name="T",
-                      checkpoint=CheckpointPolicy(frequency=2, atEnd=True))
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={},
+        stop={"training_iteration": 3},
+        source=source,
+        name="T",
+        checkpoint=CheckpointPolicy(frequency=2, atEnd=True),
+    )
     code, output = run_runtime(env)
     assert code == 0, output
     assert "no checkpoints for this trial" in output
@@ -366,20 +466,36 @@ def test_a_trainable_without_save_checkpoint_still_completes(tmp_path):
 def test_restore_from_seeds_the_first_attempt_and_the_trials_own_checkpoint_wins_after(tmp_path):
     storage, donor_dir = _storage(tmp_path)
     policy = CheckpointPolicy(frequency=2, atEnd=True)
-    code, output = run_runtime(runtime_env(tmp_path, donor_dir, config={}, stop={"training_iteration": 4},
-                                           checkpoint=policy, **_source()))
+    code, output = run_runtime(
+        runtime_env(tmp_path, donor_dir, config={}, stop={"training_iteration": 4}, checkpoint=policy, **_source())
+    )
     assert code == 0, output
     trial_dir = donor_dir.replace("/trial-0", "/trial-1")
-    seeded = runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 4}, checkpoint=policy,
-                         **_source(), restore_from=f"{donor_dir}/checkpoint_000002/state.json")
+    seeded = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"inc": 10},
+        stop={"training_iteration": 4},
+        checkpoint=policy,
+        **_source(),
+        restore_from=f"{donor_dir}/checkpoint_000002/state.json",
+    )
     code, output = run_runtime(seeded)
     assert code == 0, output
     assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [(3, 12), (4, 22)]
     message = json.loads((tmp_path / "termination-log").read_text())
     assert message.pop("result")["total"] == 22  # the last result, for an operator that missed it
     assert message == {"outcome": "completed", "iteration": 4, "checkpoint": f"{trial_dir}/checkpoint_000004"}
-    retry = runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 5}, checkpoint=policy,
-                        attempt=1, **_source(), restore_from=f"{donor_dir}/checkpoint_000002/state.json")
+    retry = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"inc": 10},
+        stop={"training_iteration": 5},
+        checkpoint=policy,
+        attempt=1,
+        **_source(),
+        restore_from=f"{donor_dir}/checkpoint_000002/state.json",
+    )
     code, output = run_runtime(retry)
     assert code == 0, output
     assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [(3, 12), (4, 22), (5, 32)]
@@ -388,26 +504,50 @@ def test_restore_from_seeds_the_first_attempt_and_the_trials_own_checkpoint_wins
 def test_after_a_pbt_exploit_only_checkpoints_of_the_new_lineage_win_over_the_donors(tmp_path):
     storage, donor_dir = _storage(tmp_path)
     policy = CheckpointPolicy(frequency=2, atEnd=True)
-    code, output = run_runtime(runtime_env(tmp_path, donor_dir, config={"inc": 100}, stop={"training_iteration": 4},
-                                           checkpoint=policy, **_source()))
+    code, output = run_runtime(
+        runtime_env(
+            tmp_path, donor_dir, config={"inc": 100}, stop={"training_iteration": 4}, checkpoint=policy, **_source()
+        )
+    )
     assert code == 0, output
     trial_dir = donor_dir.replace("/trial-0", "/trial-1")
-    own = runtime_env(tmp_path, trial_dir, config={"inc": 1}, stop={"training_iteration": 6}, checkpoint=policy,
-                      **_source())
+    own = runtime_env(
+        tmp_path, trial_dir, config={"inc": 1}, stop={"training_iteration": 6}, checkpoint=policy, **_source()
+    )
     code, output = run_runtime(own)
     assert code == 0, output
     # the exploit: the explored config, the donor's checkpoint at 2, though the trial's own go up to 6
     donor = f"{donor_dir}/checkpoint_000002"
-    exploit = runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 4}, checkpoint=policy,
-                          attempt=1, **_source(), restore_from=donor)
+    exploit = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"inc": 10},
+        stop={"training_iteration": 4},
+        checkpoint=policy,
+        attempt=1,
+        **_source(),
+        restore_from=donor,
+    )
     code, output = run_runtime(exploit)
     assert code == 0, output
     assert f"restored {donor}" in output
     assert [(r["training_iteration"], r["total"]) for r in _lines(storage, trial_dir)] == [
-        (1, 1), (2, 2), (3, 210), (4, 220)]  # its own lines up to the donor's iteration, then the new lineage
+        (1, 1),
+        (2, 2),
+        (3, 210),
+        (4, 220),
+    ]  # its own lines up to the donor's iteration, then the new lineage
     # a retry of the new lineage restores its own checkpoint taken since the exploit (4), not the donor's
-    retry = runtime_env(tmp_path, trial_dir, config={"inc": 10}, stop={"training_iteration": 5}, checkpoint=policy,
-                        attempt=2, **_source(), restore_from=donor)
+    retry = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"inc": 10},
+        stop={"training_iteration": 5},
+        checkpoint=policy,
+        attempt=2,
+        **_source(),
+        restore_from=donor,
+    )
     code, output = run_runtime(retry)
     assert code == 0, output
     assert f"restored {trial_dir}/checkpoint_000004" in output
@@ -417,8 +557,13 @@ def test_after_a_pbt_exploit_only_checkpoints_of_the_new_lineage_win_over_the_do
 def test_a_failing_trial_still_sends_its_results_and_a_final_done_batch(tmp_path):
     storage, trial_dir = _storage(tmp_path)
     collector = Collector().start()
-    env = runtime_env(tmp_path, trial_dir, config={"fail_at": 4, "fail_flag": str(tmp_path / "flag")},
-                      collector=collector, **_source())
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"fail_at": 4, "fail_flag": str(tmp_path / "flag")},
+        collector=collector,
+        **_source(),
+    )
     code, output = run_runtime(env)
     collector.stop()
     assert code == 1, output

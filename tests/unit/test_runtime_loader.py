@@ -14,7 +14,7 @@ from kubetune.function_trainable import FunctionTrainable
 from kubetune.runtime.loader import SOURCE_MODULE, exec_source, import_entrypoint, load_trainable_class
 from kubetune.storage import open_storage
 
-SOURCE = '''
+SOURCE = """
 import kubetune
 
 def helper():
@@ -26,12 +26,19 @@ class MyTrainable(kubetune.Trainable):
 
     def step(self):
         return {"x": 1}
-'''
+"""
 
 
 def _env(tmp_path, **fields) -> TrialEnv:
-    return TrialEnv(namespace="ns", experiment="exp", trial="t", attempt=0, config={},
-                    trial_dir_uri=f"file://{tmp_path}/store/t", **fields)
+    return TrialEnv(
+        namespace="ns",
+        experiment="exp",
+        trial="t",
+        attempt=0,
+        config={},
+        trial_dir_uri=f"file://{tmp_path}/store/t",
+        **fields,
+    )
 
 
 def test_import_entrypoint_resolves_dotted_names():
@@ -57,8 +64,9 @@ def test_inline_source_is_a_fresh_module_whose_lines_show_in_tracebacks():
 
 def test_load_trainable_class_from_each_source(tmp_path):
     storage = open_storage(f"file://{tmp_path}")
-    assert load_trainable_class(_env(tmp_path, entrypoint="kubetune.trainable:Trainable"), storage) \
-        is kubetune.Trainable
+    assert (
+        load_trainable_class(_env(tmp_path, entrypoint="kubetune.trainable:Trainable"), storage) is kubetune.Trainable
+    )
     assert load_trainable_class(_env(tmp_path, source=SOURCE, name="MyTrainable"), storage).__name__ == "MyTrainable"
 
     def fn(config):

@@ -60,7 +60,11 @@ def test_csv_columns_come_from_the_first_result_and_sync_only_uploads_changes(tm
     assert log.sync() is True
     assert log.sync() is False
     assert storage.get_bytes(f"{trial_dir}/progress.csv").decode().splitlines() == [
-        "training_iteration,a/b", "1,1", "2,2", "3,"]
+        "training_iteration,a/b",
+        "1,1",
+        "2,2",
+        "3,",
+    ]
     assert len(storage.get_bytes(f"{trial_dir}/result.json").decode().splitlines()) == 3
     log.close()
 
@@ -73,8 +77,8 @@ def _events(data: bytes) -> list:
 
     events, pos = [], 0
     while pos < len(data):
-        (length,) = struct.unpack("<Q", data[pos:pos + 8])
-        events.append(event_pb2.Event.FromString(data[pos + 12:pos + 12 + length]))
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
+        events.append(event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length]))
         pos += 12 + length + 4
     return events
 
@@ -82,17 +86,32 @@ def _events(data: bytes) -> list:
 def test_tensorboard_events_go_to_storage_next_to_result_json(tmp_path):
     log, storage, trial_dir = _log(tmp_path)
     for i in (1, 2, 3):
-        log.append({"training_iteration": i, "loss": i / 10, "info": {"grad": 2.0}, "done": False,
-                    "note": "text", "config": {"lr": 0.5, "model": {"layers": 2}}})
+        log.append(
+            {
+                "training_iteration": i,
+                "loss": i / 10,
+                "info": {"grad": 2.0},
+                "done": False,
+                "note": "text",
+                "config": {"lr": 0.5, "model": {"layers": 2}},
+            }
+        )
     assert log.sync()  # uploads the event file with what its writer thread has written so far
     names = [uri.rsplit("/", 1)[1] for uri in storage.list(trial_dir)]
     (event_file,) = [n for n in names if n.startswith("events.out.tfevents.")]
     assert log.sync(final=True)  # no new result, but the writer is closed: every event, the hyperparameters
     events = _events(storage.get_bytes(f"{trial_dir}/{event_file}"))
-    scalars = [(e.step, v.tag, round(v.simple_value, 6)) for e in events for v in e.summary.value
-               if v.tag.startswith("ray/tune/")]
-    assert scalars == [(i, tag, value) for i in (1, 2, 3) for tag, value in (
-        ("ray/tune/training_iteration", i), ("ray/tune/loss", i / 10), ("ray/tune/info/grad", 2.0))]
+    scalars = [
+        (e.step, v.tag, round(v.simple_value, 6))
+        for e in events
+        for v in e.summary.value
+        if v.tag.startswith("ray/tune/")
+    ]
+    assert scalars == [
+        (i, tag, value)
+        for i in (1, 2, 3)
+        for tag, value in (("ray/tune/training_iteration", i), ("ray/tune/loss", i / 10), ("ray/tune/info/grad", 2.0))
+    ]
     tags = [v.tag for e in events for v in e.summary.value]
     assert "_hparams_/experiment" in tags and "_hparams_/session_end_info" in tags
     log.close()

@@ -22,15 +22,17 @@ def _lines(storage, trial_dir: str) -> list[dict]:
 def test_restore_ignores_a_checkpoint_whose_upload_was_cut(tmp_path, moto_endpoint, aws_env):  # noqa: F811
     trial_dir = f"s3://{new_bucket(moto_endpoint)}/runs/ns/exp/trial-0"
     storage = open_storage(trial_dir, endpoint=moto_endpoint)
-    common = dict(source=TRAINABLES, name="Counter", endpoint=moto_endpoint,
-                  checkpoint=CheckpointPolicy(frequency=2, atEnd=False))
+    common = dict(
+        source=TRAINABLES, name="Counter", endpoint=moto_endpoint, checkpoint=CheckpointPolicy(frequency=2, atEnd=False)
+    )
     code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 5}, **common))
     assert code == 0, output
     # An earlier attempt died while uploading checkpoint 6: one file there, no .tune_metadata, no marker.
     storage.put_bytes(f"{trial_dir}/checkpoint_000006/state.json", b'{"total": 999}')
 
-    code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 8},
-                                           attempt=1, **common))
+    code, output = run_runtime(
+        runtime_env(tmp_path, trial_dir, config={}, stop={"training_iteration": 8}, attempt=1, **common)
+    )
     assert code == 0, output
     assert f"restored {trial_dir}/checkpoint_000004 at iteration 4" in output
     lines = _lines(storage, trial_dir)
@@ -48,9 +50,16 @@ def test_a_30_second_s3_outage_loses_no_committed_checkpoint_and_uploads_resume(
     try:
         bucket = new_bucket(server.endpoint)
         trial_dir = f"s3://{bucket}/runs/ns/exp/trial-0"
-        env = runtime_env(tmp_path, trial_dir, config={"step_s": 0.1}, stop={"training_iteration": 30},
-                          endpoint=server.endpoint, checkpoint=CheckpointPolicy(frequency=5, atEnd=True),
-                          source=TRAINABLES, name="Counter")
+        env = runtime_env(
+            tmp_path,
+            trial_dir,
+            config={"step_s": 0.1},
+            stop={"training_iteration": 30},
+            endpoint=server.endpoint,
+            checkpoint=CheckpointPolicy(frequency=5, atEnd=True),
+            source=TRAINABLES,
+            name="Counter",
+        )
         proc = start_runtime(env)
         client = s3_client(server.endpoint)
 

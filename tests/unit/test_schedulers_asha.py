@@ -31,8 +31,12 @@ def test_rays_worked_example_with_reduction_factor_2():
 
 def test_defaults_are_ray_2x():
     scheduler = asha()
-    assert (scheduler.time_attr, scheduler.max_t, scheduler.grace_period, scheduler.reduction_factor) == \
-        ("training_iteration", 100, 1, 4)
+    assert (scheduler.time_attr, scheduler.max_t, scheduler.grace_period, scheduler.reduction_factor) == (
+        "training_iteration",
+        100,
+        1,
+        4,
+    )
     assert scheduler.stop_last_trials is True
     assert [m for m, _ in scheduler.rungs[0]] == [64, 16, 4, 1]
     assert len(scheduler.rungs) == 1
@@ -49,8 +53,7 @@ def test_rung_formula_for_several_brackets():
 
 def test_minimizing_flips_the_sign():
     scheduler = asha(reduction_factor=2, mode="min")
-    assert [report(scheduler, f"t{i}", 1, v) for i, v in enumerate([10, 20, 5, 15])] == \
-        [CONTINUE, STOP, CONTINUE, STOP]
+    assert [report(scheduler, f"t{i}", 1, v) for i, v in enumerate([10, 20, 5, 15])] == [CONTINUE, STOP, CONTINUE, STOP]
 
 
 def test_stop_at_max_t_unless_stop_last_trials_is_false():
@@ -130,11 +133,19 @@ def test_set_state_rejects_other_rung_layouts():
         asha(brackets=2).set_state(state)
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"max_t": 0}, "max_t"), ({"grace_period": 0}, "grace_period"), ({"grace_period": 200}, "grace_period"),
-    ({"reduction_factor": 1}, "reduction_factor"), ({"brackets": 0}, "brackets"), ({"mode": None}, "mode"),
-    ({"metric": None}, "metric"), ({"max_t": "10"}, "max_t"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"max_t": 0}, "max_t"),
+        ({"grace_period": 0}, "grace_period"),
+        ({"grace_period": 200}, "grace_period"),
+        ({"reduction_factor": 1}, "reduction_factor"),
+        ({"brackets": 0}, "brackets"),
+        ({"mode": None}, "mode"),
+        ({"metric": None}, "metric"),
+        ({"max_t": "10"}, "max_t"),
+    ],
+)
 def test_bad_parameters(params, message):
     with pytest.raises(ValueError, match=message):
         asha(**params)

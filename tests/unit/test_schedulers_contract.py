@@ -23,8 +23,11 @@ CONFIGS = {
     "asha": {"max_t": MAX_T, "grace_period": 1, "reduction_factor": 3},
     "median_stopping_rule": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
     "hyperband": {"max_t": MAX_T, "reduction_factor": 3},
-    "pbt": {"time_attr": "training_iteration", "perturbation_interval": 2,
-            "hyperparam_mutations": {"lr": {"loguniform": [1e-4, 1e-1]}}},
+    "pbt": {
+        "time_attr": "training_iteration",
+        "perturbation_interval": 2,
+        "hyperparam_mutations": {"lr": {"loguniform": [1e-4, 1e-1]}},
+    },
     "pbt_replay": {"policy": [[3, {"lr": 0.1}], [6, {"lr": 0.01}]]},
 }
 QUALITY = [0.5, 0.9, 0.1, 0.7, 0.3, 0.8, 0.2, 0.6, 0.4]  # nine trials; index 1 is the best
@@ -75,7 +78,7 @@ def simulate(name: str, restart_at: int | None = None, qualities: list[float] = 
         for trial_id in scheduler.trials_to_stop(paused):
             status[trial_id] = "stopped"
             scheduler.on_trial_remove(trial_id)
-        while (chosen := scheduler.choose_trial_to_run([i for i in ids if status[i] == "paused"], True)):
+        while chosen := scheduler.choose_trial_to_run([i for i in ids if status[i] == "paused"], True):
             status[chosen] = "running"
     else:
         pytest.fail(f"{name}: trials never finished: {status}")

@@ -30,12 +30,15 @@ def small(n: int = 5, **params):
     return scheduler
 
 
-@pytest.mark.parametrize("params, expected", [
-    ({}, [(5, 81), (8, 27), (15, 9), (34, 3), (81, 1), (5, 81)]),  # Ray's first bracket runs 5 trials to 81
-    ({"max_t": 1000, "reduction_factor": 10}, [(4, 1000), (20, 100), (134, 10), (1000, 1), (4, 1000)]),
-    ({"max_t": 50}, [(5, 50), (8, 16), (15, 5), (34, 1), (5, 50)]),  # s=4 gives r=0: skipped
-    ({"max_t": 7, "reduction_factor": 2}, [(4, 7), (4, 3), (6, 1), (4, 7)]),  # s=3 gives r=0: skipped
-])
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({}, [(5, 81), (8, 27), (15, 9), (34, 3), (81, 1), (5, 81)]),  # Ray's first bracket runs 5 trials to 81
+        ({"max_t": 1000, "reduction_factor": 10}, [(4, 1000), (20, 100), (134, 10), (1000, 1), (4, 1000)]),
+        ({"max_t": 50}, [(5, 50), (8, 16), (15, 5), (34, 1), (5, 50)]),  # s=4 gives r=0: skipped
+        ({"max_t": 7, "reduction_factor": 2}, [(4, 7), (4, 3), (6, 1), (4, 7)]),  # s=3 gives r=0: skipped
+    ],
+)
 def test_brackets_are_rays_in_rays_order(params, expected):
     scheduler = hyperband(**params)
     for i in range(sum(n for n, _ in expected)):
@@ -143,10 +146,15 @@ def test_state_round_trip_mid_rung():
     assert restored.trials_to_stop(paused) == scheduler.trials_to_stop(paused)
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"max_t": 0}, "max_t"), ({"reduction_factor": 1}, "reduction_factor"), ({"mode": None}, "mode"),
-    ({"grace_period": 1}, "unknown parameter"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"max_t": 0}, "max_t"),
+        ({"reduction_factor": 1}, "reduction_factor"),
+        ({"mode": None}, "mode"),
+        ({"grace_period": 1}, "unknown parameter"),
+    ],
+)
 def test_bad_parameters(params, message):
     with pytest.raises(ValueError, match=message):
         hyperband(**params)

@@ -22,14 +22,19 @@ def msr(**params):
 
 
 def feed(scheduler, trial_id: str, values: list[float], start: int = 1) -> list[str]:
-    return [scheduler.on_trial_result(trial_id, {"training_iteration": t, "acc": v})
-            for t, v in enumerate(values, start)]
+    return [
+        scheduler.on_trial_result(trial_id, {"training_iteration": t, "acc": v}) for t, v in enumerate(values, start)
+    ]
 
 
 def test_defaults_are_ray_2x():
     scheduler = create_scheduler("median_stopping_rule", metric="acc", mode="max")
-    assert (scheduler.time_attr, scheduler.grace_period, scheduler.min_samples_required, scheduler.hard_stop) == \
-        ("time_total_s", 60.0, 3, True)
+    assert (scheduler.time_attr, scheduler.grace_period, scheduler.min_samples_required, scheduler.hard_stop) == (
+        "time_total_s",
+        60.0,
+        3,
+        True,
+    )
 
 
 def test_stops_a_trial_whose_best_is_below_the_median_of_running_means():
@@ -107,10 +112,15 @@ def test_completed_trials_stay_peers_across_a_restart():
     assert feed(restored, "c", [0.5]) == [STOP]
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"grace_period": -1}, "grace_period"), ({"min_samples_required": 0}, "min_samples_required"),
-    ({"metric": None}, "metric"), ({"min_time_slice": 5}, "unknown parameter"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"grace_period": -1}, "grace_period"),
+        ({"min_samples_required": 0}, "min_samples_required"),
+        ({"metric": None}, "metric"),
+        ({"min_time_slice": 5}, "unknown parameter"),
+    ],
+)
 def test_bad_parameters(params, message):
     with pytest.raises(ValueError, match=message):
         msr(**params)
@@ -119,6 +129,7 @@ def test_bad_parameters(params, message):
 def _brute_force_decisions(results, grace, min_samples, mode):
     """The rule as written, O(all results) per result: the reference the indexed scheduler must match."""
     import statistics
+
     seen, stopped, decisions = {}, set(), []
     sign = 1 if mode == "max" else -1
     for trial, time, value in results:

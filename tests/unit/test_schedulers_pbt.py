@@ -31,8 +31,14 @@ class FixedRandom(random.Random):
         return seq[min(self.pick, len(seq) - 1)]
 
 
-MUTATIONS = parse_space({"lr": {"uniform": [0.0, 1.0]}, "batch": [16, 32, 64],
-                         "opt": {"momentum": [0.8, 0.9, 0.99]}, "layers": {"randint": [1, 10]}})
+MUTATIONS = parse_space(
+    {
+        "lr": {"uniform": [0.0, 1.0]},
+        "batch": [16, 32, 64],
+        "opt": {"momentum": [0.8, 0.9, 0.99]},
+        "layers": {"randint": [1, 10]},
+    }
+)
 
 
 def test_explore_perturbs_numbers_by_a_factor_and_keeps_ints_ints():
@@ -58,8 +64,14 @@ def test_explore_clamps_list_shifts_and_resamples():
 
 
 def make_pbt(**params):
-    params = {"time_attr": "training_iteration", "perturbation_interval": 2, "quantile_fraction": 0.25,
-              "hyperparam_mutations": {"lr": [0.001, 0.01, 0.1, 1.0]}, "resample_probability": 0.0, **params}
+    params = {
+        "time_attr": "training_iteration",
+        "perturbation_interval": 2,
+        "quantile_fraction": 0.25,
+        "hyperparam_mutations": {"lr": [0.001, 0.01, 0.1, 1.0]},
+        "resample_probability": 0.0,
+        **params,
+    }
     return create_scheduler("pbt", "acc", "max", **params)
 
 
@@ -139,16 +151,33 @@ def test_state_round_trip_gives_the_same_decisions():
 
 # ----------------------------------------------------------------- the exploit in the operator
 
+
 def experiment():
-    spec = {"trainable": {"entrypoint": "m:T"}, "image": "img",
-            "config": {"lr": {"grid_search": [0.001, 0.01, 0.1, 1.0]}},
-            "numSamples": 1, "metric": "acc", "mode": "max", "maxConcurrentTrials": 4,
-            "storage": {"uri": "s3://bucket/prefix"},
-            "scheduler": {"name": "pbt", "params": {"time_attr": "training_iteration", "perturbation_interval": 2,
-                                                    "hyperparam_mutations": {"lr": [0.001, 0.01, 0.1, 1.0]},
-                                                    "resample_probability": 0.0}}}
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid-1234", "generation": 1}, "spec": spec}
+    spec = {
+        "trainable": {"entrypoint": "m:T"},
+        "image": "img",
+        "config": {"lr": {"grid_search": [0.001, 0.01, 0.1, 1.0]}},
+        "numSamples": 1,
+        "metric": "acc",
+        "mode": "max",
+        "maxConcurrentTrials": 4,
+        "storage": {"uri": "s3://bucket/prefix"},
+        "scheduler": {
+            "name": "pbt",
+            "params": {
+                "time_attr": "training_iteration",
+                "perturbation_interval": 2,
+                "hyperparam_mutations": {"lr": [0.001, 0.01, 0.1, 1.0]},
+                "resample_probability": 0.0,
+            },
+        },
+    }
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid-1234", "generation": 1},
+        "spec": spec,
+    }
 
 
 def test_the_operator_restarts_an_exploited_trial_from_the_donors_checkpoint_with_the_explored_config():
@@ -170,8 +199,9 @@ def test_the_operator_restarts_an_exploited_trial_from_the_donors_checkpoint_wit
     entries = ctl.journal.next_seq
     assert ctl.record_results(worst, 0, [{"training_iteration": 5, "acc": 0}], None) == "pause"
     assert ctl.journal.next_seq == entries
-    ended = PodView(f"{worst}-0", worst, 0, "Succeeded",
-                    message=json.dumps({"outcome": OUTCOME_PAUSED, "iteration": 4}))
+    ended = PodView(
+        f"{worst}-0", worst, 0, "Succeeded", message=json.dumps({"outcome": OUTCOME_PAUSED, "iteration": 4})
+    )
     plan = ctl.plan({f"{worst}-0": ended}, 1002.0)
     trial = ctl.trials[worst]
     assert (trial.phase, trial.attempt, trial.status["reason"]) == ("Pending", 1, "Perturbed")
@@ -207,20 +237,28 @@ def test_the_kept_ranking_gives_rays_quantiles_at_every_step():
         live = [x for x in pbt._state if pbt._state[x][2] is not None and x not in finished]
         naive = sorted(live, key=lambda x: (pbt._key(pbt._state[x][2]), pbt._order[x]))
         size = min(int(-(-len(naive) * 0.3 // 1)), len(naive) // 2) if len(naive) > 1 else 0
-        expected = (naive[:size], naive[len(naive) - size:]) if size else ([], [])
+        expected = (naive[:size], naive[len(naive) - size :]) if size else ([], [])
         assert pbt._quantiles() == expected, step
 
 
 def test_replay_changes_the_config_at_each_step_of_the_policy_from_the_trials_own_checkpoint():
-    replay = create_scheduler("pbt_replay", "acc", "max", policy=[[2, {"lr": 0.1}], [4, {"lr": 0.01}],
-                                                                   [5, {"lr": 1.0}]])
+    replay = create_scheduler(
+        "pbt_replay", "acc", "max", policy=[[2, {"lr": 0.1}], [4, {"lr": 0.01}], [5, {"lr": 1.0}]]
+    )
     replay.on_trial_add("t")
     replay.set_trial_config("t", {"lr": 0.5})
     decisions = [replay.on_trial_result("t", {"training_iteration": i, "acc": 1.0}) for i in (1, 2, 3)]
     assert decisions == ["continue", "pause", "continue"]
     exploit = replay.take_exploit("t")
-    assert exploit == {"donor": "t", "iteration": 2, "config": {"lr": 0.1}, "oldConfig": {"lr": 0.5},
-                       "donorConfig": {"lr": 0.5}, "operations": {}, "trialIteration": 2}
+    assert exploit == {
+        "donor": "t",
+        "iteration": 2,
+        "config": {"lr": 0.1},
+        "oldConfig": {"lr": 0.5},
+        "donorConfig": {"lr": 0.5},
+        "operations": {},
+        "trialIteration": 2,
+    }
     # two steps passed at once (a late result): the latest config among them
     assert replay.on_trial_result("t", {"training_iteration": 6, "acc": 1.0}) == "pause"
     assert replay.take_exploit("t")["config"] == {"lr": 1.0}
@@ -232,9 +270,11 @@ def test_replay_changes_the_config_at_each_step_of_the_policy_from_the_trials_ow
 def test_the_sdk_reads_rays_policy_file_along_the_chain_of_exploits():
     from kubetune.schedulers import load_policy
 
-    lines = [["t0", "t3", 2, 2, {"lr": 0.4}, {"lr": 0.5}],  # another trial's exploit, copied from its file
-             ["t1", "t0", 4, 4, {"lr": 0.5}, {"lr": 0.6}],
-             ["t1", "t2", 8, 6, {"lr": 0.6}, {"lr": 0.7}]]
+    lines = [
+        ["t0", "t3", 2, 2, {"lr": 0.4}, {"lr": 0.5}],  # another trial's exploit, copied from its file
+        ["t1", "t0", 4, 4, {"lr": 0.5}, {"lr": 0.6}],
+        ["t1", "t2", 8, 6, {"lr": 0.6}, {"lr": 0.7}],
+    ]
     text = "".join(json.dumps(line) + "\n" for line in lines)
     initial, policy = load_policy(text)
     assert initial == {"lr": 0.6} and policy == [[6, {"lr": 0.7}]]  # t1's chain ends where t2 was not t1's donor

@@ -18,28 +18,50 @@ from kubetune_operator.schedulers.pbt import PopulationBasedTraining, Population
 
 def test_names_are_the_crd_enum_values():
     assert {name: scheduler_class(name) for name in SCHEDULERS} == {
-        "fifo": FIFOScheduler, "asha": AsyncHyperBandScheduler, "median_stopping_rule": MedianStoppingRule,
-        "hyperband": HyperBandScheduler, "pbt": PopulationBasedTraining, "pbt_replay": PopulationBasedTrainingReplay}
+        "fifo": FIFOScheduler,
+        "asha": AsyncHyperBandScheduler,
+        "median_stopping_rule": MedianStoppingRule,
+        "hyperband": HyperBandScheduler,
+        "pbt": PopulationBasedTraining,
+        "pbt_replay": PopulationBasedTrainingReplay,
+    }
 
 
 def test_parameters_use_rays_names():
-    scheduler = create_scheduler("asha", metric="loss", mode="min", time_attr="time_total_s", max_t=600,
-                                 grace_period=10, reduction_factor=3, brackets=2, stop_last_trials=False)
-    assert (scheduler.time_attr, scheduler.max_t, scheduler.grace_period, scheduler.reduction_factor) == \
-        ("time_total_s", 600, 10, 3)
+    scheduler = create_scheduler(
+        "asha",
+        metric="loss",
+        mode="min",
+        time_attr="time_total_s",
+        max_t=600,
+        grace_period=10,
+        reduction_factor=3,
+        brackets=2,
+        stop_last_trials=False,
+    )
+    assert (scheduler.time_attr, scheduler.max_t, scheduler.grace_period, scheduler.reduction_factor) == (
+        "time_total_s",
+        600,
+        10,
+        3,
+    )
     assert len(scheduler.rungs) == 2 and scheduler.stop_last_trials is False
 
 
 def test_unknown_name_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown scheduler 'pb2'; valid: asha, fifo, hyperband, "
-                                         "median_stopping_rule, pbt, pbt_replay"):
+    with pytest.raises(
+        ValueError, match="unknown scheduler 'pb2'; valid: asha, fifo, hyperband, median_stopping_rule, pbt, pbt_replay"
+    ):
         create_scheduler("pb2")
 
 
 def test_unknown_parameter_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown parameter\(s\) grace, rf for scheduler 'asha'; valid: "
-                                         r"time_attr, max_t, grace_period, reduction_factor, brackets, "
-                                         r"stop_last_trials"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown parameter\(s\) grace, rf for scheduler 'asha'; valid: "
+        r"time_attr, max_t, grace_period, reduction_factor, brackets, "
+        r"stop_last_trials",
+    ):
         create_scheduler("asha", metric="m", mode="max", grace=1, rf=2)
     with pytest.raises(ValueError, match="valid: none"):
         create_scheduler("fifo", max_t=3)
@@ -55,11 +77,13 @@ def test_fifo_always_continues_and_needs_no_metric():
 
 
 def test_registry_imports_schedulers_lazily():
-    code = ("import sys, kubetune_operator.algorithms as s; "
-            "assert not any(m in sys.modules for m in ('kubetune_operator.schedulers.asha', "
-            "'kubetune_operator.schedulers.hyperband', 'kubetune_operator.schedulers.median_stopping')); "
-            "s.create_scheduler('asha', metric='m', mode='max'); "
-            "assert 'kubetune_operator.schedulers.asha' in sys.modules; "
-            "assert 'kubetune_operator.schedulers.hyperband' not in sys.modules; "
-            "assert not any(m.split('.')[0] in ('kopf', 'kubernetes') for m in sys.modules)")
+    code = (
+        "import sys, kubetune_operator.algorithms as s; "
+        "assert not any(m in sys.modules for m in ('kubetune_operator.schedulers.asha', "
+        "'kubetune_operator.schedulers.hyperband', 'kubetune_operator.schedulers.median_stopping')); "
+        "s.create_scheduler('asha', metric='m', mode='max'); "
+        "assert 'kubetune_operator.schedulers.asha' in sys.modules; "
+        "assert 'kubetune_operator.schedulers.hyperband' not in sys.modules; "
+        "assert not any(m.split('.')[0] in ('kopf', 'kubernetes') for m in sys.modules)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -50,9 +50,10 @@ def test_tune_namespace_has_what_a_ray_script_imports():
     assert {tune.search.OptunaSearch, tune.search.BasicVariantGenerator, tune.search.ConcurrencyLimiter}
 
 
-@pytest.mark.parametrize("module, name", [(tune, "Callback"), (tune, "PlacementGroupFactory"),
-                                          (tune.schedulers, "PB2"),
-                                          (tune.search, "HyperOptSearch")])
+@pytest.mark.parametrize(
+    "module, name",
+    [(tune, "Callback"), (tune, "PlacementGroupFactory"), (tune.schedulers, "PB2"), (tune.search, "HyperOptSearch")],
+)
 def test_names_kubetune_cannot_honour_say_why_and_what_instead(module, name):
     with pytest.raises(NotImplementedError, match=f"{name} is not supported by kubetune: .*; use "):
         getattr(module, name)
@@ -64,10 +65,16 @@ def test_unknown_names_are_attribute_errors():
 
 
 def test_scheduler_specs_are_accepted_by_the_operators_schedulers():
-    for spec in (ASHAScheduler(max_t=27, grace_period=3, reduction_factor=3), HyperBandScheduler(max_t=9),
-                 MedianStoppingRule(grace_period=1.0, hard_stop=False),
-                 PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
-                                         hyperparam_mutations={"lr": tune.loguniform(1e-4, 1e-1), "bs": [16, 32]})):
+    for spec in (
+        ASHAScheduler(max_t=27, grace_period=3, reduction_factor=3),
+        HyperBandScheduler(max_t=9),
+        MedianStoppingRule(grace_period=1.0, hard_stop=False),
+        PopulationBasedTraining(
+            time_attr="training_iteration",
+            perturbation_interval=2,
+            hyperparam_mutations={"lr": tune.loguniform(1e-4, 1e-1), "bs": [16, 32]},
+        ),
+    ):
         body = spec.to_spec()
         scheduler = create_scheduler(body["name"], "acc", "max", **body["params"])
         assert type(scheduler).__name__ == type(spec).__name__.replace("ASHA", "AsyncHyperBand")
@@ -87,8 +94,11 @@ def test_median_rule_min_time_slice_is_refused():
 
 
 def test_searcher_specs():
-    assert OptunaSearch(seed=7, sampler="random").to_spec() == {"name": "optuna", "params": {"sampler": "random"},
-                                                                "seed": 7}
+    assert OptunaSearch(seed=7, sampler="random").to_spec() == {
+        "name": "optuna",
+        "params": {"sampler": "random"},
+        "seed": 7,
+    }
     assert BasicVariantGenerator(random_state=3).to_spec() == {"name": "basic", "params": {}, "seed": 3}
     with pytest.raises(ValueError, match="sampler objects"):
         OptunaSearch(sampler=object())
@@ -101,10 +111,14 @@ def test_searcher_specs():
 
 
 def test_basic_variant_generator_spec_is_accepted_by_the_operators_searcher():
-    spec = BasicVariantGenerator(points_to_evaluate=[{"a": np.int64(2), "b": (1, 2)}, {"a": 1}],
-                                 constant_grid_search=True, random_state=5).to_spec()
-    assert spec == {"name": "basic", "seed": 5, "params": {"points_to_evaluate": [{"a": 2, "b": [1, 2]}, {"a": 1}],
-                                                          "constant_grid_search": True}}
+    spec = BasicVariantGenerator(
+        points_to_evaluate=[{"a": np.int64(2), "b": (1, 2)}, {"a": 1}], constant_grid_search=True, random_state=5
+    ).to_spec()
+    assert spec == {
+        "name": "basic",
+        "seed": 5,
+        "params": {"points_to_evaluate": [{"a": 2, "b": [1, 2]}, {"a": 1}], "constant_grid_search": True},
+    }
     space = {"a": {"grid_search": [1, 2]}, "b": [{"randint": [0, 9]}, 0]}
     searcher = create_searcher(spec["name"], space, num_samples=3, seed=spec["seed"], **spec["params"])
     # Ray's count: point 1 and point 2 replace two samples (one trial each), the third sample runs the grid
@@ -114,12 +128,26 @@ def test_basic_variant_generator_spec_is_accepted_by_the_operators_searcher():
 
 def test_build_experiment_maps_ray_arguments():
     space = {"lr": tune.loguniform(1e-4, 1e-1), "layers": tune.grid_search([1, 2]), "n": np.int64(3)}
-    body = build(config=space, num_samples=4, metric="acc", mode="max", stop={"training_iteration": 5},
-                 time_budget_s=90, resources_per_trial={"CPU": 2, "gpu": 1, "memory": 2**30},
-                 scheduler=ASHAScheduler(max_t=10), search_alg=ConcurrencyLimiter(OptunaSearch(seed=1), 3),
-                 max_concurrent_trials=5, checkpoint_freq=2, checkpoint_at_end=True, keep_checkpoints_num=2,
-                 checkpoint_score_attr="min-loss", max_failures=-1, fail_fast=True, image="img:1",
-                 template={"labels": {"team": "a"}})
+    body = build(
+        config=space,
+        num_samples=4,
+        metric="acc",
+        mode="max",
+        stop={"training_iteration": 5},
+        time_budget_s=90,
+        resources_per_trial={"CPU": 2, "gpu": 1, "memory": 2**30},
+        scheduler=ASHAScheduler(max_t=10),
+        search_alg=ConcurrencyLimiter(OptunaSearch(seed=1), 3),
+        max_concurrent_trials=5,
+        checkpoint_freq=2,
+        checkpoint_at_end=True,
+        keep_checkpoints_num=2,
+        checkpoint_score_attr="min-loss",
+        max_failures=-1,
+        fail_fast=True,
+        image="img:1",
+        template={"labels": {"team": "a"}},
+    )
     spec = body["spec"]
     assert body["metadata"] == {"name": "exp"} and body["kind"] == "Experiment"
     assert spec["config"] == {"lr": {"loguniform": [1e-4, 1e-1]}, "layers": {"grid_search": [1, 2]}, "n": 3}
@@ -127,8 +155,11 @@ def test_build_experiment_maps_ray_arguments():
     assert spec["numSamples"] == 4 and spec["metric"] == "acc" and spec["mode"] == "max"
     assert spec["stop"] == {"training_iteration": 5} and spec["timeBudget"] == "90s"
     assert spec["resourcesPerTrial"] == {"cpu": 2, "gpu": 1, "memory": str(2**30)}
-    assert spec["scheduler"]["name"] == "asha" and spec["searchAlgorithm"] == {"name": "optuna", "params": {},
-                                                                                "seed": 1}
+    assert spec["scheduler"]["name"] == "asha" and spec["searchAlgorithm"] == {
+        "name": "optuna",
+        "params": {},
+        "seed": 1,
+    }
     assert spec["maxConcurrentTrials"] == 3
     assert spec["checkpoint"] == {"frequency": 2, "atEnd": True, "keep": 2, "scoreAttribute": "min-loss"}
     assert spec["failure"] == {"maxFailures": -1, "maxFailedTrials": 0}
@@ -153,8 +184,12 @@ def test_metric_and_mode_come_from_the_scheduler_or_clash():
 
 
 def test_stoppers_become_spec_stoppers_and_time_budget():
-    stop = CombinedStopper(MaximumIterationStopper(5), TrialPlateauStopper("loss", mode="min"),
-                           ExperimentPlateauStopper("loss", top=3), TimeoutStopper(datetime.timedelta(minutes=2)))
+    stop = CombinedStopper(
+        MaximumIterationStopper(5),
+        TrialPlateauStopper("loss", mode="min"),
+        ExperimentPlateauStopper("loss", top=3),
+        TimeoutStopper(datetime.timedelta(minutes=2)),
+    )
     spec = build(stop=stop, time_budget_s=300, metric="loss", mode="min")["spec"]
     assert spec["timeBudget"] == "120s"
     assert [s["name"] for s in spec["stoppers"]] == ["maximum_iteration", "trial_plateau", "experiment_plateau"]
@@ -223,12 +258,16 @@ def test_sample_from_needs_the_sdk_to_ship_it_and_non_json_config_is_refused():
 def test_sample_from_functions_are_pickled_for_the_trial_pod_which_resolves_them(tmp_path):
     storage = open_storage(f"file://{tmp_path}")
     functions = shipping.FunctionPickles(f"file://{tmp_path}/ns/exp/sdk")
-    space = {"a": tune.randint(1, 10), "nested": {"b": tune.sample_from(lambda spec: spec.config.a * 2)},
-             "c": tune.sample_from(lambda config: config["nested"]["b"] + 1)}
+    space = {
+        "a": tune.randint(1, 10),
+        "nested": {"b": tune.sample_from(lambda spec: spec.config.a * 2)},
+        "c": tune.sample_from(lambda config: config["nested"]["b"] + 1),
+    }
     spec = build(config=space, sample_from=functions.marker)["spec"]
     marker = spec["config"]["nested"]["b"]
     assert list(marker) == [shipping.FUNCTION_KEY] and marker[shipping.FUNCTION_KEY].startswith(
-        f"file://{tmp_path}/ns/exp/sdk/functions/")
+        f"file://{tmp_path}/ns/exp/sdk/functions/"
+    )
     assert parse_space(spec["config"])["nested"]["b"] == marker  # a constant to the operator's searchers
     functions.upload(storage)
     # what a trial pod gets from the operator: the searcher's values, the markers as they are
@@ -259,6 +298,7 @@ def test_storage_spec(monkeypatch):
 def test_default_name_is_a_kubernetes_name():
     def My_Train_Fn(config):
         pass
+
     name = default_name(My_Train_Fn)
     assert name.startswith("my-train-fn-") and name == name.lower()
 

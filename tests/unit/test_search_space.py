@@ -140,9 +140,18 @@ def test_sampling_is_deterministic_for_a_seeded_rng():
 
 
 ALL_DOMAINS = [
-    uniform(0, 1), quniform(0, 1, 0.1), loguniform(1e-4, 1e-1), qloguniform(1, 100, 1), randint(1, 10),
-    qrandint(0, 100, 10), lograndint(1, 1000), qlograndint(10, 1000, 10), randn(0.5, 2), qrandn(0, 1, 0.5),
-    choice([16, 32, 64]), choice(["a", {"b": 1}]),
+    uniform(0, 1),
+    quniform(0, 1, 0.1),
+    loguniform(1e-4, 1e-1),
+    qloguniform(1, 100, 1),
+    randint(1, 10),
+    qrandint(0, 100, 10),
+    lograndint(1, 1000),
+    qlograndint(10, 1000, 10),
+    randn(0.5, 2),
+    qrandn(0, 1, 0.5),
+    choice([16, 32, 64]),
+    choice(["a", {"b": 1}]),
 ]
 
 
@@ -153,26 +162,29 @@ def test_to_spec_round_trips_through_parse_space(domain):
     assert parse_space({"x": spec})["x"] == domain
 
 
-@pytest.mark.parametrize(("spec", "expected"), [
-    ({"uniform": [0, 1]}, uniform(0, 1)),
-    ({"uniform": {"lower": 0, "upper": 1}}, uniform(0, 1)),
-    ({"quniform": [0, 1, 0.1]}, quniform(0, 1, 0.1)),
-    ({"loguniform": {"lower": 1e-4, "upper": 1e-1}}, loguniform(1e-4, 1e-1)),
-    ({"qloguniform": {"lower": 1, "upper": 100, "q": 1}}, qloguniform(1, 100, 1)),
-    ({"randint": [1, 10]}, randint(1, 10)),
-    ({"randint": [1.0, 1e3]}, randint(1, 1000)),  # YAML may give integral floats
-    ({"qrandint": [0, 10]}, qrandint(0, 10, 1)),
-    ({"qrandint": {"lower": 0, "upper": 10, "q": 5}}, qrandint(0, 10, 5)),
-    ({"lograndint": [1, 100]}, lograndint(1, 100)),
-    ({"qlograndint": [10, 100, 10]}, qlograndint(10, 100, 10)),
-    ({"randn": []}, randn()),
-    ({"randn": {"mean": 0, "sd": 1}}, randn(0, 1)),
-    ({"randn": {"sd": 3}}, randn(0, 3)),
-    ({"qrandn": [0, 1, 0.1]}, qrandn(0, 1, 0.1)),
-    ({"choice": [16, 32, 64]}, choice([16, 32, 64])),
-    ({"choice": {"categories": ["a", "b"]}}, choice(["a", "b"])),
-    ({"grid_search": [1, 2]}, {"grid_search": [1, 2]}),
-])
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"uniform": [0, 1]}, uniform(0, 1)),
+        ({"uniform": {"lower": 0, "upper": 1}}, uniform(0, 1)),
+        ({"quniform": [0, 1, 0.1]}, quniform(0, 1, 0.1)),
+        ({"loguniform": {"lower": 1e-4, "upper": 1e-1}}, loguniform(1e-4, 1e-1)),
+        ({"qloguniform": {"lower": 1, "upper": 100, "q": 1}}, qloguniform(1, 100, 1)),
+        ({"randint": [1, 10]}, randint(1, 10)),
+        ({"randint": [1.0, 1e3]}, randint(1, 1000)),  # YAML may give integral floats
+        ({"qrandint": [0, 10]}, qrandint(0, 10, 1)),
+        ({"qrandint": {"lower": 0, "upper": 10, "q": 5}}, qrandint(0, 10, 5)),
+        ({"lograndint": [1, 100]}, lograndint(1, 100)),
+        ({"qlograndint": [10, 100, 10]}, qlograndint(10, 100, 10)),
+        ({"randn": []}, randn()),
+        ({"randn": {"mean": 0, "sd": 1}}, randn(0, 1)),
+        ({"randn": {"sd": 3}}, randn(0, 3)),
+        ({"qrandn": [0, 1, 0.1]}, qrandn(0, 1, 0.1)),
+        ({"choice": [16, 32, 64]}, choice([16, 32, 64])),
+        ({"choice": {"categories": ["a", "b"]}}, choice(["a", "b"])),
+        ({"grid_search": [1, 2]}, {"grid_search": [1, 2]}),
+    ],
+)
 def test_parse_space_reads_positional_and_keyword_forms(spec, expected):
     assert parse_space({"p": spec})["p"] == expected
 
@@ -181,8 +193,17 @@ def test_domain_classes_and_names():
     assert isinstance(uniform(0, 1), Float) and isinstance(randint(0, 2), Integer)
     assert isinstance(randn(), Normal) and isinstance(choice([1]), Categorical)
     assert [d.name for d in ALL_DOMAINS[:10]] == [
-        "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint", "qlograndint",
-        "randn", "qrandn"]
+        "uniform",
+        "quniform",
+        "loguniform",
+        "qloguniform",
+        "randint",
+        "qrandint",
+        "lograndint",
+        "qlograndint",
+        "randn",
+        "qrandn",
+    ]
 
 
 def test_parse_space_nested_constants_lists_and_no_mutation():
@@ -219,36 +240,39 @@ def test_sample_from_is_not_json():
 # ----------------------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ({"uniform": [1, 1]}, "config.a.b: uniform: lower must be < upper"),
-    ({"uniform": [2, 1]}, "lower must be < upper"),
-    ({"uniform": [0]}, "bad arguments"),
-    ({"uniform": [0, 1, 2]}, "bad arguments"),
-    ({"uniform": {"lower": 0, "high": 1}}, "bad arguments"),
-    ({"uniform": "0,1"}, "must be a list"),
-    ({"uniform": [0, "1"]}, "upper must be a finite number"),
-    ({"uniform": [0, float("inf")]}, "finite"),
-    ({"uniform": [True, 2]}, "lower must be a finite number"),
-    ({"loguniform": [0, 1]}, "config.a.b: loguniform: log scale needs lower > 0"),
-    ({"loguniform": [-1, 1]}, "lower > 0"),
-    ({"loguniform": [1e-3, 1, 1]}, "base"),
-    ({"quniform": [0, 1, 0]}, "q must be > 0"),
-    ({"quniform": [0, 1, -0.1]}, "q must be > 0"),
-    ({"quniform": [0.05, 1, 0.1]}, "lower=0.05 is not a multiple of q"),
-    ({"randint": [1.5, 4]}, "lower must be an integer"),
-    ({"randint": [5, 5]}, "lower must be < upper"),
-    ({"qrandint": [0, 10, 2.5]}, "q must be an integer"),
-    ({"qrandint": [1, 4, 5]}, "fewer than two multiples"),
-    ({"lograndint": [0, 10]}, "lower > 0"),
-    ({"randn": [0, 0]}, "sd must be > 0"),
-    ({"qrandn": [0, 1, 0]}, "q must be > 0"),
-    ({"choice": []}, "config.a.b: choice: choice needs a non-empty list"),
-    ({"choice": {"categories": "abc"}}, "non-empty list"),
-    ({"grid_search": []}, "config.a.b: grid_search: grid_search needs a non-empty iterable"),
-    ({"grid_search": {"x": 1}}, "not a string or mapping"),
-    ({"grid_search": "abc"}, "not a string or mapping"),
-    ({"grid_search": 3}, "non-empty iterable"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"uniform": [1, 1]}, "config.a.b: uniform: lower must be < upper"),
+        ({"uniform": [2, 1]}, "lower must be < upper"),
+        ({"uniform": [0]}, "bad arguments"),
+        ({"uniform": [0, 1, 2]}, "bad arguments"),
+        ({"uniform": {"lower": 0, "high": 1}}, "bad arguments"),
+        ({"uniform": "0,1"}, "must be a list"),
+        ({"uniform": [0, "1"]}, "upper must be a finite number"),
+        ({"uniform": [0, float("inf")]}, "finite"),
+        ({"uniform": [True, 2]}, "lower must be a finite number"),
+        ({"loguniform": [0, 1]}, "config.a.b: loguniform: log scale needs lower > 0"),
+        ({"loguniform": [-1, 1]}, "lower > 0"),
+        ({"loguniform": [1e-3, 1, 1]}, "base"),
+        ({"quniform": [0, 1, 0]}, "q must be > 0"),
+        ({"quniform": [0, 1, -0.1]}, "q must be > 0"),
+        ({"quniform": [0.05, 1, 0.1]}, "lower=0.05 is not a multiple of q"),
+        ({"randint": [1.5, 4]}, "lower must be an integer"),
+        ({"randint": [5, 5]}, "lower must be < upper"),
+        ({"qrandint": [0, 10, 2.5]}, "q must be an integer"),
+        ({"qrandint": [1, 4, 5]}, "fewer than two multiples"),
+        ({"lograndint": [0, 10]}, "lower > 0"),
+        ({"randn": [0, 0]}, "sd must be > 0"),
+        ({"qrandn": [0, 1, 0]}, "q must be > 0"),
+        ({"choice": []}, "config.a.b: choice: choice needs a non-empty list"),
+        ({"choice": {"categories": "abc"}}, "non-empty list"),
+        ({"grid_search": []}, "config.a.b: grid_search: grid_search needs a non-empty iterable"),
+        ({"grid_search": {"x": 1}}, "not a string or mapping"),
+        ({"grid_search": "abc"}, "not a string or mapping"),
+        ({"grid_search": 3}, "non-empty iterable"),
+    ],
+)
 def test_bad_domains_raise_value_error_naming_the_path(spec, message):
     with pytest.raises(ValueError, match="^config.a.b: ") as info:
         parse_space({"a": {"b": spec}})
@@ -281,7 +305,8 @@ def test_a_misspelled_domain_is_flagged_but_kept_as_a_constant():
     assert parse_space(space)["lr"] == {"loguniforn": [1e-4, 0.1]}
     assert space_warnings(space) == [
         "config.lr: {'loguniforn': ...} is taken as a constant; did you mean the loguniform domain?",
-        "config.layers[0]: {'choise': ...} is taken as a constant; did you mean the choice domain?"]
+        "config.layers[0]: {'choise': ...} is taken as a constant; did you mean the choice domain?",
+    ]
     assert space_warnings({"lr": {"loguniform": [1e-4, 0.1]}, "name": {"adam": 1}}) == []
 
 
@@ -334,20 +359,23 @@ def test_builders_make_the_factories_domains():
     assert all(isinstance(x, int) and 3 <= x < 6 for x in draws(Integer(3, 6), 50))
 
 
-@pytest.mark.parametrize(("build", "message"), [
-    (lambda: uniform(0, 1).loguniform(), r"has its sampler already; \.loguniform\(\) would choose another one"),
-    (lambda: quniform(0, 1, 0.5).uniform(), "has its sampler already"),
-    (lambda: randint(0, 4).loguniform(), "has its sampler already"),
-    (lambda: uniform(0, 1).normal(), "has its sampler already"),
-    (lambda: Float(0, 1).normal(), "normal sampling takes no bounds"),
-    (lambda: Float(None, None).normal(0, 0), "sd must be > 0"),
-    (lambda: Float(None, None).uniform(), "lower must be a finite number"),
-    (lambda: Float(0, 1).loguniform(), "log scale needs lower > 0"),
-    (lambda: Float(0, 1).quantized(0.3), "upper=1 is not a multiple of q=0.3"),
-    (lambda: Integer(1, 4).quantized(5), "fewer than two multiples"),
-    (lambda: Integer(0, 4).quantized(1.5), "q must be an integer"),
-    (lambda: Float(None, None).sample(), "no bounds to sample between"),
-])
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: uniform(0, 1).loguniform(), r"has its sampler already; \.loguniform\(\) would choose another one"),
+        (lambda: quniform(0, 1, 0.5).uniform(), "has its sampler already"),
+        (lambda: randint(0, 4).loguniform(), "has its sampler already"),
+        (lambda: uniform(0, 1).normal(), "has its sampler already"),
+        (lambda: Float(0, 1).normal(), "normal sampling takes no bounds"),
+        (lambda: Float(None, None).normal(0, 0), "sd must be > 0"),
+        (lambda: Float(None, None).uniform(), "lower must be a finite number"),
+        (lambda: Float(0, 1).loguniform(), "log scale needs lower > 0"),
+        (lambda: Float(0, 1).quantized(0.3), "upper=1 is not a multiple of q=0.3"),
+        (lambda: Integer(1, 4).quantized(5), "fewer than two multiples"),
+        (lambda: Integer(0, 4).quantized(1.5), "q must be an integer"),
+        (lambda: Float(None, None).sample(), "no bounds to sample between"),
+    ],
+)
 def test_builder_errors(build, message):
     with pytest.raises(ValueError, match=message):
         build()

@@ -94,8 +94,15 @@ def distance_to_optimum(searcher, count: int, prefix: str) -> float:
 
 
 def optuna_on_x(mode: str, seed: int = 0, num_samples: int = 60):
-    return create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="loss", mode=mode,
-                           num_samples=num_samples, seed=seed, sampler_args={"n_startup_trials": 10})
+    return create_searcher(
+        "optuna",
+        {"x": {"uniform": [0, 1]}},
+        metric="loss",
+        mode=mode,
+        num_samples=num_samples,
+        seed=seed,
+        sampler_args={"n_startup_trials": 10},
+    )
 
 
 def test_optuna_minimizes_when_mode_is_min():
@@ -150,9 +157,16 @@ def test_optuna_state_encodes_infinite_values():
 
 
 def test_optuna_maps_every_supported_domain():
-    space = {"u": {"quniform": [0, 1, 0.25]}, "l": {"qloguniform": [5, 1000, 5]}, "r": {"randint": [1, 3]},
-             "q": {"qrandint": [0, 100, 25]}, "lr": {"lograndint": [1, 4]}, "ql": {"qlograndint": [10, 1000, 10]},
-             "c": {"choice": [None, [1], {"k": "v"}]}, "const": {"nested": True}}
+    space = {
+        "u": {"quniform": [0, 1, 0.25]},
+        "l": {"qloguniform": [5, 1000, 5]},
+        "r": {"randint": [1, 3]},
+        "q": {"qrandint": [0, 100, 25]},
+        "lr": {"lograndint": [1, 4]},
+        "ql": {"qlograndint": [10, 1000, 10]},
+        "c": {"choice": [None, [1], {"k": "v"}]},
+        "const": {"nested": True},
+    }
     searcher = create_searcher("optuna", space, metric="m", mode="max", num_samples=60, seed=0, sampler="random")
     seen = {key: set() for key in ("u", "r", "q", "lr")}
     for i in range(60):
@@ -171,28 +185,35 @@ def test_optuna_maps_every_supported_domain():
 def test_optuna_points_to_evaluate_come_first():
     space = {"x": {"uniform": [0, 1]}, "m": {"act": {"choice": ["relu", {"name": "elu"}]}}, "k": 1}
     points = [{"x": 0.5, "m": {"act": {"name": "elu"}}}, {"x": 0.25, "m/act": "relu"}]
-    searcher = create_searcher("optuna", space, metric="s", mode="max", num_samples=3, seed=0,
-                               points_to_evaluate=points)
+    searcher = create_searcher(
+        "optuna", space, metric="s", mode="max", num_samples=3, seed=0, points_to_evaluate=points
+    )
     assert searcher.suggest("a") == {"x": 0.5, "m": {"act": {"name": "elu"}}, "k": 1}
     assert searcher.suggest("b") == {"x": 0.25, "m": {"act": "relu"}, "k": 1}
     assert searcher.suggest("c") != FINISHED
 
 
-@pytest.mark.parametrize(("point", "message"), [
-    ({"y": 1}, "y not sampled parameters"),
-    ({"m": {"act": "gelu"}}, "m/act='gelu' is not one of"),
-])
+@pytest.mark.parametrize(
+    ("point", "message"),
+    [
+        ({"y": 1}, "y not sampled parameters"),
+        ({"m": {"act": "gelu"}}, "m/act='gelu' is not one of"),
+    ],
+)
 def test_optuna_bad_points(point, message):
     space = {"x": {"uniform": [0, 1]}, "m": {"act": {"choice": ["relu", "elu"]}}}
     with pytest.raises(ValueError, match=message):
         create_searcher("optuna", space, metric="s", mode="max", num_samples=2, seed=0, points_to_evaluate=[point])
 
 
-@pytest.mark.parametrize(("space", "message"), [
-    ({"a": {"b": {"grid_search": [1, 2]}}}, r"config\.a\.b: optuna search does not support grid_search"),
-    ({"n": {"randn": [0, 1]}}, r"config\.n: optuna search does not support randn"),
-    ({"f": sample_from(lambda c: 1)}, r"config\.f: optuna search does not support sample_from"),
-])
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ({"a": {"b": {"grid_search": [1, 2]}}}, r"config\.a\.b: optuna search does not support grid_search"),
+        ({"n": {"randn": [0, 1]}}, r"config\.n: optuna search does not support randn"),
+        ({"f": sample_from(lambda c: 1)}, r"config\.f: optuna search does not support sample_from"),
+    ],
+)
 def test_optuna_rejects_unsupported_domains(space, message):
     with pytest.raises(ValueError, match=message):
         OptunaSearch(space, metric="m", mode="max", num_samples=2, seed=0)
@@ -204,8 +225,14 @@ def test_optuna_needs_metric_mode_and_a_known_sampler():
     with pytest.raises(ValueError, match="unknown optuna sampler 'cma'; valid: random, tpe"):
         create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="max", sampler="cma")
     with pytest.raises(ValueError, match="sampler_args: .*n_startup"):
-        create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="max", sampler="random",
-                        sampler_args={"n_startup_trials": 3})
+        create_searcher(
+            "optuna",
+            {"x": {"uniform": [0, 1]}},
+            metric="m",
+            mode="max",
+            sampler="random",
+            sampler_args={"n_startup_trials": 3},
+        )
     with pytest.raises(ValueError, match="searchAlgorithm.seed"):
         create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="max", sampler_args={"seed": 1})
     searcher = create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="max", num_samples=2)
@@ -230,17 +257,22 @@ def test_unknown_algorithm_lists_the_valid_ones():
 
 
 def test_unknown_parameter_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown parameter\(s\) n_trials .*valid: sampler, sampler_args, "
-                                         r"points_to_evaluate"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown parameter\(s\) n_trials .*valid: sampler, sampler_args, "
+        r"points_to_evaluate",
+    ):
         create_searcher("optuna", {}, metric="m", mode="max", n_trials=3)
     with pytest.raises(ValueError, match="valid: points_to_evaluate, constant_grid_search$"):
         create_searcher("basic", {}, shuffle=True)
 
 
 def test_registry_imports_algorithms_lazily():
-    code = ("import sys, kubetune_operator.algorithms as s; assert 'optuna' not in sys.modules; "
-            "s.create_searcher('basic', {}, num_samples=1); assert 'optuna' not in sys.modules; "
-            "s.searcher_class('optuna'); assert 'optuna' in sys.modules")
+    code = (
+        "import sys, kubetune_operator.algorithms as s; assert 'optuna' not in sys.modules; "
+        "s.create_searcher('basic', {}, num_samples=1); assert 'optuna' not in sys.modules; "
+        "s.searcher_class('optuna'); assert 'optuna' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -17,8 +17,11 @@ from kubetune_operator.searchers import FINISHED, Searcher
 SPACE = {
     "lr": {"loguniform": [1e-4, 1e-1]},
     "momentum": {"uniform": [0.5, 0.99]},
-    "model": {"layers": {"randint": [1, 5]}, "width": {"qrandint": [32, 256, 32]},
-              "act": {"choice": ["relu", "tanh", {"name": "leaky", "slope": 0.1}]}},
+    "model": {
+        "layers": {"randint": [1, 5]},
+        "width": {"qrandint": [32, 256, 32]},
+        "act": {"choice": ["relu", "tanh", {"name": "leaky", "slope": 0.1}]},
+    },
     "epochs": 3,
     "tags": ["a", "b"],
 }
@@ -135,5 +138,4 @@ def test_bad_mode_is_rejected(name):
 
 def test_bad_space_is_rejected_with_its_path(name):
     with pytest.raises(ValueError, match=r"config\.model\.lr"):
-        create_searcher(name, {"model": {"lr": {"loguniform": [0, 1]}}}, metric="s", mode="min", num_samples=2,
-                        seed=0)
+        create_searcher(name, {"model": {"lr": {"loguniform": [0, 1]}}}, metric="s", mode="min", num_samples=2, seed=0)

@@ -55,7 +55,10 @@ def test_every_field_is_read_from_its_variable():
     assert (s.trials.termination_grace_period_s, s.trials.run_as_user) == (120, 2000)
     assert s.trials.pod_security_level == "baseline"
     assert (s.storage.default_uri, s.storage.default_endpoint, s.storage.default_region) == (
-        "s3://tune/", "http://127.0.0.1:5000", "us-east-1")
+        "s3://tune/",
+        "http://127.0.0.1:5000",
+        "us-east-1",
+    )
     # the test above names every field: adding one without a test fails here
     fields = [(g.name, f.name) for g in dataclasses.fields(Settings) for f in dataclasses.fields(getattr(s, g.name))]
     assert {f"KUBETUNE_OPERATOR_{g}_{f}".upper() for g, f in fields} == {k for k in env if k != "UNRELATED"}
@@ -66,17 +69,20 @@ def test_empty_optional_variable_means_none():
     assert s.collector.url is None and s.storage.default_uri is None
 
 
-@pytest.mark.parametrize("var, value", [
-    ("KUBETUNE_OPERATOR_COLLECTOR_BIND_PORT", "http"),
-    ("KUBETUNE_OPERATOR_COLLECTOR_BIND_PORT", "70000"),
-    ("KUBETUNE_OPERATOR_COLLECTOR_MAX_BODY_BYTES", "0"),
-    ("KUBETUNE_OPERATOR_COLLECTOR_MAX_RESULTS_PER_BATCH", "-1"),
-    ("KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S", "soon"),
-    ("KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S", "-1"),
-    ("KUBETUNE_OPERATOR_TRIALS_DEFAULT_MAX_CONCURRENT_TRIALS", "0"),
-    ("KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S", "-5"),
-    ("KUBETUNE_OPERATOR_TRIALS_RUN_AS_USER", "0"),
-])
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("KUBETUNE_OPERATOR_COLLECTOR_BIND_PORT", "http"),
+        ("KUBETUNE_OPERATOR_COLLECTOR_BIND_PORT", "70000"),
+        ("KUBETUNE_OPERATOR_COLLECTOR_MAX_BODY_BYTES", "0"),
+        ("KUBETUNE_OPERATOR_COLLECTOR_MAX_RESULTS_PER_BATCH", "-1"),
+        ("KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S", "soon"),
+        ("KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S", "-1"),
+        ("KUBETUNE_OPERATOR_TRIALS_DEFAULT_MAX_CONCURRENT_TRIALS", "0"),
+        ("KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S", "-5"),
+        ("KUBETUNE_OPERATOR_TRIALS_RUN_AS_USER", "0"),
+    ],
+)
 def test_bad_values_are_refused(var, value):
     with pytest.raises(ValueError):
         Settings.from_env({var: value})
@@ -103,8 +109,11 @@ def test_every_field_has_a_docstring():
         for i, node in enumerate(body):
             if isinstance(node, ast.AnnAssign):
                 following = body[i + 1] if i + 1 < len(body) else None
-                assert (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                        and isinstance(following.value.value, str) and following.value.value.strip()), \
-                    f"{cls.name}.{node.target.id} has no docstring"
+                assert (
+                    isinstance(following, ast.Expr)
+                    and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)
+                    and following.value.value.strip()
+                ), f"{cls.name}.{node.target.id} has no docstring"
                 checked += 1
     assert checked == sum(len(dataclasses.fields(getattr(Settings(), g.name))) for g in dataclasses.fields(Settings))

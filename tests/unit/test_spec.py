@@ -28,26 +28,47 @@ OPERATOR_DEFAULTS = {
 
 
 def test_every_crd_default_is_the_operators_default():
-    crd = {path: node["default"] for path, node in walk(root_schema("Experiment"))
-           if "default" in node and node["default"] != {}}
+    crd = {
+        path: node["default"]
+        for path, node in walk(root_schema("Experiment"))
+        if "default" in node and node["default"] != {}
+    }
     assert crd == OPERATOR_DEFAULTS  # a default added to, changed in or dropped from one side fails here
 
 
 def test_an_undefaulted_spec_reads_as_the_defaulted_one():
-    defaulted = {"numSamples": 1, "searchAlgorithm": {"name": "basic"}, "scheduler": {"name": "fifo"},
-                 "suspend": False, "failure": {"maxFailures": 0}, "checkpoint": {}, "resourcesPerTrial": {},
-                 "podRetentionPolicy": {"whenSucceeded": "Delete", "whenFailed": "Retain"}}
+    defaulted = {
+        "numSamples": 1,
+        "searchAlgorithm": {"name": "basic"},
+        "scheduler": {"name": "fifo"},
+        "suspend": False,
+        "failure": {"maxFailures": 0},
+        "checkpoint": {},
+        "resourcesPerTrial": {},
+        "podRetentionPolicy": {"whenSucceeded": "Delete", "whenFailed": "Retain"},
+    }
     assert ExperimentSpec.parse({}) == ExperimentSpec.parse(defaulted) == ExperimentSpec()
 
 
 def test_fields_are_read_into_the_model():
-    model = ExperimentSpec.parse({
-        "metric": "acc", "mode": "max", "numSamples": 4, "config": {"lr": {"uniform": [0, 1]}},
-        "searchAlgorithm": {"name": "optuna", "seed": 3, "params": {"sampler": "tpe"}},
-        "scheduler": {"name": "asha", "params": {"grace_period": 2}}, "stop": {"training_iteration": 9},
-        "goal": 0.9, "timeBudget": "1h30m", "maxConcurrentTrials": 2,
-        "failure": {"maxFailures": -1, "maxFailedTrials": 3}, "suspend": True,
-        "podRetentionPolicy": {"whenFailed": "Delete"}, "storage": {"uri": "s3://b/p"}})
+    model = ExperimentSpec.parse(
+        {
+            "metric": "acc",
+            "mode": "max",
+            "numSamples": 4,
+            "config": {"lr": {"uniform": [0, 1]}},
+            "searchAlgorithm": {"name": "optuna", "seed": 3, "params": {"sampler": "tpe"}},
+            "scheduler": {"name": "asha", "params": {"grace_period": 2}},
+            "stop": {"training_iteration": 9},
+            "goal": 0.9,
+            "timeBudget": "1h30m",
+            "maxConcurrentTrials": 2,
+            "failure": {"maxFailures": -1, "maxFailedTrials": 3},
+            "suspend": True,
+            "podRetentionPolicy": {"whenFailed": "Delete"},
+            "storage": {"uri": "s3://b/p"},
+        }
+    )
     assert (model.metric, model.mode, model.num_samples, model.goal) == ("acc", "max", 4, 0.9)
     assert (model.search_algorithm.name, model.search_algorithm.seed) == ("optuna", 3)
     assert model.scheduler.params == {"grace_period": 2} and model.stop == {"training_iteration": 9}
@@ -57,18 +78,21 @@ def test_fields_are_read_into_the_model():
     assert model.storage_uri == "s3://b/p"
 
 
-@pytest.mark.parametrize("spec, words", [
-    ({"numSamples": 0}, "spec.numSamples must be >= 1"),
-    ({"numSamples": 1.5}, "spec.numSamples must be an integer"),
-    ({"failure": {"maxFailures": -2}}, "spec.failure.maxFailures must be >= -1"),
-    ({"failure": {"maxFailedTrials": "3"}}, "spec.failure.maxFailedTrials must be an integer"),
-    ({"goal": float("nan")}, "spec.goal must be a finite number"),
-    ({"maxConcurrentTrials": True}, "spec.maxConcurrentTrials must be an integer"),
-    ({"podRetentionPolicy": {"whenFailed": "Keep"}}, "whenFailed must be Retain or Delete"),
-    ({"scheduler": {"name": "asha", "params": [1]}}, "spec.scheduler.params must be an object"),
-    ({"searchAlgorithm": {"seed": "x"}}, "spec.searchAlgorithm.seed must be an integer"),
-    ({"timeBudget": "soon"}, "soon"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({"numSamples": 0}, "spec.numSamples must be >= 1"),
+        ({"numSamples": 1.5}, "spec.numSamples must be an integer"),
+        ({"failure": {"maxFailures": -2}}, "spec.failure.maxFailures must be >= -1"),
+        ({"failure": {"maxFailedTrials": "3"}}, "spec.failure.maxFailedTrials must be an integer"),
+        ({"goal": float("nan")}, "spec.goal must be a finite number"),
+        ({"maxConcurrentTrials": True}, "spec.maxConcurrentTrials must be an integer"),
+        ({"podRetentionPolicy": {"whenFailed": "Keep"}}, "whenFailed must be Retain or Delete"),
+        ({"scheduler": {"name": "asha", "params": [1]}}, "spec.scheduler.params must be an object"),
+        ({"searchAlgorithm": {"seed": "x"}}, "spec.searchAlgorithm.seed must be an integer"),
+        ({"timeBudget": "soon"}, "soon"),
+    ],
+)
 def test_bad_fields_are_named_in_the_error(spec, words):
     with pytest.raises(ValueError, match=words):
         ExperimentSpec.parse(spec)

@@ -33,15 +33,31 @@ def test_format_time_is_rfc3339_utc_seconds():
 
 def test_new_condition_is_appended_with_now():
     conditions = st.set_condition(None, "Running", True, "TrialsRunning", "2 running", 3, T0)
-    assert conditions == [{"type": "Running", "status": "True", "reason": "TrialsRunning", "message": "2 running",
-                           "lastTransitionTime": "2024-05-01T12:00:00Z", "observedGeneration": 3}]
+    assert conditions == [
+        {
+            "type": "Running",
+            "status": "True",
+            "reason": "TrialsRunning",
+            "message": "2 running",
+            "lastTransitionTime": "2024-05-01T12:00:00Z",
+            "observedGeneration": 3,
+        }
+    ]
 
 
 def test_same_status_keeps_the_transition_time_but_updates_the_rest():
     first = st.set_condition([], "Running", "True", "TrialsRunning", "1 running", 1, T0)
     second = st.set_condition(first, "Running", "True", "GoalReached", "stopping", 2, T1)
-    assert second == [{"type": "Running", "status": "True", "reason": "GoalReached", "message": "stopping",
-                       "lastTransitionTime": "2024-05-01T12:00:00Z", "observedGeneration": 2}]
+    assert second == [
+        {
+            "type": "Running",
+            "status": "True",
+            "reason": "GoalReached",
+            "message": "stopping",
+            "lastTransitionTime": "2024-05-01T12:00:00Z",
+            "observedGeneration": 2,
+        }
+    ]
 
 
 def test_status_flip_moves_the_transition_time():
@@ -65,8 +81,10 @@ def test_condition_without_generation_has_no_observed_generation():
     assert "observedGeneration" not in st.set_condition([], "Ready", True, "SpecValid", "", None, T0)[0]
 
 
-@pytest.mark.parametrize("status, reason", [("yes", "Fine"), ("True", "not camel"), ("True", "lowerStart"),
-                                            ("True", ""), ("True", "Has Space")])
+@pytest.mark.parametrize(
+    "status, reason",
+    [("yes", "Fine"), ("True", "not camel"), ("True", "lowerStart"), ("True", ""), ("True", "Has Space")],
+)
 def test_set_condition_rejects_bad_status_and_reasons(status, reason):
     with pytest.raises(ValueError):
         st.set_condition([], "Ready", status, reason, "", 1, T0)
@@ -92,8 +110,7 @@ def test_get_condition():
 
 def test_trial_counts():
     phases = ["Running", "Running", "Pending", None, "", "Paused", "Succeeded", "Failed", "Succeeded"]
-    assert st.trial_counts(phases) == {"total": 9, "pending": 3, "running": 2, "paused": 1, "succeeded": 2,
-                                       "failed": 1}
+    assert st.trial_counts(phases) == {"total": 9, "pending": 3, "running": 2, "paused": 1, "succeeded": 2, "failed": 1}
     assert st.trial_counts([]) == {"total": 0, "pending": 0, "running": 0, "paused": 0, "succeeded": 0, "failed": 0}
     with pytest.raises(ValueError):
         st.trial_counts(["Exploded"])
@@ -102,8 +119,9 @@ def test_trial_counts():
 # ------------------------------------------------------------------ best trial
 
 
-def make_trial(index: int, value=None, *, last_result=None, iteration=None, checkpoint=None, phase="Running",
-               config=None) -> dict:
+def make_trial(
+    index: int, value=None, *, last_result=None, iteration=None, checkpoint=None, phase="Running", config=None
+) -> dict:
     status = {"phase": phase}
     if value is not None:
         status["metricValue"] = value
@@ -113,14 +131,22 @@ def make_trial(index: int, value=None, *, last_result=None, iteration=None, chec
         status["iteration"] = iteration
     if checkpoint:
         status["checkpoint"] = {"uri": checkpoint, "iteration": iteration}
-    return {"metadata": {"name": f"exp-{index:05d}"},
-            "spec": {"index": index, "config": config if config is not None else {"i": index}}, "status": status}
+    return {
+        "metadata": {"name": f"exp-{index:05d}"},
+        "spec": {"index": index, "config": config if config is not None else {"i": index}},
+        "status": status,
+    }
 
 
 def test_best_trial_max_and_min():
     trials = [make_trial(0, 0.5), make_trial(1, 0.9, iteration=7, checkpoint="s3://b/ck7"), make_trial(2, 0.1)]
-    assert st.best_trial(trials, "acc", "max") == {"name": "exp-00001", "metricValue": 0.9, "iteration": 7,
-                                                   "checkpoint": "s3://b/ck7", "config": {"i": 1}}
+    assert st.best_trial(trials, "acc", "max") == {
+        "name": "exp-00001",
+        "metricValue": 0.9,
+        "iteration": 7,
+        "checkpoint": "s3://b/ck7",
+        "config": {"i": 1},
+    }
     assert st.best_trial(trials, "acc", "min")["name"] == "exp-00002"
 
 
@@ -133,13 +159,16 @@ def test_best_trial_ties_go_to_the_earliest_trial():
 
 
 def test_best_trial_reads_last_result_when_metric_value_is_missing():
-    trials = [make_trial(0, last_result={"acc": 0.3}), make_trial(1, last_result={"eval": {"acc": 0.8}}),
-              make_trial(2, last_result={"acc": 0.6})]
+    trials = [
+        make_trial(0, last_result={"acc": 0.3}),
+        make_trial(1, last_result={"eval": {"acc": 0.8}}),
+        make_trial(2, last_result={"acc": 0.6}),
+    ]
     assert st.best_trial(trials, "acc", "max")["name"] == "exp-00002"
     assert st.best_trial(trials, "eval/acc", "max")["metricValue"] == 0.8
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, True, "0.9", None, 10 ** 400])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, True, "0.9", None, 10**400])
 def test_best_trial_ignores_values_that_are_not_finite_numbers(bad):
     trials = [make_trial(0, 0.2), make_trial(1, last_result={"acc": bad})]
     trials[1]["status"]["metricValue"] = bad
@@ -167,8 +196,9 @@ def test_metric_value():
     assert st.metric_value(None, "acc") is None and st.metric_value({}, "acc") is None
 
 
-@pytest.mark.parametrize("text, seconds", [("1h30m", 5400), ("45m", 2700), ("90s", 90), ("1.5h", 5400),
-                                           ("2h0m30s", 7230), ("0.25s", 0.25)])
+@pytest.mark.parametrize(
+    "text, seconds", [("1h30m", 5400), ("45m", 2700), ("90s", 90), ("1.5h", 5400), ("2h0m30s", 7230), ("0.25s", 0.25)]
+)
 def test_parse_duration(text, seconds):
     assert st.parse_duration(text) == seconds
 
@@ -189,28 +219,37 @@ def counts(**kw) -> dict:
     return c
 
 
-@pytest.mark.parametrize("c, kwargs, phase, reason, stop", [
-    (counts(), {}, "Pending", "TrialsPending", False),
-    (counts(pending=4), {}, "Pending", "TrialsPending", False),
-    (counts(pending=3, running=1), {}, "Running", "TrialsRunning", False),
-    (counts(pending=2, succeeded=1), {}, "Running", "TrialsRunning", False),
-    (counts(paused=2), {}, "Running", "TrialsRunning", False),
-    (counts(running=2), {"suspended": True}, "Suspended", "ExperimentSuspended", False),
-    (counts(running=2), {"search_finished": True}, "Running", "TrialsRunning", False),
-    (counts(succeeded=3, failed=1), {"search_finished": True}, "Succeeded", "AllTrialsCompleted", True),
-    (counts(failed=3), {"search_finished": True}, "Failed", "AllTrialsFailed", True),
-    (counts(), {"search_finished": True}, "Succeeded", "AllTrialsCompleted", True),
-    (counts(running=2, succeeded=1), {"goal_reached": True}, "Running", "GoalReached", True),
-    (counts(succeeded=3), {"goal_reached": True}, "Succeeded", "GoalReached", True),
-    (counts(running=1), {"time_budget_exhausted": True}, "Running", "TimeBudgetExhausted", True),
-    (counts(succeeded=1, failed=1), {"time_budget_exhausted": True}, "Succeeded", "TimeBudgetExhausted", True),
-    (counts(running=1, failed=2), {"max_failed_trials": 2}, "Running", "TrialsRunning", False),
-    (counts(running=1, failed=3), {"max_failed_trials": 2}, "Running", "MaxFailedTrialsExceeded", True),
-    (counts(failed=1), {"max_failed_trials": 0}, "Failed", "MaxFailedTrialsExceeded", True),
-    (counts(failed=1, succeeded=1), {"max_failed_trials": 0, "goal_reached": True}, "Succeeded", "GoalReached", True),
-    (counts(paused=1), {"suspended": True, "goal_reached": True}, "Running", "GoalReached", True),
-    (counts(succeeded=2), {"suspended": True, "search_finished": True}, "Succeeded", "AllTrialsCompleted", True),
-])
+@pytest.mark.parametrize(
+    "c, kwargs, phase, reason, stop",
+    [
+        (counts(), {}, "Pending", "TrialsPending", False),
+        (counts(pending=4), {}, "Pending", "TrialsPending", False),
+        (counts(pending=3, running=1), {}, "Running", "TrialsRunning", False),
+        (counts(pending=2, succeeded=1), {}, "Running", "TrialsRunning", False),
+        (counts(paused=2), {}, "Running", "TrialsRunning", False),
+        (counts(running=2), {"suspended": True}, "Suspended", "ExperimentSuspended", False),
+        (counts(running=2), {"search_finished": True}, "Running", "TrialsRunning", False),
+        (counts(succeeded=3, failed=1), {"search_finished": True}, "Succeeded", "AllTrialsCompleted", True),
+        (counts(failed=3), {"search_finished": True}, "Failed", "AllTrialsFailed", True),
+        (counts(), {"search_finished": True}, "Succeeded", "AllTrialsCompleted", True),
+        (counts(running=2, succeeded=1), {"goal_reached": True}, "Running", "GoalReached", True),
+        (counts(succeeded=3), {"goal_reached": True}, "Succeeded", "GoalReached", True),
+        (counts(running=1), {"time_budget_exhausted": True}, "Running", "TimeBudgetExhausted", True),
+        (counts(succeeded=1, failed=1), {"time_budget_exhausted": True}, "Succeeded", "TimeBudgetExhausted", True),
+        (counts(running=1, failed=2), {"max_failed_trials": 2}, "Running", "TrialsRunning", False),
+        (counts(running=1, failed=3), {"max_failed_trials": 2}, "Running", "MaxFailedTrialsExceeded", True),
+        (counts(failed=1), {"max_failed_trials": 0}, "Failed", "MaxFailedTrialsExceeded", True),
+        (
+            counts(failed=1, succeeded=1),
+            {"max_failed_trials": 0, "goal_reached": True},
+            "Succeeded",
+            "GoalReached",
+            True,
+        ),
+        (counts(paused=1), {"suspended": True, "goal_reached": True}, "Running", "GoalReached", True),
+        (counts(succeeded=2), {"suspended": True, "search_finished": True}, "Succeeded", "AllTrialsCompleted", True),
+    ],
+)
 def test_experiment_phase(c, kwargs, phase, reason, stop):
     decision = st.experiment_phase(c, **kwargs)
     assert (decision.phase, decision.reason, decision.stop_remaining) == (phase, reason, stop)
@@ -266,9 +305,17 @@ def test_status_of_ten_thousand_trials_stays_under_16_kib():
     phases = ["Succeeded", "Failed", "Running", "Paused", "Pending"]
     big_config = {"note": "é" * 400, "layers": list(range(300))}  # just under the best-config bound
     assert st.MAX_BEST_CONFIG_BYTES - 400 < len(json.dumps(big_config).encode()) < st.MAX_BEST_CONFIG_BYTES
-    trials = [make_trial(i, (i * 7919 % 10007) / 10007, iteration=i % 100, phase=phases[i % 5],
-                         checkpoint=f"s3://{'b' * 500}/{'p' * 500}/ns/exp/exp-{i:05d}/checkpoint_{i:06d}",
-                         config=big_config) for i in range(10_000)]
+    trials = [
+        make_trial(
+            i,
+            (i * 7919 % 10007) / 10007,
+            iteration=i % 100,
+            phase=phases[i % 5],
+            checkpoint=f"s3://{'b' * 500}/{'p' * 500}/ns/exp/exp-{i:05d}/checkpoint_{i:06d}",
+            config=big_config,
+        )
+        for i in range(10_000)
+    ]
     c = st.trial_counts(t["status"]["phase"] for t in trials)
     best = st.best_trial(trials, "acc", "max")
     assert c["total"] == 10_000 and best["config"] == big_config
@@ -276,8 +323,15 @@ def test_status_of_ten_thousand_trials_stays_under_16_kib():
     long = "trial exp-00001 failed: " + "Traceback ... " * 5000
     for type_ in st.CONDITION_TYPES:
         conditions = st.set_condition(conditions, type_, True, "SomeVeryLongCamelCaseReasonName", long, 10**9, T0)
-    status = st.experiment_status(phase="Running", conditions=conditions, observed_generation=10**9, counts=c,
-                                  best=best, start_time=st.format_time(T0), completion_time=st.format_time(T1))
+    status = st.experiment_status(
+        phase="Running",
+        conditions=conditions,
+        observed_generation=10**9,
+        counts=c,
+        best=best,
+        start_time=st.format_time(T0),
+        completion_time=st.format_time(T1),
+    )
     for ascii_only in (True, False):
         size = len(json.dumps(status, ensure_ascii=ascii_only).encode())
         assert size < 16 * 1024, size
@@ -288,12 +342,30 @@ def test_status_of_ten_thousand_trials_stays_under_16_kib():
 
 
 def test_compact_result_keeps_scalars_and_drops_bookkeeping():
-    result = {"acc": 0.9, "loss": float("nan"), "training_iteration": 3, "time_total_s": 1.5, "done": False,
-              "config": {"lr": 0.1}, "hostname": "node-1", "pid": 7, "date": "2024-05-01_12-00-00",
-              "eval": {"f1": 0.7, "cm": [[1, 0], [0, 1]]}, "note": "ok", "blob": "z" * 1000, "inf": math.inf,
-              "steps": 10 ** 30}
-    assert st.compact_result(result, "acc") == {"acc": 0.9, "training_iteration": 3, "time_total_s": 1.5,
-                                                "done": False, "eval/f1": 0.7, "note": "ok"}
+    result = {
+        "acc": 0.9,
+        "loss": float("nan"),
+        "training_iteration": 3,
+        "time_total_s": 1.5,
+        "done": False,
+        "config": {"lr": 0.1},
+        "hostname": "node-1",
+        "pid": 7,
+        "date": "2024-05-01_12-00-00",
+        "eval": {"f1": 0.7, "cm": [[1, 0], [0, 1]]},
+        "note": "ok",
+        "blob": "z" * 1000,
+        "inf": math.inf,
+        "steps": 10**30,
+    }
+    assert st.compact_result(result, "acc") == {
+        "acc": 0.9,
+        "training_iteration": 3,
+        "time_total_s": 1.5,
+        "done": False,
+        "eval/f1": 0.7,
+        "note": "ok",
+    }
 
 
 def test_compact_result_is_bounded_and_keeps_the_metric_and_progress_first():
@@ -322,18 +394,25 @@ def test_status_patch_carries_only_changes():
 
 
 def test_status_patch_deletes_what_new_leaves_out():
-    old = {"phase": "Running", "bestTrial": {"name": "a", "checkpoint": "s3://x", "config": {"lr": 1}},
-           "searcherState": {"i": 1}}
+    old = {
+        "phase": "Running",
+        "bestTrial": {"name": "a", "checkpoint": "s3://x", "config": {"lr": 1}},
+        "searcherState": {"i": 1},
+    }
     new = {"phase": "Running", "bestTrial": {"name": "a", "config": {}}, "completionTime": None}
-    assert st.status_patch(old, new) == {"bestTrial": {"checkpoint": None, "config": {"lr": None}},
-                                         "searcherState": None}
+    assert st.status_patch(old, new) == {
+        "bestTrial": {"checkpoint": None, "config": {"lr": None}},
+        "searcherState": None,
+    }
 
 
 def test_status_patch_replaces_lists_and_new_objects_whole():
     old = {"conditions": [{"type": "Ready", "status": "True"}]}
     new = {"conditions": [{"type": "Ready", "status": "False"}], "bestTrial": {"name": "b", "checkpoint": None}}
-    assert st.status_patch(old, new) == {"conditions": [{"type": "Ready", "status": "False"}],
-                                         "bestTrial": {"name": "b"}}
+    assert st.status_patch(old, new) == {
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "bestTrial": {"name": "b"},
+    }
 
 
 def test_status_patch_tells_booleans_from_numbers():
@@ -353,9 +432,19 @@ def test_status_patch_applied_as_a_merge_patch_gives_new():
                 out[key] = copy.deepcopy(value)
         return out
 
-    old = {"phase": "Running", "trials": {"running": 3, "paused": 1}, "bestTrial": {"name": "a", "iteration": 3},
-           "conditions": [{"type": "Running"}], "searcherState": {"seen": [1, 2], "rng": {"s": 1}}}
-    new = {"phase": "Succeeded", "trials": {"running": 0, "paused": 0, "succeeded": 4},
-           "bestTrial": {"name": "b", "metricValue": 2.0}, "conditions": [{"type": "Running"}, {"type": "Complete"}],
-           "searcherState": {"seen": [1, 2, 3], "rng": {}}, "completionTime": "2024-05-01T12:05:00Z"}
+    old = {
+        "phase": "Running",
+        "trials": {"running": 3, "paused": 1},
+        "bestTrial": {"name": "a", "iteration": 3},
+        "conditions": [{"type": "Running"}],
+        "searcherState": {"seen": [1, 2], "rng": {"s": 1}},
+    }
+    new = {
+        "phase": "Succeeded",
+        "trials": {"running": 0, "paused": 0, "succeeded": 4},
+        "bestTrial": {"name": "b", "metricValue": 2.0},
+        "conditions": [{"type": "Running"}, {"type": "Complete"}],
+        "searcherState": {"seen": [1, 2, 3], "rng": {}},
+        "completionTime": "2024-05-01T12:05:00Z",
+    }
     assert apply(old, st.status_patch(old, new)) == new

@@ -65,8 +65,10 @@ def test_bytes_exists_list_and_delete(store):
     assert storage.exists(join_uri(base, "ckpt_1", "sub", "y"))
     assert not storage.exists(join_uri(base, "ckpt_1"))  # a "directory" is not an object
     assert not storage.exists(join_uri(base, "missing"))
-    assert storage.list(join_uri(base, "ckpt_1")) == [join_uri(base, "ckpt_1", "sub", "y"),
-                                                      join_uri(base, "ckpt_1", "x")]
+    assert storage.list(join_uri(base, "ckpt_1")) == [
+        join_uri(base, "ckpt_1", "sub", "y"),
+        join_uri(base, "ckpt_1", "x"),
+    ]
     assert len(storage.list(base)) == 3
     assert storage.list(join_uri(base, "nothing")) == []
 

@@ -39,9 +39,15 @@ def test_token_mac_is_hmac_sha256_of_the_fields():
 
 def test_claims_changed_under_a_genuine_mac_are_refused():
     mac = mint_token(KEY, "team-a", "mnist-00003", 1, "u").split(".")[1]
-    for claims in (["team-a", "mnist-00003", 2, "u"], ["team-b", "mnist-00003", 1, "u"],
-                   ["team-a", "mnist-00003", True, "u"], ["team-a", "mnist-00003", -1, "u"],
-                   ["team-a", "mnist-00003", 1, "another uid"], ["team-a", "mnist-00003", 1], {"a": 1}):
+    for claims in (
+        ["team-a", "mnist-00003", 2, "u"],
+        ["team-b", "mnist-00003", 1, "u"],
+        ["team-a", "mnist-00003", True, "u"],
+        ["team-a", "mnist-00003", -1, "u"],
+        ["team-a", "mnist-00003", 1, "another uid"],
+        ["team-a", "mnist-00003", 1],
+        {"a": 1},
+    ):
         encoded = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
         assert token_claims(KEY, f"{encoded}.{mac}") is None, claims
 
@@ -51,12 +57,15 @@ def test_verify_accepts_the_right_token():
     assert verify_token(KEY, token, "team-a", "mnist-00003", 1, "u")
 
 
-@pytest.mark.parametrize("namespace, trial, attempt", [
-    ("team-b", "mnist-00003", 1),   # another namespace
-    ("team-a", "mnist-00004", 1),   # another trial
-    ("team-a", "mnist-00003", 0),   # an earlier attempt's pod
-    ("team-a", "mnist-00003", 2),   # a later attempt
-])
+@pytest.mark.parametrize(
+    "namespace, trial, attempt",
+    [
+        ("team-b", "mnist-00003", 1),  # another namespace
+        ("team-a", "mnist-00004", 1),  # another trial
+        ("team-a", "mnist-00003", 0),  # an earlier attempt's pod
+        ("team-a", "mnist-00003", 2),  # a later attempt
+    ],
+)
 def test_token_is_bound_to_namespace_trial_and_attempt(namespace, trial, attempt):
     token = mint_token(KEY, "team-a", "mnist-00003", 1, "u")
     assert not verify_token(KEY, token, namespace, trial, attempt, "u")
@@ -74,13 +83,25 @@ def test_forged_tokens_are_rejected():
     other_key = mint_token(bytes(32), "ns", "t", 0, "u")
     plain_sha = hashlib.sha256(b"ns/t/0").hexdigest()
     bare_mac = token.split(".")[1]
-    for forged in (flipped, token[:-1], token + "0", token.upper(), other_key, plain_sha, "", " " + token, bare_mac,
-                   token + ".x", "." + bare_mac):
+    for forged in (
+        flipped,
+        token[:-1],
+        token + "0",
+        token.upper(),
+        other_key,
+        plain_sha,
+        "",
+        " " + token,
+        bare_mac,
+        token + ".x",
+        "." + bare_mac,
+    ):
         assert not verify_token(KEY, forged, "ns", "t", 0, "u"), forged
 
 
-@pytest.mark.parametrize("junk", [None, 42, b"bytes", "\u00e9" * 64, "\ud800" * 64, "\ud800.\ud800", "!!.00",
-                                  "a" * 5000])
+@pytest.mark.parametrize(
+    "junk", [None, 42, b"bytes", "\u00e9" * 64, "\ud800" * 64, "\ud800.\ud800", "!!.00", "a" * 5000]
+)
 def test_malformed_tokens_are_false_not_errors(junk):
     assert verify_token(KEY, junk, "ns", "t", 0, "u") is False
 
@@ -109,8 +130,17 @@ def test_key_secret_round_trip():
     assert key_from_secret_data(data) == key
 
 
-@pytest.mark.parametrize("data", [None, {}, {SECRET_DATA_KEY: ""}, {SECRET_DATA_KEY: "not base64!"},
-                                  {SECRET_DATA_KEY: base64.b64encode(b"short").decode()}, {"other": "eA=="}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        {},
+        {SECRET_DATA_KEY: ""},
+        {SECRET_DATA_KEY: "not base64!"},
+        {SECRET_DATA_KEY: base64.b64encode(b"short").decode()},
+        {"other": "eA=="},
+    ],
+)
 def test_bad_key_secrets_are_refused(data):
     with pytest.raises(ValueError):
         key_from_secret_data(data)

@@ -90,8 +90,17 @@ def test_trial_identity_and_config_accessors(tmp_path):
 
 
 def test_user_values_win_and_internal_counters_keep_counting(tmp_path):
-    results = [{"training_iteration": 100, "done": True, "time_this_iter_s": 2.5, "timesteps_total": 7,
-                "episodes_total": 3, "neg_mean_loss": 9.0, "mean_loss": 4.0}] * 2
+    results = [
+        {
+            "training_iteration": 100,
+            "done": True,
+            "time_this_iter_s": 2.5,
+            "timesteps_total": 7,
+            "episodes_total": 3,
+            "neg_mean_loss": 9.0,
+            "mean_loss": 4.0,
+        }
+    ] * 2
     t = Scripted({"results": list(results)}, logdir=str(tmp_path))
     first, second = t.train(), t.train()
     assert first["training_iteration"] == second["training_iteration"] == 100
@@ -104,12 +113,17 @@ def test_user_values_win_and_internal_counters_keep_counting(tmp_path):
 
 
 def test_timesteps_and_episodes_totals_count_increments_only(tmp_path):
-    t = Scripted({"results": [
-        {"timesteps_this_iter": 10, "episodes_this_iter": 2},
-        {"timesteps_this_iter": 5},
-        {"timesteps_this_iter": 1, "timesteps_total": 1000},
-        {},
-    ]}, logdir=str(tmp_path))
+    t = Scripted(
+        {
+            "results": [
+                {"timesteps_this_iter": 10, "episodes_this_iter": 2},
+                {"timesteps_this_iter": 5},
+                {"timesteps_this_iter": 1, "timesteps_total": 1000},
+                {},
+            ]
+        },
+        logdir=str(tmp_path),
+    )
     r1, r2, r3, r4 = (t.train() for _ in range(4))
     assert (r1["timesteps_total"], r1["episodes_total"], r1["timesteps_since_restore"]) == (10, 2, 10)
     assert (r2["timesteps_total"], r2["episodes_total"], r2["timesteps_since_restore"]) == (15, 2, 15)
@@ -183,8 +197,7 @@ def test_logger_creator_receives_every_result_and_is_closed(tmp_path):
 
 
 def test_train_buffered_stops_at_done_checkpoint_duplicate_and_length(tmp_path):
-    t = Scripted({"results": [{}, {}, {"should_checkpoint": True}, {}, {"done": True}, {}]},
-                 logdir=str(tmp_path))
+    t = Scripted({"results": [{}, {}, {"should_checkpoint": True}, {}, {"done": True}, {}]}, logdir=str(tmp_path))
     assert [r["training_iteration"] for r in t.train_buffered(60)] == [1, 2, 3]
     assert [r["training_iteration"] for r in t.train_buffered(60)] == [4, 5]
     assert len(t.train_buffered(0)) == 1  # always at least one result
@@ -243,8 +256,14 @@ def test_legacy_method_names_are_called_with_a_deprecation_warning(tmp_path):
         assert other.train()["value"] == 3
         other.stop()
     names = sorted({str(w.message).split(" ")[0] for w in record})
-    assert names == ["Legacy._log_result", "Legacy._restore", "Legacy._save", "Legacy._setup",
-                     "Legacy._stop", "Legacy._train"]
+    assert names == [
+        "Legacy._log_result",
+        "Legacy._restore",
+        "Legacy._save",
+        "Legacy._setup",
+        "Legacy._stop",
+        "Legacy._train",
+    ]
     # once per instance: t trained twice but warned once for _train
     assert sum("Legacy._train" in str(w.message) for w in record) == 2
     assert calls == [("setup", {"x": 1}), ("log", 1), ("log", 2), ("setup", {}), ("log", 3), ("stop",)]

@@ -16,8 +16,15 @@ from kubetune import Trainable
 from kubetune.checkpoint_store import COMMIT_MARKER, is_committed, read_commit
 from kubetune.storage import open_storage
 
-METADATA_KEYS = {"experiment_id", "iteration", "timesteps_total", "time_total", "episodes_total",
-                 "saved_as_dict", "last_result"}
+METADATA_KEYS = {
+    "experiment_id",
+    "iteration",
+    "timesteps_total",
+    "time_total",
+    "episodes_total",
+    "saved_as_dict",
+    "last_result",
+}
 
 
 class DictState(Trainable):
@@ -117,7 +124,7 @@ def test_path_checkpoint_restores_after_moving_to_another_prefix(tmp_path, retur
     shutil.copytree(directory, moved)
     shutil.rmtree(tmp_path / "trial")
     # both the returned path (re-rooted) and the bare checkpoint directory restore
-    for target in (str(moved) + path[len(directory):], str(moved)):
+    for target in (str(moved) + path[len(directory) :], str(moved)):
         other = FileState(logdir=str(tmp_path / "new"), config={"returns": returns})
         other.restore(target)
         assert other.value == 2 and other.iteration == 2
@@ -180,15 +187,22 @@ def remote(moto_endpoint, aws_env, monkeypatch):  # noqa: F811 - fixtures
     return f"s3://{new_bucket(moto_endpoint)}/ns/exp/trial_0"
 
 
-def test_remote_save_commits_and_restore_downloads_a_missing_checkpoint(
-        tmp_path, remote, moto_endpoint):  # noqa: F811
+def test_remote_save_commits_and_restore_downloads_a_missing_checkpoint(tmp_path, remote, moto_endpoint):  # noqa: F811
     t = _trained(FileState, tmp_path / "trial", 2, remote_checkpoint_dir=remote)
     path = t.save()
     storage = open_storage(remote, endpoint=moto_endpoint)
     uri = f"{remote}/checkpoint_000002"
     assert is_committed(storage, uri)
-    assert sorted(storage.list(uri)) == sorted(f"{uri}/{rel}" for rel in (
-        ".is_checkpoint", ".tune_metadata", "model/layers/weights.txt", "model/optimizer.txt", COMMIT_MARKER))
+    assert sorted(storage.list(uri)) == sorted(
+        f"{uri}/{rel}"
+        for rel in (
+            ".is_checkpoint",
+            ".tune_metadata",
+            "model/layers/weights.txt",
+            "model/optimizer.txt",
+            COMMIT_MARKER,
+        )
+    )
     meta = read_commit(storage, uri)["metadata"]
     assert (meta["iteration"], meta["path"], meta["experiment_id"]) == (2, "", t.experiment_id)
     assert meta["last_result"]["training_iteration"] == 2 and "config" not in meta["last_result"]
@@ -218,8 +232,9 @@ def test_restore_from_a_checkpoint_uri_with_a_dict_checkpoint(tmp_path, remote, 
 def test_restore_refuses_an_uncommitted_remote_checkpoint(tmp_path, remote, moto_endpoint):  # noqa: F811
     t = _trained(DictState, tmp_path / "a", 1, remote_checkpoint_dir=remote)
     t.save()
-    s3_client(moto_endpoint).delete_object(Bucket=remote[5:].split("/")[0],
-                                           Key=f"ns/exp/trial_0/checkpoint_000001/{COMMIT_MARKER}")
+    s3_client(moto_endpoint).delete_object(
+        Bucket=remote[5:].split("/")[0], Key=f"ns/exp/trial_0/checkpoint_000001/{COMMIT_MARKER}"
+    )
     other = DictState(logdir=str(tmp_path / "b"), remote_checkpoint_dir=remote)
     with pytest.raises(FileNotFoundError, match="not a committed checkpoint"):
         other.restore(f"{remote}/checkpoint_000001")

@@ -59,14 +59,17 @@ def test_parse_proc_stat():
 
 
 def test_parse_meminfo():
-    text = ("MemTotal:       16000000 kB\nMemFree:         2000000 kB\n"
-            "MemAvailable:    4000000 kB\nHugePages_Total:       0\n")
+    text = (
+        "MemTotal:       16000000 kB\nMemFree:         2000000 kB\n"
+        "MemAvailable:    4000000 kB\nHugePages_Total:       0\n"
+    )
     assert parse_meminfo(text) == pytest.approx(75.0)
 
 
 def test_parse_nvidia_smi_csv():
     text = "0, 87, 40960, 81559\n1, [N/A], 0, 81559\n2, 0, 0, 0\n"
     assert parse_nvidia_smi_csv(text) == {
-        "gpu_util_percent0": 87.0, "vram_util_percent0": pytest.approx(100.0 * 40960 / 81559),
+        "gpu_util_percent0": 87.0,
+        "vram_util_percent0": pytest.approx(100.0 * 40960 / 81559),
         "gpu_util_percent2": 0.0,
     }

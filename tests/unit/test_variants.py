@@ -80,8 +80,12 @@ def test_random_access_matches_sequential_order_and_survives_a_restart():
 
 
 def test_json_and_sdk_spaces_give_the_same_variants():
-    sdk = {"lr": loguniform(1e-4, 1e-1), "optimizer": grid_search(["sgd", "adam"]),
-           "model": {"depth": grid_search([2, 4, 8]), "width": choice([64, 128])}, "epochs": 10}
+    sdk = {
+        "lr": loguniform(1e-4, 1e-1),
+        "optimizer": grid_search(["sgd", "adam"]),
+        "model": {"depth": grid_search([2, 4, 8]), "width": choice([64, 128])},
+        "epochs": 10,
+    }
     assert generate_variants(sdk, 2, seed=9) == generate_variants(SPACE, 2, seed=9)
 
 
@@ -123,11 +127,19 @@ def test_configs_are_independent_copies():
 
 
 def test_tag_format_is_rays_experiment_tag():
-    space = {"lr": grid_search([0.001, 0.1]), "opt": grid_search(["adam/w", "sgd"]), "model": {"act": "relu"},
-             "bs": grid_search([16])}
+    space = {
+        "lr": grid_search([0.001, 0.1]),
+        "opt": grid_search(["adam/w", "sgd"]),
+        "model": {"act": "relu"},
+        "bs": grid_search([16]),
+    }
     tags = [tag for _, tag in generate_variants(space, seed=0)]
-    assert tags == ["0_bs=16,lr=0.0010,opt=adam_w", "1_bs=16,lr=0.1000,opt=adam_w",
-                    "2_bs=16,lr=0.0010,opt=sgd", "3_bs=16,lr=0.1000,opt=sgd"]
+    assert tags == [
+        "0_bs=16,lr=0.0010,opt=adam_w",
+        "1_bs=16,lr=0.1000,opt=adam_w",
+        "2_bs=16,lr=0.0010,opt=sgd",
+        "3_bs=16,lr=0.1000,opt=sgd",
+    ]
 
 
 def test_tag_of_sampled_values_uses_last_path_key_sorted_by_path():
@@ -141,8 +153,9 @@ def test_tag_without_sampled_values_is_the_index():
 
 
 def test_format_tag_cleans_values():
-    assert format_tag(3, {("x",): "a b/c!", ("y",): True, ("w",): None, ("v",): [1, 2]}) == \
-        "3_v=1_2,w=None,x=a_b_c,y=True"
+    assert (
+        format_tag(3, {("x",): "a b/c!", ("y",): True, ("w",): None, ("v",): [1, 2]}) == "3_v=1_2,w=None,x=a_b_c,y=True"
+    )
 
 
 # ----------------------------------------------------------------------------- sample_from
@@ -169,11 +182,11 @@ def test_sample_from_chains_resolve_in_dependency_order():
 
 def test_sample_from_cycle_is_rays_recursive_dependency_error_and_failure_raises():
     with pytest.raises(RecursiveDependencyError, match=r"cycle: a, b \(`a` recursively depends on `b`\)$"):
-        VariantSpace({"a": sample_from(lambda c: c["b"]), "b": sample_from(lambda c: c["a"])}, seed=0)\
-            .variant(0)
+        VariantSpace({"a": sample_from(lambda c: c["b"]), "b": sample_from(lambda c: c["a"])}, seed=0).variant(0)
     with pytest.raises(RecursiveDependencyError, match=r"cycle: n.x, y \(`n.x` recursively depends on `y`\)$"):
-        generate_variants({"n": {"x": sample_from(lambda spec: spec.config.y)},
-                           "y": sample_from(lambda c: c["n"]["x"] + 1)}, seed=0)
+        generate_variants(
+            {"n": {"x": sample_from(lambda spec: spec.config.y)}, "y": sample_from(lambda c: c["n"]["x"] + 1)}, seed=0
+        )
     assert issubclass(RecursiveDependencyError, ValueError)  # spec validation catches it as a bad space
     with pytest.raises(ValueError, match="sample_from at a failed"):
         VariantSpace({"a": sample_from(lambda c: 1 / 0)}, seed=0).variant(0)
@@ -242,28 +255,41 @@ def test_a_grid_value_that_is_a_domain_is_drawn_for_the_trials_that_choose_it():
 
 
 def test_a_grid_value_holding_a_grid_is_expanded_where_chosen_in_rays_order():
-    space = {"x": uniform(0, 1), "b": grid_search([1, 2]),
-             "a": grid_search([{"opt": "sgd", "lr": grid_search([0.1, 0.01])}, {"opt": "adam"}])}
+    space = {
+        "x": uniform(0, 1),
+        "b": grid_search([1, 2]),
+        "a": grid_search([{"opt": "sgd", "lr": grid_search([0.1, 0.01])}, {"opt": "adam"}]),
+    }
     gen = VariantSpace(space, 2, seed=5)
     assert gen.grid_size == 6 and gen.total == 12
     configs = [gen.variant(i)[0] for i in range(gen.total)]
     # Ray: "a" (first path) varies fastest, a chosen value's own grid faster still.
     assert [(c["a"], c["b"]) for c in configs[:6]] == [
-        ({"opt": "sgd", "lr": 0.1}, 1), ({"opt": "sgd", "lr": 0.01}, 1), ({"opt": "adam"}, 1),
-        ({"opt": "sgd", "lr": 0.1}, 2), ({"opt": "sgd", "lr": 0.01}, 2), ({"opt": "adam"}, 2)]
+        ({"opt": "sgd", "lr": 0.1}, 1),
+        ({"opt": "sgd", "lr": 0.01}, 1),
+        ({"opt": "adam"}, 1),
+        ({"opt": "sgd", "lr": 0.1}, 2),
+        ({"opt": "sgd", "lr": 0.01}, 2),
+        ({"opt": "adam"}, 2),
+    ]
     assert [(c["a"], c["b"]) for c in configs[6:]] == [(c["a"], c["b"]) for c in configs[:6]]
     # Ray draws a level's values before expanding the chosen grid values: x is shared by the lr variants.
     xs = [c["x"] for c in configs]
     assert xs[0] == xs[1] and xs[3] == xs[4] and len({xs[0], xs[2], xs[3], xs[5], xs[6]}) == 5
     assert gen.variant(1)[1] == f"1_a=opt_sgd_lr_0_01,lr=0.0100,b=1,x={xs[1]:.4f}"
-    assert [VariantSpace(space, 2, seed=5).variant(i) for i in reversed(range(12))] == \
-        [gen.variant(i) for i in reversed(range(12))]
+    assert [VariantSpace(space, 2, seed=5).variant(i) for i in reversed(range(12))] == [
+        gen.variant(i) for i in reversed(range(12))
+    ]
 
 
 def test_a_grid_value_that_is_sample_from_is_computed_for_the_trials_that_choose_it():
     space = {"a": grid_search([sample_from(lambda config: config["b"] * 2), 0]), "b": grid_search([5, 7])}
     assert [(c["a"], c["b"], t) for c, t in generate_variants(space, seed=0)] == [
-        (10, 5, "0_a=10,b=5"), (0, 5, "1_a=0,b=5"), (14, 7, "2_a=14,b=7"), (0, 7, "3_a=0,b=7")]
+        (10, 5, "0_a=10,b=5"),
+        (0, 5, "1_a=0,b=5"),
+        (14, 7, "2_a=14,b=7"),
+        (0, 7, "3_a=0,b=7"),
+    ]
 
 
 # ----------------------------------------------------------------------------- constant_grid_search
@@ -273,7 +299,7 @@ def test_constant_grid_search_keeps_the_random_values_across_the_grid_of_one_sam
     space = {"x": uniform(0, 1), "g": grid_search([1, 2, 3]), "h": grid_search(["p", "q"])}
     constant = VariantSpace(space, 3, seed=1, constant_grid_search=True)
     xs = [constant.variant(i)[0]["x"] for i in range(constant.total)]
-    assert [len(set(xs[s * 6:(s + 1) * 6])) for s in range(3)] == [1, 1, 1]  # one value per sample
+    assert [len(set(xs[s * 6 : (s + 1) * 6])) for s in range(3)] == [1, 1, 1]  # one value per sample
     assert len(set(xs)) == 3  # a new one in every sample
     fresh = VariantSpace(space, 3, seed=1)
     assert len({fresh.variant(i)[0]["x"] for i in range(fresh.total)}) == 18
@@ -311,16 +337,27 @@ def test_points_to_evaluate_replace_the_first_samples_as_in_rays_example():
 
 
 def test_points_beyond_num_samples_all_run_and_no_sample_is_left():
-    gen = VariantSpace({"a": grid_search([1, 2, 3]), "b": uniform(0, 1)}, 1, seed=0,
-                       points_to_evaluate=[{"a": 9, "b": 0.5}, {"b": 0.25}])
+    gen = VariantSpace(
+        {"a": grid_search([1, 2, 3]), "b": uniform(0, 1)},
+        1,
+        seed=0,
+        points_to_evaluate=[{"a": 9, "b": 0.5}, {"b": 0.25}],
+    )
     assert gen.total == 4
-    assert [gen.variant(i)[0] for i in range(4)] == [{"a": 9, "b": 0.5}, {"a": 1, "b": 0.25}, {"a": 2, "b": 0.25},
-                                                      {"a": 3, "b": 0.25}]
+    assert [gen.variant(i)[0] for i in range(4)] == [
+        {"a": 9, "b": 0.5},
+        {"a": 1, "b": 0.25},
+        {"a": 2, "b": 0.25},
+        {"a": 3, "b": 0.25},
+    ]
 
 
 def test_points_set_nested_keys_and_list_items_and_may_replace_a_whole_object():
-    space = {"opt": {"lr": loguniform(1e-4, 1e-1), "name": "sgd"}, "layers": [randint(1, 4), 128],
-             "act": {"kind": "relu"}}
+    space = {
+        "opt": {"lr": loguniform(1e-4, 1e-1), "name": "sgd"},
+        "layers": [randint(1, 4), 128],
+        "act": {"kind": "relu"},
+    }
     points = [{"opt": {"lr": 0.01}, "layers": [2]}, {"act": "tanh", "layers": [3, 64]}]
     gen = VariantSpace(space, 3, seed=0, points_to_evaluate=points)
     assert gen.total == 3
@@ -329,17 +366,21 @@ def test_points_set_nested_keys_and_list_items_and_may_replace_a_whole_object():
     assert second["act"] == "tanh" and second["layers"] == [3, 64] and 1e-4 <= second["opt"]["lr"] < 1e-1
 
 
-@pytest.mark.parametrize(("points", "message"), [
-    ([{"opt": {"momentum": 0.9}}], r"points_to_evaluate\[0\]: opt.momentum is not a key of the search space"),
-    ([{"lr": 0.1}, {"nope": 1}], r"points_to_evaluate\[1\]: nope is not a key"),
-    ([{"layers": [1, 2, 3]}], r"points_to_evaluate\[0\]: layers has 3 items, the search space 2"),
-    ([["lr", 0.1]], r"points_to_evaluate\[0\] must be an object"),
-    ({"lr": 0.1}, "points_to_evaluate must be a list"),
-])
+@pytest.mark.parametrize(
+    ("points", "message"),
+    [
+        ([{"opt": {"momentum": 0.9}}], r"points_to_evaluate\[0\]: opt.momentum is not a key of the search space"),
+        ([{"lr": 0.1}, {"nope": 1}], r"points_to_evaluate\[1\]: nope is not a key"),
+        ([{"layers": [1, 2, 3]}], r"points_to_evaluate\[0\]: layers has 3 items, the search space 2"),
+        ([["lr", 0.1]], r"points_to_evaluate\[0\] must be an object"),
+        ({"lr": 0.1}, "points_to_evaluate must be a list"),
+    ],
+)
 def test_bad_points_to_evaluate(points, message):
     with pytest.raises(ValueError, match=message):
-        VariantSpace({"lr": uniform(0, 1), "opt": {"name": "sgd"}, "layers": [1, 2]}, 2, seed=0,
-                     points_to_evaluate=points)
+        VariantSpace(
+            {"lr": uniform(0, 1), "opt": {"name": "sgd"}, "layers": [1, 2]}, 2, seed=0, points_to_evaluate=points
+        )
 
 
 def test_random_access_with_points_matches_sequential_order():

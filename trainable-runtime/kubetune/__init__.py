@@ -36,13 +36,22 @@ from kubetune.trainable import Trainable
 
 #: SDK names, imported when first used: name → module.
 _LAZY = {
-    "run": "kubetune.tuner", "run_experiments": "kubetune.tuner", "Tuner": "kubetune.tuner",
-    "TuneConfig": "kubetune.tuner", "RunConfig": "kubetune.tuner", "CheckpointConfig": "kubetune.tuner",
-    "FailureConfig": "kubetune.tuner", "TuneError": "kubetune.tuner",
-    "with_parameters": "kubetune.shipping", "with_resources": "kubetune.shipping",
-    "ExperimentAnalysis": "kubetune.analysis", "ResultGrid": "kubetune.analysis", "Result": "kubetune.analysis",
+    "run": "kubetune.tuner",
+    "run_experiments": "kubetune.tuner",
+    "Tuner": "kubetune.tuner",
+    "TuneConfig": "kubetune.tuner",
+    "RunConfig": "kubetune.tuner",
+    "CheckpointConfig": "kubetune.tuner",
+    "FailureConfig": "kubetune.tuner",
+    "TuneError": "kubetune.tuner",
+    "with_parameters": "kubetune.shipping",
+    "with_resources": "kubetune.shipping",
+    "ExperimentAnalysis": "kubetune.analysis",
+    "ResultGrid": "kubetune.analysis",
+    "Result": "kubetune.analysis",
     "Stopper": "kubetune.stopper",
-    "CLIReporter": "kubetune.progress", "JupyterNotebookReporter": "kubetune.progress",
+    "CLIReporter": "kubetune.progress",
+    "JupyterNotebookReporter": "kubetune.progress",
     "ProgressReporter": "kubetune.progress",
 }
 #: Submodules reached as attributes, as ``tune.schedulers.ASHAScheduler``.
@@ -58,10 +67,32 @@ _UNSUPPORTED = {
 }
 
 __all__ = [
-    "Checkpoint", "Trainable", "as_trainable_class", "checkpoint_dir", "get_checkpoint", "get_trial_dir",
-    "get_trial_id", "get_trial_name", "report", "track", "wrap_function",
-    "choice", "grid_search", "lograndint", "loguniform", "qlograndint", "qloguniform", "qrandint", "qrandn",
-    "quniform", "randint", "randn", "sample_from", "uniform", *_LAZY, *_SUBMODULES,
+    "Checkpoint",
+    "Trainable",
+    "as_trainable_class",
+    "checkpoint_dir",
+    "get_checkpoint",
+    "get_trial_dir",
+    "get_trial_id",
+    "get_trial_name",
+    "report",
+    "track",
+    "wrap_function",
+    "choice",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "sample_from",
+    "uniform",
+    *_LAZY,
+    *_SUBMODULES,
 ]
 
 

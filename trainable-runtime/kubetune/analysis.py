@@ -209,8 +209,10 @@ def _modified_times(storage: Storage, base: str) -> dict[str, float]:
             for obj in page.get("Contents", ()):
                 times[f"s3://{bucket}/{obj['Key']}"] = obj["LastModified"].timestamp()
         return times
-    raise ValueError(f"cannot tell which folder under {base} is newest on {type(storage).__name__}; "
-                     "pass the experiment's <uid> folder")
+    raise ValueError(
+        f"cannot tell which folder under {base} is newest on {type(storage).__name__}; "
+        "pass the experiment's <uid> folder"
+    )
 
 
 def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]]]:
@@ -227,7 +229,7 @@ def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]]]:
     direct: dict[str, set[str]] = {}
     nested: dict[str, dict[str, set[str]]] = {}
     for uri in uris:
-        parts = uri[len(base) + 1:].split("/")
+        parts = uri[len(base) + 1 :].split("/")
         if len(parts) == 2 and parts[1] in TRIAL_FILES:
             direct.setdefault(parts[0], set()).add(parts[1])
         elif len(parts) == 3 and parts[2] in TRIAL_FILES:
@@ -241,11 +243,16 @@ def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]]]:
     else:
         newest: dict[str, float] = {}
         for uri, mtime in _modified_times(storage, base).items():
-            folder = uri[len(base) + 1:].split("/", 1)[0]
+            folder = uri[len(base) + 1 :].split("/", 1)[0]
             newest[folder] = max(newest.get(folder, -math.inf), mtime)
         uid = max(nested, key=lambda name: newest.get(name, -math.inf))
-        log.info("%s holds %d experiment folders (%s); reading the newest, %s", base, len(nested),
-                 ", ".join(sorted(nested)), uid)
+        log.info(
+            "%s holds %d experiment folders (%s); reading the newest, %s",
+            base,
+            len(nested),
+            ", ".join(sorted(nested)),
+            uid,
+        )
     return join_uri(base, uid), nested[uid]
 
 
@@ -277,9 +284,16 @@ class ExperimentAnalysis:
         ValueError: objects but no trial directory there, ``default_mode`` not min/max, a bad URI.
     """
 
-    def __init__(self, experiment_path: str, default_metric: str | None = None, default_mode: str | None = None,
-                 *, storage_endpoint: str | None = None, storage_region: str | None = None,
-                 trial_errors: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        experiment_path: str,
+        default_metric: str | None = None,
+        default_mode: str | None = None,
+        *,
+        storage_endpoint: str | None = None,
+        storage_region: str | None = None,
+        trial_errors: Mapping[str, str] | None = None,
+    ):
         if default_mode and default_mode not in ("min", "max"):
             raise ValueError("`default_mode` has to be None or one of [min, max]")
         self.default_metric = default_metric
@@ -322,29 +336,36 @@ class ExperimentAnalysis:
 
     def _validate_metric(self, metric: str | None) -> str:
         if not metric and not self.default_metric:
-            raise ValueError("No `metric` has been passed and `default_metric` has not been set. "
-                             "Please specify the `metric` parameter.")
+            raise ValueError(
+                "No `metric` has been passed and `default_metric` has not been set. "
+                "Please specify the `metric` parameter."
+            )
         return metric or self.default_metric
 
     def _validate_mode(self, mode: str | None) -> str:
         if not mode and not self.default_mode:
-            raise ValueError("No `mode` has been passed and `default_mode` has not been set. "
-                             "Please specify the `mode` parameter.")
+            raise ValueError(
+                "No `mode` has been passed and `default_mode` has not been set. Please specify the `mode` parameter."
+            )
         if mode and mode not in ("min", "max"):
             raise ValueError("If set, `mode` has to be one of [min, max]")
         return mode or self.default_mode
 
     def _require_defaults(self, what: str, alternative: str) -> None:
         if not self.default_metric or not self.default_mode:
-            raise ValueError(f"To fetch the `{what}`, pass a `metric` and `mode` parameter to `tune.run()`. "
-                             f"Alternatively, use {alternative} to set the metric and mode explicitly.")
+            raise ValueError(
+                f"To fetch the `{what}`, pass a `metric` and `mode` parameter to `tune.run()`. "
+                f"Alternatively, use {alternative} to set the metric and mode explicitly."
+            )
 
     def _default_best_trial(self, what: str, alternative: str) -> TrialRecord:
         self._require_defaults(what, alternative)
         trial = self.get_best_trial(self.default_metric, self.default_mode)
         if trial is None:
-            raise ValueError(f"No best trial found. Please check if you specified the correct default metric "
-                             f"({self.default_metric}) and mode ({self.default_mode}).")
+            raise ValueError(
+                f"No best trial found. Please check if you specified the correct default metric "
+                f"({self.default_metric}) and mode ({self.default_mode})."
+            )
         return trial
 
     # -- trials and their histories ----------------------------------------------------------------
@@ -379,10 +400,12 @@ class ExperimentAnalysis:
                     continue
                 real = [v for v in values if not math.isnan(v)]
                 stats[trial.trial_id] = {
-                    "last": values[-1], "avg": sum(values) / len(values),
+                    "last": values[-1],
+                    "avg": sum(values) / len(values),
                     "last-5-avg": sum(values[-5:]) / len(values[-5:]),
                     "last-10-avg": sum(values[-10:]) / len(values[-10:]),
-                    "max": max(real) if real else math.nan, "min": min(real) if real else math.nan,
+                    "max": max(real) if real else math.nan,
+                    "min": min(real) if real else math.nan,
                 }
             self._stats[metric] = stats
         return stats
@@ -471,8 +494,9 @@ class ExperimentAnalysis:
         if mode and mode not in ("min", "max"):
             raise ValueError("If set, `mode` has to be one of [min, max]")
         if mode and not metric:
-            raise ValueError("If a `mode` is passed to `ExperimentAnalysis.dataframe()`, "
-                             "you'll also have to pass a `metric`!")
+            raise ValueError(
+                "If a `mode` is passed to `ExperimentAnalysis.dataframe()`, you'll also have to pass a `metric`!"
+            )
         rows = []
         for trial in self.trials:
             row = self._best_row(trial, metric, mode)
@@ -483,8 +507,9 @@ class ExperimentAnalysis:
                 rows.append(flat)
         return _pandas().DataFrame(rows)
 
-    def get_best_trial(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
-                       filter_nan_and_inf: bool = True) -> TrialRecord | None:
+    def get_best_trial(
+        self, metric: str | None = None, mode: str | None = None, scope: str = "last", filter_nan_and_inf: bool = True
+    ) -> TrialRecord | None:
         """The trial whose ``metric`` is best across trials (Ray's ``get_best_trial``).
 
         Args:
@@ -504,10 +529,12 @@ class ExperimentAnalysis:
         metric = self._validate_metric(metric)
         mode = self._validate_mode(mode)
         if scope not in SCOPES:
-            raise ValueError(f"ExperimentAnalysis: attempting to get best trial for metric {metric} for scope "
-                             f"{scope} not in [\"all\", \"last\", \"avg\", \"last-5-avg\", \"last-10-avg\"]. If you "
-                             "didn't pass a `metric` parameter to `tune.run()`, you have to pass one when fetching "
-                             "the best trial.")
+            raise ValueError(
+                f"ExperimentAnalysis: attempting to get best trial for metric {metric} for scope "
+                f'{scope} not in ["all", "last", "avg", "last-5-avg", "last-10-avg"]. If you '
+                "didn't pass a `metric` parameter to `tune.run()`, you have to pass one when fetching "
+                "the best trial."
+            )
         best, best_score = None, None
         for trial in self.trials:
             score = self._score(trial, metric, mode if scope == "all" else scope)
@@ -519,8 +546,7 @@ class ExperimentAnalysis:
             log.warning("Could not find best trial. Did you pass the correct `metric` parameter?")
         return best
 
-    def get_best_config(self, metric: str | None = None, mode: str | None = None,
-                        scope: str = "last") -> dict | None:
+    def get_best_config(self, metric: str | None = None, mode: str | None = None, scope: str = "last") -> dict | None:
         """The config of :meth:`get_best_trial`, or None. Raises as it does."""
         best = self.get_best_trial(metric, mode, scope)
         return best.config if best else None
@@ -530,8 +556,7 @@ class ExperimentAnalysis:
         best = self.get_best_trial(metric, mode, scope)
         return best.path if best else None
 
-    def get_trial_checkpoints_paths(self, trial: TrialRecord | str,
-                                    metric: str | None = None) -> list[tuple[str, Any]]:
+    def get_trial_checkpoints_paths(self, trial: TrialRecord | str, metric: str | None = None) -> list[tuple[str, Any]]:
         """``(checkpoint URI, metric value)`` of each committed checkpoint of ``trial``, oldest first.
 
         The value is the one the result of the checkpoint's iteration (``training_iteration``) holds in
@@ -557,8 +582,9 @@ class ExperimentAnalysis:
                 out.append((ref.uri, math.nan if value is _MISSING else value))
         return out
 
-    def get_best_checkpoint(self, trial: TrialRecord | str, metric: str | None = None,
-                            mode: str | None = None) -> StoredCheckpoint | None:
+    def get_best_checkpoint(
+        self, trial: TrialRecord | str, metric: str | None = None, mode: str | None = None
+    ) -> StoredCheckpoint | None:
         """The committed checkpoint of ``trial`` whose result is best by ``metric``, downloaded now.
 
         Values are those of :meth:`get_trial_checkpoints_paths`; NaN, infinite and non-numeric ones are left
@@ -578,8 +604,11 @@ class ExperimentAnalysis:
         """
         metric = metric or self.default_metric or TRAINING_ITERATION
         mode = self._validate_mode(mode)
-        candidates = [(uri, value) for uri, value in self.get_trial_checkpoints_paths(trial, metric)
-                      if is_number(value) and math.isfinite(value)]
+        candidates = [
+            (uri, value)
+            for uri, value in self.get_trial_checkpoints_paths(trial, metric)
+            if is_number(value) and math.isfinite(value)
+        ]
         if not candidates:
             log.error("No checkpoints have been found for trial %s.", trial)
             return None
@@ -623,8 +652,11 @@ class ExperimentAnalysis:
         Raises:
             ValueError: no defaults, or no best trial.
         """
-        return self._trial_dataframe(self._default_best_trial(
-            "best_dataframe", "the `get_best_logdir(metric, mode)` method and look it up in `trial_dataframes`"))
+        return self._trial_dataframe(
+            self._default_best_trial(
+                "best_dataframe", "the `get_best_logdir(metric, mode)` method and look it up in `trial_dataframes`"
+            )
+        )
 
     @property
     def best_result(self) -> dict:
@@ -633,8 +665,7 @@ class ExperimentAnalysis:
         Raises:
             ValueError: no defaults, or no best trial.
         """
-        return self._default_best_trial(
-            "best_result", "`get_best_trial(metric, mode).last_result`").last_result
+        return self._default_best_trial("best_result", "`get_best_trial(metric, mode).last_result`").last_result
 
     @property
     def best_result_df(self):
@@ -677,8 +708,10 @@ class Result:
         ones retention kept); the result is {} when ``result.json`` lacks the iteration."""
         by_iteration = {row.get(TRAINING_ITERATION): row for row in self._analysis._history(self._trial)}
         committed, _ = list_checkpoints(self._analysis.storage, self.path)
-        return [(StoredCheckpoint(self._analysis.storage, ref.uri), by_iteration.get(ref.iteration, {}))
-                for ref in committed]
+        return [
+            (StoredCheckpoint(self._analysis.storage, ref.uri), by_iteration.get(ref.iteration, {}))
+            for ref in committed
+        ]
 
     @property
     def metrics_dataframe(self):
@@ -706,8 +739,9 @@ class ResultGrid:
         """URI of the experiment's ``<uid8>`` folder."""
         return self._analysis.experiment_path
 
-    def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
-                        filter_nan_and_inf: bool = True) -> Result:
+    def get_best_result(
+        self, metric: str | None = None, mode: str | None = None, scope: str = "last", filter_nan_and_inf: bool = True
+    ) -> Result:
         """The Result of :meth:`ExperimentAnalysis.get_best_trial` (same arguments).
 
         Raises:
@@ -715,18 +749,30 @@ class ResultGrid:
             RuntimeError: no trial reported a (finite, with ``filter_nan_and_inf``) value of the metric.
         """
         if not metric and not self._analysis.default_metric:
-            raise ValueError("No metric is provided. Either pass in a `metric` arg to `get_best_result` or "
-                             "specify a metric in the `TuneConfig` of your `Tuner`.")
+            raise ValueError(
+                "No metric is provided. Either pass in a `metric` arg to `get_best_result` or "
+                "specify a metric in the `TuneConfig` of your `Tuner`."
+            )
         if not mode and not self._analysis.default_mode:
-            raise ValueError("No mode is provided. Either pass in a `mode` arg to `get_best_result` or "
-                             "specify a mode in the `TuneConfig` of your `Tuner`.")
+            raise ValueError(
+                "No mode is provided. Either pass in a `mode` arg to `get_best_result` or "
+                "specify a mode in the `TuneConfig` of your `Tuner`."
+            )
         best = self._analysis.get_best_trial(metric, mode, scope, filter_nan_and_inf)
         if best is None:
-            message = (f"No best trial found for the given metric: {metric or self._analysis.default_metric}. "
-                       "This means that no trial has reported this metric")
-            raise RuntimeError(message + (", or all values reported for this metric are NaN. To not ignore NaN "
-                                          "values, you can set the `filter_nan_and_inf` arg to False."
-                                          if filter_nan_and_inf else "."))
+            message = (
+                f"No best trial found for the given metric: {metric or self._analysis.default_metric}. "
+                "This means that no trial has reported this metric"
+            )
+            raise RuntimeError(
+                message
+                + (
+                    ", or all values reported for this metric are NaN. To not ignore NaN "
+                    "values, you can set the `filter_nan_and_inf` arg to False."
+                    if filter_nan_and_inf
+                    else "."
+                )
+            )
         return Result(self._analysis, best)
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):

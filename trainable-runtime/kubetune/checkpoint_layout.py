@@ -129,8 +129,9 @@ def write_checkpoint(returned: Any, checkpoint_dir: str, state: dict) -> str:
         if os.path.isdir(path):
             path = os.path.join(path, "")
     else:
-        raise ValueError(f"save_checkpoint returned {type(returned).__name__}; expected a path inside "
-                         f"{checkpoint_dir!r} or a dict")
+        raise ValueError(
+            f"save_checkpoint returned {type(returned).__name__}; expected a path inside {checkpoint_dir!r} or a dict"
+        )
     with open(path + METADATA_SUFFIX, "wb") as f:
         pickle.dump({**state, "saved_as_dict": saved_as_dict}, f)
     return path
@@ -194,9 +195,10 @@ def pack_checkpoint(path: str) -> bytes:
         for name in names:
             with open(os.path.join(root, name), "rb") as f:
                 files[os.path.normpath(os.path.join(rel_root, name))] = f.read()
-    inner = path[len(top):].lstrip(os.sep) if path.startswith(top) else os.path.relpath(path, top)
-    return pickle.dumps({"format": _OBJECT_FORMAT, "name": os.path.basename(top), "path": inner,
-                         "dirs": dirs, "files": files})
+    inner = path[len(top) :].lstrip(os.sep) if path.startswith(top) else os.path.relpath(path, top)
+    return pickle.dumps(
+        {"format": _OBJECT_FORMAT, "name": os.path.basename(top), "path": inner, "dirs": dirs, "files": files}
+    )
 
 
 def unpack_checkpoint(data: bytes, parent: str) -> str:

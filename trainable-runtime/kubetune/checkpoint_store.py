@@ -136,7 +136,7 @@ def _scan(storage: Storage, trial_dir_uri: str) -> list[tuple[CheckpointRef, boo
     committed: dict[str, bool] = {}
     refs: dict[str, CheckpointRef] = {}
     for uri in storage.list(base):
-        parts = uri[len(base) + 1:].split("/")
+        parts = uri[len(base) + 1 :].split("/")
         match = _CHECKPOINT_DIR.fullmatch(parts[0])
         if len(parts) < 2 or not match:
             continue

@@ -58,8 +58,14 @@ def _table(rows: list[list[Any]]) -> None:
 def _experiment_row(exp: dict, wide: bool) -> list:
     status = exp.get("status") or {}
     counts, best = status.get("trials") or {}, status.get("bestTrial") or {}
-    row = [exp["metadata"]["name"], status.get("phase", "Pending"), counts.get("running", 0),
-           counts.get("succeeded", 0), counts.get("failed", 0), best.get("metricValue")]
+    row = [
+        exp["metadata"]["name"],
+        status.get("phase", "Pending"),
+        counts.get("running", 0),
+        counts.get("succeeded", 0),
+        counts.get("failed", 0),
+        best.get("metricValue"),
+    ]
     if wide:
         row += [exp["spec"].get("metric"), best.get("name")]
     return row + [_age(exp["metadata"].get("creationTimestamp"))]
@@ -81,10 +87,19 @@ def cmd_get(args: argparse.Namespace) -> int:
         trials = cluster.trials(experiments[0])
         if trials:
             print()
-            _table([["TRIAL", "PHASE", "ITER", "METRIC", "REASON"]] + [
-                [t["metadata"]["name"], (t.get("status") or {}).get("phase", "Pending"),
-                 (t.get("status") or {}).get("iteration"), (t.get("status") or {}).get("metricValue"),
-                 (t.get("status") or {}).get("reason")] for t in trials])
+            _table(
+                [["TRIAL", "PHASE", "ITER", "METRIC", "REASON"]]
+                + [
+                    [
+                        t["metadata"]["name"],
+                        (t.get("status") or {}).get("phase", "Pending"),
+                        (t.get("status") or {}).get("iteration"),
+                        (t.get("status") or {}).get("metricValue"),
+                        (t.get("status") or {}).get("reason"),
+                    ]
+                    for t in trials
+                ]
+            )
     return OK
 
 
@@ -120,10 +135,21 @@ def _run_trainable(args: argparse.Namespace) -> int:
     from kubetune.tuner import run
 
     storage = {"uri": args.storage, "credentialsSecret": args.secret} if args.storage else None
-    analysis = run(args.target, name=args.name, config=json.loads(args.config or "{}"), num_samples=args.num_samples,
-                   metric=args.metric, mode=args.mode, stop=json.loads(args.stop) if args.stop else None,
-                   namespace=args.namespace, context=args.context, image=args.image, storage=storage,
-                   raise_on_failed_trial=False, verbose=1 if args.watch else 0)
+    analysis = run(
+        args.target,
+        name=args.name,
+        config=json.loads(args.config or "{}"),
+        num_samples=args.num_samples,
+        metric=args.metric,
+        mode=args.mode,
+        stop=json.loads(args.stop) if args.stop else None,
+        namespace=args.namespace,
+        context=args.context,
+        image=args.image,
+        storage=storage,
+        raise_on_failed_trial=False,
+        verbose=1 if args.watch else 0,
+    )
     if args.metric and args.mode:
         print(json.dumps({"best_config": analysis.get_best_config(args.metric, args.mode)}, sort_keys=True))
     return FAILED if any(t.error for t in analysis.trials) else OK
@@ -152,8 +178,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except ApiException as exc:
         if exc.status != 404:
             raise
-        print(f"pod {pod} of trial {args.trial} is gone (spec.podRetentionPolicy deletes the pods of succeeded "
-              "attempts by default); the trial's results are in storage: kubetune analysis", file=sys.stderr)
+        print(
+            f"pod {pod} of trial {args.trial} is gone (spec.podRetentionPolicy deletes the pods of succeeded "
+            "attempts by default); the trial's results are in storage: kubetune analysis",
+            file=sys.stderr,
+        )
         return NOT_FOUND
     return OK
 
@@ -189,6 +218,7 @@ def _suspend(value: bool):
         _cluster(args).set_suspend(args.name, value)
         print(f"experiment.kubetune.io/{args.name} {'suspended' if value else 'resumed'}", file=sys.stderr)
         return OK
+
     return command
 
 
@@ -216,9 +246,12 @@ def parser() -> argparse.ArgumentParser:
     p = add("run", cmd_run, "create an Experiment from a manifest, or run module:Trainable with tune.run")
     p.add_argument("target", help="experiment.yaml, or an import path module:Trainable available in the image")
     p.add_argument("--name", help="Experiment name (default: the manifest's, or <trainable>-<date>)")
-    p.add_argument("--watch", action="store_true",
-                   help="show the live table until the Experiment ends (module:Trainable runs always wait for the end; "
-                        "--watch shows the table)")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="show the live table until the Experiment ends (module:Trainable runs always wait for the end; "
+        "--watch shows the table)",
+    )
     p.add_argument("--config", help="module:Trainable only: the parameter space as JSON")
     p.add_argument("--num-samples", type=int, default=1)
     p.add_argument("--metric")
@@ -234,10 +267,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("trial")
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
-    add("best", cmd_best, "print the best trial: name, config, metric value, checkpoint",
-        ("json", "yaml")).add_argument("name")
-    add("analysis", cmd_analysis, "print one row per trial (Ray's dataframe) from storage",
-        ("csv", "json")).add_argument("name")
+    add(
+        "best", cmd_best, "print the best trial: name, config, metric value, checkpoint", ("json", "yaml")
+    ).add_argument("name")
+    add(
+        "analysis", cmd_analysis, "print one row per trial (Ray's dataframe) from storage", ("csv", "json")
+    ).add_argument("name")
     add("suspend", _suspend(True), "suspend an Experiment: running trials checkpoint and stop").add_argument("name")
     add("resume", _suspend(False), "resume a suspended Experiment").add_argument("name")
     add("delete", cmd_delete, "delete an Experiment with its trials and pods").add_argument("name")
@@ -261,8 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE
     except KeyboardInterrupt:
-        print("\ninterrupted; an Experiment already created keeps running (kubetune get, kubetune delete NAME)",
-              file=sys.stderr)
+        print(
+            "\ninterrupted; an Experiment already created keeps running (kubetune get, kubetune delete NAME)",
+            file=sys.stderr,
+        )
         return INTERRUPTED
 
 

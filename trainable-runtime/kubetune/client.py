@@ -92,8 +92,9 @@ class Cluster:
 
     def set_suspend(self, name: str, suspend: bool) -> dict:
         """Set ``spec.suspend`` of Experiment ``name`` (suspend: running trials checkpoint and stop)."""
-        return self.objects.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, EXPERIMENTS, name,
-                                                           {"spec": {"suspend": suspend}})
+        return self.objects.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, EXPERIMENTS, name, {"spec": {"suspend": suspend}}
+        )
 
     def delete(self, name: str) -> None:
         """Delete Experiment ``name`` (its Trials and pods go with it; storage is kept)."""
@@ -111,14 +112,22 @@ class Cluster:
 def invalid_reason(experiment: dict) -> str | None:
     """Return the operator's message when it refused ``experiment`` (``Ready=False/InvalidSpec``), else None."""
     for condition in (experiment.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "Ready" and condition.get("status") == "False" \
-                and condition.get("reason") == "InvalidSpec":
+        if (
+            condition.get("type") == "Ready"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "InvalidSpec"
+        ):
             return condition.get("message") or "InvalidSpec"
     return None
 
 
-def follow(cluster: Cluster, name: str, show: Callable[[dict, list[dict]], None] | None = None,
-           poll_interval_s: float = 1.0, timeout_s: float | None = None) -> tuple[dict, list[dict]]:
+def follow(
+    cluster: Cluster,
+    name: str,
+    show: Callable[[dict, list[dict]], None] | None = None,
+    poll_interval_s: float = 1.0,
+    timeout_s: float | None = None,
+) -> tuple[dict, list[dict]]:
     """Poll Experiment ``name`` and its Trials until it ends, calling ``show(experiment, trials)`` each time.
 
     Args:

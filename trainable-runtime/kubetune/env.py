@@ -134,16 +134,28 @@ class TrialEnv:
 def encode_trial_env(env: TrialEnv) -> dict[str, str]:
     """Return the variables for ``env`` (None fields are left out), as the pod builder writes them."""
     pairs: dict[str, Any] = {
-        NAMESPACE: env.namespace, EXPERIMENT: env.experiment, TRIAL: env.trial,
-        ATTEMPT: str(env.attempt), CONFIG: json.dumps(env.config, sort_keys=True),
-        STORAGE_URI: env.trial_dir_uri, TRAINABLE_ENTRYPOINT: env.entrypoint, TRAINABLE_SOURCE: env.source,
-        TRAINABLE_NAME: env.name, TRAINABLE_PICKLE_URI: env.pickle_uri,
-        STOP: json.dumps(env.stop, sort_keys=True), CHECKPOINT: json.dumps(env.checkpoint.__dict__, sort_keys=True),
-        METRIC: env.metric, MODE: env.mode, STORAGE_ENDPOINT: env.storage_endpoint,
-        STORAGE_REGION: env.storage_region, RESTORE_FROM: env.restore_from,
+        NAMESPACE: env.namespace,
+        EXPERIMENT: env.experiment,
+        TRIAL: env.trial,
+        ATTEMPT: str(env.attempt),
+        CONFIG: json.dumps(env.config, sort_keys=True),
+        STORAGE_URI: env.trial_dir_uri,
+        TRAINABLE_ENTRYPOINT: env.entrypoint,
+        TRAINABLE_SOURCE: env.source,
+        TRAINABLE_NAME: env.name,
+        TRAINABLE_PICKLE_URI: env.pickle_uri,
+        STOP: json.dumps(env.stop, sort_keys=True),
+        CHECKPOINT: json.dumps(env.checkpoint.__dict__, sort_keys=True),
+        METRIC: env.metric,
+        MODE: env.mode,
+        STORAGE_ENDPOINT: env.storage_endpoint,
+        STORAGE_REGION: env.storage_region,
+        RESTORE_FROM: env.restore_from,
         PBT_POLICY: json.dumps(env.pbt_policy) if env.pbt_policy is not None else None,
         COLLECTOR_URL: env.collector_url,
-        TOKEN: env.token, POD_NAME: env.pod_name, GRACE_PERIOD: f"{env.grace_period_s:g}",
+        TOKEN: env.token,
+        POD_NAME: env.pod_name,
+        GRACE_PERIOD: f"{env.grace_period_s:g}",
         DECISION_WAIT: f"{env.decision_wait_s:g}" if env.decision_wait_s else None,
     }
     return {k: v for k, v in pairs.items() if v is not None}
@@ -158,15 +170,28 @@ def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
     """
     e = os.environ if environ is None else environ
     return TrialEnv(
-        namespace=e[NAMESPACE], experiment=e[EXPERIMENT], trial=e[TRIAL],
-        attempt=int(e.get(ATTEMPT, "0")), config=json.loads(e.get(CONFIG, "{}")), trial_dir_uri=e[STORAGE_URI],
-        entrypoint=e.get(TRAINABLE_ENTRYPOINT), source=e.get(TRAINABLE_SOURCE), name=e.get(TRAINABLE_NAME),
-        pickle_uri=e.get(TRAINABLE_PICKLE_URI), stop=json.loads(e.get(STOP, "{}")),
-        checkpoint=CheckpointPolicy(**json.loads(e.get(CHECKPOINT, "{}"))), metric=e.get(METRIC),
-        mode=e.get(MODE), storage_endpoint=e.get(STORAGE_ENDPOINT), storage_region=e.get(STORAGE_REGION),
-        restore_from=e.get(RESTORE_FROM), pbt_policy=json.loads(e[PBT_POLICY]) if e.get(PBT_POLICY) else None,
-        collector_url=e.get(COLLECTOR_URL), token=e.get(TOKEN),
-        pod_name=e.get(POD_NAME), grace_period_s=float(e.get(GRACE_PERIOD, "30")),
+        namespace=e[NAMESPACE],
+        experiment=e[EXPERIMENT],
+        trial=e[TRIAL],
+        attempt=int(e.get(ATTEMPT, "0")),
+        config=json.loads(e.get(CONFIG, "{}")),
+        trial_dir_uri=e[STORAGE_URI],
+        entrypoint=e.get(TRAINABLE_ENTRYPOINT),
+        source=e.get(TRAINABLE_SOURCE),
+        name=e.get(TRAINABLE_NAME),
+        pickle_uri=e.get(TRAINABLE_PICKLE_URI),
+        stop=json.loads(e.get(STOP, "{}")),
+        checkpoint=CheckpointPolicy(**json.loads(e.get(CHECKPOINT, "{}"))),
+        metric=e.get(METRIC),
+        mode=e.get(MODE),
+        storage_endpoint=e.get(STORAGE_ENDPOINT),
+        storage_region=e.get(STORAGE_REGION),
+        restore_from=e.get(RESTORE_FROM),
+        pbt_policy=json.loads(e[PBT_POLICY]) if e.get(PBT_POLICY) else None,
+        collector_url=e.get(COLLECTOR_URL),
+        token=e.get(TOKEN),
+        pod_name=e.get(POD_NAME),
+        grace_period_s=float(e.get(GRACE_PERIOD, "30")),
         decision_wait_s=float(e.get(DECISION_WAIT, "0")),
     )
 
@@ -175,13 +200,25 @@ def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
 #: Longest string value kept in a compacted result.
 MAX_RESULT_STRING = 256
 #: Result keys kept first in a compacted result, after the experiment's metric (Ray's auto-filled progress keys).
-PROGRESS_KEYS = ("training_iteration", "time_total_s", "time_this_iter_s", "timesteps_total",
-                 "episodes_total", "done")
+PROGRESS_KEYS = ("training_iteration", "time_total_s", "time_this_iter_s", "timesteps_total", "episodes_total", "done")
 #: Auto-filled result keys left out of a compacted result: per-process details, or already in the Trial.
-BOOKKEEPING_KEYS = frozenset({
-    "config", "date", "experiment_id", "experiment_tag", "hostname", "node_ip", "pid", "timestamp",
-    "trial_id", "time_since_restore", "timesteps_since_restore", "iterations_since_restore", "warmup_time",
-})
+BOOKKEEPING_KEYS = frozenset(
+    {
+        "config",
+        "date",
+        "experiment_id",
+        "experiment_tag",
+        "hostname",
+        "node_ip",
+        "pid",
+        "timestamp",
+        "trial_id",
+        "time_since_restore",
+        "timesteps_since_restore",
+        "iterations_since_restore",
+        "warmup_time",
+    }
+)
 _INT64 = 2**63
 
 

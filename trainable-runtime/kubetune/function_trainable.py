@@ -57,8 +57,13 @@ class FunctionTrainable(Trainable):
         self._incoming: str | None = None  # checkpoint of the result step() is returning
 
     def _new_session(self, checkpoint: str | None) -> FunctionSession:
-        return FunctionSession(trial_id=self.trial_id, trial_name=self.trial_name, logdir=self.logdir,
-                               staging_dir=self._staging_dir, checkpoint=checkpoint)
+        return FunctionSession(
+            trial_id=self.trial_id,
+            trial_name=self.trial_name,
+            logdir=self.logdir,
+            staging_dir=self._staging_dir,
+            checkpoint=checkpoint,
+        )
 
     def _restart(self, checkpoint_dir: str | None) -> None:
         """End the running function and prepare a fresh run resuming from ``checkpoint_dir`` (copied)."""
@@ -98,8 +103,12 @@ class FunctionTrainable(Trainable):
             raise payload
         self._incoming = new_checkpoint
         if kind == "done":
-            return {**self._last_result, RESULT_DUPLICATE: True, DONE: True,
-                    SHOULD_CHECKPOINT: new_checkpoint is not None}
+            return {
+                **self._last_result,
+                RESULT_DUPLICATE: True,
+                DONE: True,
+                SHOULD_CHECKPOINT: new_checkpoint is not None,
+            }
         if new_checkpoint is not None:
             payload[SHOULD_CHECKPOINT] = True
         return payload
@@ -119,8 +128,14 @@ class FunctionTrainable(Trainable):
         with self._checkpoint_lock:
             if self._checkpoint_state is not None:
                 return dict(self._checkpoint_state)
-        return {**super().get_state(), "iteration": 0, "timesteps_total": None, "time_total": 0.0,
-                "episodes_total": None, "last_result": {}}
+        return {
+            **super().get_state(),
+            "iteration": 0,
+            "timesteps_total": None,
+            "time_total": 0.0,
+            "episodes_total": None,
+            "last_result": {},
+        }
 
     def _save_local(self, parent: str) -> tuple[str, str, dict]:
         with self._checkpoint_lock:  # the state and the directory saved must belong together
@@ -175,22 +190,36 @@ def wrap_function(fn: Callable[..., Any]) -> type[FunctionTrainable]:
     positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     wants_reporter = "reporter" in params
     wants_checkpoint_dir = "checkpoint_dir" in params
-    reporter_positional = (not wants_reporter and len(positional) == 2
-                           and positional[1].default is inspect.Parameter.empty
-                           and positional[1].name != "checkpoint_dir")
+    reporter_positional = (
+        not wants_reporter
+        and len(positional) == 2
+        and positional[1].default is inspect.Parameter.empty
+        and positional[1].name != "checkpoint_dir"
+    )
     try:
-        signature.bind({}, *([None] if reporter_positional else []),
-                       **({"reporter": None} if wants_reporter else {}),
-                       **({"checkpoint_dir": None} if wants_checkpoint_dir else {}))
+        signature.bind(
+            {},
+            *([None] if reporter_positional else []),
+            **({"reporter": None} if wants_reporter else {}),
+            **({"checkpoint_dir": None} if wants_checkpoint_dir else {}),
+        )
     except TypeError as e:
-        raise TypeError(f"trainable function {getattr(fn, '__qualname__', fn)!r} must accept (config), "
-                        f"(config, reporter) or (config, checkpoint_dir=None): {e}") from None
+        raise TypeError(
+            f"trainable function {getattr(fn, '__qualname__', fn)!r} must accept (config), "
+            f"(config, reporter) or (config, checkpoint_dir=None): {e}"
+        ) from None
     name = getattr(fn, "__name__", type(fn).__name__)
-    return type(name, (FunctionTrainable,), {
-        "_function": staticmethod(fn), "_wants_reporter": wants_reporter,
-        "_reporter_positional": reporter_positional, "_wants_checkpoint_dir": wants_checkpoint_dir,
-        "__doc__": getattr(fn, "__doc__", None),
-    })
+    return type(
+        name,
+        (FunctionTrainable,),
+        {
+            "_function": staticmethod(fn),
+            "_wants_reporter": wants_reporter,
+            "_reporter_positional": reporter_positional,
+            "_wants_checkpoint_dir": wants_checkpoint_dir,
+            "__doc__": getattr(fn, "__doc__", None),
+        },
+    )
 
 
 def as_trainable_class(obj: Any) -> type[Trainable]:
@@ -206,8 +235,10 @@ def as_trainable_class(obj: Any) -> type[Trainable]:
     if isinstance(obj, type):
         if issubclass(obj, Trainable):
             return obj
-        raise TypeError(f"class {obj.__module__}.{obj.__qualname__} is not a subclass of kubetune.Trainable "
-                        "(a Ray Tune trainable must subclass kubetune.Trainable instead of ray.tune.Trainable)")
+        raise TypeError(
+            f"class {obj.__module__}.{obj.__qualname__} is not a subclass of kubetune.Trainable "
+            "(a Ray Tune trainable must subclass kubetune.Trainable instead of ray.tune.Trainable)"
+        )
     if callable(obj):
         return wrap_function(obj)
     raise TypeError(f"a trainable must be a kubetune.Trainable subclass or a function, got {type(obj).__name__}")

@@ -34,9 +34,19 @@ from kubetune.resultkeys import is_number, lookup
 from kubetune.search import DOMAIN_NAMES
 
 __all__ = [
-    "CLIReporter", "FINAL_PHASES", "JupyterNotebookReporter", "ProgressReporter", "StatusTable", "TRIAL_PHASES",
-    "format_duration", "format_value", "headline", "phase_counts",
-    "searched_keys", "status_lines", "status_renderable",
+    "CLIReporter",
+    "FINAL_PHASES",
+    "JupyterNotebookReporter",
+    "ProgressReporter",
+    "StatusTable",
+    "TRIAL_PHASES",
+    "format_duration",
+    "format_value",
+    "headline",
+    "phase_counts",
+    "searched_keys",
+    "status_lines",
+    "status_renderable",
 ]
 
 #: Phases of a Trial, in the order the headline counts them.
@@ -47,8 +57,13 @@ FINAL_PHASES = ("Succeeded", "Failed")
 SORT_ORDER = ("Failed", "Paused", "Pending", "Running", "Succeeded")
 PHASE_STYLES = {"Pending": "yellow", "Running": "cyan", "Paused": "magenta", "Succeeded": "green", "Failed": "red"}
 #: Experiment conditions shown under the headline: the status that makes each worth a look, and its style.
-NOTEWORTHY_CONDITIONS = {"Ready": ("False", "red"), "Degraded": ("True", "red"), "Failed": ("True", "red"),
-                         "TrialsWaiting": ("True", "yellow"), "Complete": ("True", "green")}
+NOTEWORTHY_CONDITIONS = {
+    "Ready": ("False", "red"),
+    "Degraded": ("True", "red"),
+    "Failed": ("True", "red"),
+    "TrialsWaiting": ("True", "yellow"),
+    "Complete": ("True", "green"),
+}
 #: Longest reason cell, in characters.
 MAX_NOTE_CHARS = 60
 #: Narrowest the reason column gets on a narrow console, in characters.
@@ -121,21 +136,30 @@ def headline(experiment: Mapping, trials: Sequence[Mapping], now: datetime | Non
         counts = {phase: reported.get(phase.lower(), 0) for phase in TRIAL_PHASES}
         total = reported.get("total", 0)
     per_phase = ", ".join(f"{n} {phase.lower()}" for phase, n in counts.items() if n)
-    parts = [f"Experiment {experiment['metadata']['name']}: {status.get('phase') or 'Pending'}",
-             f"{total} {_trials(total)}{': ' + per_phase if per_phase else ''}"]
+    parts = [
+        f"Experiment {experiment['metadata']['name']}: {status.get('phase') or 'Pending'}",
+        f"{total} {_trials(total)}{': ' + per_phase if per_phase else ''}",
+    ]
     elapsed = _elapsed(experiment, now)
     if elapsed is not None:
         parts.append(f"elapsed {format_duration(elapsed)}")
     best = status.get("bestTrial") or {}
     if best.get("metricValue") is not None:
-        parts.append(f"best {(experiment.get('spec') or {}).get('metric')} {format_value(float(best['metricValue']))} "
-                     f"({best.get('name')})")
+        parts.append(
+            f"best {(experiment.get('spec') or {}).get('metric')} {format_value(float(best['metricValue']))} "
+            f"({best.get('name')})"
+        )
     return " | ".join(parts)
 
 
-def status_renderable(experiment: Mapping, trials: Sequence[Mapping], *,
-                      metric_columns: Sequence[str] | Mapping[str, str] | None = None, max_rows: int | None = 20,
-                      now: datetime | None = None) -> Group:
+def status_renderable(
+    experiment: Mapping,
+    trials: Sequence[Mapping],
+    *,
+    metric_columns: Sequence[str] | Mapping[str, str] | None = None,
+    max_rows: int | None = 20,
+    now: datetime | None = None,
+) -> Group:
     """The status view as a rich renderable: headline, noteworthy conditions, the trial table, "... more".
 
     Args:
@@ -151,12 +175,19 @@ def status_renderable(experiment: Mapping, trials: Sequence[Mapping], *,
     for i, (title, right) in enumerate(view.columns):
         # On a narrow console titles and reasons wrap; the values keep their width.
         widest = max((len(cells[i]) for _, cells in view.rows), default=0)
-        table.add_column(title, justify="right" if right else "left",
-                         min_width=min(widest, MIN_REASON_WIDTH) if title == "reason" else widest)
+        table.add_column(
+            title,
+            justify="right" if right else "left",
+            min_width=min(widest, MIN_REASON_WIDTH) if title == "reason" else widest,
+        )
     for trial, cells in view.rows:
         phase = _phase(trial)
-        table.add_row(cells[0], Text(cells[1], style=PHASE_STYLES.get(phase, "")), *cells[2:],
-                      style="bold" if _name(trial) == view.best else None)
+        table.add_row(
+            cells[0],
+            Text(cells[1], style=PHASE_STYLES.get(phase, "")),
+            *cells[2:],
+            style="bold" if _name(trial) == view.best else None,
+        )
     parts: list[Any] = [Text(headline(experiment, trials, now), style="bold")]
     parts.extend(Text(line, style=NOTEWORTHY_CONDITIONS[kind][1]) for line, kind in view.conditions)
     parts.append(table)
@@ -165,9 +196,14 @@ def status_renderable(experiment: Mapping, trials: Sequence[Mapping], *,
     return Group(*parts)
 
 
-def status_lines(experiment: Mapping, trials: Sequence[Mapping], *,
-                 metric_columns: Sequence[str] | Mapping[str, str] | None = None, max_rows: int | None = 20,
-                 now: datetime | None = None) -> list[str]:
+def status_lines(
+    experiment: Mapping,
+    trials: Sequence[Mapping],
+    *,
+    metric_columns: Sequence[str] | Mapping[str, str] | None = None,
+    max_rows: int | None = 20,
+    now: datetime | None = None,
+) -> list[str]:
     """The status view as plain text lines, for logs: the same content as :func:`status_renderable`.
 
     Args:
@@ -183,16 +219,22 @@ def status_lines(experiment: Mapping, trials: Sequence[Mapping], *,
         when rows were left out. No line has trailing spaces.
     """
     view = _View(experiment, trials, metric_columns, max_rows)
-    widths = [max([len(title)] + [len(cells[i]) for _, cells in view.rows]) for i, (title, _) in
-              enumerate(view.columns)]
+    widths = [
+        max([len(title)] + [len(cells[i]) for _, cells in view.rows]) for i, (title, _) in enumerate(view.columns)
+    ]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.rjust(width) if right else cell.ljust(width)
-                         for cell, width, (_, right) in zip(cells, widths, view.columns)).rstrip()
+        return "  ".join(
+            cell.rjust(width) if right else cell.ljust(width)
+            for cell, width, (_, right) in zip(cells, widths, view.columns)
+        ).rstrip()
 
-    lines = [headline(experiment, trials, now), *(text for text, _ in view.conditions),
-             line([title for title, _ in view.columns]),
-             "  ".join("-" * width for width in widths)]
+    lines = [
+        headline(experiment, trials, now),
+        *(text for text, _ in view.conditions),
+        line([title for title, _ in view.columns]),
+        "  ".join("-" * width for width in widths),
+    ]
     lines.extend(line(cells) for _, cells in view.rows)
     if view.footer:
         lines.append(view.footer)
@@ -225,9 +267,16 @@ class StatusTable:
         clock: monotonic seconds, for the interval (injectable for tests).
     """
 
-    def __init__(self, metric_columns: Sequence[str] | Mapping[str, str] | None = None, max_rows: int | None = 20,
-                 console: Console | None = None, *, interval_s: float = 5.0, intermediate_tables: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        metric_columns: Sequence[str] | Mapping[str, str] | None = None,
+        max_rows: int | None = 20,
+        console: Console | None = None,
+        *,
+        interval_s: float = 5.0,
+        intermediate_tables: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.metric_columns = metric_columns
         self.max_rows = max_rows
         self.console = console if console is not None else Console()
@@ -235,7 +284,8 @@ class StatusTable:
         self.intermediate_tables = intermediate_tables
         self._clock = clock
         self._in_place = (self.console.is_jupyter and importlib.util.find_spec("ipywidgets") is not None) or (
-            self.console.is_terminal and not self.console.is_dumb_terminal)
+            self.console.is_terminal and not self.console.is_dumb_terminal
+        )
         self._live: Live | None = None
         self._last: tuple[Mapping, Sequence[Mapping]] | None = None
         self._last_printed = False  # the last state seen was printed as a whole table
@@ -248,8 +298,10 @@ class StatusTable:
             if self._live is None:
                 self._live = Live(console=self.console, auto_refresh=False, transient=False)
                 self._live.start()
-            self._live.update(status_renderable(experiment, trials, metric_columns=self.metric_columns,
-                                                max_rows=self.max_rows), refresh=True)
+            self._live.update(
+                status_renderable(experiment, trials, metric_columns=self.metric_columns, max_rows=self.max_rows),
+                refresh=True,
+            )
             return
         if self._ended:
             return  # its final table is printed
@@ -281,8 +333,9 @@ class StatusTable:
 
     def _print_table(self) -> None:
         experiment, trials = self._last
-        self._print("\n".join(status_lines(experiment, trials, metric_columns=self.metric_columns,
-                                           max_rows=self.max_rows)))
+        self._print(
+            "\n".join(status_lines(experiment, trials, metric_columns=self.metric_columns, max_rows=self.max_rows))
+        )
         self._last_printed = True
 
     def _print(self, text: str) -> None:
@@ -293,13 +346,21 @@ class StatusTable:
 ProgressReporter = StatusTable
 
 
-def CLIReporter(metric_columns: Sequence[str] | Mapping[str, str] | None = None,  # noqa: N802 - Ray's name
-                max_progress_rows: int = 20, max_report_frequency: float = 5.0,
-                print_intermediate_tables: bool | None = None, **ignored: Any) -> StatusTable:
+def CLIReporter(
+    metric_columns: Sequence[str] | Mapping[str, str] | None = None,  # noqa: N802 - Ray's name
+    max_progress_rows: int = 20,
+    max_report_frequency: float = 5.0,
+    print_intermediate_tables: bool | None = None,
+    **ignored: Any,
+) -> StatusTable:
     """Ray's ``CLIReporter`` arguments → a :class:`StatusTable` (``parameter_columns``, ``sort_by_metric``
     and the other display options of Ray are accepted and ignored: the searched keys are always shown)."""
-    return StatusTable(metric_columns, max_progress_rows, interval_s=max_report_frequency,
-                       intermediate_tables=bool(print_intermediate_tables))
+    return StatusTable(
+        metric_columns,
+        max_progress_rows,
+        interval_s=max_report_frequency,
+        intermediate_tables=bool(print_intermediate_tables),
+    )
 
 
 #: Ray's notebook reporter: the same table, which repaints in place in Jupyter.
@@ -317,8 +378,13 @@ class _View:
         best: name of the best trial ("" when there is none yet).
     """
 
-    def __init__(self, experiment: Mapping, trials: Sequence[Mapping],
-                 metric_columns: Sequence[str] | Mapping[str, str] | None, max_rows: int | None):
+    def __init__(
+        self,
+        experiment: Mapping,
+        trials: Sequence[Mapping],
+        metric_columns: Sequence[str] | Mapping[str, str] | None,
+        max_rows: int | None,
+    ):
         spec, status = experiment.get("spec") or {}, experiment.get("status") or {}
         metric, mode = spec.get("metric"), spec.get("mode")
         extra = dict(metric_columns) if isinstance(metric_columns, Mapping) else {k: k for k in metric_columns or ()}
@@ -328,9 +394,15 @@ class _View:
         shown = _choose(trials, self.best, metric, mode, max_rows)
         notes = [_note(trial) for trial in shown]
         with_notes = any(notes)
-        self.columns = [("Trial name", False), ("status", False), *((key, False) for key in keys), ("iter", True),
-                        ("total time (s)", True), *(((metric, True),) if metric else ()),
-                        *((title, True) for title in extra.values())]
+        self.columns = [
+            ("Trial name", False),
+            ("status", False),
+            *((key, False) for key in keys),
+            ("iter", True),
+            ("total time (s)", True),
+            *(((metric, True),) if metric else ()),
+            *((title, True) for title in extra.values()),
+        ]
         if with_notes:
             self.columns.append(("reason", False))
         self.rows = []
@@ -339,29 +411,40 @@ class _View:
             last = trial_status.get("lastResult") or {}
             config = (trial.get("spec") or {}).get("config") or {}
             time_total = last.get("time_total_s")
-            cells = [_name(trial), _phase(trial), *(format_value(lookup(config, key)) for key in keys),
-                     format_value(trial_status.get("iteration", last.get("training_iteration"))),
-                     "" if time_total is None else f"{time_total:.2f}"]
+            cells = [
+                _name(trial),
+                _phase(trial),
+                *(format_value(lookup(config, key)) for key in keys),
+                format_value(trial_status.get("iteration", last.get("training_iteration"))),
+                "" if time_total is None else f"{time_total:.2f}",
+            ]
             if metric:
                 cells.append(format_value(_metric_value(trial, metric)))
             cells.extend(format_value(last.get(key)) for key in extra)
             if with_notes:
                 cells.append(note)
             self.rows.append((trial, cells))
-        self.conditions = [(_condition_line(cond), cond["type"]) for cond in status.get("conditions") or []
-                           if NOTEWORTHY_CONDITIONS.get(cond.get("type"), ("",))[0] == cond.get("status")]
+        self.conditions = [
+            (_condition_line(cond), cond["type"])
+            for cond in status.get("conditions") or []
+            if NOTEWORTHY_CONDITIONS.get(cond.get("type"), ("",))[0] == cond.get("status")
+        ]
         hidden = len(trials) - len(shown)
         if hidden:
             names = {_name(trial) for trial in shown}
             left = phase_counts([trial for trial in trials if _name(trial) not in names])
-            self.footer = (f"... {hidden} more {_trials(hidden)} not shown ("
-                           + ", ".join(f"{n} {phase}" for phase, n in left.items() if n) + ")")
+            self.footer = (
+                f"... {hidden} more {_trials(hidden)} not shown ("
+                + ", ".join(f"{n} {phase}" for phase, n in left.items() if n)
+                + ")"
+            )
         else:
             self.footer = ""
 
 
-def _choose(trials: Sequence[Mapping], best: str, metric: str | None, mode: str | None,
-            max_rows: int | None) -> list[Mapping]:
+def _choose(
+    trials: Sequence[Mapping], best: str, metric: str | None, mode: str | None, max_rows: int | None
+) -> list[Mapping]:
     """The trials that get a row, sorted as Ray sorts them (by phase in :data:`SORT_ORDER`, then name).
 
     With more trials than ``max_rows``: the best trial first, then the running ones, then the other
@@ -370,11 +453,16 @@ def _choose(trials: Sequence[Mapping], best: str, metric: str | None, mode: str 
     ordered = sorted(trials, key=_sort_key)
     if max_rows is None or len(ordered) <= max_rows:
         return ordered
-    first = [t for t in ordered if _name(t) == best] + [t for t in ordered if _phase(t) == "Running"
-                                                         and _name(t) != best]
+    first = [t for t in ordered if _name(t) == best] + [
+        t for t in ordered if _phase(t) == "Running" and _name(t) != best
+    ]
     chosen = {_name(t) for t in first[:max_rows]}
-    queues = [sorted((t for t in ordered if _phase(t) == phase and _name(t) not in chosen),
-                     key=lambda t: _rank(t, metric, mode)) for phase in SORT_ORDER]
+    queues = [
+        sorted(
+            (t for t in ordered if _phase(t) == phase and _name(t) not in chosen), key=lambda t: _rank(t, metric, mode)
+        )
+        for phase in SORT_ORDER
+    ]
     queues.append([t for t in ordered if _phase(t) not in SORT_ORDER and _name(t) not in chosen])
     while len(chosen) < max_rows:
         for queue in queues:
@@ -432,8 +520,7 @@ def _note(trial: Mapping) -> str:
 
 def _condition_line(cond: Mapping) -> str:
     message = _last_line(cond.get("message") or "")
-    return _shorten(f"{cond['type']} ({cond.get('reason')})" + (f": {message}" if message else ""),
-                    MAX_CONDITION_CHARS)
+    return _shorten(f"{cond['type']} ({cond.get('reason')})" + (f": {message}" if message else ""), MAX_CONDITION_CHARS)
 
 
 def _last_line(text: str) -> str:
@@ -443,7 +530,7 @@ def _last_line(text: str) -> str:
 
 
 def _shorten(text: str, limit: int = MAX_NOTE_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _elapsed(experiment: Mapping, now: datetime | None) -> float | None:

@@ -95,9 +95,20 @@ class Reporter:
         delivered: results acknowledged by the collector.
     """
 
-    def __init__(self, url: str, token: str | None, *, namespace: str, experiment: str, trial: str,
-                 attempt: int, max_buffer: int = 10_000, max_batch: int = 1000, timeout_s: float = 10.0,
-                 backoff_s: tuple[float, float] = (0.2, 10.0)):
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        namespace: str,
+        experiment: str,
+        trial: str,
+        attempt: int,
+        max_buffer: int = 10_000,
+        max_batch: int = 1000,
+        timeout_s: float = 10.0,
+        backoff_s: tuple[float, float] = (0.2, 10.0),
+    ):
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"collector URL must be http(s)://host[:port][/path], got {url!r}")
@@ -108,8 +119,9 @@ class Reporter:
         self._headers = {"Content-Type": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._envelope = json.dumps({"namespace": namespace, "experiment": experiment, "trial": trial,
-                                     "attempt": int(attempt)})[:-1]
+        self._envelope = json.dumps(
+            {"namespace": namespace, "experiment": experiment, "trial": trial, "attempt": int(attempt)}
+        )[:-1]
         self.max_buffer = max_buffer
         self._batch_limit = self._max_batch = max_batch
         self.timeout_s = timeout_s
@@ -213,15 +225,21 @@ class Reporter:
                     break
                 self._cond.wait(left)
             if not self._done_sent:
-                log.warning("collector did not acknowledge the final batch within %.0f s; %d results undelivered",
-                            timeout_s, len(self._buffer))
+                log.warning(
+                    "collector did not acknowledge the final batch within %.0f s; %d results undelivered",
+                    timeout_s,
+                    len(self._buffer),
+                )
             return self._done_sent
 
     # -- sender thread ---------------------------------------------------------------------------
 
     def _has_work(self) -> bool:
-        return bool(self._buffer) or self._checkpoint_version != self._checkpoint_sent or (
-            self._closing and not self._done_sent)
+        return (
+            bool(self._buffer)
+            or self._checkpoint_version != self._checkpoint_sent
+            or (self._closing and not self._done_sent)
+        )
 
     def _run(self) -> None:
         failures = 0
@@ -266,8 +284,13 @@ class Reporter:
                 down_since = down_since or now
                 if now - last_log >= _LOG_EVERY_S:
                     last_log = now
-                    log.warning("collector unreachable for %.0f s (%s); %d results buffered, %d dropped",
-                                now - down_since, exc, len(self._buffer), self.dropped)
+                    log.warning(
+                        "collector unreachable for %.0f s (%s); %d results buffered, %d dropped",
+                        now - down_since,
+                        exc,
+                        len(self._buffer),
+                        self.dropped,
+                    )
                 first, cap = self.backoff_s
                 time.sleep(random.uniform(first / 2, min(cap, first * 2 ** min(failures, 30))))
                 continue
@@ -290,8 +313,7 @@ class Reporter:
                 self.unreachable = False
                 self._cond.notify_all()
 
-    def _encode(self, entries: list[tuple[int, dict]], checkpoint: dict | None,
-                final: bool) -> tuple[bytes, int, int]:
+    def _encode(self, entries: list[tuple[int, dict]], checkpoint: dict | None, final: bool) -> tuple[bytes, int, int]:
         """Return the batch body, how many ``entries`` it covers, and how many results it holds.
 
         Entries that do not fit under ``MAX_BATCH_BYTES`` are left for the next batch (then ``done``
@@ -306,8 +328,11 @@ class Reporter:
             if len(part) + 1 > budget:
                 if parts:
                     break
-                log.error("a result of %d bytes exceeds the collector's limit of %d bytes; dropping it",
-                          len(part), MAX_BATCH_BYTES)
+                log.error(
+                    "a result of %d bytes exceeds the collector's limit of %d bytes; dropping it",
+                    len(part),
+                    MAX_BATCH_BYTES,
+                )
             else:
                 parts.append(part)
                 budget -= len(part) + 1
@@ -320,8 +345,9 @@ class Reporter:
         try:
             if self._conn is None:
                 if self._https:
-                    self._conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout_s,
-                                                             context=ssl.create_default_context())
+                    self._conn = http.client.HTTPSConnection(
+                        self._host, self._port, timeout=self.timeout_s, context=ssl.create_default_context()
+                    )
                 else:
                     self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
             self._conn.request("POST", self._path, body=body, headers=self._headers)

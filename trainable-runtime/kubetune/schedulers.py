@@ -10,8 +10,17 @@ from __future__ import annotations
 
 from kubetune.specs import AlgorithmSpec, unsupported_names
 
-__all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
-           "MedianStoppingRule", "PopulationBasedTraining", "PopulationBasedTrainingReplay", "load_policy"]
+__all__ = [
+    "TrialScheduler",
+    "FIFOScheduler",
+    "AsyncHyperBandScheduler",
+    "ASHAScheduler",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "PopulationBasedTraining",
+    "PopulationBasedTrainingReplay",
+    "load_policy",
+]
 
 
 class TrialScheduler(AlgorithmSpec):
@@ -44,11 +53,27 @@ class AsyncHyperBandScheduler(TrialScheduler):
 
     name = "asha"
 
-    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None, mode: str | None = None,
-                 max_t: float = 100, grace_period: float = 1, reduction_factor: float = 4, brackets: int = 1,
-                 stop_last_trials: bool = True):
-        super().__init__(metric, mode, time_attr=time_attr, max_t=max_t, grace_period=grace_period,
-                         reduction_factor=reduction_factor, brackets=brackets, stop_last_trials=stop_last_trials)
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: str | None = None,
+        mode: str | None = None,
+        max_t: float = 100,
+        grace_period: float = 1,
+        reduction_factor: float = 4,
+        brackets: int = 1,
+        stop_last_trials: bool = True,
+    ):
+        super().__init__(
+            metric,
+            mode,
+            time_attr=time_attr,
+            max_t=max_t,
+            grace_period=grace_period,
+            reduction_factor=reduction_factor,
+            brackets=brackets,
+            stop_last_trials=stop_last_trials,
+        )
 
 
 #: Ray's alias.
@@ -69,10 +94,23 @@ class HyperBandScheduler(TrialScheduler):
 
     name = "hyperband"
 
-    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None, mode: str | None = None,
-                 max_t: int = 81, reduction_factor: float = 3, stop_last_trials: bool = True):
-        super().__init__(metric, mode, time_attr=time_attr, max_t=max_t, reduction_factor=reduction_factor,
-                         stop_last_trials=stop_last_trials)
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: str | None = None,
+        mode: str | None = None,
+        max_t: int = 81,
+        reduction_factor: float = 3,
+        stop_last_trials: bool = True,
+    ):
+        super().__init__(
+            metric,
+            mode,
+            time_attr=time_attr,
+            max_t=max_t,
+            reduction_factor=reduction_factor,
+            stop_last_trials=stop_last_trials,
+        )
 
 
 class MedianStoppingRule(TrialScheduler):
@@ -94,14 +132,29 @@ class MedianStoppingRule(TrialScheduler):
 
     name = "median_stopping_rule"
 
-    def __init__(self, time_attr: str = "time_total_s", metric: str | None = None, mode: str | None = None,
-                 grace_period: float = 60.0, min_samples_required: int = 3, min_time_slice: float = 0,
-                 hard_stop: bool = True):
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        grace_period: float = 60.0,
+        min_samples_required: int = 3,
+        min_time_slice: float = 0,
+        hard_stop: bool = True,
+    ):
         if min_time_slice:
-            raise ValueError("MedianStoppingRule: min_time_slice is not supported (it pauses trials for queued "
-                             "ones, which only Ray's own runner sees); leave it at 0")
-        super().__init__(metric, mode, time_attr=time_attr, grace_period=grace_period,
-                         min_samples_required=min_samples_required, hard_stop=hard_stop)
+            raise ValueError(
+                "MedianStoppingRule: min_time_slice is not supported (it pauses trials for queued "
+                "ones, which only Ray's own runner sees); leave it at 0"
+            )
+        super().__init__(
+            metric,
+            mode,
+            time_attr=time_attr,
+            grace_period=grace_period,
+            min_samples_required=min_samples_required,
+            hard_stop=hard_stop,
+        )
 
 
 class PopulationBasedTraining(TrialScheduler):
@@ -134,28 +187,52 @@ class PopulationBasedTraining(TrialScheduler):
 
     name = "pbt"
 
-    def __init__(self, time_attr: str = "time_total_s", metric: str | None = None, mode: str | None = None,
-                 perturbation_interval: float = 60.0, burn_in_period: float = 0.0,
-                 hyperparam_mutations: dict | None = None, quantile_fraction: float = 0.25,
-                 resample_probability: float = 0.25, perturbation_factors: tuple = (1.2, 0.8),
-                 custom_explore_fn=None, log_config: bool = True, require_attrs: bool = True, synch: bool = False,
-                 seed: int | None = None):
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        perturbation_interval: float = 60.0,
+        burn_in_period: float = 0.0,
+        hyperparam_mutations: dict | None = None,
+        quantile_fraction: float = 0.25,
+        resample_probability: float = 0.25,
+        perturbation_factors: tuple = (1.2, 0.8),
+        custom_explore_fn=None,
+        log_config: bool = True,
+        require_attrs: bool = True,
+        synch: bool = False,
+        seed: int | None = None,
+    ):
         from kubetune.search.sample import space_spec
 
         if custom_explore_fn is not None:
-            raise ValueError("PopulationBasedTraining: custom_explore_fn is user code, which the operator does not "
-                             "run; express the mutations in hyperparam_mutations")
+            raise ValueError(
+                "PopulationBasedTraining: custom_explore_fn is user code, which the operator does not "
+                "run; express the mutations in hyperparam_mutations"
+            )
         if synch:
             raise ValueError("PopulationBasedTraining: synch=True is not supported (kubetune runs PBT asynchronously)")
-        if callable(hyperparam_mutations) or any(callable(v) and not hasattr(v, "to_spec")
-                                                 for v in (hyperparam_mutations or {}).values()):
-            raise ValueError("PopulationBasedTraining: functions in hyperparam_mutations are user code, which the "
-                             "operator does not run; use a list or a domain such as tune.uniform(0, 1)")
-        super().__init__(metric, mode, time_attr=time_attr, perturbation_interval=perturbation_interval,
-                         burn_in_period=burn_in_period,
-                         hyperparam_mutations=space_spec(hyperparam_mutations or {}, "hyperparam_mutations"),
-                         quantile_fraction=quantile_fraction, resample_probability=resample_probability,
-                         perturbation_factors=list(perturbation_factors), require_attrs=require_attrs, seed=seed)
+        if callable(hyperparam_mutations) or any(
+            callable(v) and not hasattr(v, "to_spec") for v in (hyperparam_mutations or {}).values()
+        ):
+            raise ValueError(
+                "PopulationBasedTraining: functions in hyperparam_mutations are user code, which the "
+                "operator does not run; use a list or a domain such as tune.uniform(0, 1)"
+            )
+        super().__init__(
+            metric,
+            mode,
+            time_attr=time_attr,
+            perturbation_interval=perturbation_interval,
+            burn_in_period=burn_in_period,
+            hyperparam_mutations=space_spec(hyperparam_mutations or {}, "hyperparam_mutations"),
+            quantile_fraction=quantile_fraction,
+            resample_probability=resample_probability,
+            perturbation_factors=list(perturbation_factors),
+            require_attrs=require_attrs,
+            seed=seed,
+        )
         self.log_config = log_config
 
 
@@ -171,8 +248,9 @@ def load_policy(text: str) -> tuple[dict, list[list]]:
 
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]
     if not lines or not all(isinstance(x, list) and len(x) == 6 for x in lines):
-        raise ValueError("not a PBT policy file: expected lines [trial, donor, step, donor step, donor config, "
-                         "new config]")
+        raise ValueError(
+            "not a PBT policy file: expected lines [trial, donor, step, donor step, donor config, new config]"
+        )
     policy, last_new, initial = [], None, None
     for old_tag, new_tag, _, new_step, old_config, new_config in reversed(lines):
         if last_new is not None and old_tag != last_new:
@@ -218,9 +296,14 @@ class PopulationBasedTrainingReplay(TrialScheduler):
         super().__init__(policy=policy)
 
 
-__getattr__ = unsupported_names(__name__, {
-    "PB2": ("PB2's GP-bandit explore is not available yet", "PopulationBasedTraining"),
-    "HyperBandForBOHB": ("BOHB's searcher is not available", "HyperBandScheduler with OptunaSearch"),
-    "ResourceChangingScheduler": ("a trial's pod resources are fixed when the pod is created",
-                                  "resources_per_trial"),
-})
+__getattr__ = unsupported_names(
+    __name__,
+    {
+        "PB2": ("PB2's GP-bandit explore is not available yet", "PopulationBasedTraining"),
+        "HyperBandForBOHB": ("BOHB's searcher is not available", "HyperBandScheduler with OptunaSearch"),
+        "ResourceChangingScheduler": (
+            "a trial's pod resources are fixed when the pod is created",
+            "resources_per_trial",
+        ),
+    },
+)

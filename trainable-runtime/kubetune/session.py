@@ -53,8 +53,7 @@ class FunctionSession:
         checkpoint: the newest checkpoint directory the function knows (restored or reported), or None.
     """
 
-    def __init__(self, *, trial_id: str, trial_name: str, logdir: str, staging_dir: str,
-                 checkpoint: str | None = None):
+    def __init__(self, *, trial_id: str, trial_name: str, logdir: str, staging_dir: str, checkpoint: str | None = None):
         self.trial_id, self.trial_name, self.logdir = trial_id, trial_name, logdir
         self.checkpoint = checkpoint
         self._staging_dir = staging_dir
@@ -78,8 +77,9 @@ class FunctionSession:
         if self._final is not None:
             return self._final
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, args=(target,), daemon=True,
-                                            name=f"kubetune-function-{self.trial_name}")
+            self._thread = threading.Thread(
+                target=self._run, args=(target,), daemon=True, name=f"kubetune-function-{self.trial_name}"
+            )
             self._thread.start()
         else:
             self._resume.release()
@@ -89,8 +89,7 @@ class FunctionSession:
                 break
             except queue.Empty:
                 if not self._thread.is_alive() and self._items.empty():
-                    item = ("error", RuntimeError("the trainable function's thread ended without a result"),
-                            None)
+                    item = ("error", RuntimeError("the trainable function's thread ended without a result"), None)
                     break
         if item[0] != "result":
             self._final = (item[0], item[1], None)
@@ -168,13 +167,13 @@ def _current() -> FunctionSession | None:
 def _session_or_warn(what: str) -> FunctionSession | None:
     session = _current()
     if session is None:
-        warnings.warn(f"kubetune.{what} called outside a function trainable; ignored", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(f"kubetune.{what} called outside a function trainable; ignored", RuntimeWarning, stacklevel=3)
     return session
 
 
-def report(metrics: dict | numbers.Number | None = None, *, checkpoint: Checkpoint | None = None,
-           **kwargs: Any) -> None:
+def report(
+    metrics: dict | numbers.Number | None = None, *, checkpoint: Checkpoint | None = None, **kwargs: Any
+) -> None:
     """Report one result (one ``train()`` iteration) from a function trainable.
 
     Blocks until the trainable asks for the next result. Outside a function trainable it warns

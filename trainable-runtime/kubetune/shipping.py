@@ -55,9 +55,11 @@ def loads(data: bytes) -> Any:
         fields = dict(part.split("=", 1) for part in header.decode().split()[1:])
         made_by = fields.get("python")
         if made_by != PYTHON:
-            raise RuntimeError(f"the trainable was pickled by Python {made_by} but this trial image runs Python "
-                               f"{PYTHON}: run the script with Python {PYTHON}, or use an image with Python "
-                               f"{made_by}")
+            raise RuntimeError(
+                f"the trainable was pickled by Python {made_by} but this trial image runs Python "
+                f"{PYTHON}: run the script with Python {PYTHON}, or use an image with Python "
+                f"{made_by}"
+            )
     return cloudpickle.loads(data)
 
 
@@ -193,6 +195,7 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Any:
         raise TypeError("with_parameters needs at least one keyword argument")
     params = Parameters(kwargs)
     if inspect.isclass(trainable):
+
         class WithParameters(trainable):
             def setup(self, config):
                 super().setup(config, **params.load())
@@ -209,11 +212,14 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Any:
 def _function_with(fn: Callable, params: Parameters) -> Callable:
     """Wrap ``fn`` with the signature ``kubetune.function_trainable`` detects (checkpoint_dir kept)."""
     if "checkpoint_dir" in inspect.signature(fn).parameters:
+
         def inner(config, checkpoint_dir=None):
             return fn(config, checkpoint_dir=checkpoint_dir, **params.load())
     else:
+
         def inner(config):
             return fn(config, **params.load())
+
     return inner
 
 
@@ -268,14 +274,21 @@ def with_resources(trainable: Any, resources: dict | Callable) -> Any:
         TypeError: ``resources`` is not a dict.
     """
     if not isinstance(resources, dict):
-        raise TypeError("with_resources needs a dict such as {'cpu': 2, 'gpu': 1}; per-config resources "
-                        "(a function or PlacementGroupFactory) are not supported: every trial pod has one shape")
+        raise TypeError(
+            "with_resources needs a dict such as {'cpu': 2, 'gpu': 1}; per-config resources "
+            "(a function or PlacementGroupFactory) are not supported: every trial pod has one shape"
+        )
     if inspect.isclass(trainable):
-        wrapped: Any = type(trainable.__name__, (trainable,), {"__qualname__": trainable.__qualname__,
-                                                               "__module__": trainable.__module__})
+        wrapped: Any = type(
+            trainable.__name__,
+            (trainable,),
+            {"__qualname__": trainable.__qualname__, "__module__": trainable.__module__},
+        )
     else:
+
         def wrapped(*args, **kwargs):
             return trainable(*args, **kwargs)
+
         wrapped.__signature__ = inspect.signature(trainable)
         wrapped.__name__ = wrapped.__qualname__ = getattr(trainable, "__name__", "trainable")
     return _wraps(wrapped, trainable, resources=dict(resources))
@@ -355,8 +368,12 @@ def _own_modules(trainable: Any) -> list:
     while trainable is not None:
         for obj in (trainable, *getattr(trainable, "_kubetune_code", ())):
             module = sys.modules.get(getattr(obj, "__module__", None) or "")
-            if module is not None and module.__name__ != "__main__" and module not in modules \
-                    and module.__name__.split(".")[0] not in installed:
+            if (
+                module is not None
+                and module.__name__ != "__main__"
+                and module not in modules
+                and module.__name__.split(".")[0] not in installed
+            ):
                 modules.append(module)
         trainable = getattr(trainable, "_kubetune_wrapped", None)
     return modules

@@ -43,8 +43,9 @@ class AlgorithmSpec:
         return {"name": self.name, "params": dict(self.params)}
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in {"metric": self.metric, "mode": self.mode, **self.params}.items()
-                         if v is not None)
+        args = ", ".join(
+            f"{k}={v!r}" for k, v in {"metric": self.metric, "mode": self.mode, **self.params}.items() if v is not None
+        )
         return f"{type(self).__name__}({args})"
 
 

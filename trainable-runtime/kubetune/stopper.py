@@ -15,8 +15,15 @@ import datetime
 
 from kubetune.specs import AlgorithmSpec
 
-__all__ = ["Stopper", "MaximumIterationStopper", "TrialPlateauStopper", "ExperimentPlateauStopper",
-           "CombinedStopper", "TimeoutStopper", "FunctionStopper"]
+__all__ = [
+    "Stopper",
+    "MaximumIterationStopper",
+    "TrialPlateauStopper",
+    "ExperimentPlateauStopper",
+    "CombinedStopper",
+    "TimeoutStopper",
+    "FunctionStopper",
+]
 
 
 class Stopper(AlgorithmSpec):
@@ -58,10 +65,16 @@ class TrialPlateauStopper(Stopper):
 
     name = "trial_plateau"
 
-    def __init__(self, metric: str, std: float = 0.01, num_results: int = 4, grace_period: int = 4,
-                 metric_threshold: float | None = None, mode: str | None = None):
-        super().__init__(std=std, num_results=num_results, grace_period=grace_period,
-                         metric_threshold=metric_threshold)
+    def __init__(
+        self,
+        metric: str,
+        std: float = 0.01,
+        num_results: int = 4,
+        grace_period: int = 4,
+        metric_threshold: float | None = None,
+        mode: str | None = None,
+    ):
+        super().__init__(std=std, num_results=num_results, grace_period=grace_period, metric_threshold=metric_threshold)
         self.metric, self.mode = metric, mode
 
     def to_spec(self) -> dict:

@@ -47,10 +47,18 @@ T = TypeVar("T")
 #: Default time an operation keeps retrying through an outage before it raises, in seconds.
 DEFAULT_OUTAGE_TIMEOUT_S = 600.0
 #: Exception codes S3 (or an S3-compatible store) uses for throttling or a transient server fault.
-TRANSIENT_ERROR_CODES = frozenset({
-    "Throttling", "ThrottlingException", "SlowDown", "RequestTimeout",
-    "InternalError", "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequestsException",
-})
+TRANSIENT_ERROR_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "SlowDown",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+    }
+)
 _TMP_MARK = ".kt-tmp-"
 
 
@@ -182,7 +190,7 @@ class FileStorage(Storage):
 
     def download_dir(self, uri, local_dir):
         root = file_uri_path(uri)
-        files = [u[len(join_uri(uri)) + 1:] for u in self.list(uri)]
+        files = [u[len(join_uri(uri)) + 1 :] for u in self.list(uri)]
         if not files:
             raise FileNotFoundError(f"no objects under {uri}")
         for rel in files:
@@ -211,7 +219,8 @@ class FileStorage(Storage):
             return []
         base = join_uri(uri_prefix)
         return sorted(
-            f"{base}/{p.relative_to(root).as_posix()}" for p in root.rglob("*")
+            f"{base}/{p.relative_to(root).as_posix()}"
+            for p in root.rglob("*")
             if p.is_file() and _TMP_MARK not in p.name
         )
 
@@ -249,8 +258,18 @@ def is_transient(exc: BaseException) -> bool:
     )
     from s3transfer.exceptions import RetriesExceededError
 
-    if isinstance(exc, (ConnectionError, HTTPClientError, IncompleteReadError, ChecksumError,
-                        RetriesExceededError, ConnectionResetError, TimeoutError)):
+    if isinstance(
+        exc,
+        (
+            ConnectionError,
+            HTTPClientError,
+            IncompleteReadError,
+            ChecksumError,
+            RetriesExceededError,
+            ConnectionResetError,
+            TimeoutError,
+        ),
+    ):
         return True
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
@@ -281,8 +300,14 @@ class S3Storage(Storage):
 
     scheme = "s3"
 
-    def __init__(self, client, transfer_config, *, outage_timeout_s: float = DEFAULT_OUTAGE_TIMEOUT_S,
-                 backoff_s: tuple[float, float] = (0.5, 10.0)):
+    def __init__(
+        self,
+        client,
+        transfer_config,
+        *,
+        outage_timeout_s: float = DEFAULT_OUTAGE_TIMEOUT_S,
+        backoff_s: tuple[float, float] = (0.5, 10.0),
+    ):
         self.client = client
         self.transfer_config = transfer_config
         self.outage_timeout_s = outage_timeout_s
@@ -305,11 +330,12 @@ class S3Storage(Storage):
 
     def _backoff(self, what: str, exc: BaseException, attempt: int, deadline: float) -> None:
         first, cap = self.backoff_s
-        delay = random.uniform(0, min(cap, first * 2 ** attempt))
+        delay = random.uniform(0, min(cap, first * 2**attempt))
         if time.monotonic() + delay > deadline:
             raise exc
-        log.warning("storage unavailable during %s (%s); retry %d in %.1f s",
-                    what, type(exc).__name__, attempt + 1, delay)
+        log.warning(
+            "storage unavailable during %s (%s); retry %d in %.1f s", what, type(exc).__name__, attempt + 1, delay
+        )
         time.sleep(delay)
 
     def _transfer_all(self, what: str, jobs: list[tuple[str, str, str]], upload: bool) -> None:
@@ -323,8 +349,10 @@ class S3Storage(Storage):
             error: BaseException | None = None
             with create_transfer_manager(self.client, self.transfer_config) as manager:
                 futures = [
-                    (job, manager.upload(job[0], job[1], job[2]) if upload
-                     else manager.download(job[1], job[2], job[0]))
+                    (
+                        job,
+                        manager.upload(job[0], job[1], job[2]) if upload else manager.download(job[1], job[2], job[0]),
+                    )
                     for job in jobs
                 ]
                 for job, future in futures:
@@ -365,7 +393,7 @@ class S3Storage(Storage):
 
     def download_dir(self, uri, local_dir):
         base = join_uri(uri)
-        files = [u[len(base) + 1:] for u in self.list(base)]
+        files = [u[len(base) + 1 :] for u in self.list(base)]
         if not files:
             raise FileNotFoundError(f"no objects under {uri}")
         root = Path(local_dir)
@@ -430,7 +458,7 @@ class S3Storage(Storage):
     def delete_prefix(self, uri):
         uris = self.list(uri)
         for start in range(0, len(uris), 1000):  # DeleteObjects takes at most 1000 keys
-            chunk = [split_s3_uri(u) for u in uris[start:start + 1000]]
+            chunk = [split_s3_uri(u) for u in uris[start : start + 1000]]
             bucket = chunk[0][0]
             objects = [{"Key": k} for _, k in chunk]
 
@@ -444,10 +472,17 @@ class S3Storage(Storage):
         return len(uris)
 
 
-def open_storage(uri: str, endpoint: str | None = None, region: str | None = None, *,
-                 access_key_id: str | None = None, secret_access_key: str | None = None,
-                 session_token: str | None = None, transfer_config=None,
-                 outage_timeout_s: float = DEFAULT_OUTAGE_TIMEOUT_S) -> Storage:
+def open_storage(
+    uri: str,
+    endpoint: str | None = None,
+    region: str | None = None,
+    *,
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+    session_token: str | None = None,
+    transfer_config=None,
+    outage_timeout_s: float = DEFAULT_OUTAGE_TIMEOUT_S,
+) -> Storage:
     """Open the storage for ``uri``'s scheme.
 
     Args:
@@ -484,23 +519,32 @@ def open_storage(uri: str, endpoint: str | None = None, region: str | None = Non
     endpoint = endpoint or os.environ.get(trial_env.STORAGE_ENDPOINT) or None
     region = region or os.environ.get(trial_env.STORAGE_REGION) or None
     if transfer_config is None:
-        transfer_config = TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20,
-                                         max_concurrency=10, use_threads=True)
+        transfer_config = TransferConfig(
+            multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=10, use_threads=True
+        )
     compatible: dict = {}
     if endpoint:  # S3-compatible stores: path-style URLs; CRC checksums only where the API requires them
         compatible["s3"] = {"addressing_style": "path"}
-        for option, variable in (("request_checksum_calculation", "AWS_REQUEST_CHECKSUM_CALCULATION"),
-                                 ("response_checksum_validation", "AWS_RESPONSE_CHECKSUM_VALIDATION")):
+        for option, variable in (
+            ("request_checksum_calculation", "AWS_REQUEST_CHECKSUM_CALCULATION"),
+            ("response_checksum_validation", "AWS_RESPONSE_CHECKSUM_VALIDATION"),
+        ):
             compatible[option] = os.environ.get(variable, "when_required")
     config = Config(
-        retries={"mode": os.environ.get("AWS_RETRY_MODE", "standard"),
-                 "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS", "5"))},
+        retries={
+            "mode": os.environ.get("AWS_RETRY_MODE", "standard"),
+            "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS", "5")),
+        },
         max_pool_connections=max(10, transfer_config.max_request_concurrency) + 10,
-        connect_timeout=10, read_timeout=60, **compatible,
+        connect_timeout=10,
+        read_timeout=60,
+        **compatible,
     )
     session = boto3.session.Session(
-        aws_access_key_id=access_key_id, aws_secret_access_key=secret_access_key,
-        aws_session_token=session_token, region_name=region,
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret_access_key,
+        aws_session_token=session_token,
+        region_name=region,
     )
     client = session.client("s3", endpoint_url=endpoint, config=config)
     return S3Storage(client, transfer_config, outage_timeout_s=outage_timeout_s)

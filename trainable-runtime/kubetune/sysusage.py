@@ -21,8 +21,7 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
-_NVIDIA_SMI_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total",
-                     "--format=csv,noheader,nounits"]
+_NVIDIA_SMI_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
 
 def _psutil():
@@ -123,6 +122,7 @@ def _gpu_reader() -> Callable[[], dict[str, float]] | None:
         except Exception:  # no driver behind the library
             handles = None
         if handles is not None:
+
             def read_nvml() -> dict[str, float]:
                 out = {}
                 for i, h in enumerate(handles):
@@ -130,6 +130,7 @@ def _gpu_reader() -> Callable[[], dict[str, float]] | None:
                     out[f"gpu_util_percent{i}"] = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
                     out[f"vram_util_percent{i}"] = 100.0 * mem.used / mem.total
                 return out
+
             return read_nvml
     smi = shutil.which("nvidia-smi")
     if smi is None:
@@ -138,6 +139,7 @@ def _gpu_reader() -> Callable[[], dict[str, float]] | None:
     def read_smi() -> dict[str, float]:
         done = subprocess.run([smi, *_NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=10, check=True)
         return parse_nvidia_smi_csv(done.stdout)
+
     return read_smi
 
 

@@ -85,10 +85,18 @@ class Trainable:
             URI with the pod's ``KUBETUNE_STORAGE_ENDPOINT``/``KUBETUNE_STORAGE_REGION``.
     """
 
-    def __init__(self, config: dict | None = None, logger_creator: Callable[[dict], Any] | None = None,
-                 remote_checkpoint_dir: str | None = None, *, trial_id: str | None = None,
-                 trial_name: str | None = None, logdir: str | None = None, log_sys_usage: bool = False,
-                 storage: Any = None):
+    def __init__(
+        self,
+        config: dict | None = None,
+        logger_creator: Callable[[dict], Any] | None = None,
+        remote_checkpoint_dir: str | None = None,
+        *,
+        trial_id: str | None = None,
+        trial_name: str | None = None,
+        logdir: str | None = None,
+        log_sys_usage: bool = False,
+        storage: Any = None,
+    ):
         self._start_time = time.perf_counter()
         self._experiment_id = uuid.uuid4().hex
         self.config = config if config is not None else {}
@@ -96,8 +104,10 @@ class Trainable:
         self._trial_name = trial_name or STANDALONE_NAME
         self._result_logger = logger_creator(self.config) if logger_creator else None
         self._logdir = os.path.abspath(
-            logdir or getattr(self._result_logger, "logdir", None)
-            or tempfile.mkdtemp(prefix=f"{type(self).__name__}_{time.strftime(DATE_FORMAT)}_"))
+            logdir
+            or getattr(self._result_logger, "logdir", None)
+            or tempfile.mkdtemp(prefix=f"{type(self).__name__}_{time.strftime(DATE_FORMAT)}_")
+        )
         os.makedirs(self._logdir, exist_ok=True)
         self.remote_checkpoint_dir = remote_checkpoint_dir
         self._storages: dict[str, Any] = {storage.scheme: storage} if storage is not None else {}
@@ -117,6 +127,7 @@ class Trainable:
         self._monitor = None
         if log_sys_usage or self.config.get("log_sys_usage", False):
             from kubetune.sysusage import SysUsageMonitor
+
             self._monitor = SysUsageMonitor()
 
     # ----------------------------------------------------------------- accessors
@@ -165,8 +176,11 @@ class Trainable:
         method = getattr(self, name, None)
         if method is not None and name not in self._deprecations_shown:
             self._deprecations_shown.add(name)
-            warnings.warn(f"{type(self).__name__}.{name} is deprecated (Ray Tune 0.8 API); "
-                          f"override {replacement} instead", DeprecationWarning, stacklevel=3)
+            warnings.warn(
+                f"{type(self).__name__}.{name} is deprecated (Ray Tune 0.8 API); override {replacement} instead",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         return method
 
     def setup(self, config: dict) -> None:
@@ -274,15 +288,25 @@ class Trainable:
         if mean_loss:
             result.setdefault("neg_mean_loss", -mean_loss)
         now = time.time()
-        result.update({
-            "experiment_id": self._experiment_id, "trial_id": self._trial_id, "trial_name": self._trial_name,
-            "date": time.strftime(DATE_FORMAT, time.localtime(now)), "timestamp": int(now),
-            TIME_THIS_ITER_S: time_this_iter, TIME_TOTAL_S: self._time_total, "pid": os.getpid(),
-            "hostname": self._hostname, "node_ip": self._node_ip, "config": self.config,
-            "time_since_restore": self._time_since_restore,
-            "timesteps_since_restore": self._timesteps_since_restore,
-            "iterations_since_restore": self._iterations_since_restore, "warmup_time": self._warmup_time,
-        })
+        result.update(
+            {
+                "experiment_id": self._experiment_id,
+                "trial_id": self._trial_id,
+                "trial_name": self._trial_name,
+                "date": time.strftime(DATE_FORMAT, time.localtime(now)),
+                "timestamp": int(now),
+                TIME_THIS_ITER_S: time_this_iter,
+                TIME_TOTAL_S: self._time_total,
+                "pid": os.getpid(),
+                "hostname": self._hostname,
+                "node_ip": self._node_ip,
+                "config": self.config,
+                "time_since_restore": self._time_since_restore,
+                "timesteps_since_restore": self._timesteps_since_restore,
+                "iterations_since_restore": self._iterations_since_restore,
+                "warmup_time": self._warmup_time,
+            }
+        )
         if self._monitor is not None:
             result.update(self._monitor.get_data())
         self.log_result(result)
@@ -299,16 +323,26 @@ class Trainable:
         while True:
             result = self.train()
             results.append(result)
-            if (result.get(DONE) or result.get(SHOULD_CHECKPOINT) or result.get(RESULT_DUPLICATE)
-                    or len(results) >= max_buffer_length or time.monotonic() >= deadline):
+            if (
+                result.get(DONE)
+                or result.get(SHOULD_CHECKPOINT)
+                or result.get(RESULT_DUPLICATE)
+                or len(results) >= max_buffer_length
+                or time.monotonic() >= deadline
+            ):
                 return results
 
     # ----------------------------------------------------------------- checkpoints
     def get_state(self) -> dict:
         """Return the counters that a checkpoint's ``.tune_metadata`` records (Ray 1.13's keys)."""
-        return {"experiment_id": self._experiment_id, "iteration": self._iteration,
-                "timesteps_total": self._timesteps_total, "time_total": self._time_total,
-                "episodes_total": self._episodes_total, "last_result": self._last_result}
+        return {
+            "experiment_id": self._experiment_id,
+            "iteration": self._iteration,
+            "timesteps_total": self._timesteps_total,
+            "time_total": self._time_total,
+            "episodes_total": self._episodes_total,
+            "last_result": self._last_result,
+        }
 
     def _save_local(self, parent: str) -> tuple[str, str, dict]:
         """Save under ``parent``; return the checkpoint path, its directory and the metadata state."""
@@ -396,8 +430,10 @@ class Trainable:
             return
         if self.remote_checkpoint_dir:
             from kubetune import checkpoint_store
-            checkpoint_store.delete_checkpoint(self._get_storage(self.remote_checkpoint_dir),
-                                               self._remote_uri(checkpoint_dir))
+
+            checkpoint_store.delete_checkpoint(
+                self._get_storage(self.remote_checkpoint_dir), self._remote_uri(checkpoint_dir)
+            )
         shutil.rmtree(checkpoint_dir)
 
     def export_model(self, export_formats: str | list[str], export_dir: str | None = None) -> dict:
@@ -412,11 +448,13 @@ class Trainable:
         scheme = uri.split("://", 1)[0]
         if scheme not in self._storages:
             from kubetune.storage import open_storage
+
             self._storages[scheme] = open_storage(uri)  # endpoint and region from the pod's env
         return self._storages[scheme]
 
     def _remote_uri(self, checkpoint_dir: str) -> str:
         from kubetune.storage import join_uri
+
         rel = os.path.relpath(checkpoint_dir, self._logdir)
         if rel.startswith(os.pardir):
             rel = os.path.basename(checkpoint_dir)
@@ -425,12 +463,20 @@ class Trainable:
     def _commit_remote(self, checkpoint_dir: str, path: str, state: dict) -> None:
         """Commit ``checkpoint_dir``; the marker's metadata has the keys the runtime writes too."""
         from kubetune.checkpoint_store import commit_checkpoint
+
         uri = self._remote_uri(checkpoint_dir)
         last_result = {k: v for k, v in state["last_result"].items() if k != "config"}  # kept small
-        commit_checkpoint(self._get_storage(uri), checkpoint_dir, uri, {
-            "iteration": state["iteration"], "path": path[len(checkpoint_dir) + 1:].replace(os.sep, "/"),
-            "last_result": last_result, "experiment_id": state["experiment_id"],
-        })
+        commit_checkpoint(
+            self._get_storage(uri),
+            checkpoint_dir,
+            uri,
+            {
+                "iteration": state["iteration"],
+                "path": path[len(checkpoint_dir) + 1 :].replace(os.sep, "/"),
+                "last_result": last_result,
+                "experiment_id": state["experiment_id"],
+            },
+        )
 
     def _fetch_if_remote(self, path: str) -> str:
         """Return a local path for ``path``, downloading a URI or a missing local checkpoint first."""
@@ -447,6 +493,7 @@ class Trainable:
         else:
             return path
         from kubetune.checkpoint_store import restore_checkpoint
+
         shutil.rmtree(local, ignore_errors=True)
         restore_checkpoint(self._get_storage(uri), uri, local)
         return os.path.join(local, rest)

@@ -28,9 +28,22 @@ from kubetune.search.sample import space_spec
 from kubetune.stopper import CombinedStopper, Stopper, TimeoutStopper
 from kubetune.storage import join_uri
 
-__all__ = ["TuneError", "run", "run_experiments", "Tuner", "TuneConfig", "RunConfig", "CheckpointConfig",
-           "FailureConfig", "build_experiment", "create_experiment", "experiment_analysis", "failed_trials",
-           "split_stop", "storage_spec"]
+__all__ = [
+    "TuneError",
+    "run",
+    "run_experiments",
+    "Tuner",
+    "TuneConfig",
+    "RunConfig",
+    "CheckpointConfig",
+    "FailureConfig",
+    "build_experiment",
+    "create_experiment",
+    "experiment_analysis",
+    "failed_trials",
+    "split_stop",
+    "storage_spec",
+]
 
 API_VERSION = "kubetune.io/v1alpha1"
 #: Ray arguments that mean nothing when each trial is its own pod; accepted with a warning.
@@ -114,8 +127,10 @@ def storage_spec(storage: str | dict | None) -> dict:
     spec = {"uri": storage} if isinstance(storage, str) else dict(storage or {})
     spec.setdefault("uri", os.environ.get("KUBETUNE_STORAGE_URI"))
     if not spec["uri"]:
-        raise ValueError("the SDK needs the experiment's object storage: pass storage='s3://bucket/prefix' "
-                         "(or storage_path=, or set KUBETUNE_STORAGE_URI)")
+        raise ValueError(
+            "the SDK needs the experiment's object storage: pass storage='s3://bucket/prefix' "
+            "(or storage_path=, or set KUBETUNE_STORAGE_URI)"
+        )
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if spec["uri"].startswith("s3://") and endpoint:
         spec.setdefault("endpoint", endpoint)
@@ -145,13 +160,20 @@ def split_stop(stop: Any) -> tuple[Any, Callable | None]:
         parts = [split_stop(s) for s in stop.stoppers]
         ours = [p for p, _ in parts if p is not None]
         users = [u for _, u in parts if u is not None]
-        user = None if not users else users[0] if len(users) == 1 else (
-            lambda trial_id, result: any(u(trial_id, result) for u in users))
+        user = (
+            None
+            if not users
+            else users[0]
+            if len(users) == 1
+            else (lambda trial_id, result: any(u(trial_id, result) for u in users))
+        )
         return (CombinedStopper(*ours) if ours else None), user
     if isinstance(stop, Stopper) and not stop.name and not isinstance(stop, TimeoutStopper):
         if getattr(type(stop), "stop_all", Stopper.stop_all) is not Stopper.stop_all:
-            raise ValueError(f"{type(stop).__name__}.stop_all is not supported: a Stopper of your own runs in each "
-                             "trial's pod, which sees only that trial; use ExperimentPlateauStopper or time_budget_s")
+            raise ValueError(
+                f"{type(stop).__name__}.stop_all is not supported: a Stopper of your own runs in each "
+                "trial's pod, which sees only that trial; use ExperimentPlateauStopper or time_budget_s"
+            )
         return None, stop
     if callable(stop) and not isinstance(stop, (dict, Stopper)):
         return None, stop
@@ -173,6 +195,7 @@ def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
                 raise ValueError(f"stop[{prefix!r}] must be a number, got {value!r}")
             else:
                 flat[prefix] = value
+
         walk("", stop)
         return flat, [], None
     if isinstance(stop, TimeoutStopper):
@@ -186,8 +209,10 @@ def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
         return merged, [s for _, stoppers, _ in parts for s in stoppers], min(budgets) if budgets else None
     if isinstance(stop, Stopper) and stop.name:
         return {}, [stop.to_spec()], None
-    raise ValueError(f"stop={stop!r}: a stop function or a Stopper of your own is user code, which the operator does "
-                     "not run: give it to kubetune.run or Tuner, which run it in the trial pods")
+    raise ValueError(
+        f"stop={stop!r}: a stop function or a Stopper of your own is user code, which the operator does "
+        "not run: give it to kubetune.run or Tuner, which run it in the trial pods"
+    )
 
 
 def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tuple[str | None, str | None]:
@@ -197,8 +222,10 @@ def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tupl
         for attr, value in (("metric", metric), ("mode", mode)):
             theirs = getattr(algorithm, attr, None)
             if theirs is not None and value is not None and theirs != value:
-                raise ValueError(f"{type(algorithm).__name__} was built with {attr}={theirs!r} but the run has "
-                                 f"{attr}={value!r}; set it in one place")
+                raise ValueError(
+                    f"{type(algorithm).__name__} was built with {attr}={theirs!r} but the run has "
+                    f"{attr}={value!r}; set it in one place"
+                )
         metric = metric or getattr(algorithm, "metric", None)
         mode = mode or getattr(algorithm, "mode", None)
     check_mode(metric, mode, required=False)
@@ -219,8 +246,10 @@ def _resources(resources: dict | None) -> dict:
         elif k == "memory":
             out["memory"] = str(int(value)) if isinstance(value, (int, float)) else value
         else:
-            raise ValueError(f"resources_per_trial: {key!r} is not supported (cpu, gpu and memory are; "
-                             "other extended resources go in template)")
+            raise ValueError(
+                f"resources_per_trial: {key!r} is not supported (cpu, gpu and memory are; "
+                "other extended resources go in template)"
+            )
     return out
 
 
@@ -231,14 +260,31 @@ def default_name(trainable: Any) -> str:
     return f"{base}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
 
 
-def build_experiment(name: str, trainable_spec: dict, *, config: Any = None, num_samples: int = 1,
-                     metric: str | None = None, mode: str | None = None, stop: Any = None,
-                     time_budget_s: float | datetime.timedelta | None = None, resources_per_trial: dict | None = None,
-                     search_alg: Any = None, scheduler: Any = None, max_concurrent_trials: int | None = None,
-                     checkpoint_freq: int = 0, checkpoint_at_end: bool = False, keep_checkpoints_num: int | None = None,
-                     checkpoint_score_attr: str | None = None, max_failures: int = 0, fail_fast: bool = False,
-                     storage: str | dict | None = None, image: str | None = None,
-                     template: dict | None = None, sample_from: Any = None) -> dict:
+def build_experiment(
+    name: str,
+    trainable_spec: dict,
+    *,
+    config: Any = None,
+    num_samples: int = 1,
+    metric: str | None = None,
+    mode: str | None = None,
+    stop: Any = None,
+    time_budget_s: float | datetime.timedelta | None = None,
+    resources_per_trial: dict | None = None,
+    search_alg: Any = None,
+    scheduler: Any = None,
+    max_concurrent_trials: int | None = None,
+    checkpoint_freq: int = 0,
+    checkpoint_at_end: bool = False,
+    keep_checkpoints_num: int | None = None,
+    checkpoint_score_attr: str | None = None,
+    max_failures: int = 0,
+    fail_fast: bool = False,
+    storage: str | dict | None = None,
+    image: str | None = None,
+    template: dict | None = None,
+    sample_from: Any = None,
+) -> dict:
     """Return the Experiment manifest for Ray's ``tune.run`` arguments.
 
     Args:
@@ -275,11 +321,15 @@ def build_experiment(name: str, trainable_spec: dict, *, config: Any = None, num
         limit = None
     search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
     if not isinstance(search_alg, Searcher) or not search_alg.name:
-        raise ValueError(f"search_alg={search_alg!r}: kubetune runs BasicVariantGenerator and OptunaSearch from "
-                         "kubetune.search; a searcher of your own would be user code in the operator")
+        raise ValueError(
+            f"search_alg={search_alg!r}: kubetune runs BasicVariantGenerator and OptunaSearch from "
+            "kubetune.search; a searcher of your own would be user code in the operator"
+        )
     if scheduler is not None and (not isinstance(scheduler, TrialScheduler) or not scheduler.name):
-        raise ValueError(f"scheduler={scheduler!r}: use a scheduler from kubetune.schedulers; a scheduler of your "
-                         "own would be user code in the operator")
+        raise ValueError(
+            f"scheduler={scheduler!r}: use a scheduler from kubetune.schedulers; a scheduler of your "
+            "own would be user code in the operator"
+        )
     metric, mode = _metric_mode(metric, mode, scheduler, search_alg)
     if isinstance(scheduler, PopulationBasedTrainingReplay):  # Ray's replay sets the trial's config itself
         if num_samples != 1:
@@ -300,11 +350,18 @@ def build_experiment(name: str, trainable_spec: dict, *, config: Any = None, num
         "failure": {"maxFailures": max_failures},
         "storage": storage_spec(storage),
     }
-    optional = {"metric": metric, "mode": mode, "image": image, "template": template, "stop": stop_dict or None,
-                "stoppers": stoppers or None, "maxConcurrentTrials": limit,
-                "scheduler": scheduler.to_spec() if scheduler is not None else None,
-                "resourcesPerTrial": _resources(resources_per_trial) or None,
-                "timeBudget": _duration(min(budgets, key=_seconds)) if budgets else None}
+    optional = {
+        "metric": metric,
+        "mode": mode,
+        "image": image,
+        "template": template,
+        "stop": stop_dict or None,
+        "stoppers": stoppers or None,
+        "maxConcurrentTrials": limit,
+        "scheduler": scheduler.to_spec() if scheduler is not None else None,
+        "resourcesPerTrial": _resources(resources_per_trial) or None,
+        "timeBudget": _duration(min(budgets, key=_seconds)) if budgets else None,
+    }
     spec.update({k: v for k, v in optional.items() if v is not None})
     if keep_checkpoints_num:
         spec["checkpoint"]["keep"] = keep_checkpoints_num
@@ -329,12 +386,16 @@ def _resource_request(trainable: Any, config: Any) -> dict | None:
     try:
         request = method(config)
     except Exception as exc:
-        raise ValueError(f"{trainable.__name__}.default_resource_request(config) failed ({exc!r}): kubetune calls "
-                         "it once, on the client, with the param space (every trial pod has one shape); "
-                         "pass resources_per_trial instead") from exc
+        raise ValueError(
+            f"{trainable.__name__}.default_resource_request(config) failed ({exc!r}): kubetune calls "
+            "it once, on the client, with the param space (every trial pod has one shape); "
+            "pass resources_per_trial instead"
+        ) from exc
     if request is not None and not isinstance(request, dict):
-        raise ValueError(f"{trainable.__name__}.default_resource_request must return a dict such as "
-                         f"{{'cpu': 2, 'gpu': 1}}, got {type(request).__name__}")
+        raise ValueError(
+            f"{trainable.__name__}.default_resource_request must return a dict such as "
+            f"{{'cpu': 2, 'gpu': 1}}, got {type(request).__name__}"
+        )
     return request
 
 
@@ -348,8 +409,15 @@ def _reporter(progress_reporter: Any, verbose: int) -> Any:
     return StatusTable(metric_columns=None)
 
 
-def create_experiment(cluster: Any, trainable: Any, name: str, storage_fields: dict, resources_per_trial: dict | None,
-                      config: Any, **experiment: Any) -> dict:
+def create_experiment(
+    cluster: Any,
+    trainable: Any,
+    name: str,
+    storage_fields: dict,
+    resources_per_trial: dict | None,
+    config: Any,
+    **experiment: Any,
+) -> dict:
     """Check every argument, upload what the trial pods need, create the Experiment; return it as stored.
 
     Args:
@@ -369,14 +437,22 @@ def create_experiment(cluster: Any, trainable: Any, name: str, storage_fields: d
     from kubetune.shipping import FunctionPickles, ship_trainable, with_stopper
     from kubetune.storage import open_storage
 
-    resources = resources_per_trial or getattr(trainable, "_kubetune_resources", None) \
-        or _resource_request(trainable, config)
+    resources = (
+        resources_per_trial or getattr(trainable, "_kubetune_resources", None) or _resource_request(trainable, config)
+    )
     experiment["stop"], user_stop = split_stop(experiment.get("stop"))
     store = open_storage(storage_fields["uri"], storage_fields.get("endpoint"), storage_fields.get("region"))
     base = join_uri(storage_fields["uri"], cluster.namespace, name, "sdk")
     functions = FunctionPickles(base)
-    manifest = build_experiment(name, {}, config=config, resources_per_trial=resources, storage=storage_fields,
-                                sample_from=functions.marker, **experiment)  # every check before any upload
+    manifest = build_experiment(
+        name,
+        {},
+        config=config,
+        resources_per_trial=resources,
+        storage=storage_fields,
+        sample_from=functions.marker,
+        **experiment,
+    )  # every check before any upload
     functions.upload(store)
     if user_stop is not None:
         trainable = with_stopper(trainable, user_stop)
@@ -384,9 +460,21 @@ def create_experiment(cluster: Any, trainable: Any, name: str, storage_fields: d
     return cluster.create(manifest)
 
 
-def _launch(trainable: Any, *, name: str | None, namespace: str | None, context: str | None, restore: str | None,
-            storage: str | dict | None, resources_per_trial: dict | None, config: Any, verbose: int,
-            progress_reporter: Any, poll_interval_s: float, **experiment: Any) -> tuple[Any, dict, list[dict]]:
+def _launch(
+    trainable: Any,
+    *,
+    name: str | None,
+    namespace: str | None,
+    context: str | None,
+    restore: str | None,
+    storage: str | dict | None,
+    resources_per_trial: dict | None,
+    config: Any,
+    verbose: int,
+    progress_reporter: Any,
+    poll_interval_s: float,
+    **experiment: Any,
+) -> tuple[Any, dict, list[dict]]:
     """Create (or with ``restore`` attach to) the Experiment, follow it to its end; return
     ``(analysis, experiment, trials)``."""
     from kubetune.client import Cluster, InvalidExperiment, follow
@@ -412,18 +500,23 @@ def _launch(trainable: Any, *, name: str | None, namespace: str | None, context:
         raise
     except KeyboardInterrupt:
         ns = cluster.namespace
-        print(f"\nDetached from experiment {ns}/{name}; it keeps running in the cluster.\n"
-              f"  re-attach:  kubetune watch {name} -n {ns}   (or tune.run(..., restore={name!r}))\n"
-              f"  stop it:    kubetune suspend {name} -n {ns}   (or kubetune delete {name} -n {ns})",
-              file=sys.stderr)
+        print(
+            f"\nDetached from experiment {ns}/{name}; it keeps running in the cluster.\n"
+            f"  re-attach:  kubetune watch {name} -n {ns}   (or tune.run(..., restore={name!r}))\n"
+            f"  stop it:    kubetune suspend {name} -n {ns}   (or kubetune delete {name} -n {ns})",
+            file=sys.stderr,
+        )
         raise
     return experiment_analysis(final, trials), final, trials
 
 
 def failed_trials(trials: list[dict]) -> dict[str, str]:
     """Name → ``status.message`` (``""`` without one) of the Trials that failed for good."""
-    return {t["metadata"]["name"]: (t.get("status") or {}).get("message") or "" for t in trials
-            if (t.get("status") or {}).get("phase") == "Failed"}
+    return {
+        t["metadata"]["name"]: (t.get("status") or {}).get("message") or ""
+        for t in trials
+        if (t.get("status") or {}).get("phase") == "Failed"
+    }
 
 
 def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
@@ -433,11 +526,14 @@ def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
 
     meta, spec = experiment["metadata"], experiment["spec"]
     storage = storage_spec(spec.get("storage"))
-    return ExperimentAnalysis(join_uri(storage["uri"], meta["namespace"], meta["name"], meta["uid"][:8]),
-                              default_metric=spec.get("metric"), default_mode=spec.get("mode"),
-                              storage_endpoint=storage.get("endpoint"), storage_region=storage.get("region"),
-                              trial_errors={name: message or "failed"
-                                            for name, message in failed_trials(trials).items()})
+    return ExperimentAnalysis(
+        join_uri(storage["uri"], meta["namespace"], meta["name"], meta["uid"][:8]),
+        default_metric=spec.get("metric"),
+        default_mode=spec.get("mode"),
+        storage_endpoint=storage.get("endpoint"),
+        storage_region=storage.get("region"),
+        trial_errors={name: message or "failed" for name, message in failed_trials(trials).items()},
+    )
 
 
 def _check_ray_kwargs(kwargs: dict) -> None:
@@ -451,15 +547,39 @@ def _check_ray_kwargs(kwargs: dict) -> None:
             raise TypeError(f"run() got an unexpected keyword argument {key!r}")
 
 
-def run(run_or_experiment: Any, name: str | None = None, metric: str | None = None, mode: str | None = None,
-        stop: Any = None, time_budget_s: float | datetime.timedelta | None = None, config: dict | None = None,
-        resources_per_trial: dict | None = None, num_samples: int = 1, storage_path: str | None = None,
-        search_alg: Any = None, scheduler: Any = None, checkpoint_freq: int = 0, checkpoint_at_end: bool = False,
-        keep_checkpoints_num: int | None = None, checkpoint_score_attr: str | None = None, max_failures: int = 0,
-        fail_fast: bool = False, restore: str | None = None, raise_on_failed_trial: bool = True, verbose: int = 2,
-        progress_reporter: Any = None, max_concurrent_trials: int | None = None, *, namespace: str | None = None,
-        image: str | None = None, storage: str | dict | None = None, template: dict | None = None,
-        context: str | None = None, poll_interval_s: float = 1.0, **ray_kwargs: Any) -> Any:
+def run(
+    run_or_experiment: Any,
+    name: str | None = None,
+    metric: str | None = None,
+    mode: str | None = None,
+    stop: Any = None,
+    time_budget_s: float | datetime.timedelta | None = None,
+    config: dict | None = None,
+    resources_per_trial: dict | None = None,
+    num_samples: int = 1,
+    storage_path: str | None = None,
+    search_alg: Any = None,
+    scheduler: Any = None,
+    checkpoint_freq: int = 0,
+    checkpoint_at_end: bool = False,
+    keep_checkpoints_num: int | None = None,
+    checkpoint_score_attr: str | None = None,
+    max_failures: int = 0,
+    fail_fast: bool = False,
+    restore: str | None = None,
+    raise_on_failed_trial: bool = True,
+    verbose: int = 2,
+    progress_reporter: Any = None,
+    max_concurrent_trials: int | None = None,
+    *,
+    namespace: str | None = None,
+    image: str | None = None,
+    storage: str | dict | None = None,
+    template: dict | None = None,
+    context: str | None = None,
+    poll_interval_s: float = 1.0,
+    **ray_kwargs: Any,
+) -> Any:
     """Run a tuning experiment on the cluster, as Ray's ``tune.run`` does locally.
 
     Ray's arguments keep Ray's names and meanings (see ``docs/sdk.md`` for each); the others
@@ -481,14 +601,34 @@ def run(run_or_experiment: Any, name: str | None = None, metric: str | None = No
     """
     _check_ray_kwargs(ray_kwargs)
     analysis, _, trials = _launch(
-        run_or_experiment, name=name, namespace=namespace, context=context, restore=restore,
-        storage=storage or storage_path, resources_per_trial=resources_per_trial, config=config, verbose=verbose,
-        progress_reporter=progress_reporter, poll_interval_s=poll_interval_s, num_samples=num_samples,
-        metric=metric, mode=mode, stop=stop, time_budget_s=time_budget_s, search_alg=search_alg,
-        scheduler=scheduler, max_concurrent_trials=max_concurrent_trials, checkpoint_freq=checkpoint_freq,
-        checkpoint_at_end=checkpoint_at_end, keep_checkpoints_num=keep_checkpoints_num,
-        checkpoint_score_attr=checkpoint_score_attr, max_failures=max_failures, fail_fast=fail_fast,
-        image=image, template=template)
+        run_or_experiment,
+        name=name,
+        namespace=namespace,
+        context=context,
+        restore=restore,
+        storage=storage or storage_path,
+        resources_per_trial=resources_per_trial,
+        config=config,
+        verbose=verbose,
+        progress_reporter=progress_reporter,
+        poll_interval_s=poll_interval_s,
+        num_samples=num_samples,
+        metric=metric,
+        mode=mode,
+        stop=stop,
+        time_budget_s=time_budget_s,
+        search_alg=search_alg,
+        scheduler=scheduler,
+        max_concurrent_trials=max_concurrent_trials,
+        checkpoint_freq=checkpoint_freq,
+        checkpoint_at_end=checkpoint_at_end,
+        keep_checkpoints_num=keep_checkpoints_num,
+        checkpoint_score_attr=checkpoint_score_attr,
+        max_failures=max_failures,
+        fail_fast=fail_fast,
+        image=image,
+        template=template,
+    )
     failed = failed_trials(trials)
     if failed and raise_on_failed_trial:
         first, message = next(iter(failed.items()))
@@ -496,8 +636,7 @@ def run(run_or_experiment: Any, name: str | None = None, metric: str | None = No
     return analysis
 
 
-def run_experiments(experiments: dict, *, verbose: int = 2, raise_on_failed_trial: bool = True,
-                    **kwargs: Any) -> list:
+def run_experiments(experiments: dict, *, verbose: int = 2, raise_on_failed_trial: bool = True, **kwargs: Any) -> list:
     """Run Ray's experiment dicts one after another (Ray's ``tune.run_experiments``).
 
     Args:
@@ -513,8 +652,9 @@ def run_experiments(experiments: dict, *, verbose: int = 2, raise_on_failed_tria
     for name, spec in experiments.items():
         spec = dict(spec)
         trainable = spec.pop("run")
-        analysis = run(trainable, name=name, verbose=verbose, raise_on_failed_trial=raise_on_failed_trial,
-                       **spec, **kwargs)
+        analysis = run(
+            trainable, name=name, verbose=verbose, raise_on_failed_trial=raise_on_failed_trial, **spec, **kwargs
+        )
         trials.extend(analysis.trials)
     return trials
 
@@ -532,10 +672,21 @@ class Tuner:
         poll_interval_s: seconds between two looks at the Experiment.
     """
 
-    def __init__(self, trainable: Any, *, param_space: dict | None = None, tune_config: TuneConfig | None = None,
-                 run_config: RunConfig | None = None, namespace: str | None = None, image: str | None = None,
-                 storage: str | dict | None = None, template: dict | None = None, context: str | None = None,
-                 resources_per_trial: dict | None = None, poll_interval_s: float = 1.0):
+    def __init__(
+        self,
+        trainable: Any,
+        *,
+        param_space: dict | None = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+        namespace: str | None = None,
+        image: str | None = None,
+        storage: str | dict | None = None,
+        template: dict | None = None,
+        context: str | None = None,
+        resources_per_trial: dict | None = None,
+        poll_interval_s: float = 1.0,
+    ):
         self.trainable, self.param_space = trainable, param_space
         self.tune_config, self.run_config = tune_config or TuneConfig(), run_config or RunConfig()
         self.namespace, self.image, self.storage, self.template = namespace, image, storage, template
@@ -572,15 +723,34 @@ class Tuner:
         from kubetune.analysis import ResultGrid
 
         analysis, _, _ = _launch(
-            self.trainable, name=rc.name, namespace=self.namespace, context=self.context, restore=self._restore,
-            storage=self.storage or rc.storage_path, resources_per_trial=self.resources_per_trial,
-            config=self.param_space, verbose=rc.verbose, progress_reporter=rc.progress_reporter,
-            poll_interval_s=self.poll_interval_s, num_samples=tc.num_samples, metric=tc.metric, mode=tc.mode,
-            stop=rc.stop, time_budget_s=tc.time_budget_s, search_alg=tc.search_alg, scheduler=tc.scheduler,
-            max_concurrent_trials=tc.max_concurrent_trials, checkpoint_freq=cc.checkpoint_frequency,
-            checkpoint_at_end=bool(cc.checkpoint_at_end), keep_checkpoints_num=cc.num_to_keep,
-            checkpoint_score_attr=score, max_failures=fc.max_failures, fail_fast=fc.fail_fast,
-            image=self.image, template=self.template)
+            self.trainable,
+            name=rc.name,
+            namespace=self.namespace,
+            context=self.context,
+            restore=self._restore,
+            storage=self.storage or rc.storage_path,
+            resources_per_trial=self.resources_per_trial,
+            config=self.param_space,
+            verbose=rc.verbose,
+            progress_reporter=rc.progress_reporter,
+            poll_interval_s=self.poll_interval_s,
+            num_samples=tc.num_samples,
+            metric=tc.metric,
+            mode=tc.mode,
+            stop=rc.stop,
+            time_budget_s=tc.time_budget_s,
+            search_alg=tc.search_alg,
+            scheduler=tc.scheduler,
+            max_concurrent_trials=tc.max_concurrent_trials,
+            checkpoint_freq=cc.checkpoint_frequency,
+            checkpoint_at_end=bool(cc.checkpoint_at_end),
+            keep_checkpoints_num=cc.num_to_keep,
+            checkpoint_score_attr=score,
+            max_failures=fc.max_failures,
+            fail_fast=fc.fail_fast,
+            image=self.image,
+            template=self.template,
+        )
         self._result_grid = ResultGrid(analysis)
         return self._result_grid
 
@@ -593,4 +763,3 @@ class Tuner:
         if self._result_grid is None:
             raise RuntimeError("call fit() first")
         return self._result_grid
-

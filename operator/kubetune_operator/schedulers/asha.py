@@ -64,9 +64,17 @@ class AsyncHyperBandScheduler(TrialScheduler):
             ``> max_t``, ``reduction_factor <= 1``, ``brackets < 1``.
     """
 
-    def __init__(self, metric: str | None = None, mode: str | None = None, time_attr: str = "training_iteration",
-                 max_t: float = 100, grace_period: float = 1, reduction_factor: float = 4, brackets: int = 1,
-                 stop_last_trials: bool = True):
+    def __init__(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        time_attr: str = "training_iteration",
+        max_t: float = 100,
+        grace_period: float = 1,
+        reduction_factor: float = 4,
+        brackets: int = 1,
+        stop_last_trials: bool = True,
+    ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
         for name, value in (("max_t", max_t), ("grace_period", grace_period), ("reduction_factor", reduction_factor)):
@@ -151,8 +159,10 @@ class AsyncHyperBandScheduler(TrialScheduler):
         if [len(b) for b in state["rungs"]] != layout:
             raise ValueError(f"scheduler state has rungs {[len(b) for b in state['rungs']]}, parameters give {layout}")
         self.rungs = [
-            [(milestone, {t: decode_number(v) for t, v in recorded.items()})
-             for (milestone, _), recorded in zip(bracket, saved)]
+            [
+                (milestone, {t: decode_number(v) for t, v in recorded.items()})
+                for (milestone, _), recorded in zip(bracket, saved)
+            ]
             for bracket, saved in zip(self.rungs, state["rungs"])
         ]
         self._trial_bracket = dict(state["trials"])

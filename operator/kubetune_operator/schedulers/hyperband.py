@@ -75,16 +75,25 @@ class _Bracket:
             return -math.inf if value is None or math.isnan(value) else value
 
         ranked = sorted(self.live, key=score)  # stable: ties keep arrival order
-        bad = ranked[:-self.n] if len(ranked) > self.n else []
+        bad = ranked[: -self.n] if len(ranked) > self.n else []
         for trial_id in bad:
             del self.live[trial_id]
         return bad
 
     def to_json(self) -> dict:
-        return {"n0": self.n0, "r0": self.r0, "n": self.n, "r": self.r, "cumul_r": self.cumul_r, "halves": self.halves,
-                "live": {t: [encode_number(x), encode_number(v)] for t, (x, v) in self.live.items()},
-                "added": self.added, "promoted": list(self.promoted), "stopped": list(self.stopped),
-                "closed": self.closed}
+        return {
+            "n0": self.n0,
+            "r0": self.r0,
+            "n": self.n,
+            "r": self.r,
+            "cumul_r": self.cumul_r,
+            "halves": self.halves,
+            "live": {t: [encode_number(x), encode_number(v)] for t, (x, v) in self.live.items()},
+            "added": self.added,
+            "promoted": list(self.promoted),
+            "stopped": list(self.stopped),
+            "closed": self.closed,
+        }
 
     def load(self, data: dict) -> None:
         self.n0, self.r0, self.n, self.r = data["n0"], data["r0"], data["n"], data["r"]
@@ -117,8 +126,15 @@ class HyperBandScheduler(TrialScheduler):
         ValueError: missing metric/mode, ``max_t < 1`` or ``reduction_factor <= 1``.
     """
 
-    def __init__(self, metric: str | None = None, mode: str | None = None, time_attr: str = "training_iteration",
-                 max_t: int = 81, reduction_factor: float = 3, stop_last_trials: bool = True):
+    def __init__(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        time_attr: str = "training_iteration",
+        max_t: int = 81,
+        reduction_factor: float = 3,
+        stop_last_trials: bool = True,
+    ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
         if not is_number(max_t) or not math.isfinite(max_t) or max_t < 1:
@@ -141,11 +157,11 @@ class HyperBandScheduler(TrialScheduler):
                 self._bands.append([])
             band = self._bands[-1]
             s = len(band)
-            r0 = int(self.max_t * self.eta ** -s)
+            r0 = int(self.max_t * self.eta**-s)
             if r0 == 0:  # bracket too small for this max_t: skipped, as in Ray
                 band.append(None)
                 continue
-            n0 = math.ceil(self._s_max_1 / (s + 1) * self.eta ** s)
+            n0 = math.ceil(self._s_max_1 / (s + 1) * self.eta**s)
             band.append(_Bracket(n0, r0, s, self.max_t, self.eta, self.stop_last_trials))
             return len(self._bands) - 1, len(band) - 1
 
@@ -241,9 +257,11 @@ class HyperBandScheduler(TrialScheduler):
 
     def get_state(self) -> dict:
         """Brackets (trials with their latest time and value), trial placement, current bracket; strict JSON."""
-        return {"bands": [[None if b is None else b.to_json() for b in band] for band in self._bands],
-                "trials": {t: list(w) for t, w in self._trial_info.items()},
-                "current": None if self._current is None else list(self._current)}
+        return {
+            "bands": [[None if b is None else b.to_json() for b in band] for band in self._bands],
+            "trials": {t: list(w) for t, w in self._trial_info.items()},
+            "current": None if self._current is None else list(self._current),
+        }
 
     def set_state(self, state: dict) -> None:
         self._bands = []

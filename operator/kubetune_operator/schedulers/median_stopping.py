@@ -51,8 +51,15 @@ class MedianStoppingRule(TrialScheduler):
     per trial)): each peer's running mean comes from prefix sums.
     """
 
-    def __init__(self, metric: str | None = None, mode: str | None = None, time_attr: str = "time_total_s",
-                 grace_period: float = 60.0, min_samples_required: int = 3, hard_stop: bool = True):
+    def __init__(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        time_attr: str = "time_total_s",
+        grace_period: float = 60.0,
+        min_samples_required: int = 3,
+        hard_stop: bool = True,
+    ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
         if not is_number(grace_period) or not math.isfinite(grace_period) or grace_period < 0:
@@ -136,8 +143,9 @@ class _History:
 
     def add(self, time: float, value: float) -> None:
         self.last_time = time
-        if not math.isnan(value) and (self.best is None or (value > self.best if self.mode == "max"
-                                                             else value < self.best)):
+        if not math.isnan(value) and (
+            self.best is None or (value > self.best if self.mode == "max" else value < self.best)
+        ):
             self.best = value
         if not self.times or time >= self.times[-1]:
             self.pairs.append((time, value))

@@ -32,8 +32,9 @@ from kubetune_operator.searchers.base import decode_number, encode_number
 __all__ = ["PopulationBasedTraining", "PopulationBasedTrainingReplay", "explore"]
 
 
-def explore(config: dict, mutations: dict, resample_probability: float, perturbation_factors: list[float],
-            rng: random.Random) -> tuple[dict, dict]:
+def explore(
+    config: dict, mutations: dict, resample_probability: float, perturbation_factors: list[float], rng: random.Random
+) -> tuple[dict, dict]:
     """Ray's explore step: return ``(new config, operations)`` from ``config`` and ``mutations``.
 
     Per key of ``mutations``: a nested dict recurses; a list resamples (probability
@@ -55,8 +56,9 @@ def explore(config: dict, mutations: dict, resample_probability: float, perturba
     new, operations = copy.deepcopy(config), {}
     for key, distribution in mutations.items():
         if isinstance(distribution, dict):
-            new[key], operations[key] = explore(config.get(key) or {}, distribution, resample_probability,
-                                                perturbation_factors, rng)
+            new[key], operations[key] = explore(
+                config.get(key) or {}, distribution, resample_probability, perturbation_factors, rng
+            )
         elif isinstance(distribution, list):
             if key not in config or rng.random() < resample_probability or config[key] not in distribution:
                 new[key], operations[key] = rng.choice(distribution), "resample"
@@ -91,8 +93,9 @@ def _parse_mutations(mutations: Any, path: str = "hyperparam_mutations") -> dict
         elif isinstance(value, dict) and value:
             parsed[key] = _parse_mutations(value, where)
         else:
-            raise ValueError(f"{where}: give a list of values, a domain such as {{\"uniform\": [0, 1]}} or a "
-                             "nested object")
+            raise ValueError(
+                f'{where}: give a list of values, a domain such as {{"uniform": [0, 1]}} or a nested object'
+            )
     return parsed
 
 
@@ -120,11 +123,21 @@ class PopulationBasedTraining(TrialScheduler):
         ValueError: a bad parameter (the message names it).
     """
 
-    def __init__(self, metric: str | None = None, mode: str | None = None, time_attr: str = "time_total_s",
-                 perturbation_interval: float = 60.0, burn_in_period: float = 0.0,
-                 hyperparam_mutations: dict | None = None, quantile_fraction: float = 0.25,
-                 resample_probability: float = 0.25, perturbation_factors: list | tuple = (1.2, 0.8),
-                 require_attrs: bool = True, synch: bool = False, seed: int = 0):
+    def __init__(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        time_attr: str = "time_total_s",
+        perturbation_interval: float = 60.0,
+        burn_in_period: float = 0.0,
+        hyperparam_mutations: dict | None = None,
+        quantile_fraction: float = 0.25,
+        resample_probability: float = 0.25,
+        perturbation_factors: list | tuple = (1.2, 0.8),
+        require_attrs: bool = True,
+        synch: bool = False,
+        seed: int = 0,
+    ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
         if not is_number(perturbation_interval) or not perturbation_interval > 0:
@@ -183,7 +196,7 @@ class PopulationBasedTraining(TrialScheduler):
         size = int(math.ceil(count * self.quantile_fraction))
         if size > count / 2:
             size = int(math.floor(count / 2))
-        return [t for _, _, t in self._ranked[:size]], [t for _, _, t in self._ranked[count - size:]]
+        return [t for _, _, t in self._ranked[:size]], [t for _, _, t in self._ranked[count - size :]]
 
     def on_trial_result(self, trial_id: str, result: dict) -> str:
         self.on_trial_add(trial_id)
@@ -212,11 +225,16 @@ class PopulationBasedTraining(TrialScheduler):
                 return decision  # Ray: no checkpoint of the donor yet, no exploit
             config = self._configs.get(trial_id, {})
             donor_config = self._configs.get(donor, {})
-            new_config, operations = explore(donor_config, self.mutations, self.resample_probability, self.factors,
-                                             rng)
-            self._exploits[trial_id] = {"donor": donor, "iteration": donor_state[3], "config": new_config,
-                                        "oldConfig": config, "donorConfig": donor_config, "operations": operations,
-                                        "trialIteration": result.get("training_iteration", 0)}
+            new_config, operations = explore(donor_config, self.mutations, self.resample_probability, self.factors, rng)
+            self._exploits[trial_id] = {
+                "donor": donor,
+                "iteration": donor_state[3],
+                "config": new_config,
+                "oldConfig": config,
+                "donorConfig": donor_config,
+                "operations": operations,
+                "trialIteration": result.get("training_iteration", 0),
+            }
             state[0], state[1], state[4] = donor_state[0], donor_state[1], state[4] + 1
             self._configs[trial_id] = new_config
             self.num_perturbations += 1
@@ -240,20 +258,30 @@ class PopulationBasedTraining(TrialScheduler):
 
     def get_state(self) -> dict:
         """``{"trials": {trial: [...]}, "configs", "finished", "num_perturbations"}`` (scores encoded)."""
-        return {"trials": {t: [s[0], s[1], None if s[2] is None else encode_number(s[2]), s[3], s[4]]
-                           for t, s in self._state.items()},
-                "configs": copy.deepcopy(self._configs), "finished": sorted(self._finished),
-                "num_perturbations": self.num_perturbations}
+        return {
+            "trials": {
+                t: [s[0], s[1], None if s[2] is None else encode_number(s[2]), s[3], s[4]]
+                for t, s in self._state.items()
+            },
+            "configs": copy.deepcopy(self._configs),
+            "finished": sorted(self._finished),
+            "num_perturbations": self.num_perturbations,
+        }
 
     def set_state(self, state: dict) -> None:
         """Resume from :meth:`get_state` output."""
-        self._state = {t: [s[0], s[1], None if s[2] is None else decode_number(s[2]), s[3], s[4]]
-                       for t, s in state["trials"].items()}
+        self._state = {
+            t: [s[0], s[1], None if s[2] is None else decode_number(s[2]), s[3], s[4]]
+            for t, s in state["trials"].items()
+        }
         self._order = {t: i for i, t in enumerate(self._state)}  # the state keeps the order trials were added
         self._configs = copy.deepcopy(state["configs"])
         self._finished = set(state["finished"])
-        self._ranked = sorted((self._key(s[2]), self._order[t], t) for t, s in self._state.items()
-                              if s[2] is not None and t not in self._finished)
+        self._ranked = sorted(
+            (self._key(s[2]), self._order[t], t)
+            for t, s in self._state.items()
+            if s[2] is not None and t not in self._finished
+        )
         self.num_perturbations = state["num_perturbations"]
 
 
@@ -274,11 +302,21 @@ class PopulationBasedTrainingReplay(TrialScheduler):
         ValueError: a malformed policy.
     """
 
-    def __init__(self, metric: str | None = None, mode: str | None = None, policy: list | None = None,
-                 time_attr: str = "training_iteration"):
+    def __init__(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        policy: list | None = None,
+        time_attr: str = "training_iteration",
+    ):
         super().__init__(metric, mode)
-        if not isinstance(policy, list) or not policy or not all(
-                isinstance(p, list) and len(p) == 2 and is_number(p[0]) and isinstance(p[1], dict) for p in policy):
+        if (
+            not isinstance(policy, list)
+            or not policy
+            or not all(
+                isinstance(p, list) and len(p) == 2 and is_number(p[0]) and isinstance(p[1], dict) for p in policy
+            )
+        ):
             raise ValueError("policy must be a non-empty list of [step, config] pairs")
         if any(b[0] < a[0] for a, b in zip(policy, policy[1:])):
             raise ValueError("policy steps must not decrease")
@@ -306,8 +344,15 @@ class PopulationBasedTrainingReplay(TrialScheduler):
         self._next[trial_id] = index + 1
         old, new = self._configs.get(trial_id, {}), copy.deepcopy(self.policy[index][1])
         iteration = result.get("training_iteration", 0)
-        self._exploits[trial_id] = {"donor": trial_id, "iteration": iteration, "config": new, "oldConfig": old,
-                                    "donorConfig": old, "operations": {}, "trialIteration": iteration}
+        self._exploits[trial_id] = {
+            "donor": trial_id,
+            "iteration": iteration,
+            "config": new,
+            "oldConfig": old,
+            "donorConfig": old,
+            "operations": {},
+            "trialIteration": iteration,
+        }
         self._configs[trial_id] = new
         return PAUSE
 

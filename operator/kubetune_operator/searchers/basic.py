@@ -40,9 +40,16 @@ class BasicVariantSearcher(Searcher):
 
     stateless = True  # the operator asks for variant(i), a function of (space, num_samples, seed, i)
 
-    def __init__(self, space: Any, metric: str | None = None, mode: str | None = None, num_samples: int = 1,
-                 seed: int | None = None, points_to_evaluate: list[dict] | None = None,
-                 constant_grid_search: bool = False):
+    def __init__(
+        self,
+        space: Any,
+        metric: str | None = None,
+        mode: str | None = None,
+        num_samples: int = 1,
+        seed: int | None = None,
+        points_to_evaluate: list[dict] | None = None,
+        constant_grid_search: bool = False,
+    ):
         super().__init__(metric, mode)
         self._space = space
         self.generator = VariantSpace(space, num_samples, seed, points_to_evaluate, constant_grid_search)
@@ -77,8 +84,9 @@ class BasicVariantSearcher(Searcher):
         """
         if state["seed"] != self.generator.seed:
             old = self.generator
-            self.generator = VariantSpace(self._space, old.num_samples, state["seed"], old.points_to_evaluate,
-                                          old.constant_grid_search)
+            self.generator = VariantSpace(
+                self._space, old.num_samples, state["seed"], old.points_to_evaluate, old.constant_grid_search
+            )
         if not 0 <= state["next_index"] <= self.total:
             raise ValueError(f"next_index {state['next_index']!r} outside [0, {self.total}]")
         self.next_index = state["next_index"]

@@ -103,9 +103,17 @@ class OptunaSearch(Searcher):
             path), an unknown sampler or sampler argument, or a bad point.
     """
 
-    def __init__(self, space: Any, metric: str | None = None, mode: str | None = None, num_samples: int = 1,
-                 seed: int | None = None, sampler: str = "tpe", sampler_args: dict | None = None,
-                 points_to_evaluate: list[dict] | None = None):
+    def __init__(
+        self,
+        space: Any,
+        metric: str | None = None,
+        mode: str | None = None,
+        num_samples: int = 1,
+        seed: int | None = None,
+        sampler: str = "tpe",
+        sampler_args: dict | None = None,
+        points_to_evaluate: list[dict] | None = None,
+    ):
         super().__init__(metric, mode)
         if metric is None or mode is None:
             raise ValueError("optuna search needs metric and mode")
@@ -205,10 +213,19 @@ class OptunaSearch(Searcher):
         self._study = self._new_study(len(state["trials"]))
         records = sorted(state["trials"].items(), key=lambda item: item[1]["number"])
         values = [decode_number(rec["value"]) for _, rec in records]
-        self._study.add_trials([
-            create_trial(state=_STATES[rec["state"]], params=rec["params"], distributions=self._distributions,
-                         value=value if rec["state"] == "complete" else None)
-            for (_, rec), value in zip(records, values)])
+        self._study.add_trials(
+            [
+                create_trial(
+                    state=_STATES[rec["state"]],
+                    params=rec["params"],
+                    distributions=self._distributions,
+                    value=value if rec["state"] == "complete" else None,
+                )
+                for (_, rec), value in zip(records, values)
+            ]
+        )
         # A fresh study numbers the replayed trials 0, 1, ... in order.
-        self._trials = {trial_id: {**rec, "number": number, "value": value}
-                        for number, ((trial_id, rec), value) in enumerate(zip(records, values))}
+        self._trials = {
+            trial_id: {**rec, "number": number, "value": value}
+            for number, ((trial_id, rec), value) in enumerate(zip(records, values))
+        }

@@ -85,8 +85,11 @@ def load_trainable_class(env: TrialEnv, storage: Storage) -> type:
     """
     from kubetune.function_trainable import as_trainable_class
 
-    given = [key for key, value in (("entrypoint", env.entrypoint), ("source", env.source),
-                                    ("pickleURI", env.pickle_uri)) if value]
+    given = [
+        key
+        for key, value in (("entrypoint", env.entrypoint), ("source", env.source), ("pickleURI", env.pickle_uri))
+        if value
+    ]
     if len(given) != 1:
         raise ValueError(f"exactly one of entrypoint, source, pickleURI must be set; got {given or 'none'}")
     if env.entrypoint:

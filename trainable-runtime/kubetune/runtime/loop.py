@@ -83,8 +83,16 @@ class TrialRunner:
         progress_every_s: how often a progress line is logged, in seconds (the first result always is).
     """
 
-    def __init__(self, env: TrialEnv, storage: Storage, *, workdir: Path, reporter: Reporter | None,
-                 sync_period_s: float = 10.0, progress_every_s: float = 5.0):
+    def __init__(
+        self,
+        env: TrialEnv,
+        storage: Storage,
+        *,
+        workdir: Path,
+        reporter: Reporter | None,
+        sync_period_s: float = 10.0,
+        progress_every_s: float = 5.0,
+    ):
         self.env = env
         self.storage = storage
         self.workdir = Path(workdir)
@@ -119,13 +127,15 @@ class TrialRunner:
             self.reporter.start()  # first, so that even a failing setup ends with a done batch
         cls = load_trainable_class(env, self.storage)
         config = resolve_config(env.config, self.storage)  # sample_from values, computed here
-        self.trainable = cls(config=config, trial_id=env.trial, trial_name=env.trial,
-                             logdir=str(self.workdir / "logdir"))
+        self.trainable = cls(
+            config=config, trial_id=env.trial, trial_name=env.trial, logdir=str(self.workdir / "logdir")
+        )
         restored = self._restore()
         kept, dropped = self.results.resume(restored)
         if kept or dropped:
-            log.info("result.json: kept %d results up to iteration %d, dropped %d written after it",
-                     kept, restored, dropped)
+            log.info(
+                "result.json: kept %d results up to iteration %d, dropped %d written after it", kept, restored, dropped
+            )
         if env.pbt_policy:
             self._write_pbt_policy(env.pbt_policy)
         params = json.dumps(config, indent=2, sort_keys=True, default=json_default).encode()
@@ -169,11 +179,15 @@ class TrialRunner:
         committed, _ = list_checkpoints(self.storage, self.env.trial_dir_uri)
         own = [ref.uri for ref in reversed(committed)]
         if self.env.restore_from:
-            own = [uri for uri in own
-                   if ((read_commit(self.storage, uri) or {}).get("metadata") or {}).get("restored_from")
-                   == self.env.restore_from]
-        candidates = own or ([self._donor_checkpoint(checkpoint_dir_of(self.env.restore_from))]
-                             if self.env.restore_from else [])
+            own = [
+                uri
+                for uri in own
+                if ((read_commit(self.storage, uri) or {}).get("metadata") or {}).get("restored_from")
+                == self.env.restore_from
+            ]
+        candidates = own or (
+            [self._donor_checkpoint(checkpoint_dir_of(self.env.restore_from))] if self.env.restore_from else []
+        )
         if not candidates:
             log.info("no committed checkpoint; starting at iteration 0")
             return 0
@@ -183,8 +197,9 @@ class TrialRunner:
                 return self._restore_from(uri)
             except Exception as exc:  # noqa: BLE001 - the next newest checkpoint is tried
                 first_error = first_error or exc
-                log.warning("cannot restore %s (%s: %s); trying the next newest checkpoint", uri,
-                            type(exc).__name__, exc)
+                log.warning(
+                    "cannot restore %s (%s: %s); trying the next newest checkpoint", uri, type(exc).__name__, exc
+                )
         raise first_error
 
     def _donor_checkpoint(self, uri: str) -> str:
@@ -308,8 +323,12 @@ class TrialRunner:
         self._last_progress = now
         metric = self.env.metric
         shown = f", {metric}={result.get(metric)}" if metric and metric in result else ""
-        log.info("iteration %s, time_total_s %.1f%s", result.get("training_iteration"),
-                 result.get("time_total_s") or 0.0, shown)
+        log.info(
+            "iteration %s, time_total_s %.1f%s",
+            result.get("training_iteration"),
+            result.get("time_total_s") or 0.0,
+            shown,
+        )
 
     # -- checkpoints -----------------------------------------------------------------------------
 
@@ -344,12 +363,19 @@ class TrialRunner:
                 self.results.sync()  # every result up to this checkpoint is in storage before it exists
                 uri = join_uri(self.env.trial_dir_uri, Path(local_dir).name)
                 last_result = {k: v for k, v in (state.get("last_result") or {}).items() if k != "config"}
-                uri = commit_checkpoint(self.storage, local_dir, uri, {
-                    "iteration": iteration, "path": path[len(local_dir) + 1:].replace(os.sep, "/"),
-                    "last_result": json.loads(json.dumps(last_result, default=json_default)),
-                    "experiment_id": state.get("experiment_id"), "attempt": self.env.attempt,
-                    "restored_from": self.env.restore_from,  # the lineage: see _restore
-                })
+                uri = commit_checkpoint(
+                    self.storage,
+                    local_dir,
+                    uri,
+                    {
+                        "iteration": iteration,
+                        "path": path[len(local_dir) + 1 :].replace(os.sep, "/"),
+                        "last_result": json.loads(json.dumps(last_result, default=json_default)),
+                        "experiment_id": state.get("experiment_id"),
+                        "attempt": self.env.attempt,
+                        "restored_from": self.env.restore_from,  # the lineage: see _restore
+                    },
+                )
             finally:
                 shutil.rmtree(save_root, ignore_errors=True)
             self.committed_iteration, self.checkpoint_uri = iteration, uri

@@ -47,9 +47,14 @@ WORKDIR_VAR = "KUBETUNE_WORKDIR"
 TERMINATION_MESSAGE_BYTES = 4096
 _ERROR_TXT_BYTES = 64 << 10
 #: How each way of ending reads in the termination message.
-OUTCOMES = {DONE: trial_env.OUTCOME_COMPLETED, STOP_CRITERIA: trial_env.OUTCOME_COMPLETED,
-            STOP: trial_env.OUTCOME_STOPPED, PAUSE: trial_env.OUTCOME_PAUSED, TERMINATED: trial_env.OUTCOME_TERMINATED,
-            FENCED: trial_env.OUTCOME_FENCED}
+OUTCOMES = {
+    DONE: trial_env.OUTCOME_COMPLETED,
+    STOP_CRITERIA: trial_env.OUTCOME_COMPLETED,
+    STOP: trial_env.OUTCOME_STOPPED,
+    PAUSE: trial_env.OUTCOME_PAUSED,
+    TERMINATED: trial_env.OUTCOME_TERMINATED,
+    FENCED: trial_env.OUTCOME_FENCED,
+}
 
 
 #: Bytes of the last result kept in the termination message (the rest of the message fits in 1 KiB).
@@ -129,8 +134,10 @@ class Supervisor:
 
     def _take_over(self) -> int:
         """SIGTERM during a long ``train()``: checkpoint and end from the main thread."""
-        log.warning("train() still running %.0f s after the signal; checkpointing without waiting for it",
-                    self.grace_period_s / 2)
+        log.warning(
+            "train() still running %.0f s after the signal; checkpointing without waiting for it",
+            self.grace_period_s / 2,
+        )
         try:
             self.runner.finish(TERMINATED, stop_trainable=False, reporter_timeout_s=self._deadline_left())
             self._succeed(TERMINATED)
@@ -143,11 +150,18 @@ class Supervisor:
         """Tell the operator how the attempt ended: the outcome JSON in the termination message, with the
         last result (compacted), so nothing completed is lost when the operator was down at the end."""
         runner = self.runner
-        write_termination_message(json.dumps({
-            "outcome": OUTCOMES[reason], "iteration": runner.trainable.iteration if runner.trainable else 0,
-            "checkpoint": runner.checkpoint_uri,
-            "result": trial_env.compact_result(runner.last_result, runner.env.metric, RESULT_BYTES)
-            if runner.last_result else None}))
+        write_termination_message(
+            json.dumps(
+                {
+                    "outcome": OUTCOMES[reason],
+                    "iteration": runner.trainable.iteration if runner.trainable else 0,
+                    "checkpoint": runner.checkpoint_uri,
+                    "result": trial_env.compact_result(runner.last_result, runner.env.metric, RESULT_BYTES)
+                    if runner.last_result
+                    else None,
+                }
+            )
+        )
 
     def _fail(self, text: str) -> None:
         log.error("trial failed:\n%s", text)
@@ -155,8 +169,9 @@ class Supervisor:
         runner = self.runner
         try:
             header = f"Failure in attempt {runner.env.attempt} of trial {runner.env.trial} at {time.ctime()}:\n"
-            runner.storage.put_bytes(join_uri(runner.env.trial_dir_uri, "error.txt"),
-                                     (header + tail_bytes(text, _ERROR_TXT_BYTES)).encode())
+            runner.storage.put_bytes(
+                join_uri(runner.env.trial_dir_uri, "error.txt"), (header + tail_bytes(text, _ERROR_TXT_BYTES)).encode()
+            )
             runner.results.sync()
         except Exception as exc:  # noqa: BLE001 - the pod is failing already; keep the first error
             log.warning("could not upload error.txt or the result log: %s", type(exc).__name__)
@@ -188,15 +203,27 @@ def main() -> int:
         storage = open_storage(env.trial_dir_uri, env.storage_endpoint, env.storage_region)
         reporter = None
         if env.collector_url:
-            reporter = Reporter(env.collector_url, env.token, namespace=env.namespace,
-                                experiment=env.experiment, trial=env.trial, attempt=env.attempt)
+            reporter = Reporter(
+                env.collector_url,
+                env.token,
+                namespace=env.namespace,
+                experiment=env.experiment,
+                trial=env.trial,
+                attempt=env.attempt,
+            )
     except (KeyError, ValueError) as exc:
         message = f"invalid trial environment: {type(exc).__name__}: {exc}"
         log.error(message)
         write_termination_message(message)
         return 2
-    log.info("trial %s/%s/%s attempt %d, storage %s", env.namespace, env.experiment, env.trial, env.attempt,
-             env.trial_dir_uri)
+    log.info(
+        "trial %s/%s/%s attempt %d, storage %s",
+        env.namespace,
+        env.experiment,
+        env.trial,
+        env.attempt,
+        env.trial_dir_uri,
+    )
     base = os.environ.get(WORKDIR_VAR) or None
     if base:
         Path(base).mkdir(parents=True, exist_ok=True)

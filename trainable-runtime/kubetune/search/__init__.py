@@ -40,16 +40,61 @@ from kubetune.search.variants import RecursiveDependencyError, VariantSpace, for
 from kubetune.specs import unsupported_names
 
 __all__ = [
-    "DOMAIN_NAMES", "Categorical", "Domain", "Float", "Function", "Integer", "Normal", "choice", "grid_search",
-    "is_grid", "lograndint", "loguniform", "parse_space", "space_warnings", "qlograndint", "qloguniform",
-    "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from", "space_spec", "uniform", "VariantSpace",
-    "format_tag", "generate_variants", "RecursiveDependencyError", "BasicVariantGenerator", "ConcurrencyLimiter",
-    "OptunaSearch", "Searcher",
+    "DOMAIN_NAMES",
+    "Categorical",
+    "Domain",
+    "Float",
+    "Function",
+    "Integer",
+    "Normal",
+    "choice",
+    "grid_search",
+    "is_grid",
+    "lograndint",
+    "loguniform",
+    "parse_space",
+    "space_warnings",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "sample_from",
+    "space_spec",
+    "uniform",
+    "VariantSpace",
+    "format_tag",
+    "generate_variants",
+    "RecursiveDependencyError",
+    "BasicVariantGenerator",
+    "ConcurrencyLimiter",
+    "OptunaSearch",
+    "Searcher",
 ]
 
 _OTHER = "the operator runs only the basic and optuna searchers"
-__getattr__ = unsupported_names(__name__, {
-    name: (_OTHER, "OptunaSearch (its TPE sampler is Bayesian optimization)") for name in (
-        "HyperOptSearch", "BayesOptSearch", "AxSearch", "TuneBOHB", "HEBOSearch", "NevergradSearch",
-        "ZOOptSearch", "SkOptSearch", "DragonflySearch", "SigOptSearch", "FLAMLSearch", "BlendSearch", "CFO",
-        "Repeater", "SearchGenerator")})
+__getattr__ = unsupported_names(
+    __name__,
+    {
+        name: (_OTHER, "OptunaSearch (its TPE sampler is Bayesian optimization)")
+        for name in (
+            "HyperOptSearch",
+            "BayesOptSearch",
+            "AxSearch",
+            "TuneBOHB",
+            "HEBOSearch",
+            "NevergradSearch",
+            "ZOOptSearch",
+            "SkOptSearch",
+            "DragonflySearch",
+            "SigOptSearch",
+            "FLAMLSearch",
+            "BlendSearch",
+            "CFO",
+            "Repeater",
+            "SearchGenerator",
+        )
+    },
+)

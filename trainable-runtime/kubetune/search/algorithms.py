@@ -59,17 +59,25 @@ class BasicVariantGenerator(Searcher):
 
     name = "basic"
 
-    def __init__(self, points_to_evaluate: list[dict] | None = None, max_concurrent: int = 0,
-                 constant_grid_search: bool = False, random_state: int | None = None):
+    def __init__(
+        self,
+        points_to_evaluate: list[dict] | None = None,
+        max_concurrent: int = 0,
+        constant_grid_search: bool = False,
+        random_state: int | None = None,
+    ):
         points = []
         for i, point in enumerate(points_to_evaluate or []):
             if not isinstance(point, dict) or find_domains(point):
-                raise ValueError(f"BasicVariantGenerator: points_to_evaluate[{i}] must be a dict of values "
-                                 f"(no domains), got {point!r}")
+                raise ValueError(
+                    f"BasicVariantGenerator: points_to_evaluate[{i}] must be a dict of values "
+                    f"(no domains), got {point!r}"
+                )
             points.append(space_spec(point, f"points_to_evaluate[{i}]"))
         if not isinstance(constant_grid_search, bool):
-            raise ValueError("BasicVariantGenerator: constant_grid_search must be a bool, "
-                             f"got {constant_grid_search!r}")
+            raise ValueError(
+                f"BasicVariantGenerator: constant_grid_search must be a bool, got {constant_grid_search!r}"
+            )
         if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, int)):
             raise ValueError(f"BasicVariantGenerator: random_state must be an int seed, got {type(random_state)}")
         super().__init__(points_to_evaluate=points or None, constant_grid_search=constant_grid_search or None)
@@ -97,18 +105,29 @@ class OptunaSearch(Searcher):
 
     name = "optuna"
 
-    def __init__(self, space: Any = None, metric: str | None = None, mode: str | None = None,
-                 points_to_evaluate: list[dict] | None = None, sampler: str | None = None, seed: int | None = None,
-                 evaluated_rewards: list | None = None, sampler_args: dict | None = None):
+    def __init__(
+        self,
+        space: Any = None,
+        metric: str | None = None,
+        mode: str | None = None,
+        points_to_evaluate: list[dict] | None = None,
+        sampler: str | None = None,
+        seed: int | None = None,
+        evaluated_rewards: list | None = None,
+        sampler_args: dict | None = None,
+    ):
         if space is not None:
             raise ValueError("OptunaSearch: pass the space as the run's config (param_space), not as space=")
         if evaluated_rewards is not None:
             raise ValueError("OptunaSearch: evaluated_rewards is not supported; the points are run as trials")
         if sampler is not None and not isinstance(sampler, str):
-            raise ValueError(f"OptunaSearch: sampler objects ({type(sampler).__name__}) cannot be sent to the "
-                             "operator; pass sampler='tpe' or 'random' and sampler_args={...}")
-        super().__init__(metric, mode, sampler=sampler, sampler_args=sampler_args,
-                         points_to_evaluate=points_to_evaluate)
+            raise ValueError(
+                f"OptunaSearch: sampler objects ({type(sampler).__name__}) cannot be sent to the "
+                "operator; pass sampler='tpe' or 'random' and sampler_args={...}"
+            )
+        super().__init__(
+            metric, mode, sampler=sampler, sampler_args=sampler_args, points_to_evaluate=points_to_evaluate
+        )
         self.seed = seed
 
 

@@ -27,10 +27,30 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Sequence
 
 __all__ = [
-    "Domain", "Float", "Integer", "Normal", "Categorical", "Function",
-    "grid_search", "choice", "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint",
-    "lograndint", "qlograndint", "randn", "qrandn", "sample_from", "parse_space", "space_spec", "space_warnings",
-    "is_grid", "DOMAIN_NAMES",
+    "Domain",
+    "Float",
+    "Integer",
+    "Normal",
+    "Categorical",
+    "Function",
+    "grid_search",
+    "choice",
+    "uniform",
+    "quniform",
+    "loguniform",
+    "qloguniform",
+    "randint",
+    "qrandint",
+    "lograndint",
+    "qlograndint",
+    "randn",
+    "qrandn",
+    "sample_from",
+    "parse_space",
+    "space_spec",
+    "space_warnings",
+    "is_grid",
+    "DOMAIN_NAMES",
 ]
 
 GRID_SEARCH = "grid_search"
@@ -150,8 +170,10 @@ class _Ranged(Domain):
 
     def _no_sampler_yet(self, builder: str) -> None:
         if self.sampler_chosen:
-            raise ValueError(f"{type(self).__name__} {self!r} has its sampler already; .{builder}() would choose "
-                             "another one (Ray allows one sampler per domain, then .quantized(q))")
+            raise ValueError(
+                f"{type(self).__name__} {self!r} has its sampler already; .{builder}() would choose "
+                "another one (Ray allows one sampler per domain, then .quantized(q))"
+            )
 
     def _with(self, **changes: Any) -> Any:
         new = copy.copy(self)
@@ -198,8 +220,9 @@ class Float(_Ranged):
 
     _names = ("uniform", "loguniform")
 
-    def __init__(self, lower: float | None, upper: float | None, q: float | None = None, log: bool = False,
-                 base: float = 10):
+    def __init__(
+        self, lower: float | None, upper: float | None, q: float | None = None, log: bool = False, base: float = 10
+    ):
         super().__init__(-math.inf if lower is None else lower, math.inf if upper is None else upper, q, log, base)
 
     def normal(self, mean: float = 0.0, sd: float = 1.0) -> Normal:
@@ -214,8 +237,10 @@ class Float(_Ranged):
         """
         self._no_sampler_yet("normal")
         if math.isfinite(self.lower) or math.isfinite(self.upper):
-            raise ValueError(f"normal sampling takes no bounds, got lower={self.lower!r}, upper={self.upper!r}: "
-                             "build it from Float(None, None)")
+            raise ValueError(
+                f"normal sampling takes no bounds, got lower={self.lower!r}, upper={self.upper!r}: "
+                "build it from Float(None, None)"
+            )
         mean, sd = _number("mean", mean), _number("sd", sd)
         if sd <= 0:
             raise ValueError(f"sd must be > 0, got {sd!r}")
@@ -457,8 +482,7 @@ def grid_search(values: Iterable) -> dict:
             mapping (Ray would search its keys).
     """
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise ValueError(f"grid_search needs a non-empty iterable of values (not a string or mapping), "
-                         f"got {values!r}")
+        raise ValueError(f"grid_search needs a non-empty iterable of values (not a string or mapping), got {values!r}")
     realised = list(values)
     if not realised:
         raise ValueError(f"grid_search needs a non-empty iterable of values, got {values!r}")
@@ -576,8 +600,20 @@ def sample_from(func: Callable) -> Function:
 
 
 _FACTORIES: dict[str, Callable[..., Domain]] = {
-    f.__name__: f for f in (choice, uniform, quniform, loguniform, qloguniform, randint, qrandint, lograndint,
-                            qlograndint, randn, qrandn)
+    f.__name__: f
+    for f in (
+        choice,
+        uniform,
+        quniform,
+        loguniform,
+        qloguniform,
+        randint,
+        qrandint,
+        lograndint,
+        qlograndint,
+        randn,
+        qrandn,
+    )
 }
 #: Keys that make a one-key dict in ``spec.config`` a domain (``grid_search`` included).
 DOMAIN_NAMES = frozenset(_FACTORIES) | {GRID_SEARCH}
@@ -618,7 +654,7 @@ def space_warnings(spec: Any, path: str = "config") -> list[str]:
     found: list[str] = []
     if isinstance(spec, dict):
         if len(spec) == 1:
-            (name, _), = spec.items()
+            ((name, _),) = spec.items()
             close = difflib.get_close_matches(str(name), sorted(DOMAIN_NAMES), n=1, cutoff=0.8)
             if name not in DOMAIN_NAMES and close:
                 found.append(f"{path}: {{{name!r}: ...}} is taken as a constant; did you mean the {close[0]} domain?")
@@ -657,8 +693,7 @@ def parse_space(spec: Any, path: str = "config") -> Any:
     if isinstance(spec, dict):
         domains = sorted(k for k in spec if k in DOMAIN_NAMES)
         if len(domains) > 1:
-            raise ValueError(f"{path}: one object holds several domains ({', '.join(domains)}); "
-                             "give each its own key")
+            raise ValueError(f"{path}: one object holds several domains ({', '.join(domains)}); give each its own key")
         if len(spec) == 1:
             name, args = next(iter(spec.items()))
             if name in DOMAIN_NAMES:
@@ -667,8 +702,11 @@ def parse_space(spec: Any, path: str = "config") -> Any:
                 except ValueError as exc:
                     raise ValueError(f"{path}: {name}: {exc}") from None
                 if name == GRID_SEARCH:  # a grid value is a space of its own: constants, domains, grids
-                    return {GRID_SEARCH: [parse_space(v, f"{path}.{GRID_SEARCH}[{i}]")
-                                          for i, v in enumerate(domain[GRID_SEARCH])]}
+                    return {
+                        GRID_SEARCH: [
+                            parse_space(v, f"{path}.{GRID_SEARCH}[{i}]") for i, v in enumerate(domain[GRID_SEARCH])
+                        ]
+                    }
                 return domain
         return {k: parse_space(v, f"{path}.{k}") for k, v in spec.items()}
     if isinstance(spec, (list, tuple)):
@@ -695,8 +733,10 @@ def space_spec(space: Any, path: str = "config", on_function: Callable[[Function
     """
     if isinstance(space, Function):
         if on_function is None:
-            raise ValueError(f"{path}: sample_from is user code, which the operator does not run: give the space "
-                             "to kubetune.run or Tuner, which ship it to the trial pods, or use a built-in domain")
+            raise ValueError(
+                f"{path}: sample_from is user code, which the operator does not run: give the space "
+                "to kubetune.run or Tuner, which ship it to the trial pods, or use a built-in domain"
+            )
         return on_function(space)
     if isinstance(space, Domain):
         return space.to_spec()
@@ -715,5 +755,7 @@ def space_spec(space: Any, path: str = "config", on_function: Callable[[Function
     item = getattr(space, "item", None)  # a NumPy scalar
     if callable(item) and getattr(space, "shape", None) == ():
         return item()
-    raise ValueError(f"{path}: a {type(space).__name__} cannot be written to spec.config (JSON); pass large or "
-                     "custom objects with tune.with_parameters")
+    raise ValueError(
+        f"{path}: a {type(space).__name__} cannot be written to spec.config (JSON); pass large or "
+        "custom objects with tune.with_parameters"
+    )

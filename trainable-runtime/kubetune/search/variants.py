@@ -33,8 +33,15 @@ from typing import Any
 
 from kubetune.search.sample import GRID_SEARCH, Domain, Function, is_grid, parse_space
 
-__all__ = ["VariantSpace", "RecursiveDependencyError", "generate_variants", "format_tag", "find_domains",
-           "resolve_sample_from", "substitute"]
+__all__ = [
+    "VariantSpace",
+    "RecursiveDependencyError",
+    "generate_variants",
+    "format_tag",
+    "find_domains",
+    "resolve_sample_from",
+    "substitute",
+]
 
 Path = tuple  # of str (dict keys) and int (list indices)
 
@@ -91,8 +98,9 @@ def substitute(space: Any, values: dict[Path, Any]) -> Any:
     if isinstance(space, dict):
         return {k: substitute(v, {p[1:]: x for p, x in values.items() if p[0] == k}) for k, v in space.items()}
     if isinstance(space, (list, tuple)):
-        return type(space)(substitute(v, {p[1:]: x for p, x in values.items() if p[0] == i})
-                           for i, v in enumerate(space))
+        return type(space)(
+            substitute(v, {p[1:]: x for p, x in values.items() if p[0] == i}) for i, v in enumerate(space)
+        )
     return copy.deepcopy(space)
 
 
@@ -161,8 +169,9 @@ class _Level:
     def __init__(self, space: Any):
         nodes = sorted(find_domains(space), key=lambda item: _path_key(item[0]))
         self.grids = [(path, _Grid(node[GRID_SEARCH])) for path, node in nodes if is_grid(node)]
-        self.domains = [(path, node) for path, node in nodes if isinstance(node, Domain)
-                        and not isinstance(node, Function)]
+        self.domains = [
+            (path, node) for path, node in nodes if isinstance(node, Domain) and not isinstance(node, Function)
+        ]
         self.functions = [(path, node) for path, node in nodes if isinstance(node, Function)]
         self.total = math.prod(grid.total for _, grid in self.grids)
 
@@ -180,8 +189,9 @@ def _apply_point(node: Any, value: Any, path: Path, where: str) -> Any:
         return out
     if isinstance(value, (list, tuple)) and isinstance(node, (list, tuple)):
         if len(value) > len(node):
-            raise ValueError(f"{where}: {'.'.join(map(str, path))} has {len(value)} items, the search space "
-                             f"{len(node)}")
+            raise ValueError(
+                f"{where}: {'.'.join(map(str, path))} has {len(value)} items, the search space {len(node)}"
+            )
         out = list(node)
         for i, item in enumerate(value):
             out[i] = _apply_point(node[i], item, path + (i,), where)
@@ -229,8 +239,14 @@ class VariantSpace:
             list longer than the space's.
     """
 
-    def __init__(self, space_spec: Any, num_samples: int = 1, seed: int | None = None,
-                 points_to_evaluate: list[dict] | None = None, constant_grid_search: bool = False):
+    def __init__(
+        self,
+        space_spec: Any,
+        num_samples: int = 1,
+        seed: int | None = None,
+        points_to_evaluate: list[dict] | None = None,
+        constant_grid_search: bool = False,
+    ):
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
         if seed is None:
@@ -318,8 +334,10 @@ class VariantSpace:
             if chosen:
                 config = substitute(config, chosen)
                 grid_paths += chosen
-            grids = sorted(((path + sub, grid) for path, child in inner for sub, grid in child.grids),
-                           key=lambda item: _path_key(item[0]))
+            grids = sorted(
+                ((path + sub, grid) for path, child in inner for sub, grid in child.grids),
+                key=lambda item: _path_key(item[0]),
+            )
             domains = [(path + sub, domain) for path, child in inner for sub, domain in child.domains]
             functions += [(path + sub, function) for path, child in inner for sub, function in child.functions]
         functions.sort(key=lambda item: _path_key(item[0]))
@@ -347,8 +365,10 @@ def resolve_sample_from(config: Any) -> Any:
         ValueError: a function failed.
         RecursiveDependencyError: functions depend on each other in a cycle.
     """
-    functions = sorted(((path, node) for path, node in find_domains(config) if isinstance(node, Function)),
-                       key=lambda item: _path_key(item[0]))
+    functions = sorted(
+        ((path, node) for path, node in find_domains(config) if isinstance(node, Function)),
+        key=lambda item: _path_key(item[0]),
+    )
     resolved = substitute(config, {path: _Unresolved(path) for path, _ in functions})
     _resolve_functions(resolved, functions)
     return resolved
@@ -375,7 +395,8 @@ def _resolve_functions(config: dict, functions: list[tuple[Path, Function]]) -> 
             names = [".".join(map(str, p)) for p, _ in waiting]
             raise RecursiveDependencyError(
                 f"sample_from values depend on each other in a cycle: {', '.join(names)} "
-                f"(`{names[0]}` recursively depends on `{'.'.join(map(str, reads[0]))}`)")
+                f"(`{names[0]}` recursively depends on `{'.'.join(map(str, reads[0]))}`)"
+            )
         pending = waiting
     return done
 
@@ -387,16 +408,20 @@ def _assign(config: Any, path: Path, value: Any) -> None:
         if isinstance(child, tuple):  # tuples are immutable: rebuild the one on the path
             child = list(child)
             parent[key] = child
-            _assign(child, path[i + 1:], value)
+            _assign(child, path[i + 1 :], value)
             parent[key] = tuple(child)
             return
         parent = child
     parent[path[-1]] = value
 
 
-def generate_variants(space: Any, num_samples: int = 1, seed: int | None = None,
-                      points_to_evaluate: list[dict] | None = None,
-                      constant_grid_search: bool = False) -> list[tuple[dict, str]]:
+def generate_variants(
+    space: Any,
+    num_samples: int = 1,
+    seed: int | None = None,
+    points_to_evaluate: list[dict] | None = None,
+    constant_grid_search: bool = False,
+) -> list[tuple[dict, str]]:
     """All variants of ``space`` as ``[(config, tag), ...]`` in index order (arguments as :class:`VariantSpace`).
 
     Raises:
