@@ -87,7 +87,7 @@ class Cluster:
         self.state: dict = {
             "pids": {},
             "ports": {},
-            "startTicks": {},
+            "startTimes": {},
             "config": asdict(self.config),
             "workdir": str(self.workdir),
         }
@@ -218,7 +218,7 @@ class Cluster:
 
     def _is_ours(self, pid: int) -> bool:
         """Whether ``pid`` is still the process we started (not a recycled PID)."""
-        return procs.pid_alive(pid) and procs.start_ticks(pid) == self.state["startTicks"].get(str(pid))
+        return procs.pid_alive(pid) and procs.start_time(pid) == self.state["startTimes"].get(str(pid))
 
     def _save_state(self) -> None:
         if self.workdir.exists():
@@ -229,7 +229,7 @@ class Cluster:
         proc = procs.spawn(argv, log, env=env, die_with_parent=not self.config.detach)
         self._procs[name] = proc
         self.state["pids"][name] = proc.pid
-        self.state.setdefault("startTicks", {})[str(proc.pid)] = procs.start_ticks(proc.pid)
+        self.state.setdefault("startTimes", {})[str(proc.pid)] = procs.start_time(proc.pid)
         self._save_state()
         return proc, log
 

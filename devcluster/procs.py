@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -59,17 +61,18 @@ def spawn(
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` exists and is not a zombie."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return state != "Z"
 
 
-def start_ticks(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None."""
+def start_time(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch, from the kernel's record: the same for the process's
+    whole life), or None when there is no such process. With the PID it tells a process from a later one
+    that reuses the PID."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (FileNotFoundError, IndexError, ValueError):
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
         return None
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -112,12 +114,16 @@ def test_s3_endpoint_comes_from_kubetune_env(moto_endpoint, aws_env, monkeypatch
     assert s3_client(moto_endpoint).get_object(Bucket=bucket, Key="k")["Body"].read() == b"v"
 
 
-def test_s3_unreachable_endpoint_retries_until_the_outage_timeout(aws_env):  # noqa: F811
-    storage = open_storage("s3://b", endpoint="http://127.0.0.1:9", outage_timeout_s=1.0)
+def test_s3_unreachable_endpoint_retries_until_the_outage_timeout(aws_env, caplog):  # noqa: F811
+    storage = open_storage("s3://b", endpoint="http://127.0.0.1:9", outage_timeout_s=3.0)
     storage.backoff_s = (0.05, 0.2)
-    with pytest.raises(Exception) as info:
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="kubetune.storage"), pytest.raises(Exception) as info:
         storage.get_bytes("s3://b/x")
-    assert "Could not connect" in str(info.value)
+    assert "Could not connect" in str(info.value)  # the last error itself, not a wrapper
+    retries = [r.getMessage() for r in caplog.records if "storage unavailable during get of s3://b/x" in r.getMessage()]
+    assert retries and "retry 1 in" in retries[0]  # botocore's own 5 tries come first, each time
+    assert time.monotonic() - started < 3.0 + 5  # no sleep that ends past the timeout (plus botocore's own tries)
 
 
 def test_uri_validation(tmp_path):

@@ -15,7 +15,7 @@ S3 behaviour:
     * botocore retries each request in ``standard`` mode, 5 attempts (``AWS_RETRY_MODE=adaptive`` adds
       client-side rate limiting; ``AWS_MAX_ATTEMPTS`` changes the count): throttling, 5xx,
       connection resets and timeouts;
-    * on top of that, each operation is retried with exponential backoff and full jitter
+    * on top of that, each operation is retried by tenacity with exponential backoff and full jitter
       ("Exponential Backoff And Jitter", AWS Architecture Blog, 2015) for up to ``outage_timeout_s``,
       so an outage of the endpoint stalls the caller instead of failing it. Only the files of a
       directory transfer that failed are sent again.
@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import shutil
-import time
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, TypeVar
 from urllib.parse import unquote, urlparse
+
+import tenacity
 
 from kubetune import env as trial_env
 
@@ -315,36 +315,41 @@ class S3Storage(Storage):
 
     # -- retry -----------------------------------------------------------------------------------
 
+    def _retrying(self, what: Callable[[], str]) -> tenacity.Retrying:
+        """tenacity's retry loop for one operation: transient errors only, exponential backoff with full
+        jitter from ``backoff_s``, no sleep that would end past ``outage_timeout_s``; then the last error
+        is raised. ``what()`` names the operation in the warning logged before each retry."""
+        first, cap = self.backoff_s
+
+        def warn(state: tenacity.RetryCallState) -> None:
+            log.warning(
+                "storage unavailable during %s (%s); retry %d in %.1f s",
+                what(),
+                type(state.outcome.exception()).__name__,
+                state.attempt_number,
+                state.upcoming_sleep,
+            )
+
+        return tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_transient),
+            wait=tenacity.wait_random_exponential(multiplier=first, max=cap),
+            stop=tenacity.stop_before_delay(self.outage_timeout_s),
+            before_sleep=warn,
+            reraise=True,
+        )
+
     def _retry(self, what: str, op: Callable[[], T]) -> T:
         """Run ``op`` until it succeeds, raises a non-transient error, or the outage timeout passes."""
-        deadline = time.monotonic() + self.outage_timeout_s
-        attempt = 0
-        while True:
-            try:
-                return op()
-            except Exception as exc:  # noqa: BLE001 - classified below, re-raised when not transient
-                if not is_transient(exc):
-                    raise
-                self._backoff(what, exc, attempt, deadline)
-                attempt += 1
-
-    def _backoff(self, what: str, exc: BaseException, attempt: int, deadline: float) -> None:
-        first, cap = self.backoff_s
-        delay = random.uniform(0, min(cap, first * 2**attempt))
-        if time.monotonic() + delay > deadline:
-            raise exc
-        log.warning(
-            "storage unavailable during %s (%s); retry %d in %.1f s", what, type(exc).__name__, attempt + 1, delay
-        )
-        time.sleep(delay)
+        return self._retrying(lambda: what)(op)
 
     def _transfer_all(self, what: str, jobs: list[tuple[str, str, str]], upload: bool) -> None:
         """Run ``(local_path, bucket, key)`` jobs through one transfer manager; resend failed ones."""
         from boto3.s3.transfer import create_transfer_manager
 
-        deadline = time.monotonic() + self.outage_timeout_s
-        attempt = 0
-        while jobs:
+        total, left = len(jobs), list(jobs)
+
+        def transfer() -> None:  # the jobs left; those that fail stay left for the next attempt
+            nonlocal left
             failed: list[tuple[str, str, str]] = []
             error: BaseException | None = None
             with create_transfer_manager(self.client, self.transfer_config) as manager:
@@ -353,7 +358,7 @@ class S3Storage(Storage):
                         job,
                         manager.upload(job[0], job[1], job[2]) if upload else manager.download(job[1], job[2], job[0]),
                     )
-                    for job in jobs
+                    for job in left
                 ]
                 for job, future in futures:
                     try:
@@ -365,11 +370,11 @@ class S3Storage(Storage):
                             raise
                         failed.append(job)
                         error = exc
-            if failed:
-                assert error is not None
-                self._backoff(f"{what} ({len(failed)} of {len(jobs)} files left)", error, attempt, deadline)
-                attempt += 1
-            jobs = failed
+            left = failed
+            if error is not None:
+                raise error
+
+        self._retrying(lambda: f"{what} ({len(left)} of {total} files left)")(transfer)
 
     # -- files -----------------------------------------------------------------------------------
 
