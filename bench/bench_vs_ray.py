@@ -1,0 +1,270 @@
+"""Benchmark of kubetune end to end against Ray Tune, side by side in one invocation (issue 13).
+
+Each case runs the same trainable, configs, scheduler and concurrency through ``kubetune.run`` on the
+local cluster (one cluster and one operator for the whole invocation; trial pods are processes of the
+process kubelet) and through Ray Tune's ``tune.run`` on this machine (``ray.init`` done before the
+clock starts, as the cluster is already up for kubetune). Rounds interleave the two sides; each case
+prints both figures, the ratio kubetune / Ray and the load average before and after. Cases:
+
+* ``fifo``: 16 trials of 10 steps of 0.1 s, 2 at a time: seconds (ideal 8 s).
+* ``asha``: the same under ASHA (grace_period 2, reduction_factor 3, max_t 10, score = x * iteration
+  over a grid of x): seconds, and each trial's last iteration on both sides (they must agree).
+* ``digits``: ``examples/digits``, 8 learning rates, 4 at a time, ASHA, checkpoints every 4
+  iterations and at the end: seconds and best accuracy.
+* ``onestep`` and ``slots8``: 200 trials of one step, 2 and 8 at a time: trials per second.
+
+Ray Tune lives in a benchmark-only virtual environment that this script creates on first use
+(``~/.cache/kubetune/bench-ray-venv``: ``pip install "ray[tune]" scikit-learn``) or that
+``--ray-python`` names; it is never a dependency of kubetune or of ``make test``.
+
+Run: ``.venv/bin/python bench/bench_vs_ray.py [--rounds 3] [--cases fifo,asha,digits,onestep,slots8]
+[--ray-python PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kubernetes import client  # noqa: E402
+
+import kubetune as tune  # noqa: E402
+from devcluster import Cluster, ClusterConfig  # noqa: E402
+from devcluster.cluster import S3_BUCKET  # noqa: E402
+from devcluster.operator import OperatorProcess  # noqa: E402
+from kubetune.schedulers import ASHAScheduler  # noqa: E402
+
+RAY_VENV = Path.home() / ".cache" / "kubetune" / "bench-ray-venv"
+#: name -> (trials, steps, seconds per step, trials at a time, ASHA); digits is its own case.
+CASES = {
+    "fifo": (16, 10, 0.1, 2, False),
+    "asha": (16, 10, 0.1, 2, True),
+    "onestep": (200, 1, 0.0, 2, False),
+    "slots8": (200, 1, 0.0, 8, False),
+}
+DIGITS_LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+CASE_TIMEOUT_S = 900
+
+
+class Sleeper(tune.Trainable):
+    """``step()`` sleeps ``config["sleep"]`` seconds and reports ``score = x * iteration``."""
+
+    def step(self):
+        time.sleep(self.config["sleep"])
+        return {"score": self.config["x"] * (self.iteration + 1)}
+
+
+#: The Ray side of a case: the same trainable and arguments, written for ``ray.tune``; prints one JSON line.
+RAY_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys, time
+    sys.path.insert(0, {root!r})
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    class Sleeper(tune.Trainable):
+        def step(self):
+            time.sleep(self.config["sleep"])
+            return {{"score": self.config["x"] * (self.iteration + 1)}}
+
+    class Digits(tune.Trainable):
+        def setup(self, config):
+            from examples.digits import model
+            self.digits, self.split = model, model.load_split()
+            self.model = model.build_model(config)
+
+        def step(self):
+            self.digits.train_epoch(self.model, self.split, int(self.config["seed"]), epoch=self.iteration)
+            return self.digits.evaluate(self.model, self.split)
+
+        def save_checkpoint(self, checkpoint_dir):
+            self.digits.save_model(self.model, checkpoint_dir)
+            return checkpoint_dir
+
+        def load_checkpoint(self, checkpoint_dir):
+            self.model = self.digits.load_model(checkpoint_dir)
+
+    args = json.loads(sys.argv[1])
+    ray.init(num_cpus=args["concurrent"], include_dashboard=False, log_to_driver=False)
+    kwargs = args["kwargs"]
+    if args["asha"]:
+        kwargs["scheduler"] = ASHAScheduler(**args["asha"])
+    started = time.monotonic()
+    analysis = tune.run(Digits if args["digits"] else Sleeper, verbose=0, storage_path={storage!r}, **kwargs)
+    wall = time.monotonic() - started
+    last = [t.last_result.get("training_iteration") for t in analysis.trials]
+    best = max((t.last_result.get(args["metric"]) or 0) for t in analysis.trials)
+    print("BENCH " + json.dumps({{"wall_s": wall, "iterations": last, "best": best}}), flush=True)
+    """
+)
+
+
+def ray_python(path: str | None) -> str:
+    """The Ray venv's interpreter, creating the venv on first use."""
+    if path:
+        return path
+    python = RAY_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"creating the benchmark-only Ray Tune environment in {RAY_VENV} (once)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(RAY_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "ray[tune]", "scikit-learn"], check=True)
+    return str(python)
+
+
+def case_arguments(case: str) -> dict:
+    """The arguments both sides pass to ``tune.run`` (configs as explicit grids: the same trials on both)."""
+    if case == "digits":
+        config = {"lr": tune.grid_search(DIGITS_LRS), "alpha": 1e-4, "hidden_units": 64, "batch_size": 32, "seed": 0}
+        return {
+            "kwargs": {
+                "config": config,
+                "metric": "mean_accuracy",
+                "mode": "max",
+                "stop": {"training_iteration": 12},
+                "max_concurrent_trials": 4,
+                "checkpoint_freq": 4,
+                "checkpoint_at_end": True,
+                "resources_per_trial": {"cpu": 1},
+            },
+            "asha": {"max_t": 12, "grace_period": 2, "reduction_factor": 2},
+            "concurrent": 4,
+            "digits": True,
+            "metric": "mean_accuracy",
+        }
+    trials, steps, sleep, concurrent, asha = CASES[case]
+    config = {"x": tune.grid_search([(trials - i) / trials for i in range(trials)]), "sleep": sleep}  # worse later
+    return {
+        "kwargs": {
+            "config": config,
+            "metric": "score",
+            "mode": "max",
+            "stop": {"training_iteration": steps},
+            "max_concurrent_trials": concurrent,
+            "resources_per_trial": {"cpu": 1},
+        },
+        "asha": {"max_t": 10, "grace_period": 2, "reduction_factor": 3} if asha else None,
+        "concurrent": concurrent,
+        "digits": False,
+        "metric": "score",
+    }
+
+
+def run_ray(python: str, case: str, workdir: Path) -> dict:
+    args = case_arguments(case)
+    script = workdir / "ray_case.py"
+    script.write_text(RAY_SCRIPT.format(root=str(ROOT), storage=str(workdir / "ray_results")))
+    env = {**os.environ, "RAY_AIR_NEW_OUTPUT": "0", "PYTHONPATH": str(ROOT)}  # Ray workers import examples.digits
+    done = subprocess.run(
+        [python, str(script), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=CASE_TIMEOUT_S,
+        env=env,
+        cwd=workdir,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH ")), None)
+    if line is None:
+        raise RuntimeError(f"Ray case {case} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return json.loads(line[len("BENCH ") :])
+
+
+def run_kubetune(case: str, namespace: str) -> dict:
+    args = case_arguments(case)
+    kwargs = dict(args["kwargs"])
+    if args["asha"]:
+        kwargs["scheduler"] = ASHAScheduler(**args["asha"])
+    trainable = "examples.digits.trainable:DigitsTrainable" if args["digits"] else Sleeper
+    started = time.monotonic()
+    analysis = tune.run(
+        trainable,
+        name=f"{case}-{uuid.uuid4().hex[:6]}",
+        namespace=namespace,
+        storage={"uri": f"s3://{S3_BUCKET}/bench-vs-ray", "credentialsSecret": "s3"},
+        verbose=0,
+        poll_interval_s=0.2,
+        **kwargs,
+    )
+    wall = time.monotonic() - started
+    last = [t.last_result.get("training_iteration") for t in analysis.trials]
+    best = max((t.last_result.get(args["metric"]) or 0) for t in analysis.trials)
+    return {"wall_s": wall, "iterations": last, "best": best}
+
+
+def figure(case: str, outcome: dict) -> float:
+    """The case's figure: trials per second for the one-step cases, else seconds."""
+    return CASES[case][0] / outcome["wall_s"] if case in ("onestep", "slots8") else outcome["wall_s"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cases", default="fifo,asha,digits,onestep,slots8")
+    parser.add_argument("--ray-python", default=None, help="a Python with ray[tune] (default: create the bench venv)")
+    args = parser.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = set(cases) - set(CASES) - {"digits"}
+    if unknown:
+        parser.error(f"unknown case(s) {sorted(unknown)}")
+    python = ray_python(args.ray_python)
+    figures: dict[tuple[str, str], list[float]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="bench-vs-ray-"))
+    crds = [str(p) for p in sorted((ROOT / "crds").glob("*.yaml"))]
+    with Cluster(ClusterConfig(nodes=1, gpus_per_node=0, node_pods=24, crds=crds)) as cluster:
+        env = cluster.env()
+        os.environ.update(env)  # the user's shell after `eval $(python -m devcluster up)`
+        core = client.CoreV1Api(cluster.api_client())
+        namespace = "bench-vs-ray"
+        core.create_namespace({"metadata": {"name": namespace}})
+        secret = {"AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}
+        core.create_namespaced_secret(namespace, {"metadata": {"name": "s3"}, "stringData": secret})
+        operator = OperatorProcess(cluster, workdir / "operator.log")
+        operator.start()
+        try:
+            for rnd in range(args.rounds):
+                for case in cases:
+                    sides = [
+                        ("kubetune", lambda c=case: run_kubetune(c, namespace)),
+                        ("ray", lambda c=case: run_ray(python, c, workdir)),
+                    ]
+                    if rnd % 2:
+                        sides.reverse()  # alternate which side goes first
+                    for side, run in sides:
+                        load_before = os.getloadavg()[0]
+                        outcome = run()
+                        value = figure(case, outcome)
+                        figures.setdefault((case, side), []).append(value)
+                        unit = "trials/s" if case in ("onestep", "slots8") else "s"
+                        extra = f", last iterations {sorted(outcome['iterations'])}" if case == "asha" else ""
+                        extra += f", best {outcome['best']:.4f}" if case == "digits" else ""
+                        print(
+                            f"round {rnd + 1} {case:<8} {side:<8} {value:8.2f} {unit}{extra} "
+                            f"(load {load_before:.1f} -> {os.getloadavg()[0]:.1f})",
+                            flush=True,
+                        )
+        finally:
+            operator.stop()
+    print("\n| case | figure | kubetune (median) | Ray Tune (median) | kubetune / Ray |")
+    print("|---|---|---|---|---|")
+    for case in cases:
+        ours, ray = statistics.median(figures[case, "kubetune"]), statistics.median(figures[case, "ray"])
+        what = "trials/s (higher is better)" if case in ("onestep", "slots8") else "seconds (lower is better)"
+        print(f"| {case} | {what} | {ours:.2f} | {ray:.2f} | {ours / ray:.2f} |")
+    print(f"({args.rounds} rounds on {os.cpu_count()} CPUs; Ray side: {python})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
