@@ -586,8 +586,7 @@ class ExperimentController:
             state.written, state.dirty, state.phase_changed = {}, True, True
             if trial not in self._open:  # retired: open again until its status is written
                 self._open[trial] = state
-                self._retired_counts[state.phase.lower()] -= 1
-                self._retired_counts["total"] -= 1
+                self._tally_retired(state, -1)
 
     def token(self, trial: str, attempt: int) -> str:
         """The collector bearer token of ``trial``'s ``attempt`` (see :func:`kubetune_operator.tokens.mint_token`)."""
@@ -640,11 +639,13 @@ class ExperimentController:
 
     def _counts(self) -> dict[str, int]:
         """:func:`status.trial_counts` of every trial: the retired ones' kept counts plus the open ones'."""
-        counts = dict(self._retired_counts)
-        for trial in self._open.values():  # the controller sets every phase: no validation needed here
-            counts[trial.phase.lower()] += 1
-        counts["total"] += len(self._open)
-        return counts
+        counts = st.trial_counts(t.phase for t in self._open.values())
+        return {key: value + self._retired_counts[key] for key, value in counts.items()}
+
+    def _tally_retired(self, trial: TrialState, change: int) -> None:
+        """Add ``change`` (+1 retiring, -1 opened again) to the retired trials' counts for ``trial``'s phase."""
+        self._retired_counts[trial.phase.lower()] += change
+        self._retired_counts["total"] += change
 
     def _add(self, trial: TrialState) -> None:
         self.trials[trial.name] = self._open[trial.name] = self._by_label[label_value(trial.name)] = trial
@@ -654,8 +655,7 @@ class ExperimentController:
         retiring = [t for t in self._open.values() if t.phase in TERMINAL and not t.dirty and t.uid is not None]
         for trial in retiring:
             del self._open[trial.name]
-            self._retired_counts[trial.phase.lower()] += 1
-            self._retired_counts["total"] += 1
+            self._tally_retired(trial, +1)
         if retiring and self.metric and self.mode:
             bids = [t.as_object() for t in retiring + ([self._retired_best] if self._retired_best else [])]
             best = st.best_trial(bids, self.metric, self.mode)
