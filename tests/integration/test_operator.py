@@ -404,7 +404,15 @@ def test_pbt_restarts_the_worst_trial_from_the_best_ones_checkpoint_with_an_expl
         last = status["perturbations"][-1]
         donor_dir = trial_prefix(s3, S3_BUCKET, "experiments", namespace, "pbt", last["donor"])
         assert status["restoreFrom"] == f"s3://{S3_BUCKET}/{donor_dir}/checkpoint_{last['iteration']:06d}"
-        assert status["config"]["x"] in mutations["x"] and status["config"] != trial["spec"]["config"]
+        # the new config is the donor's explored as Ray does (a list value moves one step, clamped at the
+        # ends), read from the policy line the attempt wrote (Ray's pbt_policy_<trial>.txt); it may equal the
+        # trial's own first config (a donor at x=3 shifted left gives a trial that started at 2 its own x)
+        policy_key = f"{donor_dir.rsplit('/', 1)[0]}/pbt_policy_{name}.txt"
+        policy = s3.get_object(Bucket=S3_BUCKET, Key=policy_key)["Body"].read().decode().splitlines()
+        _, donor, _, donor_iteration, donor_config, new_config = json.loads(policy[-1])
+        assert (donor, donor_iteration, new_config) == (last["donor"], last["iteration"], status["config"])
+        step = mutations["x"].index(new_config["x"]) - mutations["x"].index(donor_config["x"])
+        assert step in (-1, 0, 1) and (step != 0 or donor_config["x"] in (1, 4)), (donor_config, new_config)
         lines = result_lines(s3, namespace, "pbt", name)
         iterations = [r["training_iteration"] for r in lines]
         # one lineage: its own lines up to the donor's iteration, then on from there (a donor ahead of the
