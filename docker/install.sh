@@ -28,6 +28,7 @@ case "$target" in
     operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna]"
         # every registered search algorithm and scheduler imports in exactly this environment
         check="import kubetune_operator.handlers
+import cmaes, scipy.stats.qmc  # what Optuna's cmaes and qmc samplers import when they sample
 from kubetune_operator.algorithms import SCHEDULERS, SEARCH_ALGORITHMS, scheduler_class, searcher_class
 for name in SEARCH_ALGORITHMS: searcher_class(name)
 for name in SCHEDULERS: scheduler_class(name)

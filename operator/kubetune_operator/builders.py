@@ -15,6 +15,7 @@ import dataclasses
 from typing import Mapping
 
 from kubetune.env import TERMINATION_MESSAGE_PATH, TOKEN, CheckpointPolicy, TrialEnv, encode_trial_env
+from kubetune.resultkeys import spec_objectives
 
 from .labels import (
     API_VERSION,
@@ -222,6 +223,7 @@ def build_pod(
             without ``metadata.uid``.
     """
     spec = experiment["spec"]
+    metric, mode = spec_objectives(spec)
     template = copy.deepcopy(spec.get("template") or {})
     namespace = experiment["metadata"]["namespace"]
     exp_name = experiment["metadata"]["name"]
@@ -247,8 +249,8 @@ def build_pod(
         checkpoint=CheckpointPolicy(
             **{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy) if f.name in checkpoint}
         ),
-        metric=spec.get("metric"),
-        mode=spec.get("mode"),
+        metric=metric,
+        mode=mode,
         storage_endpoint=endpoint,
         storage_region=region,
         restore_from=restore_from,

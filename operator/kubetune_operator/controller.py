@@ -242,6 +242,7 @@ class ExperimentController:
         self._by_label: dict[str, TrialState] = {}  # every trial, by its pods' trial label
         self._retired_counts = st.trial_counts(())
         self._retired_best: TrialState | None = None
+        self._retired_front: list[TrialState] = []  # the retired trials on the Pareto front (several objectives)
         self.stop_reason: str | None = None  # as of the last plan(); the collector answers by it
         self.restored = False  # the Trials in the API and the journal have been read (the daemon does it first)
         self.adopted = False  # ... and the first plan() has run: the collector may take results
@@ -289,8 +290,10 @@ class ExperimentController:
                 seed=seed,
                 **model.search_algorithm.params,
             )
-            scheduler = create_scheduler(model.scheduler.name, metric, mode, **model.scheduler.params)
-            stoppers = create_stoppers(model.stoppers, metric, mode)
+            # several objectives go to the searcher alone (spec.py allows fifo and no metric-less stoppers then)
+            single = (None, None) if model.multi_objective else (metric, mode)
+            scheduler = create_scheduler(model.scheduler.name, *single, **model.scheduler.params)
+            stoppers = create_stoppers(model.stoppers, *single)
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidSpec(str(exc)) from exc
         except ImportError as exc:
@@ -335,6 +338,7 @@ class ExperimentController:
             self.searcher_finished = False  # an edit (more samples) may give the searcher more to do
         if (metric, mode) != (getattr(self, "metric", None), getattr(self, "mode", None)):
             self._open, self._retired_counts, self._retired_best = dict(self.trials), st.trial_counts(()), None
+            self._retired_front = []
         self.spec, self.metric, self.mode = model, metric, mode
 
     @property
@@ -543,7 +547,7 @@ class ExperimentController:
     def _show_result(self, trial: TrialState, result: dict) -> None:
         trial.status["lastResult"] = st.compact_result(result, self.metric)
         trial.status["iteration"] = result.get("training_iteration")
-        value = st.metric_value(result, self.metric) if self.metric else None
+        value = st.metric_value(result, self.metric) if isinstance(self.metric, str) else None
         if value is not None:
             trial.status["metricValue"] = value
         trial.dirty = True
@@ -630,12 +634,21 @@ class ExperimentController:
     def best(self) -> dict | None:
         """The best Trial by ``metric``/``mode`` as :func:`status.best_trial` gives it; None without a metric
         and mode or before any Trial reports the metric."""
-        if not self.metric or not self.mode:
+        if not self.metric or not self.mode or self.spec.multi_objective:
             return None
         bids = [t.as_object() for t in self._open.values()]
         if self._retired_best is not None:
             bids.append(self._retired_best.as_object())
         return st.best_trial(bids, self.metric, self.mode)
+
+    def pareto(self) -> list[dict]:
+        """The Pareto front of a multi-objective Experiment as :func:`status.pareto_front` gives it (the open
+        trials and the retired ones on the front: a trial a retired one dominates is dominated by one on it);
+        empty for one objective."""
+        if not self.spec.multi_objective:
+            return []
+        bids = {t.name: t for t in [*self._retired_front, *self._open.values()]}  # a re-opened one counts once
+        return st.pareto_front([t.as_object() for t in bids.values()], self.metric, self.mode)
 
     def _counts(self) -> dict[str, int]:
         """:func:`status.trial_counts` of every trial: the retired ones' kept counts plus the open ones'."""
@@ -656,7 +669,11 @@ class ExperimentController:
         for trial in retiring:
             del self._open[trial.name]
             self._tally_retired(trial, +1)
-        if retiring and self.metric and self.mode:
+        if retiring and self.spec.multi_objective:
+            bids = {t.name: t.as_object() for t in self._retired_front + retiring}
+            front = st.pareto_front(bids.values(), self.metric, self.mode)
+            self._retired_front = [self.trials[p["trial"]] for p in front]
+        elif retiring and self.metric and self.mode:
             bids = [t.as_object() for t in retiring + ([self._retired_best] if self._retired_best else [])]
             best = st.best_trial(bids, self.metric, self.mode)
             if best is not None:
@@ -1113,6 +1130,7 @@ class ExperimentController:
             observed_generation=obs_gen,
             counts=self._counts(),
             best=self.best(),
+            pareto=st.pareto_status(self.pareto()),
             start_time=self.exp_status.get("startTime"),
             completion_time=completion,
         )

@@ -15,9 +15,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kubetune.resultkeys import check_mode, objectives, spec_objectives
+
 from .status import parse_duration
 
 RETENTION = ("Retain", "Delete")
+#: Stoppers that can run in a multi-objective experiment: they need no metric, or name their own.
+_STOPPERS_WITHOUT_METRIC = ("maximum_iteration",)
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,10 @@ class PodRetentionPolicy:
 class ExperimentSpec:
     """What the operator decides an Experiment by. Field names are the spec's, in snake case."""
 
-    metric: str | None = None
-    mode: str | None = None
+    metric: str | tuple[str, ...] | None = None
+    """A result key, or the metrics of a multi-objective experiment (from ``spec.objectives``)."""
+    mode: str | tuple[str, ...] | None = None
+    """``max``/``min``, or one per objective."""
     config: dict = field(default_factory=dict)
     num_samples: int = 1
     search_algorithm: Algorithm = field(default_factory=lambda: Algorithm("basic"))
@@ -73,6 +79,11 @@ class ExperimentSpec:
     storage_uri: str | None = None
     stoppers: tuple = ()
     """``spec.stoppers``: ``({"name", "params"}, ...)`` (:mod:`kubetune_operator.stoppers`)."""
+
+    @property
+    def multi_objective(self) -> bool:
+        """``spec.objectives`` lists several objectives (searched by Optuna, reported as ``status.paretoFront``)."""
+        return isinstance(self.metric, tuple)
 
     @classmethod
     def parse(cls, spec: Mapping[str, Any]) -> ExperimentSpec:
@@ -112,14 +123,15 @@ class ExperimentSpec:
                 str(value.get("name") or default), dict(params), number(f"{key}.seed", value.get("seed"), integer=True)
             )
 
+        metric, mode = _objectives(spec)
         failure, retention = obj("failure"), obj("podRetentionPolicy")
         for key in ("whenSucceeded", "whenFailed"):
             if retention.get(key, "Retain") not in RETENTION:
                 raise ValueError(f"spec.podRetentionPolicy.{key} must be Retain or Delete, got {retention[key]!r}")
         budget = spec.get("timeBudget")
         return cls(
-            metric=spec.get("metric"),
-            mode=spec.get("mode"),
+            metric=metric,
+            mode=mode,
             config=dict(obj("config")),
             num_samples=number("numSamples", spec.get("numSamples", 1), 1, integer=True),
             search_algorithm=algorithm("searchAlgorithm", "basic"),
@@ -141,3 +153,52 @@ class ExperimentSpec:
             storage_uri=obj("storage").get("uri") or None,
             stoppers=tuple(dict(item) for item in spec.get("stoppers") or ()),
         )
+
+
+def _objectives(spec: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``spec.metric`` and ``spec.mode`` as strings, or the tuples of ``spec.objectives`` for a multi-objective
+    experiment, which runs only what works without a single metric (Ray refuses schedulers with several metrics
+    too).
+
+    Raises:
+        ValueError: a malformed metric or mode, objectives next to metric or mode, or a multi-objective
+            experiment with another searcher than optuna, another scheduler than fifo, a goal, or a stopper
+            that would compare trials by one metric.
+    """
+    metric, mode = spec.get("metric"), spec.get("mode")
+    if metric is not None and (not isinstance(metric, str) or not metric):
+        raise ValueError(
+            f"spec.metric must be a result key (a string; several objectives go in spec.objectives), got {metric!r}"
+        )
+    if spec.get("objectives") and (metric is not None or mode is not None):
+        raise ValueError("spec.objectives takes the place of spec.metric and spec.mode: set one or the other")
+    if not spec.get("objectives"):
+        try:
+            check_mode(metric, mode, required=False)
+        except ValueError as exc:
+            raise ValueError(f"spec.{exc}") from None
+        return metric, mode
+    try:
+        metrics, modes = objectives(*spec_objectives(spec))
+    except ValueError as exc:
+        raise ValueError(f"spec.objectives: {exc}") from None
+    refused = []
+    algorithm = (spec.get("searchAlgorithm") or {}).get("name") or "basic"
+    if algorithm != "optuna":
+        refused.append(f"searchAlgorithm {algorithm!r} (only optuna searches several objectives)")
+    scheduler = (spec.get("scheduler") or {}).get("name") or "fifo"
+    if scheduler != "fifo":
+        refused.append(f"scheduler {scheduler!r} (schedulers compare trials by one metric: use fifo)")
+    if spec.get("goal") is not None:
+        refused.append("goal (it is a value of one metric)")
+    for stopper in spec.get("stoppers") or ():
+        name = stopper.get("name") if isinstance(stopper, Mapping) else stopper
+        params = (stopper.get("params") if isinstance(stopper, Mapping) else None) or {}
+        if name not in _STOPPERS_WITHOUT_METRIC and not isinstance(params.get("metric"), str):
+            refused.append(f"stopper {name!r} without its own params.metric")
+    if refused:
+        raise ValueError(
+            f"spec.objectives lists {len(metrics)} objectives, which this experiment cannot use with: "
+            + "; ".join(refused)
+        )
+    return metrics, modes

@@ -6,8 +6,10 @@ write what :func:`status_patch` returns. Conditions follow Kubernetes'
 ``metav1.Condition`` and Kueue's use of it: independent types with CamelCase
 reasons, ``lastTransitionTime`` moved only when the status flips, bounded
 messages. The Experiment status is bounded whatever the number of trials:
-counts and one best trial, never per-trial lists (Katib #1847 hit etcd's object
-size limit with them); :func:`experiment_status` enforces the bounds.
+counts and one best trial (or, for several objectives, at most
+:data:`MAX_PARETO_TRIALS` of the Pareto front and its size), never lists of every
+trial (Katib #1847 hit etcd's object size limit with them);
+:func:`experiment_status` enforces the bounds.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping  # not typing's: isinstance on these is several times faster
+from collections.abc import Iterable, Mapping, Sequence  # not typing's: isinstance on these is several times faster
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from kubetune import env
-from kubetune.resultkeys import finite_number, lookup, mode_sign
+from kubetune.resultkeys import finite_number, lookup, mode_sign, non_dominated
 
 EXPERIMENT_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 TRIAL_PHASES = ("Pending", "Running", "Paused", "Succeeded", "Failed")
@@ -38,6 +40,8 @@ MAX_TRIAL_MESSAGE_BYTES = 4096
 MAX_BEST_CONFIG_BYTES = 4096
 #: Longest ``lastResult`` of a Trial, as JSON bytes.
 MAX_RESULT_BYTES = 2048
+#: Most trials of the Pareto front shown in ``status.paretoFront.trials`` (``count`` says how many it has).
+MAX_PARETO_TRIALS = 20
 _REASON = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0}
@@ -201,6 +205,55 @@ def best_trial(trials: Iterable[Mapping], metric: str, mode: str) -> dict | None
     return out
 
 
+def objective_values(trial: Mapping, metrics: Sequence[str]) -> list[float] | None:
+    """A completed (Succeeded) Trial's last reported value of each of ``metrics``, or None when the trial is
+    not Succeeded or a value is missing, not a number, NaN or infinite."""
+    status = trial.get("status") or {}
+    if status.get("phase") != "Succeeded":
+        return None
+    values = [metric_value(status.get("lastResult"), m) for m in metrics]
+    return None if None in values else values
+
+
+def pareto_front(trials: Iterable[Mapping], metrics: Sequence[str], modes: Sequence[str]) -> list[dict]:
+    """The non-dominated completed trials of a multi-objective experiment, as Optuna's ``Study.best_trials``
+    chooses them (Deb et al., NSGA-II, IEEE TEVC 2002: no other trial is at least as good in every objective
+    and better in one), over what the status knows: each Succeeded Trial's last reported values
+    (:func:`kubetune.resultkeys.non_dominated`).
+
+    Trials with equal values dominate neither each other, so all of them are on the front. A trial whose
+    value of some objective is missing, NaN or infinite takes no part (Kubernetes' JSON cannot hold
+    NaN or infinities).
+
+    Args:
+        trials: Trial objects (dicts with ``metadata``, ``spec``, ``status``).
+        metrics, modes: the experiment's objectives (``spec.metric``, ``spec.mode`` as lists).
+
+    Returns:
+        ``[{"trial": name, "values": [one per metric]}, ...]`` in trial index order (then name).
+
+    Raises:
+        ValueError: a mode is not ``"max"`` or ``"min"``.
+    """
+    points = []
+    for trial in trials:
+        values = objective_values(trial, metrics)
+        if values is not None:
+            key = ((trial.get("spec") or {}).get("index", math.inf), trial["metadata"]["name"])
+            points.append((key, values))
+    points.sort(key=lambda p: p[0])
+    by_key = dict(points)
+    return [{"trial": key[1], "values": by_key[key]} for key in non_dominated(points, modes)]
+
+
+def pareto_status(front: Sequence[Mapping]) -> dict | None:
+    """``status.paretoFront`` for a :func:`pareto_front`: ``{"count", "trials"}`` with its first
+    :data:`MAX_PARETO_TRIALS` trials (by index); None when the front is empty."""
+    if not front:
+        return None
+    return {"count": len(front), "trials": [dict(item) for item in front[:MAX_PARETO_TRIALS]]}
+
+
 def parse_duration(text: str) -> float:
     """Return the seconds of a ``spec.timeBudget``: numbers with units h, m, s, e.g. ``1h30m``, ``1.5h``, ``90s``.
 
@@ -336,13 +389,15 @@ def experiment_status(
     observed_generation: int | None,
     counts: Mapping[str, int],
     best: Mapping | None = None,
+    pareto: Mapping | None = None,
     start_time: str | None = None,
     completion_time: str | None = None,
 ) -> dict:
     """Assemble an Experiment's ``status``; None fields are left out.
 
     Every part is bounded (conditions: the :data:`CONDITION_TYPES` with
-    :data:`MAX_MESSAGE_BYTES` messages; ``bestTrial`` from :func:`best_trial`), so
+    :data:`MAX_MESSAGE_BYTES` messages; ``bestTrial`` from :func:`best_trial`;
+    ``paretoFront`` from :func:`pareto_status`, at most :data:`MAX_PARETO_TRIALS` trials), so
     the status stays under 16 KiB however many trials the experiment has. The
     searcher's and scheduler's state is not here but in the Experiment's journal
     (:mod:`kubetune_operator.journal`).
@@ -358,15 +413,17 @@ def experiment_status(
         "observedGeneration": observed_generation,
         "trials": dict(counts),
         "bestTrial": dict(best) if best else None,
+        "paretoFront": dict(pareto) if pareto else None,
         "startTime": start_time,
         "completionTime": completion_time,
     }
     return {k: v for k, v in status.items() if v is not None}
 
 
-def compact_result(result: Mapping, metric: str | None = None) -> dict:
+def compact_result(result: Mapping, metric: str | Sequence[str] | None = None) -> dict:
     """Return the part of a training result kept in a Trial's ``status.lastResult``: at most
-    :data:`MAX_RESULT_BYTES` of JSON (see :func:`kubetune.env.compact_result`)."""
+    :data:`MAX_RESULT_BYTES` of JSON, the metric (each objective's) first (see
+    :func:`kubetune.env.compact_result`)."""
     return env.compact_result(result, metric, MAX_RESULT_BYTES)
 
 

@@ -428,3 +428,53 @@ def test_pbt_restarts_the_worst_trial_from_the_best_ones_checkpoint_with_an_expl
         if len(status["perturbations"]) == 1 and after:
             assert after[0]["score"] == donor_score + status["config"]["x"]
     assert events(core, namespace, "TrialPerturbed")
+
+
+def test_a_multi_objective_optuna_experiment_reports_its_pareto_front(
+    cluster, operator, custom, namespace, storage_secret
+):
+    body = experiment(
+        "moo",
+        cluster,
+        storage_secret,
+        config={"x": {"uniform": [0, 1]}, "y": {"uniform": [0, 1]}},
+        trainable={"entrypoint": "tests.integration.trainables:TwoObjectives"},
+        objectives=[{"metric": "accuracy", "mode": "max"}, {"metric": "cost", "mode": "min"}],
+        numSamples=6,
+        maxConcurrentTrials=2,
+        stop={"training_iteration": 2},
+        searchAlgorithm={
+            "name": "optuna",
+            "seed": 11,
+            "params": {"sampler": "nsga2", "sampler_args": {"population_size": 4}},
+        },
+    )
+    with pytest.raises(client.ApiException) as both:  # the schema refuses objectives next to metric and mode
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", body)
+    assert both.value.status == 422 and "objectives takes the place of metric and mode" in both.value.body
+    del body["spec"]["metric"], body["spec"]["mode"]
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", body)
+    wait_for(lambda: phase_is(custom, namespace, "moo", "Succeeded", "Failed"), what="experiment to finish")
+    exp = get(custom, namespace, "experiments", "moo")
+    status = exp["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["trials"]["succeeded"] == 6 and "bestTrial" not in status
+    found = trials(custom, namespace)
+    values = {
+        name: [t["status"]["lastResult"]["accuracy"], t["status"]["lastResult"]["cost"]] for name, t in found.items()
+    }
+    assert all("metricValue" not in t["status"] for t in found.values())
+    front = status["paretoFront"]
+    on_front = [p["trial"] for p in front["trials"]]
+    assert front["count"] == len(on_front) >= 1 and on_front == sorted(on_front)
+    for p in front["trials"]:
+        assert p["values"] == values[p["trial"]]
+    for name, (accuracy, cost) in values.items():
+        dominated = any(a >= accuracy and c <= cost and (a, c) != (accuracy, cost) for a, c in values.values())
+        assert dominated == (name not in on_front), (name, values, front)
+    flipped = [{"metric": "accuracy", "mode": "max"}, {"metric": "cost", "mode": "max"}]
+    with pytest.raises(client.ApiException) as changed:
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "experiments", "moo", {"spec": {"objectives": flipped}}
+        )
+    assert changed.value.status == 422 and "objectives cannot change" in changed.value.body

@@ -37,3 +37,19 @@ class Counter(kubetune.Trainable):
 
     def load_checkpoint(self, checkpoint_dir):
         self.total = json.loads(Path(checkpoint_dir, "state.json").read_text())["total"]
+
+
+class TwoObjectives(kubetune.Trainable):
+    """Two objectives at odds, the same at every step: ``accuracy`` (``config["x"]``, higher is better) and
+    ``cost`` (``x**2 + y``, lower is better), so which trials are on the Pareto front follows from the configs."""
+
+    def step(self):
+        x, y = self.config["x"], self.config["y"]
+        return {"accuracy": x, "cost": x * x + y}
+
+    def save_checkpoint(self, checkpoint_dir):
+        Path(checkpoint_dir, "state.json").write_text(json.dumps({"iteration": self.iteration}))
+        return checkpoint_dir
+
+    def load_checkpoint(self, checkpoint_dir):
+        pass

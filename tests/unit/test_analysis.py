@@ -414,3 +414,29 @@ def test_module_does_not_import_pandas():
     """The trial pod has no pandas: importing (and loading without frames) must not need it."""
     code = "import sys, kubetune.analysis; assert 'pandas' not in sys.modules, 'pandas imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_multi_objective_experiment_has_no_single_best_but_a_pareto_front(file_root, tmp_path):
+    exp = join_uri(file_root, "team", "moo", UID)
+    for i, (loss, latency) in enumerate([(1.0, 5.0), (2.0, 2.0), (3.0, 3.0), (5.0, 1.0), (math.nan, 0.1), (2.0, 2.0)]):
+        write_trial(exp, f"moo-{i:05d}", [{"loss": loss, "latency": latency}], workdir=tmp_path)
+    write_trial(exp, "moo-00006", [{"loss": 0.0, "latency": 0.0}], error="boom", workdir=tmp_path)
+    analysis = ExperimentAnalysis(exp, ["loss", "latency"], ["min", "min"])
+    assert analysis.objectives == (("loss", "latency"), ("min", "min"))
+    assert analysis.default_metric is None and analysis.default_mode is None
+    # non-dominated, ties kept, NaN and failed trials left out
+    assert [t.trial_id for t in analysis.pareto_front] == ["moo-00000", "moo-00001", "moo-00003", "moo-00005"]
+    grid = ResultGrid(analysis)
+    assert [r.metrics["loss"] for r in grid.pareto_front] == [1.0, 2.0, 5.0, 2.0]
+    message = r"several objectives \(metric=\['loss', 'latency'\], mode=\['min', 'min'\]\): pass `metric` and `mode`"
+    with pytest.raises(ValueError, match=message):
+        grid.get_best_result()
+    with pytest.raises(ValueError, match=message):
+        analysis.get_best_trial()
+    with pytest.raises(ValueError, match=message):
+        analysis.best_config  # noqa: B018 - the property raises
+    assert grid.get_best_result("latency", "min").metrics["latency"] == 0.0  # one objective, any trial, as in Ray
+    with pytest.raises(ValueError, match="one objective"):
+        ExperimentAnalysis(exp, "loss", "min").pareto_front  # noqa: B018 - the property raises
+    with pytest.raises(ValueError, match="mode must give one of max/min per metric"):
+        ExperimentAnalysis(exp, ["loss", "latency"], ["min"])

@@ -586,3 +586,34 @@ def test_result_only_status_writes_are_spread_over_passes(monkeypatch):
     assert len(first) == PERIODIC_STATUS_WRITES_PER_PASS == 100
     assert sorted(first) + sorted(second) == sorted(ctl.trials)
     assert all(patch["lastResult"]["acc"] == 0.5 for patch in [*first.values(), *second.values()])
+
+
+def test_a_multi_objective_experiment_keeps_its_pareto_front_over_retired_trials():
+    spec = experiment(
+        config={"x": {"uniform": [0, 1]}},
+        numSamples=3,
+        maxConcurrentTrials=3,
+        objectives=[{"metric": "acc", "mode": "max"}, {"metric": "cost", "mode": "min"}],
+        searchAlgorithm={"name": "optuna", "seed": 1},
+    )
+    del spec["spec"]["metric"], spec["spec"]["mode"]
+    ctl = ExperimentController(spec, Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    ctl.plan({f"exp-{i:05d}-0": pod(f"exp-{i:05d}-0", "Running") for i in range(3)}, T0 + 2)
+    results = {"exp-00000": (0.9, 5.0), "exp-00001": (0.5, 1.0), "exp-00002": (0.4, 2.0)}  # 2 is dominated by 1
+    for name, (acc, cost) in results.items():
+        assert ctl.record_results(name, 0, [{"training_iteration": 1, "acc": acc, "cost": cost}], None) == "continue"
+    ended = {f"{n}-0": pod(f"{n}-0", "Succeeded", OUTCOME_COMPLETED) for n in results}
+    plan = ctl.plan(ended, T0 + 3)
+    ctl.plan(ended, T0 + 4)  # the statuses were written: the trials retire
+    assert not ctl._open and [t.name for t in ctl._retired_front] == ["exp-00000", "exp-00001"]
+    ctl.status_write_failed("exp-00001")  # re-opened until its status is written: still one entry
+    front = {
+        "count": 2,
+        "trials": [{"trial": "exp-00000", "values": [0.9, 5.0]}, {"trial": "exp-00001", "values": [0.5, 1.0]}],
+    }
+    assert ctl.pareto() == front["trials"]
+    ctl.plan(ended, T0 + 10)
+    assert ctl.exp_status["paretoFront"] == front and "bestTrial" not in ctl.exp_status
+    assert plan.trial_status and all("metricValue" not in p for p in plan.trial_status.values())

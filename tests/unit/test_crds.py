@@ -14,6 +14,7 @@ import pytest
 from conftest_crds import load_crd, node_at, root_schema, validate, version_of, walk
 
 from kubetune.env import CheckpointPolicy
+from kubetune.resultkeys import MAX_OBJECTIVES
 from kubetune.search.sample import DOMAIN_NAMES
 from kubetune_operator import builders, labels, status
 
@@ -117,6 +118,7 @@ def test_checkpoint_schema_is_the_runtime_checkpoint_policy():
 def test_enums():
     spec = _spec("Experiment")["properties"]
     assert spec["mode"]["enum"] == ["max", "min"]
+    assert spec["objectives"]["items"]["properties"]["mode"]["enum"] == ["max", "min"]
     assert spec["searchAlgorithm"]["properties"]["name"]["enum"] == ["basic", "random", "optuna"]
     assert spec["scheduler"]["properties"]["name"]["enum"] == [
         "fifo",
@@ -188,7 +190,19 @@ def test_experiment_status_has_counts_and_no_per_trial_lists():
     assert set(props["trials"]["properties"]) == {"total", "pending", "running", "paused", "succeeded", "failed"}
     assert set(props["bestTrial"]["properties"]) == {"name", "config", "metricValue", "iteration", "checkpoint"}
     arrays = [path for path, node in walk(_status("Experiment")) if node.get("type") == "array"]
-    assert arrays == [".conditions"]
+    assert sorted(arrays) == sorted([".conditions", ".paretoFront.trials", ".paretoFront.trials[].values"])
+    front = props["paretoFront"]["properties"]
+    assert set(front) == {"count", "trials"}
+    assert front["trials"]["maxItems"] == status.MAX_PARETO_TRIALS
+    assert set(front["trials"]["items"]["properties"]) == {"trial", "values"}
+    assert front["trials"]["items"]["properties"]["values"]["maxItems"] == MAX_OBJECTIVES
+
+
+def test_objectives_are_a_typed_list_of_distinct_metrics_each_with_its_mode():
+    objectives = _spec("Experiment")["properties"]["objectives"]
+    assert (objectives["minItems"], objectives["maxItems"]) == (2, MAX_OBJECTIVES)
+    assert objectives["x-kubernetes-list-type"] == "map" and objectives["x-kubernetes-list-map-keys"] == ["metric"]
+    assert objectives["items"]["required"] == ["metric", "mode"]
 
 
 def test_trial_status_bounds_match_the_code():
@@ -252,8 +266,13 @@ def _rule_with(kind: str, text: str) -> tuple[str, dict]:
         ("metric and mode must be set together", ".spec", ("metric", "mode")),
         ("goal needs metric", ".spec", ("goal", "metric")),
         ("scheduler other than fifo needs metric", ".spec", ("scheduler", "fifo", "metric")),
-        ("optuna needs metric", ".spec", ("searchAlgorithm", "optuna", "metric")),
-        ("metric and mode cannot change", ".spec", ("oldSelf.metric", "oldSelf.mode")),
+        ("optuna needs metric", ".spec", ("searchAlgorithm", "optuna", "metric", "objectives")),
+        ("objectives takes the place of metric", ".spec", ("objectives", "metric")),
+        (
+            "metric, mode and objectives cannot change",
+            ".spec",
+            ("oldSelf.metric", "oldSelf.mode", "oldSelf.objectives"),
+        ),
         ("scheduler.name cannot change", ".spec", ("oldSelf.scheduler", "oldSelf.searchAlgorithm")),
         ("seed cannot change", ".spec.searchAlgorithm", ("oldSelf.seed",)),
         ("timeBudget must be longer than 0s", ".spec.timeBudget", ("duration(self)",)),

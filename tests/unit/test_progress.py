@@ -131,6 +131,16 @@ def test_metric_columns_take_titles_from_a_dict_and_the_metric_is_not_repeated()
     assert header[-2:] == ["mean_accuracy", "loss"] and "acc" not in header
 
 
+def test_several_objectives_get_a_column_each():
+    multi = experiment(metric=None)
+    multi["spec"]["objectives"] = [{"metric": "mean_accuracy", "mode": "max"}, {"metric": "latency", "mode": "min"}]
+    row = trial(0)
+    row["status"].update(iteration=1, lastResult={"mean_accuracy": 0.75, "latency": 12, "time_total_s": 1.0})
+    lines = status_lines(multi, [row, trial(1)], metric_columns=["latency", "extra"], max_rows=1)
+    assert lines[1].split()[-3:] == ["mean_accuracy", "latency", "extra"]
+    assert rows(lines)[0].split()[-2:] == ["0.75", "12"]
+
+
 def test_without_a_metric_there_is_no_metric_column():
     lines = status_lines(experiment(metric=None), [trial(0, acc=0.5)])
     assert lines[1].split()[-4:] == ["iter", "total", "time", "(s)"]

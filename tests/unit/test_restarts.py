@@ -40,6 +40,8 @@ def experiment(**spec):
         "storage": {"uri": "s3://b/p"},
         "searchAlgorithm": {"name": "basic", "seed": 7},
     }
+    if "objectives" in spec:  # in place of metric and mode
+        del base["metric"], base["mode"]
     base.update(spec)
     return {
         "apiVersion": "kubetune.io/v1alpha1",
@@ -53,6 +55,11 @@ def score(config, iteration):
     """A learning curve that depends on the config: different trials are stopped at different rungs."""
     x, y = config["x"], config["y"]
     return round((x * y + 0.1) * math.log1p(iteration) + (0.3 if y == 2 else 0.0) * iteration / MAX_ITER, 6)
+
+
+def cost(config, iteration):
+    """A second objective at odds with ``score`` (multi-objective experiments)."""
+    return round(config["x"] * config["y"] + iteration / MAX_ITER, 6)
 
 
 def merge(target, patch):
@@ -162,7 +169,8 @@ class World:
         env = self.pod_env[pod.name]
         config, lineage = json.loads(env["KUBETUNE_CONFIG"]), env.get("KUBETUNE_RESTORE_FROM")
         iteration = self.runs[pod.name] + 1
-        decision = self.send(pod, {"training_iteration": iteration, "score": score(config, iteration)})
+        result = {"training_iteration": iteration, "score": score(config, iteration), "cost": cost(config, iteration)}
+        decision = self.send(pod, result)
         previous = self.decisions.setdefault((pod.trial, lineage, iteration), decision)
         assert previous == decision, (pod.trial, iteration, previous, decision)
         self.runs[pod.name] = self.checkpoint[pod.trial] = iteration
@@ -179,7 +187,7 @@ class World:
                     {
                         "outcome": outcome,
                         "iteration": iteration,
-                        "result": {"training_iteration": iteration, "score": score(config, iteration)},
+                        "result": result,
                     }
                 ),
             )
@@ -245,6 +253,68 @@ def test_killed_at_any_instant_the_operator_decides_as_an_uninterrupted_run(sche
     assert len(expected) == 12
     if scheduler != "fifo":
         assert {"stop", "pause"} & set(calm.decisions.values()), "the scheduler never decided anything"
+
+
+OPTUNA_SAMPLERS = {
+    "cmaes": {"n_startup_trials": 3, "popsize": 4},
+    "qmc": {"qmc_type": "sobol", "scramble": True},
+    "nsga2": {"population_size": 4},
+    "tpe": {"multivariate": True, "group": True, "n_startup_trials": 4},
+}
+
+
+@pytest.mark.parametrize("sampler", sorted(OPTUNA_SAMPLERS))
+def test_each_optuna_sampler_decides_as_an_uninterrupted_run_when_killed_and_restored_from_snapshots(
+    monkeypatch, sampler
+):
+    """Kills at every kind of instant, and a snapshot after almost every commit, so that restarts load the
+    searcher's state (``set_state``) as well as replaying entries."""
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 500)
+    spec = {
+        "searchAlgorithm": {
+            "name": "optuna",
+            "seed": 7,
+            "params": {"sampler": sampler, "sampler_args": OPTUNA_SAMPLERS[sampler]},
+        }
+    }
+    calm = World(spec)
+    expected = calm.run()
+    stormy = World(spec, kill_at=range(2, 10_000, 3))
+    assert stormy.run() == expected
+    assert stormy.kills >= 5 and any(
+        cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
+    )
+    assert len({json.dumps(t["config"], sort_keys=True) for t in expected.values()}) >= 10
+
+
+def test_a_multi_objective_experiment_reports_its_pareto_front_across_restarts(monkeypatch):
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 500)
+    spec = {
+        "objectives": [{"metric": "score", "mode": "max"}, {"metric": "cost", "mode": "min"}],
+        "searchAlgorithm": {
+            "name": "optuna",
+            "seed": 3,
+            "params": {"sampler": "nsga2", "sampler_args": {"population_size": 4}},
+        },
+    }
+    calm = World(spec)
+    expected = calm.run()
+    stormy = World(spec, kill_at=range(2, 10_000, 3))
+    assert stormy.run() == expected
+    status = stormy.ctl.exp_status
+    assert status["phase"] == "Succeeded" and "bestTrial" not in status
+    front = status["paretoFront"]
+    assert front == calm.ctl.exp_status["paretoFront"]
+    finals = {
+        name: [t["status"]["lastResult"]["score"], t["status"]["lastResult"]["cost"]]
+        for name, t in stormy.trials.items()
+    }
+    on_front = {p["trial"] for p in front["trials"]}
+    assert front["count"] == len(on_front) >= 1 and all(p["values"] == finals[p["trial"]] for p in front["trials"])
+    for name, (s, c) in finals.items():  # no trial dominates one on the front; every other is dominated
+        dominated = any(s2 >= s and c2 <= c and (s2, c2) != (s, c) for s2, c2 in finals.values())
+        assert dominated == (name not in on_front), name
+    assert all("metricValue" not in t["status"] for t in stormy.trials.values())
 
 
 def test_a_snapshot_replaces_the_entries_it_covers(monkeypatch):

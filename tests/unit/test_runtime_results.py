@@ -6,6 +6,7 @@ import csv
 import io
 import json
 
+from kubetune import env as trial_env
 from kubetune.runtime.results import ResultLog
 from kubetune.storage import open_storage
 
@@ -115,3 +116,25 @@ def test_tensorboard_events_go_to_storage_next_to_result_json(tmp_path):
     tags = [v.tag for e in events for v in e.summary.value]
     assert "_hparams_/experiment" in tags and "_hparams_/session_end_info" in tags
     log.close()
+
+
+def test_the_objectives_of_a_multi_objective_experiment_travel_to_the_pod_and_lead_its_results():
+    sent = trial_env.TrialEnv(
+        namespace="ns",
+        experiment="e",
+        trial="e-00000",
+        attempt=0,
+        config={},
+        trial_dir_uri="s3://b/p",
+        metric=["loss", "gain"],
+        mode=["min", "max"],
+    )
+    variables = trial_env.encode_trial_env(sent)
+    assert variables[trial_env.METRIC] == '["loss", "gain"]'
+    got = trial_env.read_trial_env(variables)
+    assert got.metric == ["loss", "gain"] and got.mode == ["min", "max"]
+    one = trial_env.read_trial_env({**variables, trial_env.METRIC: "[not json", trial_env.MODE: "max"})
+    assert one.metric == "[not json" and one.mode == "max"
+    result = {"a": 1, "gain": 2.0, "loss": 1.0, **{f"k{i}": i for i in range(100)}}
+    assert list(trial_env.compact_result(result, ["loss", "gain"], 40))[:2] == ["loss", "gain"]
+    assert list(trial_env.compact_result(result, None, 40))[:2] == ["a", "gain"]  # sorted when no metric leads

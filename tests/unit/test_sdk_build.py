@@ -10,6 +10,7 @@ import pytest
 
 import kubetune as tune
 from kubetune import shipping
+from kubetune.resultkeys import spec_objectives
 from kubetune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
 from kubetune.search import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, parse_space
 from kubetune.stopper import (
@@ -370,3 +371,31 @@ def test_with_resources_sets_the_pod_shape():
     assert wrapped._kubetune_resources == {"cpu": 2, "gpu": 1} and issubclass(wrapped, Fit)
     with pytest.raises(TypeError, match="one shape"):
         tune.with_resources(Fit, lambda config: {"cpu": 1})
+
+
+def test_a_multi_objective_optuna_search_with_evaluated_rewards_reaches_the_operators_searcher():
+    search = OptunaSearch(
+        metric=["loss", "gain"],
+        mode=["min", "max"],
+        sampler="nsga2",
+        sampler_args={"population_size": 4},
+        points_to_evaluate=[{"x": 0.5}],
+        evaluated_rewards=[[0.25, 1.0]],
+        seed=2,
+    )
+    body = build(config={"x": tune.uniform(0, 1)}, num_samples=3, search_alg=ConcurrencyLimiter(search, 2))
+    spec = body["spec"]
+    assert spec["objectives"] == [{"metric": "loss", "mode": "min"}, {"metric": "gain", "mode": "max"}]
+    assert "metric" not in spec and "mode" not in spec and spec["maxConcurrentTrials"] == 2
+    assert spec["searchAlgorithm"]["params"]["evaluated_rewards"] == [[0.25, 1.0]]
+    algorithm = spec["searchAlgorithm"]
+    searcher = create_searcher(
+        algorithm["name"], spec["config"], *spec_objectives(spec), 3, algorithm["seed"], **algorithm["params"]
+    )
+    assert searcher._study.trials[0].values == [0.25, 1.0]  # evaluated, not run
+    with pytest.raises(ValueError, match="mode must give one of max/min per metric"):
+        OptunaSearch(metric=["loss", "gain"], mode=["min"])
+    with pytest.raises(ValueError, match="evaluated_rewards gives one result per point"):
+        OptunaSearch(points_to_evaluate=[{"x": 1}], evaluated_rewards=[1, 2])
+    with pytest.raises(ValueError, match="was built with metric"):
+        build(config={"x": tune.uniform(0, 1)}, metric="loss", mode="min", search_alg=search)

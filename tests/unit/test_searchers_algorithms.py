@@ -222,7 +222,7 @@ def test_optuna_rejects_unsupported_domains(space, message):
 def test_optuna_needs_metric_mode_and_a_known_sampler():
     with pytest.raises(ValueError, match="metric and mode"):
         create_searcher("optuna", {"x": {"uniform": [0, 1]}}, num_samples=2, seed=0)
-    with pytest.raises(ValueError, match="unknown optuna sampler 'cma'; valid: random, tpe"):
+    with pytest.raises(ValueError, match="unknown optuna sampler 'cma'; valid: cmaes, nsga2, nsga3, qmc, random, tpe"):
         create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="max", sampler="cma")
     with pytest.raises(ValueError, match="sampler_args: .*n_startup"):
         create_searcher(
@@ -240,6 +240,192 @@ def test_optuna_needs_metric_mode_and_a_known_sampler():
     first = searcher.suggest("a")
     assert searcher.suggest("a") == first  # asked again (a failed Trial create): the same config, no new ask
     assert len(searcher.get_state()["trials"]) == 1
+
+
+@pytest.mark.parametrize(
+    "sampler, args, message",
+    [
+        ("gp", {}, "optuna sampler 'gp' is not available: Optuna's GPSampler needs PyTorch"),
+        (
+            "tpe",
+            {"gamma": 0.1},
+            "sampler_args: gamma is not an argument of the tpe sampler .*valid: consider_endpoints",
+        ),
+        ("tpe", {"multivariate": 1}, "sampler_args: multivariate must be bool, got 1"),
+        ("tpe", {"group": True, "multivariate": False}, "sampler_args: .*group.*multivariate"),
+        ("cmaes", {"popsize": 2.5}, "sampler_args: popsize must be int, got 2.5"),
+        ("qmc", {"qmc_type": "lattice"}, "sampler_args: .*qmc_type"),
+        ("nsga2", {"crossover": "sbx"}, "sampler_args: crossover is not an argument of the nsga2 sampler"),
+        ("random", {"n_startup_trials": 3}, "sampler_args: n_startup_trials .*valid: none"),
+    ],
+)
+def test_optuna_sampler_arguments_are_checked(sampler, args, message):
+    with pytest.raises(ValueError, match=message):
+        create_searcher(
+            "optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="max", sampler=sampler, sampler_args=args
+        )
+
+
+def test_optuna_sampler_arguments_reach_the_sampler():
+    searcher = create_searcher(
+        "optuna",
+        {"x": {"uniform": [0, 1]}},
+        metric="m",
+        mode="max",
+        sampler="nsga2",
+        sampler_args={"population_size": 6.0, "crossover_prob": 1},
+    )
+    sampler = searcher._sampler(0)
+    assert sampler._population_size == 6  # a whole float is an int
+    qmc = create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="max", sampler="qmc", seed=5)
+    assert qmc._sampler(0)._seed == qmc._sampler(7)._seed == 5  # one sequence, whatever the trial
+
+
+def two_objectives(sampler: str, seed: int = 0, num_samples: int = 16, **params):
+    return create_searcher(
+        "optuna",
+        {"x": {"uniform": [0, 1]}, "y": {"uniform": [0, 1]}},
+        metric=["loss", "cost"],
+        mode=["min", "max"],
+        num_samples=num_samples,
+        seed=seed,
+        sampler=sampler,
+        **params,
+    )
+
+
+def tell_two(searcher, ids):
+    for i in ids:
+        c = searcher.suggest(f"t{i}")
+        searcher.on_trial_complete(f"t{i}", {"loss": (c["x"] - 0.3) ** 2, "cost": c["y"] - c["x"]})
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "qmc", "nsga2", "nsga3"])
+def test_optuna_multi_objective_search_tells_every_objective(sampler):
+    args = {"sampler_args": {"population_size": 4}} if sampler.startswith("nsga") else {}
+    searcher = two_objectives(sampler, **args)
+    tell_two(searcher, range(10))
+    searcher.suggest("nan")
+    searcher.on_trial_complete("nan", {"loss": float("nan"), "cost": 1.0})  # Optuna fails a NaN: so do we
+    searcher.suggest("missing")
+    searcher.on_trial_complete("missing", {"loss": 1.0})
+    study = searcher._study
+    assert [d.name for d in study.directions] == ["MINIMIZE", "MAXIMIZE"]
+    assert all(len(t.values) == 2 for t in study.trials[:10])
+    state = searcher.get_state()["trials"]
+    assert state["nan"]["state"] == state["missing"]["state"] == "fail"
+    assert state["t0"]["value"] == list(study.trials[0].values)
+    assert study.best_trials  # Optuna's own Pareto front of what it was told
+
+
+def test_optuna_cmaes_refuses_several_objectives():
+    with pytest.raises(ValueError, match="optuna sampler 'cmaes' optimizes one objective; metric gives 2"):
+        two_objectives("cmaes")
+
+
+@pytest.mark.parametrize(
+    "metric, mode, message",
+    [
+        (["a"], ["max"], "metric: a list of 2 to 8 result keys"),
+        (["a", "b"], ["max"], "mode must give one of max/min per metric"),
+        (["a", "a"], ["max", "min"], "distinct non-empty strings"),
+        (["a", "b"], "max", "metric and mode of several objectives are both lists"),
+        (["a", "b"], ["max", "up"], "mode must be 'max' or 'min'"),
+    ],
+)
+def test_optuna_multi_objective_metric_and_mode_are_checked(metric, mode, message):
+    with pytest.raises(ValueError, match=message):
+        create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric=metric, mode=mode)
+
+
+def test_optuna_evaluated_rewards_are_added_as_finished_trials_not_run():
+    space = {"x": {"uniform": [0, 1]}, "k": {"choice": ["a", "b"]}}
+    points = [{"x": 0.25, "k": "b"}, {"x": 0.75, "k": "a"}]
+
+    def make(seed=0):
+        return create_searcher(
+            "optuna",
+            space,
+            metric="m",
+            mode="max",
+            num_samples=3,
+            seed=seed,
+            points_to_evaluate=points,
+            evaluated_rewards=[0.5, 0.9],
+            sampler_args={"n_startup_trials": 1},
+        )
+
+    searcher = make()
+    study = searcher._study
+    assert [(t.params, t.value, t.state.name) for t in study.trials] == [
+        ({"x": 0.25, "k": 1}, 0.5, "COMPLETE"),
+        ({"x": 0.75, "k": 0}, 0.9, "COMPLETE"),
+    ]
+    configs = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert configs[0] not in points  # the points are not run
+    assert searcher.suggest("t3") == FINISHED  # and not counted against num_samples
+    for i, c in enumerate(configs[:2]):
+        searcher.on_trial_complete(f"t{i}", {"m": c["x"]})
+    restored = make(seed=9)
+    restored.set_state(json.loads(json.dumps(searcher.get_state())))
+    assert len(restored._study.trials) == 5 and restored._study.trials[1].value == 0.9
+    assert restored.get_state() == searcher.get_state()
+    two = two_objectives("nsga2", points_to_evaluate=[{"x": 0.5, "y": 0.5}], evaluated_rewards=[[0.1, 0.2]])
+    assert two._study.trials[0].values == [0.1, 0.2]
+
+
+@pytest.mark.parametrize(
+    "points, rewards, message",
+    [
+        ([{"x": 0.5, "k": "a"}], [1, 2], r"evaluated_rewards: one result per point of points_to_evaluate \(1\)"),
+        ([{"x": 0.5}], [1], r"evaluated_rewards: points_to_evaluate\[0\] lacks k"),
+        ([{"x": 0.5, "k": "a"}], [float("nan")], r"evaluated_rewards\[0\] must be a finite number"),
+        ([{"x": 0.5, "k": "a"}], [[1, 2]], r"evaluated_rewards\[0\] must be a finite number"),
+    ],
+)
+def test_optuna_bad_evaluated_rewards(points, rewards, message):
+    space = {"x": {"uniform": [0, 1]}, "k": {"choice": ["a", "b"]}}
+    with pytest.raises(ValueError, match=message):
+        create_searcher("optuna", space, metric="m", mode="max", points_to_evaluate=points, evaluated_rewards=rewards)
+
+
+@pytest.mark.parametrize("sampler", ["cmaes", "qmc", "nsga2"])
+def test_optuna_replayed_study_keeps_the_samplers_own_state(sampler):
+    """The study a restore rebuilds holds what the sampler wrote besides the trials (CMA-ES's optimizer and
+    generations, the GA's generations, QMC's position in its sequence), as the uninterrupted one does, also
+    after partial points_to_evaluate (asked with some parameters given)."""
+    args = {"cmaes": {"popsize": 4, "n_startup_trials": 2}, "qmc": {}, "nsga2": {"population_size": 4}}[sampler]
+
+    def make(seed=1):
+        return create_searcher(
+            "optuna",
+            {"x": {"uniform": [0, 1]}, "y": {"uniform": [-1, 1]}},
+            metric="m",
+            mode="min",
+            num_samples=20,
+            seed=seed,
+            sampler=sampler,
+            sampler_args=args,
+            points_to_evaluate=[{"x": 0.5}],
+        )
+
+    original = make()
+    for i in range(11):
+        c = original.suggest(f"t{i}")
+        if i != 4:  # t4 is still running
+            original.on_trial_complete(f"t{i}", {"m": (c["x"] - 0.2) ** 2 + c["y"] ** 2})
+    restored = make(seed=2)
+    restored.set_state(json.loads(json.dumps(original.get_state())))
+
+    def system_attrs(searcher):
+        storage, study_id = searcher._study._storage, searcher._study._study_id
+        trials = [(t.number, t.state, t.params, t.values, t.system_attrs) for t in searcher._study.trials]
+        for *_, attrs in trials:
+            attrs.pop("fixed_params", None)  # the replay enqueues every trial's parameters
+        return storage.get_study_system_attrs(study_id), trials
+
+    assert system_attrs(restored) == system_attrs(original)
+    assert any(attrs for *_, attrs in system_attrs(original)[1]) or system_attrs(original)[0]
 
 
 # ----------------------------------------------------------------------------- registry

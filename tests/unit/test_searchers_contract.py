@@ -12,6 +12,7 @@ import pytest
 
 from kubetune_operator.algorithms import SEARCH_ALGORITHMS, create_searcher
 from kubetune_operator.searchers import FINISHED, Searcher
+from kubetune_operator.searchers.optuna_search import SAMPLERS
 
 #: A space every algorithm supports: no grid_search, randn or sample_from.
 SPACE = {
@@ -26,11 +27,24 @@ SPACE = {
     "tags": ["a", "b"],
 }
 NUM_SAMPLES = 12
-SEARCHERS = ["basic", "random", "optuna"]
+#: Algorithm names; ``optuna:<sampler>`` is the optuna searcher with that sampler (and its arguments below).
+SEARCHERS = ["basic", "random", "optuna", "optuna:random", "optuna:cmaes", "optuna:qmc", "optuna:nsga2", "optuna:nsga3"]
+SAMPLER_ARGS = {
+    "optuna": {"multivariate": True, "group": True, "n_startup_trials": 4},
+    "optuna:cmaes": {"n_startup_trials": 3, "popsize": 4},
+    "optuna:qmc": {"qmc_type": "halton", "scramble": True},
+    # small populations, so that 12 trials make several generations
+    "optuna:nsga2": {"population_size": 4},
+    "optuna:nsga3": {"population_size": 4, "dividing_parameter": 2},
+}
 
 
 def make(name: str, seed: int = 3, num_samples: int = NUM_SAMPLES) -> Searcher:
-    return create_searcher(name, SPACE, metric="score", mode="max", num_samples=num_samples, seed=seed)
+    algorithm, _, sampler = name.partition(":")
+    params = {"sampler": sampler} if sampler else {}
+    if name in SAMPLER_ARGS:
+        params["sampler_args"] = SAMPLER_ARGS[name]
+    return create_searcher(algorithm, SPACE, metric="score", mode="max", num_samples=num_samples, seed=seed, **params)
 
 
 @pytest.fixture(params=SEARCHERS)
@@ -63,7 +77,8 @@ def assert_in_space(config: dict) -> None:
 
 
 def test_every_registered_algorithm_is_covered():
-    assert set(SEARCHERS) == set(SEARCH_ALGORITHMS)
+    assert {name.partition(":")[0] for name in SEARCHERS} == set(SEARCH_ALGORITHMS)
+    assert {name.partition(":")[2] for name in SEARCHERS if name.startswith("optuna:")} | {"tpe"} == set(SAMPLERS)
 
 
 def test_suggests_num_samples_configs_in_the_space_then_finished(name):
@@ -77,7 +92,10 @@ def test_suggests_num_samples_configs_in_the_space_then_finished(name):
 
 def test_configs_are_not_all_the_same(name):
     configs = run(make(name), range(NUM_SAMPLES))
-    assert len({c["lr"] for c in configs}) == NUM_SAMPLES
+    if name in ("optuna:nsga2", "optuna:nsga3"):  # children take their parents' values (a population of 4)
+        assert len({json.dumps(c, sort_keys=True) for c in configs}) >= NUM_SAMPLES - 2
+    else:
+        assert len({c["lr"] for c in configs}) == NUM_SAMPLES
 
 
 def test_same_seed_same_first_suggestions(name):
@@ -114,6 +132,31 @@ def test_restore_is_faithful_and_deterministic(name):
     assert_in_space(first)
 
 
+def test_a_restored_searcher_continues_as_the_uninterrupted_one(name):
+    """Restored mid-run, with a trial running, every later suggestion is the one an operator that never
+    restarted makes (for samplers whose state lives in the study too: CMA-ES, the GAs, QMC)."""
+
+    def first_half(searcher):
+        run(searcher, range(5))
+        running = searcher.suggest("running")
+        run(searcher, range(5, 7))
+        return running
+
+    def second_half(searcher, running):
+        searcher.on_trial_complete("running", {"score": score(running)})
+        return run(searcher, range(7, NUM_SAMPLES - 1))
+
+    calm = make(name)
+    running = first_half(calm)
+    expected = second_half(calm, running)
+    stopped = make(name)
+    assert first_half(stopped) == running
+    restored = make(name, seed=999)
+    restored.set_state(json.loads(json.dumps(stopped.get_state(), allow_nan=False)))
+    assert second_half(restored, running) == expected
+    assert json.loads(json.dumps(restored.get_state())) == json.loads(json.dumps(calm.get_state()))
+
+
 def test_failed_and_incomplete_trials_do_not_break_it(name):
     searcher = make(name, num_samples=6)
     for i in range(6):
@@ -133,9 +176,16 @@ def test_failed_and_incomplete_trials_do_not_break_it(name):
 
 def test_bad_mode_is_rejected(name):
     with pytest.raises(ValueError, match="mode"):
-        create_searcher(name, SPACE, metric="score", mode="maximize", num_samples=2, seed=0)
+        create_searcher(name.partition(":")[0], SPACE, metric="score", mode="maximize", num_samples=2, seed=0)
 
 
 def test_bad_space_is_rejected_with_its_path(name):
     with pytest.raises(ValueError, match=r"config\.model\.lr"):
-        create_searcher(name, {"model": {"lr": {"loguniform": [0, 1]}}}, metric="s", mode="min", num_samples=2, seed=0)
+        create_searcher(
+            name.partition(":")[0],
+            {"model": {"lr": {"loguniform": [0, 1]}}},
+            metric="s",
+            mode="min",
+            num_samples=2,
+            seed=0,
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from conftest_crds import root_schema, walk
@@ -95,4 +96,76 @@ def test_fields_are_read_into_the_model():
 )
 def test_bad_fields_are_named_in_the_error(spec, words):
     with pytest.raises(ValueError, match=words):
+        ExperimentSpec.parse(spec)
+
+
+MULTI = {
+    "objectives": [{"metric": "loss", "mode": "min"}, {"metric": "latency", "mode": "min"}],
+    "searchAlgorithm": {"name": "optuna"},
+}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"scheduler": {"name": "fifo"}},
+        {"stoppers": [{"name": "maximum_iteration", "params": {"max_iter": 3}}]},
+        {"stoppers": [{"name": "trial_plateau", "params": {"metric": "loss"}}]},
+    ],
+)
+def test_a_multi_objective_spec_is_accepted(extra):
+    model = ExperimentSpec.parse({**MULTI, **extra})
+    assert model.multi_objective
+    assert model.metric == ("loss", "latency") and model.mode == ("min", "min")
+    assert not ExperimentSpec.parse({"metric": "loss", "mode": "min"}).multi_objective
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"searchAlgorithm": {"name": "basic"}}, "searchAlgorithm 'basic' (only optuna searches several objectives)"),
+        ({"searchAlgorithm": None}, "searchAlgorithm 'basic'"),
+        ({"scheduler": {"name": "asha"}}, "scheduler 'asha' (schedulers compare trials by one metric: use fifo)"),
+        ({"goal": 0.1}, "goal (it is a value of one metric)"),
+        ({"stoppers": [{"name": "experiment_plateau"}]}, "stopper 'experiment_plateau' without its own params.metric"),
+        ({"mode": "min"}, "spec.objectives takes the place of spec.metric and spec.mode"),
+        ({"metric": "loss", "mode": "min"}, "spec.objectives takes the place of spec.metric and spec.mode"),
+        ({"objectives": [{"metric": "loss", "mode": "min"}]}, "spec.objectives: metric: a list of 2 to 8 result keys"),
+        (
+            {"objectives": [{"metric": "loss", "mode": "min"}, {"metric": "loss", "mode": "max"}]},
+            "spec.objectives: metric: the objectives must be distinct non-empty strings",
+        ),
+        (
+            {"objectives": [{"metric": "loss", "mode": "min"}, {"metric": "cost", "mode": "lowest"}]},
+            "mode must be 'max' or 'min', got 'lowest'",
+        ),
+        (
+            {"objectives": [{"metric": "loss", "mode": "min"}, {"metric": "cost"}]},
+            "spec.objectives: mode must give one of max/min per metric",
+        ),
+    ],
+)
+def test_a_multi_objective_spec_is_refused_with_the_reason(extra, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ExperimentSpec.parse({**MULTI, **extra})
+
+
+def test_every_reason_to_refuse_a_multi_objective_spec_is_named_at_once():
+    with pytest.raises(ValueError) as err:
+        ExperimentSpec.parse({**MULTI, "scheduler": {"name": "pbt"}, "goal": 1, "searchAlgorithm": {"name": "random"}})
+    assert str(err.value).count(";") == 2 and str(err.value).startswith("spec.objectives lists 2 objectives")
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"metric": {"a": 1}, "mode": "max"}, "spec.metric must be a result key"),
+        ({"metric": ["a", "b"], "mode": "max"}, "several objectives go in spec.objectives"),
+        ({"metric": "", "mode": "max"}, "spec.metric must be a result key"),
+        ({"metric": "a", "mode": "highest"}, "spec.mode must be 'max' or 'min'"),
+    ],
+)
+def test_a_single_metric_and_mode_are_checked_where_the_schema_is_not_applied(spec, message):
+    with pytest.raises(ValueError, match=message):
         ExperimentSpec.parse(spec)

@@ -448,3 +448,85 @@ def test_status_patch_applied_as_a_merge_patch_gives_new():
         "completionTime": "2024-05-01T12:05:00Z",
     }
     assert apply(old, st.status_patch(old, new)) == new
+
+
+# ----------------------------------------------------------------------------- Pareto front
+
+
+def moo_trial(index, loss, latency, phase="Succeeded", name=None):
+    result = {k: v for k, v in (("loss", loss), ("latency", latency)) if v is not None}
+    return {
+        "metadata": {"name": name or f"exp-{index:05d}"},
+        "spec": {"index": index},
+        "status": {"phase": phase, "lastResult": result},
+    }
+
+
+def front_names(trials, modes=("min", "min")):
+    return [p["trial"] for p in st.pareto_front(trials, ["loss", "latency"], list(modes))]
+
+
+def test_pareto_front_keeps_the_non_dominated_trials_in_index_order():
+    trials = [
+        moo_trial(3, 1.0, 5.0),
+        moo_trial(0, 2.0, 2.0),
+        moo_trial(1, 3.0, 3.0),  # dominated by 0
+        moo_trial(2, 5.0, 1.0),
+        moo_trial(4, 2.0, 6.0),  # dominated by 0 (equal loss, worse latency)
+    ]
+    assert front_names(trials) == ["exp-00000", "exp-00002", "exp-00003"]
+    assert st.pareto_front(trials, ["loss", "latency"], ["min", "min"])[0] == {
+        "trial": "exp-00000",
+        "values": [2.0, 2.0],
+    }
+
+
+def test_pareto_front_follows_each_objectives_mode():
+    trials = [moo_trial(0, 1.0, 1.0), moo_trial(1, 2.0, 2.0)]
+    assert front_names(trials, ("min", "min")) == ["exp-00000"]
+    assert front_names(trials, ("max", "max")) == ["exp-00001"]
+    assert front_names(trials, ("min", "max")) == ["exp-00000", "exp-00001"]
+
+
+def test_pareto_front_keeps_ties_and_leaves_out_what_it_cannot_compare():
+    trials = [
+        moo_trial(0, 1.0, 1.0),
+        moo_trial(1, 1.0, 1.0),  # a tie: neither dominates
+        moo_trial(2, math.nan, 0.0),
+        moo_trial(3, -math.inf, 5.0),
+        moo_trial(4, 0.5, None),  # a missing objective
+        moo_trial(5, 0.0, 0.0, phase="Running"),
+        moo_trial(6, 0.0, 0.0, phase="Failed"),
+        moo_trial(7, True, 0.0),  # not a number
+    ]
+    assert front_names(trials) == ["exp-00000", "exp-00001"]
+    assert st.pareto_front([], ["loss", "latency"], ["min", "min"]) == []
+    with pytest.raises(ValueError, match="mode"):
+        st.pareto_front(trials, ["loss", "latency"], ["min", "lowest"])
+
+
+def test_pareto_status_is_bounded_and_counts_the_whole_front():
+    # 8 objectives on a hyperplane: every one of 500 trials is on the front
+    metrics = [f"objective_{i}" for i in range(8)]
+    trials = [
+        {
+            "metadata": {"name": f"a-rather-long-experiment-name-{i:05d}"},
+            "spec": {"index": i},
+            "status": {
+                "phase": "Succeeded",
+                "lastResult": {m: i / 7 + j * 1e-3 if j == 0 else (500 - i) / 3.3 for j, m in enumerate(metrics)},
+            },
+        }
+        for i in range(500)
+    ]
+    front = st.pareto_front(trials, metrics, ["min"] * 8)
+    assert len(front) == 500
+    shown = st.pareto_status(front)
+    assert shown["count"] == 500 and len(shown["trials"]) == st.MAX_PARETO_TRIALS
+    assert [p["trial"] for p in shown["trials"]] == [f"a-rather-long-experiment-name-{i:05d}" for i in range(20)]
+    assert st.pareto_status([]) is None
+    status = st.experiment_status(
+        phase="Running", conditions=[], observed_generation=1, counts=st.trial_counts(["Succeeded"] * 500), pareto=shown
+    )
+    assert len(json.dumps(status).encode()) < 16 * 1024
+    assert validate(status, root_schema("Experiment")["properties"]["status"]) == []

@@ -45,7 +45,7 @@ from typing import Any, Iterator, Mapping
 
 from kubetune.checkpoint_layout import Checkpoint
 from kubetune.checkpoint_store import list_checkpoints, restore_checkpoint
-from kubetune.resultkeys import flatten, is_number
+from kubetune.resultkeys import finite_number, flatten, is_multi_objective, is_number, non_dominated, objectives
 from kubetune.runtime.results import PROGRESS_FILE, RESULT_FILE
 from kubetune.storage import FileStorage, S3Storage, Storage, file_uri_path, join_uri, open_storage, split_s3_uri
 
@@ -265,8 +265,11 @@ class ExperimentAnalysis:
             that name was deleted and created again there are several, and the one with the most
             recently written object is read (logged). ``s3://`` or ``file:///`` URIs; a path without a
             scheme is a local directory.
-        default_metric: metric of ``best_*`` and the default of the ``metric`` arguments.
-        default_mode: ``"min"`` or ``"max"``, likewise.
+        default_metric: metric of ``best_*`` and the default of the ``metric`` arguments; a list for
+            a multi-objective experiment (``spec.metric`` a list): then there is no default, the
+            methods that compare trials need ``metric`` and ``mode`` for one objective, and
+            :attr:`pareto_front` gives the trials no other dominates.
+        default_mode: ``"min"`` or ``"max"``, likewise (a list, one per metric, with a list of metrics).
         storage_endpoint, storage_region: S3 endpoint and region (:func:`kubetune.storage.open_storage`).
         trial_errors: trial name -> failure message, as the SDK knows them (``Trial.status.message`` of
             failed Trials). When given, it alone says which trials failed (an ``error.txt`` stays behind
@@ -275,13 +278,15 @@ class ExperimentAnalysis:
 
     Attributes:
         experiment_path: URI of the ``<uid8>`` folder read.
-        default_metric, default_mode: as given.
+        default_metric, default_mode: as given; None for several objectives.
+        objectives: ``(metrics, modes)`` of a multi-objective experiment, else None.
         storage: the :class:`kubetune.storage.Storage` read.
         trials: the :class:`TrialRecord` of each trial, by name (creation order for the operator's names).
 
     Raises:
         FileNotFoundError: nothing is stored under ``experiment_path`` (and no ``trial_errors``).
-        ValueError: objects but no trial directory there, ``default_mode`` not min/max, a bad URI.
+        ValueError: objects but no trial directory there, ``default_mode`` not min/max (or, with a list
+            of metrics, not a list of them of the same length), a bad URI.
     """
 
     def __init__(
@@ -294,6 +299,10 @@ class ExperimentAnalysis:
         storage_region: str | None = None,
         trial_errors: Mapping[str, str] | None = None,
     ):
+        self.objectives = None
+        if is_multi_objective(default_metric) or is_multi_objective(default_mode):
+            self.objectives = objectives(default_metric, default_mode)
+            default_metric = default_mode = None
         if default_mode and default_mode not in ("min", "max"):
             raise ValueError("`default_mode` has to be None or one of [min, max]")
         self.default_metric = default_metric
@@ -334,7 +343,18 @@ class ExperimentAnalysis:
 
     # -- validation (Ray's messages) ---------------------------------------------------------------
 
+    def _several_objectives(self) -> None:
+        if self.objectives is not None:
+            metrics, modes = self.objectives
+            raise ValueError(
+                f"This experiment has several objectives (metric={list(metrics)!r}, mode={list(modes)!r}): "
+                f"pass `metric` and `mode` for one of them, e.g. metric={metrics[0]!r}, mode={modes[0]!r}, "
+                "or use `pareto_front` for the trials no other dominates."
+            )
+
     def _validate_metric(self, metric: str | None) -> str:
+        if not metric:
+            self._several_objectives()
         if not metric and not self.default_metric:
             raise ValueError(
                 "No `metric` has been passed and `default_metric` has not been set. "
@@ -343,6 +363,8 @@ class ExperimentAnalysis:
         return metric or self.default_metric
 
     def _validate_mode(self, mode: str | None) -> str:
+        if not mode:
+            self._several_objectives()
         if not mode and not self.default_mode:
             raise ValueError(
                 "No `mode` has been passed and `default_mode` has not been set. Please specify the `mode` parameter."
@@ -352,6 +374,7 @@ class ExperimentAnalysis:
         return mode or self.default_mode
 
     def _require_defaults(self, what: str, alternative: str) -> None:
+        self._several_objectives()
         if not self.default_metric or not self.default_mode:
             raise ValueError(
                 f"To fetch the `{what}`, pass a `metric` and `mode` parameter to `tune.run()`. "
@@ -545,6 +568,26 @@ class ExperimentAnalysis:
         if best is None:
             log.warning("Could not find best trial. Did you pass the correct `metric` parameter?")
         return best
+
+    @property
+    def pareto_front(self) -> list[TrialRecord]:
+        """The trials of a multi-objective experiment that no other dominates (at least as good in every
+        objective by its last reported value, better in one), in trial order, as the Experiment's
+        ``status.paretoFront`` chooses them: trials that failed, or whose last value of an objective is
+        missing, NaN or infinite, take no part.
+
+        Raises:
+            ValueError: the experiment has one objective (no ``objectives``).
+        """
+        if self.objectives is None:
+            raise ValueError("pareto_front: this experiment has one objective; use get_best_trial(metric, mode)")
+        metrics, modes = self.objectives
+        points = []
+        for trial in self.trials:
+            values = [finite_number(_lookup(trial.last_result, m)) for m in metrics]
+            if trial.error is None and None not in values:
+                points.append((trial, values))
+        return non_dominated(points, modes)
 
     def get_best_config(self, metric: str | None = None, mode: str | None = None, scope: str = "last") -> dict | None:
         """The config of :meth:`get_best_trial`, or None. Raises as it does."""
@@ -745,9 +788,12 @@ class ResultGrid:
         """The Result of :meth:`ExperimentAnalysis.get_best_trial` (same arguments).
 
         Raises:
-            ValueError: no metric or mode here nor in the experiment, a bad mode or scope.
+            ValueError: no metric or mode here nor in the experiment, a bad mode or scope; for an
+                experiment with several objectives, no ``metric`` and ``mode`` for one of them.
             RuntimeError: no trial reported a (finite, with ``filter_nan_and_inf``) value of the metric.
         """
+        if not metric or not mode:
+            self._analysis._several_objectives()
         if not metric and not self._analysis.default_metric:
             raise ValueError(
                 "No metric is provided. Either pass in a `metric` arg to `get_best_result` or "
@@ -774,6 +820,11 @@ class ResultGrid:
                 )
             )
         return Result(self._analysis, best)
+
+    @property
+    def pareto_front(self) -> list[Result]:
+        """The Results of :attr:`ExperimentAnalysis.pareto_front` (several objectives; raises as it does)."""
+        return [Result(self._analysis, trial) for trial in self._analysis.pareto_front]
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):
         """:meth:`ExperimentAnalysis.dataframe` with ``metric=filter_metric, mode=filter_mode``."""

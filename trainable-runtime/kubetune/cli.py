@@ -21,6 +21,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from kubetune.resultkeys import is_multi_objective, spec_objectives
+
 OK, FAILED, USAGE, NOT_FOUND, INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -67,7 +69,8 @@ def _experiment_row(exp: dict, wide: bool) -> list:
         best.get("metricValue"),
     ]
     if wide:
-        row += [exp["spec"].get("metric"), best.get("name")]
+        metric, _ = spec_objectives(exp["spec"])
+        row += [",".join(metric) if is_multi_objective(metric) else metric, best.get("name")]
     return row + [_age(exp["metadata"].get("creationTimestamp"))]
 
 

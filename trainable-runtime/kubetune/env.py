@@ -18,7 +18,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 NAMESPACE = "KUBETUNE_NAMESPACE"
 EXPERIMENT = "KUBETUNE_EXPERIMENT"
@@ -118,8 +118,8 @@ class TrialEnv:
     pickle_uri: str | None = None
     stop: dict = field(default_factory=dict)
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
-    metric: str | None = None
-    mode: str | None = None
+    metric: str | list[str] | None = None
+    mode: str | list[str] | None = None
     storage_endpoint: str | None = None
     storage_region: str | None = None
     restore_from: str | None = None
@@ -146,8 +146,8 @@ def encode_trial_env(env: TrialEnv) -> dict[str, str]:
         TRAINABLE_PICKLE_URI: env.pickle_uri,
         STOP: json.dumps(env.stop, sort_keys=True),
         CHECKPOINT: json.dumps(env.checkpoint.__dict__, sort_keys=True),
-        METRIC: env.metric,
-        MODE: env.mode,
+        METRIC: _encode_objective(env.metric),
+        MODE: _encode_objective(env.mode),
         STORAGE_ENDPOINT: env.storage_endpoint,
         STORAGE_REGION: env.storage_region,
         RESTORE_FROM: env.restore_from,
@@ -159,6 +159,23 @@ def encode_trial_env(env: TrialEnv) -> dict[str, str]:
         DECISION_WAIT: f"{env.decision_wait_s:g}" if env.decision_wait_s else None,
     }
     return {k: v for k, v in pairs.items() if v is not None}
+
+
+def _encode_objective(value: str | Sequence[str] | None) -> str | None:
+    """``spec.metric``/``spec.mode`` as a variable: a string as is, a multi-objective list as JSON."""
+    return json.dumps(list(value)) if isinstance(value, (list, tuple)) else value
+
+
+def _decode_objective(text: str | None) -> str | list[str] | None:
+    """Inverse of :func:`_encode_objective` (a JSON list of strings is a list; anything else a string)."""
+    if text and text.startswith("["):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+    return text
 
 
 def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
@@ -182,8 +199,8 @@ def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
         pickle_uri=e.get(TRAINABLE_PICKLE_URI),
         stop=json.loads(e.get(STOP, "{}")),
         checkpoint=CheckpointPolicy(**json.loads(e.get(CHECKPOINT, "{}"))),
-        metric=e.get(METRIC),
-        mode=e.get(MODE),
+        metric=_decode_objective(e.get(METRIC)),
+        mode=_decode_objective(e.get(MODE)),
         storage_endpoint=e.get(STORAGE_ENDPOINT),
         storage_region=e.get(STORAGE_REGION),
         restore_from=e.get(RESTORE_FROM),
@@ -222,19 +239,20 @@ BOOKKEEPING_KEYS = frozenset(
 _INT64 = 2**63
 
 
-def compact_result(result: Mapping, metric: str | None, limit: int) -> dict:
+def compact_result(result: Mapping, metric: str | Sequence[str] | None, limit: int) -> dict:
     """Return the part of a training result the operator keeps: a Trial's ``status.lastResult``, and
     the ``result`` of the runtime's termination message.
 
     Nested dicts are flattened with ``/`` (as Ray's ``progress.csv``);
     :data:`BOOKKEEPING_KEYS` are dropped; only booleans, finite numbers (Kubernetes'
     JSON has no NaN) and strings up to :data:`MAX_RESULT_STRING` characters are kept.
-    Keys are taken in the order ``metric``, :data:`PROGRESS_KEYS`, then the rest
-    sorted, while the JSON stays within ``limit`` bytes.
+    Keys are taken in the order ``metric`` (each of a list of objectives), :data:`PROGRESS_KEYS`, then
+    the rest sorted, while the JSON stays within ``limit`` bytes.
     """
     flat: dict[str, Any] = {}
     _flatten(result, "", flat)
-    order = ([metric] if metric else []) + list(PROGRESS_KEYS) + sorted(flat)
+    metrics = list(metric) if isinstance(metric, (list, tuple)) else [metric] if metric else []
+    order = metrics + list(PROGRESS_KEYS) + sorted(flat)
     out: dict[str, Any] = {}
     size = 2  # "{}"
     for key in order:

@@ -30,7 +30,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kubetune.resultkeys import is_number, lookup
+from kubetune.resultkeys import is_number, lookup, spec_objectives
 from kubetune.search import DOMAIN_NAMES
 
 __all__ = [
@@ -386,9 +386,14 @@ class _View:
         max_rows: int | None,
     ):
         spec, status = experiment.get("spec") or {}, experiment.get("status") or {}
-        metric, mode = spec.get("metric"), spec.get("mode")
+        metric, mode = spec_objectives(spec)
+        # several objectives (spec.objectives): a column each, and no single metric to rank trials by
+        metrics = list(metric) if isinstance(metric, list) else [metric] if metric else []
+        if isinstance(metric, list):
+            metric = mode = None
         extra = dict(metric_columns) if isinstance(metric_columns, Mapping) else {k: k for k in metric_columns or ()}
-        extra.pop(metric, None)
+        for key in metrics:
+            extra.pop(key, None)
         keys = searched_keys(spec.get("config") or {})
         self.best = (status.get("bestTrial") or {}).get("name") or ""
         shown = _choose(trials, self.best, metric, mode, max_rows)
@@ -400,7 +405,7 @@ class _View:
             *((key, False) for key in keys),
             ("iter", True),
             ("total time (s)", True),
-            *(((metric, True),) if metric else ()),
+            *((key, True) for key in metrics),
             *((title, True) for title in extra.values()),
         ]
         if with_notes:
@@ -418,8 +423,7 @@ class _View:
                 format_value(trial_status.get("iteration", last.get("training_iteration"))),
                 "" if time_total is None else f"{time_total:.2f}",
             ]
-            if metric:
-                cells.append(format_value(_metric_value(trial, metric)))
+            cells.extend(format_value(_metric_value(trial, key)) for key in metrics)
             cells.extend(format_value(last.get(key)) for key in extra)
             if with_notes:
                 cells.append(note)

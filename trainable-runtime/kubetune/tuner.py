@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kubetune.resultkeys import check_mode, is_number
+from kubetune.resultkeys import check_mode, is_multi_objective, is_number, objectives, objectives_spec, spec_objectives
 from kubetune.schedulers import PopulationBasedTrainingReplay, TrialScheduler
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 from kubetune.search.sample import space_spec
@@ -215,9 +215,9 @@ def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
     )
 
 
-def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tuple[str | None, str | None]:
+def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tuple[Any, Any]:
     """The experiment's metric and mode: the run's, else the scheduler's or searcher's (Ray's rule:
-    both set differently is an error)."""
+    both set differently is an error); lists for several objectives."""
     for algorithm in algorithms:
         for attr, value in (("metric", metric), ("mode", mode)):
             theirs = getattr(algorithm, attr, None)
@@ -228,7 +228,10 @@ def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tupl
                 )
         metric = metric or getattr(algorithm, "metric", None)
         mode = mode or getattr(algorithm, "mode", None)
-    check_mode(metric, mode, required=False)
+    if is_multi_objective(metric) or is_multi_objective(mode):
+        objectives(metric, mode)  # several objectives (OptunaSearch(metric=[...])): the operator checks the rest
+    else:
+        check_mode(metric, mode, required=False)
     return metric, mode
 
 
@@ -351,8 +354,7 @@ def build_experiment(
         "storage": storage_spec(storage),
     }
     optional = {
-        "metric": metric,
-        "mode": mode,
+        **objectives_spec(metric, mode),
         "image": image,
         "template": template,
         "stop": stop_dict or None,
@@ -526,10 +528,11 @@ def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
 
     meta, spec = experiment["metadata"], experiment["spec"]
     storage = storage_spec(spec.get("storage"))
+    metric, mode = spec_objectives(spec)
     return ExperimentAnalysis(
         join_uri(storage["uri"], meta["namespace"], meta["name"], meta["uid"][:8]),
-        default_metric=spec.get("metric"),
-        default_mode=spec.get("mode"),
+        default_metric=metric,
+        default_mode=mode,
         storage_endpoint=storage.get("endpoint"),
         storage_region=storage.get("region"),
         trial_errors={name: message or "failed" for name, message in failed_trials(trials).items()},

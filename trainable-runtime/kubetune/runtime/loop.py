@@ -322,7 +322,8 @@ class TrialRunner:
             return
         self._last_progress = now
         metric = self.env.metric
-        shown = f", {metric}={result.get(metric)}" if metric and metric in result else ""
+        metrics = metric if isinstance(metric, list) else [metric] if metric else []
+        shown = "".join(f", {m}={result[m]}" for m in metrics if m in result)
         log.info(
             "iteration %s, time_total_s %.1f%s",
             result.get("training_iteration"),

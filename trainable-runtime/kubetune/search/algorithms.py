@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubetune.resultkeys import is_multi_objective, objectives
 from kubetune.search.sample import space_spec
 from kubetune.search.variants import find_domains
 from kubetune.specs import AlgorithmSpec
@@ -90,17 +91,28 @@ class OptunaSearch(Searcher):
     Args:
         space: must be None: the space is the run's ``config``/``param_space`` (Optuna's own
             space format and define-by-run functions would be user code in the operator).
-        metric: result key to optimize; None uses the experiment's.
-        mode: ``"min"`` or ``"max"``; None uses the experiment's.
+        metric: result key to optimize; None uses the experiment's. A list of 2 to 8 keys makes a
+            multi-objective search, as in Ray (the Experiment's ``status.paretoFront`` then shows the
+            non-dominated trials; only the FIFO scheduler runs it).
+        mode: ``"min"`` or ``"max"``; None uses the experiment's; a list, one per metric, with a
+            list of metrics.
         points_to_evaluate: configs to try first.
-        sampler: ``"tpe"`` (default) or ``"random"``; Optuna sampler objects cannot travel to
-            the operator, name one and give its arguments as ``sampler_args``.
+        sampler: a name of Optuna's sampler: ``"tpe"`` (default), ``"random"``, ``"cmaes"``,
+            ``"qmc"``, ``"nsga2"`` or ``"nsga3"`` (``"gp"`` is refused by the operator: it needs
+            PyTorch). Optuna sampler objects cannot travel to the operator: name one and give
+            its arguments as ``sampler_args``.
         seed: the sampler's seed.
-        sampler_args: keyword arguments of the sampler (kubetune's addition), e.g.
-            ``{"n_startup_trials": 5}``.
+        evaluated_rewards: one result per point of ``points_to_evaluate`` (a list of values per
+            point with several metrics): the points are added to the search as finished trials
+            and not run, as Ray does. Each point must then give every sampled parameter.
+        sampler_args: keyword arguments of the sampler that take JSON values (kubetune's
+            addition; the operator lists the valid ones per sampler), e.g.
+            ``{"n_startup_trials": 5, "multivariate": True}`` or ``{"qmc_type": "halton"}``.
 
     Raises:
-        ValueError: ``space`` given or a sampler object passed.
+        ValueError: ``space`` given, a sampler object passed, metric and mode that are not both
+            lists of the same length (or both not lists), or ``evaluated_rewards`` without
+            ``points_to_evaluate`` of the same length.
     """
 
     name = "optuna"
@@ -118,16 +130,26 @@ class OptunaSearch(Searcher):
     ):
         if space is not None:
             raise ValueError("OptunaSearch: pass the space as the run's config (param_space), not as space=")
-        if evaluated_rewards is not None:
-            raise ValueError("OptunaSearch: evaluated_rewards is not supported; the points are run as trials")
+        if evaluated_rewards is not None and (
+            not isinstance(evaluated_rewards, list) or len(evaluated_rewards) != len(points_to_evaluate or [])
+        ):
+            raise ValueError("OptunaSearch: evaluated_rewards gives one result per point of points_to_evaluate")
         if sampler is not None and not isinstance(sampler, str):
             raise ValueError(
                 f"OptunaSearch: sampler objects ({type(sampler).__name__}) cannot be sent to the "
-                "operator; pass sampler='tpe' or 'random' and sampler_args={...}"
+                "operator; pass sampler='tpe', 'cmaes', 'qmc', 'nsga2', ... and sampler_args={...}"
             )
+        multi = is_multi_objective(metric) or is_multi_objective(mode)
+        if multi:
+            try:
+                metric, mode = (list(v) for v in objectives(metric, mode))
+            except ValueError as exc:
+                raise ValueError(f"OptunaSearch: {exc}") from None
+        params = dict(sampler=sampler, sampler_args=sampler_args, points_to_evaluate=points_to_evaluate)
         super().__init__(
-            metric, mode, sampler=sampler, sampler_args=sampler_args, points_to_evaluate=points_to_evaluate
+            None if multi else metric, None if multi else mode, **params, evaluated_rewards=evaluated_rewards
         )
+        self.metric, self.mode = metric, mode
         self.seed = seed
 
 
