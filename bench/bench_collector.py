@@ -8,7 +8,9 @@ with one loaded Experiment: ``--trials`` trials (random search over ``lr``, ASHA
 verification, ``record_results`` and the scheduler. As in the operator, the Experiment daemon's
 reconcile passes (``ExperimentController.plan`` on the observed pods, at most every
 ``handlers.MIN_PASS_INTERVAL_S``, woken by each batch) share the collector's event loop; only the
-API calls a pass would make are left out (``--without-reconcile`` leaves the passes out too). The
+API calls a pass would make are left out (``--without-reconcile`` leaves the passes out too). As in the
+operator, what is imported before the Experiment is loaded is frozen out of the cyclic garbage collector
+(``gc.freeze()``, ``handlers.startup``; ``--without-gc-freeze`` leaves it out). The
 server runs in a separate process (spawn); the load generator runs in this one. The baseline is the
 same generator against a trivial aiohttp process that reads the body and answers
 ``{"decision": "continue"}``: the HTTP stack alone.
@@ -38,7 +40,7 @@ a simulated trial told stop keeps sending, where a real one ends, and the stop s
 and that a forged token and another trial's token both get 401; it exits 1 if a check fails.
 
 Run: ``.venv/bin/python bench/bench_collector.py [--duration S] [--connections N] [--batch B]
-[--trials T] [--rate R] [--rounds K] [--warmup S] [--without-reconcile]`` (about 45 s with the
+[--trials T] [--rate R] [--rounds K] [--warmup S] [--without-reconcile] [--without-gc-freeze]`` (about 45 s with the
 defaults).
 """
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import multiprocessing
@@ -166,7 +169,7 @@ def baseline_app() -> web.Application:
     return app
 
 
-def serve(kind: str, key: bytes, trials: int, reconcile: bool, conn) -> None:
+def serve(kind: str, key: bytes, trials: int, reconcile: bool, freeze: bool, conn) -> None:
     """Child process: serve ``kind`` ("collector" or "baseline") on 127.0.0.1.
 
     Sends ``(port, trials info or None)`` on ``conn``, serves until it receives anything, then
@@ -176,6 +179,8 @@ def serve(kind: str, key: bytes, trials: int, reconcile: bool, conn) -> None:
     async def main() -> None:
         registry, passes, timings = None, None, []
         if kind == "collector":
+            if freeze:
+                gc.freeze()  # as handlers.startup does once the operator is up, before any Experiment is loaded
             registry, pods, info = load_registry(key, trials)
             app = make_app(registry)
             if reconcile:
@@ -307,7 +312,7 @@ class Server:
     feeds: list[TrialFeed]
 
 
-def start_server(kind: str, key: bytes, trials: int, reconcile: bool) -> Server:
+def start_server(kind: str, key: bytes, trials: int, reconcile: bool, freeze: bool) -> Server:
     """Start the ``kind`` server process ("collector" or "baseline") and wait until it listens.
 
     Raises:
@@ -315,7 +320,7 @@ def start_server(kind: str, key: bytes, trials: int, reconcile: bool) -> Server:
     """
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=serve, args=(kind, key, trials, reconcile, child), daemon=True)
+    proc = ctx.Process(target=serve, args=(kind, key, trials, reconcile, freeze, child), daemon=True)
     proc.start()
     deadline = time.monotonic() + 60
     while not parent.poll(0.1):
@@ -555,6 +560,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave the daemon's reconcile passes out of the collector's event loop",
     )
+    parser.add_argument(
+        "--without-gc-freeze",
+        action="store_true",
+        help="leave out the gc.freeze() the operator does at start-up (to measure what it saves)",
+    )
     args = parser.parse_args(argv)
     if args.trials < 2 or args.connections > args.trials or args.batch < 1 or args.rounds < 1:
         parser.error("need --trials >= 2, --connections <= --trials, --batch >= 1, --rounds >= 1")
@@ -563,13 +573,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"collector benchmark: {args.trials} trials (ASHA {ASHA_PARAMS}, loss/min), {args.connections} "
         f"connections, {args.batch} results per request, reconcile passes "
-        f"{'off' if args.without_reconcile else 'on'}, {args.duration:g} s measured per server and phase "
+        f"{'off' if args.without_reconcile else 'on'}, gc.freeze() at start-up "
+        f"{'off' if args.without_gc_freeze else 'on'}, {args.duration:g} s measured per server and phase "
         f"in {args.rounds} alternating slices, each after {args.warmup:g} s warm-up; CPUs here: {os.cpu_count()}"
     )
     servers: dict[str, Server] = {}
     try:
         for kind in ("baseline", "collector"):
-            servers[kind] = start_server(kind, key, args.trials, not args.without_reconcile)
+            servers[kind] = start_server(kind, key, args.trials, not args.without_reconcile, not args.without_gc_freeze)
         stats = asyncio.run(measure(servers, args))
         codes = asyncio.run(auth_checks(servers["collector"], key))
     finally:

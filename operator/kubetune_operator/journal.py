@@ -122,6 +122,7 @@ class Journal:
         self.bytes_since_snapshot = 0
         self.last_snapshot_bytes = 0
         self.snapshot_due = False
+        self.snapshotting = False  # a snapshot is being encoded and written (outside the lock)
         self.lock = asyncio.Lock()
 
     def record(self, entry: list) -> None:
@@ -186,7 +187,11 @@ class Journal:
         old = [n for s, names in self.snapshots.items() if s != seq for n in names]
         return old + [n for n, last in self.segments.items() if last < seq]
 
-    async def _commit_locked(self, write: Callable[[Write], Awaitable[None]], snapshot: Callable[[], dict]) -> None:
+    async def _commit_locked(
+        self, write: Callable[[Write], Awaitable[None]], snapshot: Callable[[], dict]
+    ) -> tuple[int, dict] | None:
+        """Write the pending entries; when a snapshot is due, take its state and return ``(seq, state)`` for
+        :meth:`_write_snapshot`, which runs without the lock."""
         first, entries = self.durable_seq, list(self.pending)
         if entries:
             text = _dumps(entries)
@@ -200,27 +205,41 @@ class Journal:
         due = self.snapshot_due or self.bytes_since_snapshot >= max(
             MIN_SNAPSHOT_INTERVAL_BYTES, self.last_snapshot_bytes
         )
-        if not (due and self.clean):
-            return
-        seq = self.durable_seq
-        chunks, names, size = await self._snapshot_write(seq, {"seq": seq, **snapshot()})
-        self.snapshots[seq] = names
-        await write(chunks)
-        covered = self._covered(seq)
-        await write(Write(deletes=covered))
-        for name in covered:
-            self.segments.pop(name, None)
-        self.snapshots = {seq: names}
-        self.segment, self.segment_bytes = None, 0  # entries after the snapshot go to a new segment
-        self.bytes_since_snapshot, self.last_snapshot_bytes, self.snapshot_due = 0, size, False
+        if not (due and self.clean) or self.snapshotting:
+            return None
+        seq, self.snapshotting = self.durable_seq, True
+        # entries from seq on go to a new segment, which the snapshot does not cover
+        self.segment, self.segment_bytes = None, 0
+        self.bytes_since_snapshot, self.snapshot_due = 0, False
+        return seq, {"seq": seq, **snapshot()}
+
+    async def _write_snapshot(self, write: Callable[[Write], Awaitable[None]], seq: int, state: dict) -> None:
+        """Encode and write the snapshot of the state after entries ``0 .. seq-1``, then delete what it covers.
+        Other commits go on meanwhile (into segments it does not cover); a failure leaves the snapshot due."""
+        try:
+            chunks, names, size = await self._snapshot_write(seq, state)
+            self.snapshots[seq] = names
+            await write(chunks)
+            covered = self._covered(seq)
+            await write(Write(deletes=covered))
+            for name in covered:
+                self.segments.pop(name, None)
+            self.snapshots = {seq: names}
+            self.last_snapshot_bytes = size
+        except BaseException:
+            self.snapshot_due = True
+            raise
+        finally:
+            self.snapshotting = False
 
 
 async def commit(journal: Journal, write: Callable[[Write], Awaitable[None]], snapshot: Callable[[], dict]) -> None:
     """Make every entry recorded so far durable (group commit: one write carries all pending entries).
 
     Waits for a commit already in flight, then writes what is still pending; takes a snapshot
-    (``snapshot()``: the state after every recorded entry, a JSON-able dict) when one is due and
-    no entry is pending.
+    (``snapshot()``: the state after every recorded entry, a JSON-able dict) when one is due, no entry
+    is pending and no other snapshot is being written. The snapshot is encoded and written after the
+    lock is released: later commits write their entries meanwhile instead of waiting for it.
 
     Args:
         journal: the Experiment's journal.
@@ -236,7 +255,9 @@ async def commit(journal: Journal, write: Callable[[Write], Awaitable[None]], sn
     async with journal.lock:
         if journal.durable_seq >= target and not journal.snapshot_due:
             return  # a commit that finished while this one waited carried these entries
-        await journal._commit_locked(write, snapshot)
+        due = await journal._commit_locked(write, snapshot)
+    if due is not None:  # encoded and written outside the lock: commits behind this one need not wait for it
+        await journal._write_snapshot(write, *due)
 
 
 def load(journal: Journal, configmaps: Iterable[dict]) -> tuple[dict | None, list[list]]:

@@ -434,6 +434,45 @@ def test_a_snapshot_encoded_in_steps_is_the_same_text_and_lets_the_loop_run(monk
     assert len(ticks) > 40  # the event loop ran between the items
 
 
+def test_commits_go_on_while_a_snapshot_is_written_and_a_restart_at_any_point_finds_every_entry(monkeypatch):
+    """A snapshot is encoded and written outside the commit lock: a commit behind it writes its entries at once
+    (into a segment the snapshot does not cover); a restart before the snapshot is complete replays every
+    entry, one after it starts from the snapshot and replays only the later entries."""
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 10)
+    store, gate, counted = ConfigMaps(), asyncio.Event(), {"n": 0}
+
+    async def write(w):
+        if any(m["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for m in w.creates):
+            await gate.wait()  # the API server is slow to take the snapshot
+        await store.write("ns", w)
+
+    def record(j, n):
+        for _ in range(n):
+            j.record(["entry", counted["n"]])
+            counted["n"] += 1
+
+    def restart():
+        return journal.load(journal.Journal("ns", "exp", "uid-0123456789"), store.list())
+
+    async def main():
+        j = journal.Journal("ns", "exp", "uid-0123456789")
+        record(j, 5)
+        first = asyncio.create_task(journal.commit(j, write, lambda: {"n": counted["n"]}))
+        while not j.snapshotting:
+            await asyncio.sleep(0)
+        record(j, 3)
+        await asyncio.wait_for(journal.commit(j, write, lambda: {"n": counted["n"]}), timeout=5)
+        assert j.durable_seq == 8 and j.snapshotting and not first.done()
+        assert restart() == (None, [["entry", i] for i in range(8)])  # killed now: nothing lost
+        gate.set()
+        await asyncio.wait_for(first, timeout=5)
+        assert restart() == ({"seq": 5, "n": 5}, [["entry", i] for i in range(5, 8)])
+        segments = [cm for cm in store.items.values() if cm["metadata"]["labels"][journal.LABEL_STATE] == "journal"]
+        assert [sorted(cm["data"]) for cm in segments] == [["000000000005"]]  # the covered one is deleted
+
+    asyncio.run(main())
+
+
 def test_stoppers_continue_where_they_were_after_restarts():
     spec = {
         "stoppers": [

@@ -253,6 +253,9 @@ def compact_result(result: Mapping, metric: str | Sequence[str] | None, limit: i
     _flatten(result, "", flat)
     metrics = list(metric) if isinstance(metric, (list, tuple)) else [metric] if metric else []
     order = metrics + list(PROGRESS_KEYS) + sorted(flat)
+    whole = {key: flat[key] for key in order if key in flat}
+    if len(json.dumps(whole, separators=(",", ":"))) <= limit:  # ASCII (ensure_ascii): characters are bytes
+        return whole  # the usual case: one encoding instead of one per key
     out: dict[str, Any] = {}
     size = 2  # "{}"
     for key in order:
