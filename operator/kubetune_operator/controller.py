@@ -537,7 +537,7 @@ class ExperimentController:
             self.scheduler.on_trial_complete(trial, result)
         else:
             self.scheduler.on_trial_remove(trial)
-        self.searcher.on_trial_complete(trial, result, error=how == "error")
+        self.searcher.on_trial_complete(trial, result, error=how == "error", early_stopped=how == "remove")
 
     def _end(self, trial: TrialState, how: str) -> None:
         """Tell the scheduler and searcher that ``trial`` ended (once): ``complete``, ``remove`` or ``error``."""

@@ -617,3 +617,35 @@ def test_a_multi_objective_experiment_keeps_its_pareto_front_over_retired_trials
     ctl.plan(ended, T0 + 10)
     assert ctl.exp_status["paretoFront"] == front and "bestTrial" not in ctl.exp_status
     assert plan.trial_status and all("metricValue" not in p for p in plan.trial_status.values())
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_a_trial_asha_stops_reaches_optuna_as_pruned_with_prune_early_stopped(prune):
+    """The BOHB idea through Optuna: the trial ASHA stops at its first rung is told to the study as pruned at
+    that iteration with prune_early_stopped, as complete (Ray's OptunaSearch) without; the one that runs to
+    spec.stop is complete either way."""
+    from optuna.trial import TrialState
+
+    spec = experiment(
+        config={"x": {"uniform": [0, 1]}},
+        numSamples=2,
+        stop={"training_iteration": 3},
+        scheduler={"name": "asha", "params": {"max_t": 9, "grace_period": 1, "reduction_factor": 3}},
+        searchAlgorithm={"name": "optuna", "seed": 1, "params": {"prune_early_stopped": prune}},
+    )
+    ctl = ExperimentController(spec, Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    running = {f"exp-{i:05d}-0": pod(f"exp-{i:05d}-0", "Running") for i in range(2)}
+    ctl.plan(running, T0 + 1)
+    assert ctl.record_results("exp-00000", 0, [{"training_iteration": 1, "acc": 0.9}], None) == "continue"
+    assert ctl.record_results("exp-00001", 0, [{"training_iteration": 1, "acc": 0.1}], None) == "stop"
+    ended = {
+        "exp-00000-0": pod("exp-00000-0", "Succeeded", OUTCOME_COMPLETED),
+        "exp-00001-0": pod("exp-00001-0", "Succeeded", OUTCOME_STOPPED),
+    }
+    ctl.plan(ended, T0 + 2)
+    assert [ctl.trials[n].status["reason"] for n in ("exp-00000", "exp-00001")] == ["Completed", "EarlyStopped"]
+    study = {t.number: t for t in ctl.searcher._study.trials}
+    assert study[0].state == TrialState.COMPLETE and study[0].value == 0.9
+    assert study[1].state == (TrialState.PRUNED if prune else TrialState.COMPLETE) and study[1].value == 0.1
+    assert study[1].intermediate_values == ({1: 0.1} if prune else {})

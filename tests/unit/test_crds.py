@@ -205,6 +205,23 @@ def test_objectives_are_a_typed_list_of_distinct_metrics_each_with_its_mode():
     assert objectives["items"]["required"] == ["metric", "mode"]
 
 
+def test_the_trial_reason_description_names_every_reason_the_operator_writes():
+    """Every Trial ``status.reason`` the lifecycle table, the controller and the waiting causes can write (the
+    pod's own reasons aside: they are Kubernetes' open set), and the Experiment's ending reasons a stopped
+    trial takes, are named in ``kubectl explain trial.status.reason``."""
+    import inspect
+
+    from kubetune_operator import controller, lifecycle
+
+    described = set(re.findall(r"[A-Z][A-Za-z]+", _status("Trial")["properties"]["reason"]["description"]))
+    written = {t.reason for t in lifecycle.TRANSITIONS.values() if t.reason != lifecycle.STOP_REASON}
+    written |= set(re.findall(r'reason="([A-Za-z]+)"', inspect.getsource(controller.ExperimentController)))
+    written |= {"GoalReached", "TimeBudgetExhausted", "MaxFailedTrialsExceeded", "StopperStoppedAll"}
+    written |= {"Unschedulable", "ErrImagePull"}  # two of controller.WAITING_CAUSES, named as examples
+    assert set(controller.WAITING_CAUSES) >= {"Unschedulable", "ErrImagePull"}
+    assert written - described == set()
+
+
 def test_trial_status_bounds_match_the_code():
     props = _status("Trial")["properties"]
     assert props["message"]["maxLength"] == status.MAX_TRIAL_MESSAGE_BYTES

@@ -100,6 +100,10 @@ def test_searcher_specs():
         "params": {"sampler": "random"},
         "seed": 7,
     }
+    bohb = OptunaSearch(metric="loss", mode="min", seed=1, prune_early_stopped=True).to_spec()
+    assert bohb["params"] == {"prune_early_stopped": True}
+    searcher = create_searcher("optuna", {"x": {"uniform": [0, 1]}}, "loss", "min", 2, 1, **bohb["params"])
+    assert searcher.prune_early_stopped
     assert BasicVariantGenerator(random_state=3).to_spec() == {"name": "basic", "params": {}, "seed": 3}
     with pytest.raises(ValueError, match="sampler objects"):
         OptunaSearch(sampler=object())

@@ -428,6 +428,60 @@ def test_optuna_replayed_study_keeps_the_samplers_own_state(sampler):
     assert any(attrs for *_, attrs in system_attrs(original)[1]) or system_attrs(original)[0]
 
 
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes"])
+def test_optuna_tells_early_stopped_trials_as_pruned_at_their_iteration_when_asked(sampler):
+    """prune_early_stopped: a trial stopped early is PRUNED with its last value as the intermediate value at its
+    training_iteration; one that completed, failed, or ended while the option is off is told as before; a
+    restore (add_trials for TPE, the asks-and-tells replay for CMA-ES) rebuilds the same study and then
+    suggests what the uninterrupted one suggests."""
+    from optuna.trial import TrialState
+
+    def make(prune=True):
+        return create_searcher(
+            "optuna",
+            {"x": {"uniform": [0, 1]}},
+            metric="loss",
+            mode="min",
+            num_samples=12,
+            seed=4,
+            sampler=sampler,
+            sampler_args={"n_startup_trials": 2},
+            prune_early_stopped=prune,
+        )
+
+    original, ray_like = make(), make(prune=False)
+    ends = {"a": (1, True, False), "b": (4, False, False), "c": (2, True, False), "d": (3, True, True)}
+    for name, (iteration, early, error) in ends.items():
+        for searcher in (original, ray_like):
+            config = searcher.suggest(name)
+            result = {"loss": config["x"], "training_iteration": iteration}
+            searcher.on_trial_complete(name, result, error=error, early_stopped=early)
+    trials = {t.number: t for t in original._study.trials}
+    assert [trials[i].state for i in range(4)] == [
+        TrialState.PRUNED,
+        TrialState.COMPLETE,
+        TrialState.PRUNED,
+        TrialState.FAIL,
+    ]
+    assert trials[0].intermediate_values == {1: original.get_state()["trials"]["a"]["value"]}
+    assert list(trials[2].intermediate_values) == [2] and trials[1].intermediate_values == {}
+    assert [t.state for t in ray_like._study.trials] == [TrialState.COMPLETE] * 3 + [TrialState.FAIL]
+    state = json.loads(json.dumps(original.get_state(), allow_nan=False))
+    assert state["trials"]["a"]["state"] == "pruned" and state["trials"]["a"]["step"] == 1
+    restored = make()
+    restored.set_state(state)
+    rebuilt = [(t.state, t.params, t.value, t.intermediate_values) for t in restored._study.trials]
+    assert rebuilt == [(t.state, t.params, t.value, t.intermediate_values) for t in original._study.trials]
+    assert [restored.suggest(f"n{i}") for i in range(3)] == [original.suggest(f"n{i}") for i in range(3)]
+
+
+def test_optuna_prune_early_stopped_is_checked():
+    with pytest.raises(ValueError, match="prune_early_stopped must be true or false"):
+        create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="min", prune_early_stopped="yes")
+    with pytest.raises(ValueError, match="prune_early_stopped needs one objective"):
+        two_objectives("tpe", prune_early_stopped=True)
+
+
 # ----------------------------------------------------------------------------- registry
 
 

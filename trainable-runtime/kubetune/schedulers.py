@@ -300,7 +300,10 @@ __getattr__ = unsupported_names(
     __name__,
     {
         "PB2": ("PB2's GP-bandit explore is not available yet", "PopulationBasedTraining"),
-        "HyperBandForBOHB": ("BOHB's searcher is not available", "HyperBandScheduler with OptunaSearch"),
+        "HyperBandForBOHB": (
+            "BOHB's searcher is not available",
+            "HyperBandScheduler with OptunaSearch(prune_early_stopped=True)",
+        ),
         "ResourceChangingScheduler": (
             "a trial's pod resources are fixed when the pod is created",
             "resources_per_trial",

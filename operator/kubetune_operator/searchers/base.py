@@ -75,8 +75,12 @@ class Searcher:
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """An intermediate result of ``trial_id`` (default: ignored)."""
 
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        """``trial_id`` ended with last ``result`` (None if it reported nothing); ``error`` if it failed.
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False, early_stopped: bool = False
+    ) -> None:
+        """``trial_id`` ended with last ``result`` (None if it reported nothing); ``error`` if it failed;
+        ``early_stopped`` if it was stopped before it completed (by the scheduler, a stopper or the
+        Experiment's end), which Ray's searchers are not told.
 
         Called once per trial; calls for unknown or already completed trials are ignored.
         """

@@ -36,7 +36,12 @@ from kubetune_operator.searchers.base import FINISHED, Searcher, check_count, de
 __all__ = ["OptunaSearch", "SAMPLERS"]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study per restart and per spec edit is not news
-_STATES = {"running": TrialState.RUNNING, "complete": TrialState.COMPLETE, "fail": TrialState.FAIL}
+_STATES = {
+    "running": TrialState.RUNNING,
+    "complete": TrialState.COMPLETE,
+    "pruned": TrialState.PRUNED,
+    "fail": TrialState.FAIL,
+}
 
 
 @dataclass(frozen=True)
@@ -212,12 +217,18 @@ class OptunaSearch(Searcher):
         evaluated_rewards: the results of ``points_to_evaluate``, one per point (a list of values per
             point for several objectives): the points are then added to the study as completed trials
             and not run, as Ray does; each point must then give every sampled parameter.
+        prune_early_stopped: tell a trial that a scheduler (or stopper) stopped early as *pruned* at
+            the ``training_iteration`` it reached, with its last value there, instead of complete (Ray's
+            OptunaSearch tells it complete). TPE then ranks such trials below every completed one, deeper
+            ones first, as with Optuna's own pruners: the model learns from the budget each trial got,
+            the idea of BOHB (Falkner et al., ICML 2018) with ASHA or HyperBand. One objective only.
 
     Raises:
         ValueError: missing or malformed metric/mode, an unsupported domain (message names its
             path), an unknown or refused sampler (``gp``), a sampler argument kubetune does not pass or
-            of the wrong type, ``cmaes`` with several objectives, a bad point, or ``evaluated_rewards``
-            whose length or values do not fit the points.
+            of the wrong type, ``cmaes`` with several objectives, a bad point, ``evaluated_rewards``
+            whose length or values do not fit the points, or ``prune_early_stopped`` not a bool or with
+            several objectives.
     """
 
     def __init__(
@@ -231,6 +242,7 @@ class OptunaSearch(Searcher):
         sampler_args: dict | None = None,
         points_to_evaluate: list[dict] | None = None,
         evaluated_rewards: list | None = None,
+        prune_early_stopped: bool = False,
     ):
         self.multi_objective = is_multi_objective(metric)
         if self.multi_objective:
@@ -248,6 +260,13 @@ class OptunaSearch(Searcher):
             raise ValueError(f"unknown optuna sampler {sampler!r}; valid: {', '.join(sorted(SAMPLERS))}")
         if self.multi_objective and not SAMPLERS[sampler].multi_objective:
             raise ValueError(f"optuna sampler {sampler!r} optimizes one objective; metric gives {len(self.metric)}")
+        if not isinstance(prune_early_stopped, bool):
+            raise ValueError(f"prune_early_stopped must be true or false, got {prune_early_stopped!r}")
+        if prune_early_stopped and self.multi_objective:
+            raise ValueError(
+                "prune_early_stopped needs one objective (Optuna keeps no intermediate values for several)"
+            )
+        self.prune_early_stopped = prune_early_stopped
         self.space = parse_space(space)
         self.num_samples = num_samples
         self.seed = random.SystemRandom().randrange(2**32) if seed is None else seed
@@ -409,27 +428,39 @@ class OptunaSearch(Searcher):
             return None
         return [float(v) for v in values] if self.multi_objective else float(values[0])
 
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False, early_stopped: bool = False
+    ) -> None:
         """Tell Optuna the trial's ``result[metric]`` (each objective's, for several); errors, missing or NaN
-        values count as failed."""
+        values count as failed. With ``prune_early_stopped``, a trial a scheduler stopped early is told as
+        pruned at its ``training_iteration`` instead (see the class)."""
         record = self._trials.get(trial_id)
         if record is None or record["state"] != "running":
             return
-        self._tell(record, self._outcome(result, error))
+        value, step = self._outcome(result, error), (result or {}).get("training_iteration")
+        pruned = early_stopped and self.prune_early_stopped and value is not None
+        self._tell(record, value, (int(step) if is_number(step) and math.isfinite(step) else 0) if pruned else None)
         record["told"] = self._events
         self._events += 1
 
-    def _tell(self, record: dict, value: float | list[float] | None) -> None:
+    def _tell(self, record: dict, value: float | list[float] | None, step: int | None = None) -> None:
+        """Tell the study how ``record``'s trial ended: failed (``value`` None), complete with ``value``, or
+        pruned at ``step`` with ``value`` as its intermediate value there."""
         if value is None:
             self._study.tell(record["number"], state=TrialState.FAIL)
             record["state"] = "fail"
+        elif step is not None:
+            frozen = self._study.get_trials(deepcopy=False)[record["number"]]
+            optuna.trial.Trial(self._study, frozen._trial_id).report(value, step)
+            self._study.tell(record["number"], state=TrialState.PRUNED)
+            record.update(state="pruned", value=value, step=step)
         else:
             self._study.tell(record["number"], value)
             record.update(state="complete", value=value)
 
     def get_state(self) -> dict:
         """``{"seed", "trials": {trial_id: {"number", "params", "state", "value", "told"}}}``, strict JSON
-        (``value`` a list for several objectives)."""
+        (``value`` a list for several objectives; a pruned trial's record has its ``step`` too)."""
         trials = {tid: {**rec, "value": _encode(rec["value"])} for tid, rec in self._trials.items()}
         return {"seed": self.seed, "trials": trials}
 
@@ -459,9 +490,13 @@ class OptunaSearch(Searcher):
                     state=_STATES[rec["state"]],
                     params=rec["params"],
                     distributions=self._distributions,
-                    **({"values": rec["value"]} if self.multi_objective else {"value": rec["value"]})
-                    if rec["state"] == "complete"
-                    else {},
+                    **(
+                        ({"values": rec["value"]} if self.multi_objective else {"value": rec["value"]})
+                        if rec["state"] == "complete"
+                        else {"value": rec["value"], "intermediate_values": {rec["step"]: rec["value"]}}
+                        if rec["state"] == "pruned"
+                        else {}
+                    ),
                 )
                 for rec in self._trials.values()
             ]
@@ -486,7 +521,7 @@ class OptunaSearch(Searcher):
             if nxt is not None and position[id(nxt)] < asked:
                 if asked == len(asks) or (nxt["told"] is not None and nxt["told"] <= self._events):
                     tells.popleft()
-                    self._tell(nxt, nxt["value"] if nxt["state"] == "complete" else None)
+                    self._tell(nxt, None if nxt["state"] == "fail" else nxt["value"], nxt.get("step"))
                     nxt["told"] = self._events
                     self._events += 1
                     continue

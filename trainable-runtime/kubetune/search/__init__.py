@@ -78,23 +78,25 @@ _OTHER = "the operator runs only the basic and optuna searchers"
 __getattr__ = unsupported_names(
     __name__,
     {
-        name: (_OTHER, "OptunaSearch (its TPE sampler is Bayesian optimization)")
-        for name in (
-            "HyperOptSearch",
-            "BayesOptSearch",
-            "AxSearch",
-            "TuneBOHB",
-            "HEBOSearch",
-            "NevergradSearch",
-            "ZOOptSearch",
-            "SkOptSearch",
-            "DragonflySearch",
-            "SigOptSearch",
-            "FLAMLSearch",
-            "BlendSearch",
-            "CFO",
-            "Repeater",
-            "SearchGenerator",
-        )
+        "TuneBOHB": (_OTHER, "OptunaSearch(prune_early_stopped=True) with ASHAScheduler or HyperBandScheduler"),
+        **{
+            name: (_OTHER, "OptunaSearch (its TPE sampler is Bayesian optimization)")
+            for name in (
+                "HyperOptSearch",
+                "BayesOptSearch",
+                "AxSearch",
+                "HEBOSearch",
+                "NevergradSearch",
+                "ZOOptSearch",
+                "SkOptSearch",
+                "DragonflySearch",
+                "SigOptSearch",
+                "FLAMLSearch",
+                "BlendSearch",
+                "CFO",
+                "Repeater",
+                "SearchGenerator",
+            )
+        },
     },
 )

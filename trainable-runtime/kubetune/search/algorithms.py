@@ -108,6 +108,9 @@ class OptunaSearch(Searcher):
         sampler_args: keyword arguments of the sampler that take JSON values (kubetune's
             addition; the operator lists the valid ones per sampler), e.g.
             ``{"n_startup_trials": 5, "multivariate": True}`` or ``{"qmc_type": "halton"}``.
+        prune_early_stopped: tell Optuna the trials a scheduler stopped early as pruned at the
+            iteration they reached, not as complete (kubetune's addition: the BOHB idea with
+            ``ASHAScheduler`` or ``HyperBandScheduler``; one metric only).
 
     Raises:
         ValueError: ``space`` given, a sampler object passed, metric and mode that are not both
@@ -127,6 +130,7 @@ class OptunaSearch(Searcher):
         seed: int | None = None,
         evaluated_rewards: list | None = None,
         sampler_args: dict | None = None,
+        prune_early_stopped: bool = False,
     ):
         if space is not None:
             raise ValueError("OptunaSearch: pass the space as the run's config (param_space), not as space=")
@@ -146,6 +150,8 @@ class OptunaSearch(Searcher):
             except ValueError as exc:
                 raise ValueError(f"OptunaSearch: {exc}") from None
         params = dict(sampler=sampler, sampler_args=sampler_args, points_to_evaluate=points_to_evaluate)
+        if prune_early_stopped:
+            params["prune_early_stopped"] = True
         super().__init__(
             None if multi else metric, None if multi else mode, **params, evaluated_rewards=evaluated_rewards
         )
