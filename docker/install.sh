@@ -24,7 +24,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 
 case "$target" in
     runtime) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard]"
-        check="import kubetune, kubetune.runtime, tensorboardX" ;;
+        check="import kubetune, kubetune.runtime, tensorboardX, crc32c" ;;
     operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna]"
         # every registered search algorithm and scheduler imports in exactly this environment
         check="import kubetune_operator.handlers

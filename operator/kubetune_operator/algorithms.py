@@ -16,6 +16,9 @@ import importlib
 import inspect
 from typing import Any
 
+from pydantic import ValidationError
+
+from kubetune_operator.params import describe
 from kubetune_operator.schedulers.base import TrialScheduler
 from kubetune_operator.searchers.base import Searcher
 
@@ -64,7 +67,10 @@ def _create(registry: dict[str, str], kind: str, name: str, params: dict[str, An
         raise ValueError(
             f"unknown parameter(s) {', '.join(unknown)} for {kind} {name!r}; valid: {', '.join(accepted) or 'none'}"
         )
-    return cls(**fixed, **params)
+    try:
+        return cls(**fixed, **params)
+    except ValidationError as exc:  # a parameter of the wrong type or out of range (kubetune_operator.params)
+        raise ValueError(f"{kind} {name!r}: {describe(exc)}") from None
 
 
 def searcher_class(name: str) -> type[Searcher]:

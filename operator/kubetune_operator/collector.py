@@ -9,17 +9,28 @@ authenticated batch to the Experiment's
 Experiment's journal holds the decision (so a restarted operator decides on
 from exactly there). Protocol: ``kubetune.env``
 (``COLLECTOR_RESULTS_PATH``). Forged or stale tokens get 401 (a forged one before
-its body is read), malformed bodies 400, bodies over the limit 413, and none of
-them reaches trial state. Tokens and bodies are never logged.
+its body is read), malformed bodies 400 (the batch's shape is the pydantic model
+:class:`ResultBatch`), bodies over the limit 413, and none of them reaches trial
+state. Tokens and bodies are never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+from typing import Annotated, Any
 
 from aiohttp import web
+from pydantic import (
+    BaseModel,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from kubetune.env import COLLECTOR_RESULTS_PATH
 
@@ -37,27 +48,57 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def _parse(body: bytes, max_results: int) -> dict:
-    """Validate the batch's shape; raises ValueError with a short reason."""
-    data = json.loads(body)
-    if not isinstance(data, dict):
-        raise ValueError("body must be a JSON object")
-    for key in ("namespace", "experiment", "trial"):
-        if not isinstance(data.get(key), str) or not data[key]:
-            raise ValueError(f"{key} must be a non-empty string")
-    if not isinstance(data.get("attempt"), int) or isinstance(data["attempt"], bool) or data["attempt"] < 0:
-        raise ValueError("attempt must be a non-negative integer")
-    results = data.get("results", [])
-    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
-        raise ValueError("results must be a list of objects")
-    if len(results) > max_results:
-        raise ValueError(f"at most {max_results} results per batch")
-    checkpoint = data.get("checkpoint")
-    if checkpoint is not None and not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("uri"), str)):
-        raise ValueError("checkpoint must be null or an object with a uri")
-    if not isinstance(data.get("done", False), bool):
-        raise ValueError("done must be a boolean")
-    return data
+_Name = Annotated[StrictStr, Field(min_length=1)]
+
+
+class CheckpointRef(BaseModel):
+    """The latest checkpoint the attempt committed (``kubetune.checkpoint_store``)."""
+
+    uri: StrictStr
+    """The committed checkpoint folder's URI."""
+
+    iteration: StrictInt | None = None
+    """The ``training_iteration`` it was saved at."""
+
+
+class ResultBatch(BaseModel):
+    """One POST of a trial runtime (written by ``kubetune.reporter``).
+
+    Validate with ``ResultBatch.model_validate_json(body, context={"max_results": n})``; JSON's ``NaN``
+    and ``Infinity`` are accepted in results (a diverging metric is a result).
+
+    Raises:
+        pydantic.ValidationError: a field is missing or of the wrong type, ``attempt`` is negative, or
+            ``results`` holds more than ``max_results`` entries.
+    """
+
+    namespace: _Name
+    experiment: _Name
+    trial: _Name
+    attempt: Annotated[StrictInt, Field(ge=0)]
+    """The attempt the bearer token was issued for."""
+
+    results: list[dict[str, Any]] = []
+    """Results in the order they were reported, without their ``config``."""
+
+    checkpoint: CheckpointRef | None = None
+    done: StrictBool = False
+    """The attempt's last batch."""
+
+    @field_validator("results")
+    @classmethod
+    def _at_most(cls, results: list[dict[str, Any]], info: ValidationInfo) -> list[dict[str, Any]]:
+        limit = (info.context or {}).get("max_results")
+        if limit is not None and len(results) > limit:
+            raise ValueError(f"at most {limit} results per batch")
+        return results
+
+
+def _reason(exc: ValidationError) -> str:
+    """A short reason for a 400: each failed field and why, without the values sent."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}" for error in exc.errors()
+    )
 
 
 def make_app(registry) -> web.Application:
@@ -87,16 +128,17 @@ def make_app(registry) -> web.Application:
             return _error(413, f"body over {limits.max_body_bytes} bytes")
         async with busy:  # one batch parsed and judged at a time: a flood queues here, not in the event loop
             try:
-                data = _parse(body, limits.max_results_per_batch)
-            except (ValueError, UnicodeDecodeError) as exc:
-                return _error(400, f"malformed batch: {exc}")
-            ns, trial, attempt = data["namespace"], data["trial"], data["attempt"]
+                batch = ResultBatch.model_validate_json(body, context={"max_results": limits.max_results_per_batch})
+            except ValidationError as exc:
+                return _error(400, f"malformed batch: {_reason(exc)}")
+            ns, experiment, trial, attempt = batch.namespace, batch.experiment, batch.trial, batch.attempt
             if (ns, trial, attempt) != claims[:3]:
                 return _error(401, "invalid token for this trial and attempt")
-            ctl = registry.get(ns, data["experiment"])
+            ctl = registry.get(ns, experiment)
             if ctl is None or not ctl.adopted:
                 return _error(503, "experiment not loaded yet; retry")
-            results, decision = data.get("results", []), "continue"
+            results, decision = batch.results, "continue"
+            checkpoint = batch.checkpoint.model_dump() if batch.checkpoint else None
             for start in range(0, max(len(results), 1), RESULTS_PER_STEP):
                 if start:
                     await asyncio.sleep(0)  # the probes and the daemons run between the steps of a large batch
@@ -106,11 +148,11 @@ def make_app(registry) -> web.Application:
                         trial,
                         attempt,
                         results[start : start + RESULTS_PER_STEP],
-                        data.get("checkpoint") if last else None,
+                        checkpoint if last else None,
                         uid=claims[3],
                     )
                 except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
-                    log.exception("experiment %s/%s: results of %s could not be taken", ns, data["experiment"], trial)
+                    log.exception("experiment %s/%s: results of %s could not be taken", ns, experiment, trial)
                     return _error(500, "the operator could not take these results; retry")
                 if step is None:
                     return _error(401, "stale token: not the trial's current attempt")
@@ -118,9 +160,9 @@ def make_app(registry) -> web.Application:
         try:
             await registry.commit(ctl)  # the decision is durable before the trial acts on it
         except Exception as exc:  # noqa: BLE001 - the runtime retries; the results are de-duplicated
-            log.warning("experiment %s/%s: journal not committed: %s", ns, data["experiment"], exc)
+            log.warning("experiment %s/%s: journal not committed: %s", ns, experiment, exc)
             return _error(503, "the operator could not persist its decision; retry")
-        registry.wake(ns, data["experiment"])
+        registry.wake(ns, experiment)
         metrics.RESULTS.inc(len(results))
         metrics.DECISIONS.labels(decision).inc()
         return web.json_response({"decision": decision})

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Annotated, Any, Mapping, Sequence
+
+from pydantic import Field, StrictInt, ValidationError
 
 from kubetune.resultkeys import check_mode, is_number
-from kubetune_operator.searchers.base import check_count, decode_number, encode_number
+from kubetune_operator.params import Count, NonNegative, Number, checked, describe
+from kubetune_operator.searchers.base import decode_number, encode_number
 
 __all__ = ["STOPPERS", "Stoppers", "create_stoppers"]
 
@@ -30,8 +33,8 @@ class MaximumIterationStopper:
         ValueError: ``max_iter`` is not an integer >= 1.
     """
 
-    def __init__(self, max_iter: int):
-        check_count("maximum_iteration: max_iter", max_iter)
+    @checked
+    def __init__(self, max_iter: Count):
         self.max_iter = max_iter
         self.seen: dict[str, int] = {}
 
@@ -58,19 +61,18 @@ class TrialPlateauStopper:
         ValueError: ``metric_threshold`` without a ``mode``, or counts below 1.
     """
 
+    @checked
     def __init__(
         self,
         metric: str,
-        std: float = 0.01,
-        num_results: int = 4,
-        grace_period: int = 4,
-        metric_threshold: float | None = None,
+        std: NonNegative = 0.01,
+        num_results: Count = 4,
+        grace_period: Count = 4,
+        metric_threshold: Number | None = None,
         mode: str | None = None,
     ):
         if metric_threshold is not None and mode not in ("min", "max"):
             raise ValueError("trial_plateau: metric_threshold needs a mode, min or max")
-        check_count("trial_plateau: num_results", num_results)
-        check_count("trial_plateau: grace_period", grace_period)
         self.metric, self.std, self.num_results, self.grace_period = metric, std, num_results, grace_period
         self.metric_threshold, self.mode = metric_threshold, mode
         self.seen: dict[str, int] = {}
@@ -114,10 +116,16 @@ class ExperimentPlateauStopper:
         ValueError: a bad ``mode``, ``top < 1`` or ``patience < 0``.
     """
 
-    def __init__(self, metric: str, std: float = 0.001, top: int = 10, mode: str = "min", patience: int = 0):
+    @checked
+    def __init__(
+        self,
+        metric: str,
+        std: NonNegative = 0.001,
+        top: Count = 10,
+        mode: str = "min",
+        patience: Annotated[StrictInt, Field(ge=0)] = 0,
+    ):
         check_mode(metric, mode, required=True)
-        check_count("experiment_plateau: top", top)
-        check_count("experiment_plateau: patience", patience, 0)
         self.metric, self.std, self.top, self.mode, self.patience = metric, std, top, mode, patience
         self.top_values: list[float] = []
         self.iterations = 0
@@ -199,6 +207,6 @@ def create_stoppers(specs: Sequence[Mapping] | None, metric: str | None, mode: s
                 params.setdefault("mode", mode or "min")
         try:
             built.append(cls(**params))
-        except TypeError as exc:
-            raise ValueError(f"stopper {name}: {exc}") from None
+        except ValidationError as exc:  # a missing, unknown, mistyped or out-of-range parameter
+            raise ValueError(f"stopper {name}: {describe(exc)}") from None
     return Stoppers(built)

@@ -40,14 +40,22 @@ class Collector:
         port: the port (0: any); the URL is known before :meth:`start`.
         decide: ``decide(batch, batches_so_far) -> decision``; default always ``continue``.
         max_body: bodies larger than this many bytes get 413.
+        unavailable: how many requests, first, get 503 (an operator that has not loaded the experiment yet).
 
     Attributes:
         batches: every accepted request body (parsed), in arrival order.
         bad_auth: how many requests came without the right bearer token (answered 401).
     """
 
-    def __init__(self, port: int = 0, decide: Callable[[dict, list[dict]], str] | None = None, max_body: int = 1 << 20):
+    def __init__(
+        self,
+        port: int = 0,
+        decide: Callable[[dict, list[dict]], str] | None = None,
+        max_body: int = 1 << 20,
+        unavailable: int = 0,
+    ):
         self.port = port or free_port()
+        self.unavailable = unavailable
         self.max_body = max_body
         self.too_large = 0
         self.decide = decide or (lambda batch, batches: "continue")
@@ -82,6 +90,10 @@ class Collector:
                     with collector.lock:
                         collector.bad_auth += 1
                     return self._reply(401, {"error": "bad token"})
+                with collector.lock:
+                    if collector.unavailable > 0:
+                        collector.unavailable -= 1
+                        return self._reply(503, {"error": "retry"})
                 batch = json.loads(body)
                 with collector.lock:
                     collector.batches.append(batch)

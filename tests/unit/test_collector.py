@@ -130,6 +130,22 @@ def test_malformed_batches_get_400_and_change_nothing(registry, body):
     assert "lastResult" not in registry.get("ns", "exp").trials["exp-00000"].status
 
 
+def test_a_400_names_each_bad_field_and_never_echoes_what_was_sent(registry):
+    body = batch(attempt="secret-0", checkpoint={"iteration": 3})
+    status, reply = post(registry, body, token())
+    assert status == 400
+    assert "attempt: Input should be a valid integer" in reply["error"]
+    assert "checkpoint.uri: Field required" in reply["error"]
+    assert "secret" not in reply["error"]
+
+
+def test_nan_and_infinite_metric_values_are_results(registry):
+    results = [{"acc": float("nan"), "training_iteration": 1}, {"acc": float("-inf"), "training_iteration": 2}]
+    status, reply = post(registry, batch(results=results), token())
+    assert status == 200 and reply["decision"] == "continue"
+    assert registry.get("ns", "exp").trials["exp-00000"].status["lastResult"]["training_iteration"] == 2
+
+
 def test_a_large_valid_batch_is_read_whole():
     settings = Settings(collector=CollectorSettings(max_body_bytes=2_000_000, max_results_per_batch=1000))
     reg = Registry(settings, KEY, ConfigMaps().write)

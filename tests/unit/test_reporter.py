@@ -59,6 +59,25 @@ def test_collector_down_buffers_without_blocking_and_keeps_the_newest():
     assert collector.batches[-1]["done"] is True
 
 
+def test_a_5xx_is_retried_with_backoff_and_a_waiting_step_goes_on_meanwhile():
+    collector = Collector(unavailable=3).start()
+    reporter = _reporter(collector.url, backoff_s=(0.05, 0.2))
+    reporter.start()
+    started = time.perf_counter()
+    seq = reporter.report(_result(1))
+    assert reporter.wait_answered(seq, 5.0) is False  # the first 503 marks it unreachable: no wait for an answer
+    assert reporter.unreachable
+    wait_for(lambda: collector.batches, 5, "the batch after three 503s")
+    elapsed = time.perf_counter() - started
+    reporter.report(_result(2))
+    assert reporter.close(5.0)
+    collector.stop()
+    assert collector.unavailable == 0 and not reporter.unreachable
+    assert [r["training_iteration"] for r in collector.results()] == [1, 2]
+    # urllib3's Retry waits 0, then 0.1 and 0.2 s (factor 0.05, cap 0.2) plus up to 0.05 s of jitter each
+    assert 0.3 <= elapsed < 2.0, elapsed
+
+
 def test_decisions_from_the_reply():
     replies = iter(["continue", "checkpoint", "continue", "stop", "pause"])
     collector = Collector(decide=lambda batch, batches: next(replies, "continue")).start()

@@ -87,3 +87,22 @@ def test_registry_imports_schedulers_lazily():
         "assert not any(m.split('.')[0] in ('kopf', 'kubernetes') for m in sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "reason"),
+    [
+        ("asha", {"max_t": "10"}, "scheduler 'asha': max_t: Input should be a valid number"),
+        ("asha", {"brackets": 1.0}, "scheduler 'asha': brackets: Input should be a valid integer"),
+        ("asha", {"stop_last_trials": "yes"}, "scheduler 'asha': stop_last_trials: Input should be a valid boolean"),
+        ("hyperband", {"max_t": float("inf")}, "scheduler 'hyperband': max_t: Input should be a finite number"),
+        ("pbt", {"perturbation_factors": [1.2]}, "perturbation_factors: Tuple should have at least 2 items"),
+        ("pbt", {"quantile_fraction": 0.7}, "quantile_fraction: Input should be less than or equal to 0.5"),
+    ],
+)
+def test_a_mistyped_or_out_of_range_parameter_is_one_line_naming_it(name, params, reason):
+    extra = {"hyperparam_mutations": {"lr": [0.1, 0.2]}} if name == "pbt" else {}
+    with pytest.raises(ValueError) as info:
+        create_scheduler(name, metric="loss", mode="min", **extra, **params)
+    assert reason in str(info.value) and "\n" not in str(info.value)
+    assert type(info.value) is ValueError  # described, not pydantic's multi-line error

@@ -476,7 +476,7 @@ def test_optuna_tells_early_stopped_trials_as_pruned_at_their_iteration_when_ask
 
 
 def test_optuna_prune_early_stopped_is_checked():
-    with pytest.raises(ValueError, match="prune_early_stopped must be true or false"):
+    with pytest.raises(ValueError, match="optuna': prune_early_stopped: Input should be a valid boolean"):
         create_searcher("optuna", {"x": {"uniform": [0, 1]}}, metric="m", mode="min", prune_early_stopped="yes")
     with pytest.raises(ValueError, match="prune_early_stopped needs one objective"):
         two_objectives("tpe", prune_early_stopped=True)

@@ -65,6 +65,7 @@ def test_nan_and_missing_values_never_make_a_plateau():
         ([{"name": "maximum_iteration", "params": {"max_iter": 0}}], "max_iter"),
         ([{"name": "trial_plateau", "params": {"metric": "loss", "sdt": 0.1}}], "sdt"),
         ([{"name": "trial_plateau"}], "needs a metric"),
+        ([{"name": "trial_plateau", "params": {"metric": "loss", "std": "0.1"}}], "trial_plateau: std: Input should"),
     ],
 )
 def test_bad_stoppers_are_named(specs, words):

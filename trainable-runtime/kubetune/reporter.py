@@ -4,8 +4,9 @@ The in-pod runtime (``kubetune.runtime``) hands every result to :meth:`Reporter.
 appends to a bounded in-memory buffer; where the scheduler decides at results, the runtime then
 waits for that result's answer (:meth:`Reporter.wait_answered`: one round trip, bounded, and not at
 all while the collector is unreachable) before the next step, as Ray does. A daemon thread posts
-the buffer in batches to ``<collector>/v1alpha1/results`` (protocol in :mod:`kubetune.env`), retries
-with exponential backoff while the collector is unreachable or answers 5xx, and reads the
+the buffer in batches to ``<collector>/v1alpha1/results`` (protocol in :mod:`kubetune.env`) over one
+kept-alive urllib3 connection, retries while the collector is unreachable or answers 5xx with the
+exponential backoff of urllib3's ``Retry`` (no limit on attempts: results wait in the buffer), and reads the
 scheduler's decision from each reply (``continue``, ``stop``, ``pause``, ``checkpoint``), which the
 runtime polls with :meth:`Reporter.take_decision`.
 
@@ -28,10 +29,8 @@ would otherwise dominate the batch size. The bearer token is never logged.
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
-import random
 import ssl
 import threading
 import time
@@ -39,6 +38,9 @@ from collections import deque
 from itertools import islice
 from typing import Any
 from urllib.parse import urlparse
+
+import urllib3
+from urllib3.util.retry import Retry
 
 from kubetune.env import COLLECTOR_RESULTS_PATH, DECISIONS, MAX_BATCH_BYTES
 
@@ -63,7 +65,17 @@ def json_default(obj: Any) -> Any:
 
 
 class _Retry(Exception):
-    """The batch was not delivered and may be sent again."""
+    """The batch was not delivered and may be sent again.
+
+    Args:
+        reason: what went wrong, for the log.
+        error: the connection error, if that is what went wrong.
+        response: the 5xx (or other unexpected) response, if that is what went wrong.
+    """
+
+    def __init__(self, reason: str, error: Exception | None = None, response: Any = None):
+        super().__init__(reason)
+        self.error, self.response = error, response
 
 
 class _Rejected(Exception):
@@ -88,7 +100,9 @@ class Reporter:
         max_buffer: how many results may wait for delivery; beyond it the oldest are dropped.
         max_batch: most results in one batch.
         timeout_s: socket timeout of one POST, in seconds.
-        backoff_s: ``(first, cap)`` of the retry backoff, in seconds (full jitter).
+        backoff_s: ``(factor, cap)`` of the retry backoff, in seconds: urllib3's ``Retry`` waits
+            ``factor * 2 ** (n - 1)`` plus up to ``factor`` of jitter after the n-th failure in a row
+            (none after the first), at most ``cap``.
 
     Attributes:
         dropped: results dropped because the buffer was full or a result was too large.
@@ -112,9 +126,10 @@ class Reporter:
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"collector URL must be http(s)://host[:port][/path], got {url!r}")
-        self._https = parsed.scheme == "https"
-        self._host = parsed.hostname
-        self._port = parsed.port
+        tls = {"ssl_context": ssl.create_default_context()} if parsed.scheme == "https" else {}
+        self._pool = urllib3.connection_from_url(
+            url, maxsize=1, timeout=urllib3.Timeout(total=timeout_s), retries=False, **tls
+        )
         self._path = parsed.path.rstrip("/") + COLLECTOR_RESULTS_PATH
         self._headers = {"Content-Type": "application/json"}
         if token:
@@ -126,6 +141,15 @@ class Reporter:
         self._batch_limit = self._max_batch = max_batch
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
+        #: The backoff policy: unlimited attempts (``total=None``) of any method, 5xx retried.
+        self._retry = self._fresh_retry = Retry(
+            total=None,
+            allowed_methods=None,
+            backoff_factor=backoff_s[0],
+            backoff_jitter=backoff_s[0],
+            backoff_max=backoff_s[1],
+            raise_on_status=False,
+        )
 
         self._cond = threading.Condition()
         self._buffer: deque[tuple[int, dict]] = deque()
@@ -137,7 +161,6 @@ class Reporter:
         self._done_sent = False
         self._final_decision: str | None = None
         self._checkpoint_requested = False
-        self._conn: http.client.HTTPConnection | None = None
         #: Set once the collector said this attempt is stale (401): the attempt must stop writing at once.
         self.fenced = threading.Event()
         #: The last post failed and is being retried.
@@ -242,7 +265,6 @@ class Reporter:
         )
 
     def _run(self) -> None:
-        failures = 0
         down_since: float | None = None
         last_log = 0.0
         while True:
@@ -276,7 +298,7 @@ class Reporter:
                     self._cond.notify_all()
                 return
             except _Retry as exc:
-                failures += 1
+                self._retry = self._retry.increment("POST", self._path, response=exc.response, error=exc.error)
                 with self._cond:
                     self.unreachable = True
                     self._cond.notify_all()  # a result waiting for its answer goes on without it
@@ -291,12 +313,11 @@ class Reporter:
                         len(self._buffer),
                         self.dropped,
                     )
-                first, cap = self.backoff_s
-                time.sleep(random.uniform(first / 2, min(cap, first * 2 ** min(failures, 30))))
+                self._retry.sleep()
                 continue
             if down_since is not None:
                 log.info("collector reachable again after %.0f s", time.monotonic() - down_since)
-            failures, down_since = 0, None
+            self._retry, down_since = self._fresh_retry, None
             self._batch_limit = min(self._max_batch, self._batch_limit * 2)
             with self._cond:
                 last_seq = entries[covered - 1][0] if covered else 0
@@ -343,21 +364,12 @@ class Reporter:
 
     def _post(self, body: bytes) -> str:
         try:
-            if self._conn is None:
-                if self._https:
-                    self._conn = http.client.HTTPSConnection(
-                        self._host, self._port, timeout=self.timeout_s, context=ssl.create_default_context()
-                    )
-                else:
-                    self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
-            self._conn.request("POST", self._path, body=body, headers=self._headers)
-            response = self._conn.getresponse()
-            data = response.read()
-        except (OSError, http.client.HTTPException) as exc:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            raise _Retry(f"{type(exc).__name__}: {exc}") from exc
+            response = self._pool.urlopen(
+                "POST", self._path, body=body, headers=self._headers, retries=False, redirect=False
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _Retry(f"{type(exc).__name__}: {exc}", error=exc) from exc
+        data = response.data
         if response.status == 413:
             raise _TooLarge()
         if response.status == 400:
@@ -365,7 +377,7 @@ class Reporter:
         if response.status == 401:
             raise _Fenced(data[:200].decode(errors="replace"))
         if response.status != 200:
-            raise _Retry(f"HTTP {response.status}")
+            raise _Retry(f"HTTP {response.status}", response=response)
         try:
             decision = json.loads(data).get("decision", "continue")
         except (ValueError, AttributeError):

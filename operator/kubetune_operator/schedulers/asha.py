@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Iterable
+from typing import Annotated, Iterable
+
+from pydantic import Field
 
 from kubetune.resultkeys import check_mode, is_number
+from kubetune_operator.params import Count, Flag, Number, Positive, checked
 from kubetune_operator.schedulers.base import CONTINUE, STOP, TrialScheduler
-from kubetune_operator.searchers.base import check_count, decode_number, encode_number
+from kubetune_operator.searchers.base import decode_number, encode_number
 
 __all__ = ["AsyncHyperBandScheduler", "ASHAScheduler", "nanpercentile"]
 
@@ -64,27 +67,22 @@ class AsyncHyperBandScheduler(TrialScheduler):
             ``> max_t``, ``reduction_factor <= 1``, ``brackets < 1``.
     """
 
+    @checked
     def __init__(
         self,
         metric: str | None = None,
         mode: str | None = None,
         time_attr: str = "training_iteration",
-        max_t: float = 100,
-        grace_period: float = 1,
-        reduction_factor: float = 4,
-        brackets: int = 1,
-        stop_last_trials: bool = True,
+        max_t: Positive = 100,
+        grace_period: Positive = 1,
+        reduction_factor: Annotated[Number, Field(gt=1)] = 4,
+        brackets: Count = 1,
+        stop_last_trials: Flag = True,
     ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
-        for name, value in (("max_t", max_t), ("grace_period", grace_period), ("reduction_factor", reduction_factor)):
-            if not is_number(value) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
         if grace_period > max_t:
             raise ValueError(f"grace_period ({grace_period}) must be <= max_t ({max_t})")
-        if reduction_factor <= 1:
-            raise ValueError(f"reduction_factor must be > 1, got {reduction_factor!r}")
-        check_count("brackets", brackets)
         self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period
         self.reduction_factor, self.stop_last_trials = reduction_factor, stop_last_trials
         #: Per bracket, its rungs from the highest milestone down: ``[milestone, {trial_id: value}]``.

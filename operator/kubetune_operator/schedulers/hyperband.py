@@ -21,9 +21,12 @@ the searcher is finished (the operator says so through
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Annotated, Sequence
+
+from pydantic import Field
 
 from kubetune.resultkeys import check_mode, is_number
+from kubetune_operator.params import Flag, Number, checked
 from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler
 from kubetune_operator.searchers.base import decode_number, encode_number
 
@@ -126,21 +129,18 @@ class HyperBandScheduler(TrialScheduler):
         ValueError: missing metric/mode, ``max_t < 1`` or ``reduction_factor <= 1``.
     """
 
+    @checked
     def __init__(
         self,
         metric: str | None = None,
         mode: str | None = None,
         time_attr: str = "training_iteration",
-        max_t: int = 81,
-        reduction_factor: float = 3,
-        stop_last_trials: bool = True,
+        max_t: Annotated[Number, Field(ge=1)] = 81,
+        reduction_factor: Annotated[Number, Field(gt=1)] = 3,
+        stop_last_trials: Flag = True,
     ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
-        if not is_number(max_t) or not math.isfinite(max_t) or max_t < 1:
-            raise ValueError(f"max_t must be a number >= 1, got {max_t!r}")
-        if not is_number(reduction_factor) or not math.isfinite(reduction_factor) or reduction_factor <= 1:
-            raise ValueError(f"reduction_factor must be a number > 1, got {reduction_factor!r}")
         self.time_attr, self.max_t, self.eta = time_attr, max_t, reduction_factor
         self.stop_last_trials = stop_last_trials
         self._s_max_1 = int(round(math.log(max_t) / math.log(reduction_factor))) + 1

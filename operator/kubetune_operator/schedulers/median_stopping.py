@@ -19,8 +19,9 @@ import math
 import statistics
 
 from kubetune.resultkeys import check_mode, is_number
+from kubetune_operator.params import Count, Flag, NonNegative, checked
 from kubetune_operator.schedulers.base import CONTINUE, PAUSE, STOP, TrialScheduler
-from kubetune_operator.searchers.base import check_count, decode_number, encode_number
+from kubetune_operator.searchers.base import decode_number, encode_number
 
 __all__ = ["MedianStoppingRule"]
 
@@ -51,20 +52,18 @@ class MedianStoppingRule(TrialScheduler):
     per trial)): each peer's running mean comes from prefix sums.
     """
 
+    @checked
     def __init__(
         self,
         metric: str | None = None,
         mode: str | None = None,
         time_attr: str = "time_total_s",
-        grace_period: float = 60.0,
-        min_samples_required: int = 3,
-        hard_stop: bool = True,
+        grace_period: NonNegative = 60.0,
+        min_samples_required: Count = 3,
+        hard_stop: Flag = True,
     ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
-        if not is_number(grace_period) or not math.isfinite(grace_period) or grace_period < 0:
-            raise ValueError(f"grace_period must be a number >= 0, got {grace_period!r}")
-        check_count("min_samples_required", min_samples_required)
         self.time_attr, self.grace_period = time_attr, grace_period
         self.min_samples_required, self.hard_stop = min_samples_required, hard_stop
         self._results: dict[str, list[list]] = {}  # trial -> [[time, value], ...] in arrival order, encoded

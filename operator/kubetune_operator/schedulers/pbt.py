@@ -22,10 +22,13 @@ import bisect
 import copy
 import math
 import random
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, StrictInt
 
 from kubetune.resultkeys import check_mode, is_number
 from kubetune.search import Domain, parse_space
+from kubetune_operator.params import Flag, NonNegative, Number, Positive, checked
 from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, TrialScheduler
 from kubetune_operator.searchers.base import decode_number, encode_number
 
@@ -123,38 +126,27 @@ class PopulationBasedTraining(TrialScheduler):
         ValueError: a bad parameter (the message names it).
     """
 
+    @checked
     def __init__(
         self,
         metric: str | None = None,
         mode: str | None = None,
         time_attr: str = "time_total_s",
-        perturbation_interval: float = 60.0,
-        burn_in_period: float = 0.0,
+        perturbation_interval: Positive = 60.0,
+        burn_in_period: NonNegative = 0.0,
         hyperparam_mutations: dict | None = None,
-        quantile_fraction: float = 0.25,
-        resample_probability: float = 0.25,
-        perturbation_factors: list | tuple = (1.2, 0.8),
-        require_attrs: bool = True,
-        synch: bool = False,
-        seed: int = 0,
+        quantile_fraction: Annotated[Number, Field(ge=0, le=0.5)] = 0.25,
+        resample_probability: Annotated[Number, Field(ge=0, le=1)] = 0.25,
+        perturbation_factors: Annotated[tuple[Positive, ...], Field(min_length=2)] = (1.2, 0.8),
+        require_attrs: Flag = True,
+        synch: Flag = False,
+        seed: StrictInt = 0,
     ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
-        if not is_number(perturbation_interval) or not perturbation_interval > 0:
-            raise ValueError(f"perturbation_interval must be a number > 0, got {perturbation_interval!r}")
-        if not is_number(burn_in_period) or burn_in_period < 0:
-            raise ValueError(f"burn_in_period must be a number >= 0, got {burn_in_period!r}")
-        if not is_number(quantile_fraction) or not 0 <= quantile_fraction <= 0.5:
-            raise ValueError(f"quantile_fraction must be between 0 and 0.5, got {quantile_fraction!r}")
-        if not is_number(resample_probability) or not 0 <= resample_probability <= 1:
-            raise ValueError(f"resample_probability must be between 0 and 1, got {resample_probability!r}")
         factors = list(perturbation_factors)
-        if len(factors) < 2 or not all(is_number(f) and f > 0 for f in factors):
-            raise ValueError(f"perturbation_factors must be two or more positive numbers, got {perturbation_factors!r}")
         if synch:
             raise ValueError("synch=True is not supported: kubetune runs PBT asynchronously (synch=False)")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
         self.time_attr, self.interval, self.burn_in = time_attr, perturbation_interval, burn_in_period
         self.mutations = _parse_mutations(hyperparam_mutations)
         self.quantile_fraction, self.resample_probability = quantile_fraction, resample_probability

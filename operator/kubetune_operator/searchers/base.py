@@ -16,20 +16,10 @@ from typing import Any
 
 from kubetune.resultkeys import check_mode
 
-__all__ = ["FINISHED", "Searcher", "encode_number", "decode_number", "check_count"]
+__all__ = ["FINISHED", "Searcher", "encode_number", "decode_number"]
 
 #: Returned by :meth:`Searcher.suggest` once the searcher will never suggest again (Ray's ``Searcher.FINISHED``).
 FINISHED = "FINISHED"
-
-
-def check_count(name: str, value: object, minimum: int = 1) -> None:
-    """Check an algorithm's count parameter.
-
-    Raises:
-        ValueError: ``value`` is not an int (bools excluded) ``>= minimum``; the message names ``name``.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def encode_number(value: float | int | None) -> Any:

@@ -27,11 +27,13 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
+from pydantic import StrictInt
 
 from kubetune.resultkeys import is_multi_objective, is_number, objectives
 from kubetune.search import Categorical, Domain, Float, Integer, is_grid, parse_space
 from kubetune.search.variants import find_domains, substitute
-from kubetune_operator.searchers.base import FINISHED, Searcher, check_count, decode_number, encode_number
+from kubetune_operator.params import Count, Flag, checked
+from kubetune_operator.searchers.base import FINISHED, Searcher, decode_number, encode_number
 
 __all__ = ["OptunaSearch", "SAMPLERS"]
 
@@ -231,18 +233,19 @@ class OptunaSearch(Searcher):
             several objectives.
     """
 
+    @checked
     def __init__(
         self,
         space: Any,
         metric: str | list[str] | None = None,
         mode: str | list[str] | None = None,
-        num_samples: int = 1,
-        seed: int | None = None,
+        num_samples: Count = 1,
+        seed: StrictInt | None = None,
         sampler: str = "tpe",
         sampler_args: dict | None = None,
         points_to_evaluate: list[dict] | None = None,
         evaluated_rewards: list | None = None,
-        prune_early_stopped: bool = False,
+        prune_early_stopped: Flag = False,
     ):
         self.multi_objective = is_multi_objective(metric)
         if self.multi_objective:
@@ -253,15 +256,12 @@ class OptunaSearch(Searcher):
             super().__init__(metric, mode)
         if metric is None or mode is None:
             raise ValueError("optuna search needs metric and mode")
-        check_count("num_samples", num_samples)
         if sampler in _REFUSED:
             raise ValueError(f"optuna sampler {sampler!r} is not available: {_REFUSED[sampler]}")
         if sampler not in SAMPLERS:
             raise ValueError(f"unknown optuna sampler {sampler!r}; valid: {', '.join(sorted(SAMPLERS))}")
         if self.multi_objective and not SAMPLERS[sampler].multi_objective:
             raise ValueError(f"optuna sampler {sampler!r} optimizes one objective; metric gives {len(self.metric)}")
-        if not isinstance(prune_early_stopped, bool):
-            raise ValueError(f"prune_early_stopped must be true or false, got {prune_early_stopped!r}")
         if prune_early_stopped and self.multi_objective:
             raise ValueError(
                 "prune_early_stopped needs one objective (Optuna keeps no intermediate values for several)"
