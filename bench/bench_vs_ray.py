@@ -12,13 +12,17 @@ prints both figures, the ratio kubetune / Ray and the load average before and af
 * ``digits``: ``examples/digits``, 8 learning rates, 4 at a time, ASHA, checkpoints every 4
   iterations and at the end: seconds and best accuracy.
 * ``onestep`` and ``slots8``: 200 trials of one step, 2 and 8 at a time: trials per second.
+* ``pbt`` and ``random32``: the digits example's 32 trials (learning rates spread log-evenly over
+  1e-5..0.5), 20 epochs each, 8 at a time, under Population Based Training (``training_iteration``,
+  perturbation_interval 4, ``lr`` mutated over loguniform(1e-5, 0.5)) and as the same search without
+  it (FIFO): seconds and best accuracy, so PBT's gain is measured at the same budget on both sides.
 
 Ray Tune lives in a benchmark-only virtual environment that this script creates on first use
 (``~/.cache/kubetune/bench-ray-venv``: ``pip install "ray[tune]" scikit-learn``) or that
 ``--ray-python`` names; it is never a dependency of kubetune or of ``make test``.
 
 Run: ``.venv/bin/python bench/bench_vs_ray.py [--rounds 3] [--cases fifo,asha,digits,onestep,slots8]
-[--ray-python PATH]``.
+[--ray-python PATH]`` (``--cases pbt,random32`` for the PBT comparison).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import kubetune as tune  # noqa: E402
 from devcluster import Cluster, ClusterConfig  # noqa: E402
 from devcluster.cluster import S3_BUCKET  # noqa: E402
 from devcluster.operator import OperatorProcess  # noqa: E402
-from kubetune.schedulers import ASHAScheduler  # noqa: E402
+from kubetune.schedulers import ASHAScheduler, PopulationBasedTraining  # noqa: E402
 
 RAY_VENV = Path.home() / ".cache" / "kubetune" / "bench-ray-venv"
 #: name -> (trials, steps, seconds per step, trials at a time, ASHA); digits is its own case.
@@ -55,6 +59,11 @@ CASES = {
     "slots8": (200, 1, 0.0, 8, False),
 }
 DIGITS_LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+#: The digits cases (``digits``, ``pbt``, ``random32``), which report the best accuracy too.
+DIGITS_CASES = ("digits", "pbt", "random32")
+#: The PBT cases' 32 learning rates: log-evenly from 1e-5 to 0.5 (most too small to learn in 20 epochs).
+PBT_LRS = [round(1e-5 * (0.5 / 1e-5) ** (i / 31), 8) for i in range(32)]
+PBT_LR_RANGE = (1e-5, 0.5)
 CASE_TIMEOUT_S = 900
 
 
@@ -73,7 +82,7 @@ RAY_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {root!r})
     import ray
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
 
     class Sleeper(tune.Trainable):
         def step(self):
@@ -102,6 +111,10 @@ RAY_SCRIPT = textwrap.dedent(
     kwargs = args["kwargs"]
     if args["asha"]:
         kwargs["scheduler"] = ASHAScheduler(**args["asha"])
+    if args.get("pbt"):
+        low, high = args["pbt"].pop("lr_range")
+        mutations = {{"lr": tune.loguniform(low, high)}}
+        kwargs["scheduler"] = PopulationBasedTraining(**args["pbt"], hyperparam_mutations=mutations)
     started = time.monotonic()
     analysis = tune.run(Digits if args["digits"] else Sleeper, verbose=0, storage_path={storage!r}, **kwargs)
     wall = time.monotonic() - started
@@ -126,6 +139,24 @@ def ray_python(path: str | None) -> str:
 
 def case_arguments(case: str) -> dict:
     """The arguments both sides pass to ``tune.run`` (configs as explicit grids: the same trials on both)."""
+    if case in ("pbt", "random32"):
+        config = {"lr": tune.grid_search(PBT_LRS), "alpha": 1e-4, "hidden_units": 64, "batch_size": 32, "seed": 0}
+        pbt = {"time_attr": "training_iteration", "perturbation_interval": 4, "quantile_fraction": 0.25}
+        return {
+            "kwargs": {
+                "config": config,
+                "metric": "mean_accuracy",
+                "mode": "max",
+                "stop": {"training_iteration": 20},
+                "max_concurrent_trials": 8,
+                "resources_per_trial": {"cpu": 1},
+            },
+            "asha": None,
+            "pbt": {**pbt, "lr_range": list(PBT_LR_RANGE)} if case == "pbt" else None,
+            "concurrent": 8,
+            "digits": True,
+            "metric": "mean_accuracy",
+        }
     if case == "digits":
         config = {"lr": tune.grid_search(DIGITS_LRS), "alpha": 1e-4, "hidden_units": 64, "batch_size": 32, "seed": 0}
         return {
@@ -186,6 +217,10 @@ def run_kubetune(case: str, namespace: str) -> dict:
     kwargs = dict(args["kwargs"])
     if args["asha"]:
         kwargs["scheduler"] = ASHAScheduler(**args["asha"])
+    if args.get("pbt"):
+        pbt = {k: v for k, v in args["pbt"].items() if k != "lr_range"}
+        mutations = {"lr": tune.loguniform(*PBT_LR_RANGE)}
+        kwargs["scheduler"] = PopulationBasedTraining(**pbt, hyperparam_mutations=mutations)
     trainable = "examples.digits.trainable:DigitsTrainable" if args["digits"] else Sleeper
     started = time.monotonic()
     analysis = tune.run(
@@ -215,11 +250,12 @@ def main() -> int:
     parser.add_argument("--ray-python", default=None, help="a Python with ray[tune] (default: create the bench venv)")
     args = parser.parse_args()
     cases = [c for c in args.cases.split(",") if c]
-    unknown = set(cases) - set(CASES) - {"digits"}
+    unknown = set(cases) - set(CASES) - set(DIGITS_CASES)
     if unknown:
         parser.error(f"unknown case(s) {sorted(unknown)}")
     python = ray_python(args.ray_python)
     figures: dict[tuple[str, str], list[float]] = {}
+    best: dict[tuple[str, str], list[float]] = {}
     workdir = Path(tempfile.mkdtemp(prefix="bench-vs-ray-"))
     crds = [str(p) for p in sorted((ROOT / "crds").glob("*.yaml"))]
     with Cluster(ClusterConfig(nodes=1, gpus_per_node=0, node_pods=24, crds=crds)) as cluster:
@@ -248,7 +284,9 @@ def main() -> int:
                         figures.setdefault((case, side), []).append(value)
                         unit = "trials/s" if case in ("onestep", "slots8") else "s"
                         extra = f", last iterations {sorted(outcome['iterations'])}" if case == "asha" else ""
-                        extra += f", best {outcome['best']:.4f}" if case == "digits" else ""
+                        if case in DIGITS_CASES:
+                            best.setdefault((case, side), []).append(outcome["best"])
+                            extra += f", best {outcome['best']:.4f}"
                         print(
                             f"round {rnd + 1} {case:<8} {side:<8} {value:8.2f} {unit}{extra} "
                             f"(load {load_before:.1f} -> {os.getloadavg()[0]:.1f})",
@@ -262,6 +300,13 @@ def main() -> int:
         ours, ray = statistics.median(figures[case, "kubetune"]), statistics.median(figures[case, "ray"])
         what = "trials/s (higher is better)" if case in ("onestep", "slots8") else "seconds (lower is better)"
         print(f"| {case} | {what} | {ours:.2f} | {ray:.2f} | {ours / ray:.2f} |")
+    digits = [case for case in cases if case in DIGITS_CASES]
+    if digits:
+        print("\n| case | best mean_accuracy, kubetune (median) | Ray Tune (median) |")
+        print("|---|---|---|")
+        for case in digits:
+            ours, ray = statistics.median(best[case, "kubetune"]), statistics.median(best[case, "ray"])
+            print(f"| {case} | {ours:.4f} | {ray:.4f} |")
     print(f"({args.rounds} rounds on {os.cpu_count()} CPUs; Ray side: {python})")
     return 0
 
