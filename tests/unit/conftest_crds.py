@@ -39,6 +39,7 @@ _CHECKED = {
     "minLength",
     "maxLength",
     "pattern",
+    "minItems",
     "maxItems",
     "maxProperties",
 }
@@ -114,6 +115,8 @@ def validate(value: Any, schema: dict, path: str = "") -> list[str]:
     if isinstance(value, list):
         if len(value) > schema.get("maxItems", len(value)):
             errors.append(f"{path}: {len(value)} items > maxItems")
+        if len(value) < schema.get("minItems", 0):
+            errors.append(f"{path}: {len(value)} items < minItems")
         for i, item in enumerate(value):
             errors += validate(item, schema.get("items") or {}, f"{path}[{i}]")
     if isinstance(value, dict):

@@ -5,12 +5,17 @@ is named there, in backticks. The lists are parsed from the sources, not written
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest_crds import root_schema, validate
+
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "operations.md"
@@ -125,3 +130,28 @@ def test_every_operator_setting_is_documented(named):
 def test_the_docs_link_to_it():
     assert "docs/operations.md" in (ROOT / "README.md").read_text()
     assert "operations.md" in (ROOT / "docs" / "architecture.md").read_text()
+
+
+def test_the_api_reference_is_generated_from_the_crds_as_they_are():
+    spec = importlib.util.spec_from_file_location("api_reference", ROOT / "docs" / "api_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (ROOT / "docs" / "api-reference.md").read_text() == module.render(), "stale: run `make docs`"
+
+
+def _api_examples() -> list[dict]:
+    text = (ROOT / "docs" / "api.md").read_text()
+    return [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+
+
+def test_the_api_page_has_examples_of_every_scheduler_and_search_algorithm():
+    specs = [example["spec"] for example in _api_examples()]
+    assert {s.get("scheduler", {}).get("name", "fifo") for s in specs} == {"fifo", "asha", "pbt", "hyperband"}
+    assert {s.get("searchAlgorithm", {}).get("name", "basic") for s in specs} == {"basic", "optuna"}
+
+
+@pytest.mark.parametrize("example", _api_examples(), ids=lambda example: example["metadata"]["name"])
+def test_every_api_example_is_accepted_by_the_crd_schema_and_the_operator(example):
+    assert validate(example["spec"], root_schema("Experiment")["properties"]["spec"], ".spec") == []
+    experiment = {**example, "metadata": {**example["metadata"], "namespace": "default", "uid": "u-1"}}
+    ExperimentController(experiment, Settings(), b"k" * 32)  # raises InvalidSpec with the reason if not
