@@ -491,12 +491,16 @@ class ExperimentController:
         decision, exploit = "continue", None
         take_exploit = getattr(self.scheduler, "take_exploit", None)
         for result in results:
-            d = self.scheduler.on_trial_result(trial, result)
             stop, _ = should_stop(result, self.spec.stop)
             if self.stoppers(trial, result) or stop or result.get("done"):
+                # as Ray's controller: a result that ends the trial reaches the scheduler as the trial's
+                # completion (on_trial_complete, when its pod ends), never as a result to decide on, so
+                # it cannot make the trial a PBT donor or a rung winner after it has stopped
                 d = "stop"
-            elif d == "pause" and take_exploit is not None:
-                exploit = take_exploit(trial)
+            else:
+                d = self.scheduler.on_trial_result(trial, result)
+                if d == "pause" and take_exploit is not None:
+                    exploit = take_exploit(trial)
             if DECISION_RANK[d] > DECISION_RANK[decision]:
                 decision = d
             if exploit is not None:  # the rest of the batch belongs to the lineage the trial leaves

@@ -221,6 +221,37 @@ def test_stop_criteria_from_the_spec_stop_a_trial():
     assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 3}], None) == "stop"
 
 
+def test_a_result_that_ends_the_trial_is_never_a_result_the_scheduler_decides_on():
+    """Ray's controller: a result meeting the stop criteria (or done) stops the trial without
+    scheduler.on_trial_result, so PBT cannot take a trial that has stopped as a donor."""
+    spec = experiment(
+        stop={"training_iteration": 4},
+        maxConcurrentTrials=4,
+        scheduler={
+            "name": "pbt",
+            "params": {
+                "time_attr": "training_iteration",
+                "perturbation_interval": 2,
+                "hyperparam_mutations": {"lr": [1, 2, 3, 4]},
+            },
+        },
+    )
+    ctl = ExperimentController(spec, Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    trials = [f"exp-0000{i}" for i in range(4)]
+    for trial, acc in reversed(list(zip(trials, (0.9, 0.5, 0.4, 0.1)))):  # the first last: top of 4 at iteration 2
+        ctl.record_results(trial, 0, [{"acc": acc, "training_iteration": i} for i in (1, 2)], None)
+    seen = []
+    decide = ctl.scheduler.on_trial_result
+    ctl.scheduler.on_trial_result = lambda trial, result: (
+        seen.append((trial, result["training_iteration"])) or decide(trial, result)
+    )
+    assert ctl.record_results(trials[0], 0, [{"acc": 0.95, "training_iteration": i} for i in (3, 4)], None) == "stop"
+    assert ctl.record_results(trials[1], 0, [{"acc": 0.5, "training_iteration": 3, "done": True}], None) == "stop"
+    assert seen == [(trials[0], 3)]  # not iteration 4 of the first, nor the done result of the second
+    assert ctl.scheduler.get_state()["trials"][trials[0]][3] == 2  # its checkpoint iteration as a donor: 2, not 4
+
+
 def test_goal_reached_stops_the_rest_and_succeeds_the_experiment():
     ctl = ExperimentController(experiment(goal=0.9), Settings(), KEY)
     adopt_created(ctl, ctl.plan({}, T0))
