@@ -36,6 +36,7 @@ from kubetune.env import COLLECTOR_RESULTS_PATH
 
 from . import metrics
 from .controller import DECISION_RANK
+from .params import describe
 from .tokens import token_claims
 
 #: Results handed to the scheduler at a time; the event loop (probes, other requests) runs between steps.
@@ -94,13 +95,6 @@ class ResultBatch(BaseModel):
         return results
 
 
-def _reason(exc: ValidationError) -> str:
-    """A short reason for a 400: each failed field and why, without the values sent."""
-    return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}" for error in exc.errors()
-    )
-
-
 def make_app(registry) -> web.Application:
     """Return the collector's application for ``registry`` (which holds settings, key and controllers)."""
     limits = registry.settings.collector
@@ -130,7 +124,7 @@ def make_app(registry) -> web.Application:
             try:
                 batch = ResultBatch.model_validate_json(body, context={"max_results": limits.max_results_per_batch})
             except ValidationError as exc:
-                return _error(400, f"malformed batch: {_reason(exc)}")
+                return _error(400, f"malformed batch: {describe(exc, 'body')}")
             ns, experiment, trial, attempt = batch.namespace, batch.experiment, batch.trial, batch.attempt
             if (ns, trial, attempt) != claims[:3]:
                 return _error(401, "invalid token for this trial and attempt")

@@ -42,8 +42,12 @@ checked = validate_call(config=ConfigDict(arbitrary_types_allowed=True))
 _BRANCHES = {"int", "float"}
 
 
-def describe(exc: ValidationError) -> str:
+def describe(exc: ValidationError, whole: str = "value") -> str:
     """One line for ``exc``: each failing parameter or field, and why, without the values given.
+
+    Args:
+        exc: the error of a :data:`checked` call or of a model's validation.
+        whole: the name of an error about the whole input (no field), e.g. ``"body"``.
 
     Example: ``max_t: Input should be greater than 0; brackets: Input should be a valid integer``.
     """
@@ -52,5 +56,5 @@ def describe(exc: ValidationError) -> str:
         loc, message = list(error["loc"]), error["msg"]
         if error["type"] in ("int_type", "float_type") and loc and loc[-1] in _BRANCHES:
             loc, message = loc[:-1], "Input should be a valid number"  # both members of Number refused it
-        reasons.setdefault(f"{'.'.join(str(part) for part in loc) or 'value'}: {message}", None)
+        reasons.setdefault(f"{'.'.join(str(part) for part in loc) or whole}: {message}", None)
     return "; ".join(reasons)

@@ -139,8 +139,6 @@ class Reporter:
         )[:-1]
         self.max_buffer = max_buffer
         self._batch_limit = self._max_batch = max_batch
-        self.timeout_s = timeout_s
-        self.backoff_s = backoff_s
         #: The backoff policy: unlimited attempts (``total=None``) of any method, 5xx retried.
         self._retry = self._fresh_retry = Retry(
             total=None,
