@@ -137,60 +137,46 @@ def ray_python(path: str | None) -> str:
     return str(python)
 
 
-def case_arguments(case: str) -> dict:
-    """The arguments both sides pass to ``tune.run`` (configs as explicit grids: the same trials on both)."""
-    if case in ("pbt", "random32"):
-        config = {"lr": tune.grid_search(PBT_LRS), "alpha": 1e-4, "hidden_units": 64, "batch_size": 32, "seed": 0}
-        pbt = {"time_attr": "training_iteration", "perturbation_interval": 4, "quantile_fraction": 0.25}
-        return {
-            "kwargs": {
-                "config": config,
-                "metric": "mean_accuracy",
-                "mode": "max",
-                "stop": {"training_iteration": 20},
-                "max_concurrent_trials": 8,
-                "resources_per_trial": {"cpu": 1},
-            },
-            "asha": None,
-            "pbt": {**pbt, "lr_range": list(PBT_LR_RANGE)} if case == "pbt" else None,
-            "concurrent": 8,
-            "digits": True,
-            "metric": "mean_accuracy",
-        }
-    if case == "digits":
-        config = {"lr": tune.grid_search(DIGITS_LRS), "alpha": 1e-4, "hidden_units": 64, "batch_size": 32, "seed": 0}
-        return {
-            "kwargs": {
-                "config": config,
-                "metric": "mean_accuracy",
-                "mode": "max",
-                "stop": {"training_iteration": 12},
-                "max_concurrent_trials": 4,
-                "checkpoint_freq": 4,
-                "checkpoint_at_end": True,
-                "resources_per_trial": {"cpu": 1},
-            },
-            "asha": {"max_t": 12, "grace_period": 2, "reduction_factor": 2},
-            "concurrent": 4,
-            "digits": True,
-            "metric": "mean_accuracy",
-        }
-    trials, steps, sleep, concurrent, asha = CASES[case]
-    config = {"x": tune.grid_search([(trials - i) / trials for i in range(trials)]), "sleep": sleep}  # worse later
+def _case(
+    config: dict, metric: str, iterations: int, concurrent: int, digits: bool, asha=None, pbt=None, **kwargs
+) -> dict:
+    """One case: ``tune.run`` arguments (``config``, ``metric`` maximized, ``iterations`` each, ``concurrent`` at a
+    time, further ``kwargs``), whether the trainable is the digits example (else the sleeper), and the ASHA or PBT
+    arguments, if any, that both sides build their scheduler from."""
     return {
         "kwargs": {
             "config": config,
-            "metric": "score",
+            "metric": metric,
             "mode": "max",
-            "stop": {"training_iteration": steps},
+            "stop": {"training_iteration": iterations},
             "max_concurrent_trials": concurrent,
             "resources_per_trial": {"cpu": 1},
+            **kwargs,
         },
-        "asha": {"max_t": 10, "grace_period": 2, "reduction_factor": 3} if asha else None,
+        "asha": asha,
+        "pbt": pbt,
         "concurrent": concurrent,
-        "digits": False,
-        "metric": "score",
+        "digits": digits,
+        "metric": metric,
     }
+
+
+def case_arguments(case: str) -> dict:
+    """The arguments both sides pass to ``tune.run`` (configs as explicit grids: the same trials on both)."""
+    if case in DIGITS_CASES:
+        lrs = DIGITS_LRS if case == "digits" else PBT_LRS
+        config = {"lr": tune.grid_search(lrs), "alpha": 1e-4, "hidden_units": 64, "batch_size": 32, "seed": 0}
+        if case == "digits":
+            asha = {"max_t": 12, "grace_period": 2, "reduction_factor": 2}
+            return _case(config, "mean_accuracy", 12, 4, True, asha=asha, checkpoint_freq=4, checkpoint_at_end=True)
+        pbt = {"time_attr": "training_iteration", "perturbation_interval": 4, "quantile_fraction": 0.25}
+        return _case(
+            config, "mean_accuracy", 20, 8, True, pbt={**pbt, "lr_range": list(PBT_LR_RANGE)} if case == "pbt" else None
+        )
+    trials, steps, sleep, concurrent, asha = CASES[case]
+    config = {"x": tune.grid_search([(trials - i) / trials for i in range(trials)]), "sleep": sleep}  # worse later
+    asha_args = {"max_t": 10, "grace_period": 2, "reduction_factor": 3} if asha else None
+    return _case(config, "score", steps, concurrent, False, asha=asha_args)
 
 
 def run_ray(python: str, case: str, workdir: Path) -> dict:
