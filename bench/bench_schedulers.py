@@ -10,8 +10,9 @@ budget. The baseline is Ray Tune 2.x's implementation of the same scheduler with
 parameters, fed the same results in a separate interpreter (``--ray-python``: a virtual environment
 with ``ray[tune]``, e.g. ``python3 -m venv /tmp/ray && /tmp/ray/bin/pip install 'ray[tune]'``;
 never a dependency of the project); Ray's median rule recomputes every trial's running mean per
-call, so it is run at 1,000 trials only, and Ray's PBT needs its trial runner, so it has no
-baseline. Prints p50/p99 per size and the ratio ours / Ray.
+call, so it is run at 1,000 trials only, and Ray's PBT and PB2 need their trial runner, so they have
+no baseline (a PB2 decision leaves its explore step to the operator's worker process: ``bench_pb2.py``
+times it). Prints p50/p99 per size and the ratio ours / Ray.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ SCHEDULERS = {
         "time_attr": "training_iteration",
         "perturbation_interval": TIMED,
         "hyperparam_mutations": {"lr": [0.001, 0.01, 0.1]},
+    },
+    "pb2": {
+        "time_attr": "training_iteration",
+        "perturbation_interval": TIMED,
+        "hyperparam_bounds": {"lr": [0.001, 0.1]},
     },
 }
 RAY_CLASSES = {"asha": "ASHAScheduler", "median_stopping_rule": "MedianStoppingRule"}
@@ -138,7 +144,7 @@ def main() -> int:
             else:
                 line += " | no Ray baseline" + (
                     " (Ray's needs its trial runner)"
-                    if name == "pbt"
+                    if name in ("pbt", "pb2")
                     else " (too slow at this size)"
                     if name in RAY_CLASSES
                     else ""

@@ -3,7 +3,7 @@
 #
 #   docker/install.sh runtime  PREFIX   # package `kubetune` (the trial runtime), for target `runtime`
 #   docker/install.sh operator PREFIX   # `kubetune` + `kubetune-operator` with every search algorithm's
-#                                       # dependencies (extra `optuna`), for target `operator`
+#                                       # and scheduler's dependencies (extras `optuna`, `pb2`), for target `operator`
 #
 # Called by the Dockerfile's build stages (one RUN each) and by tests/unit/test_dockerfile.py,
 # which runs it into a temporary folder so that what the images would install is proven to
@@ -25,10 +25,11 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 case "$target" in
     runtime) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard]"
         check="import kubetune, kubetune.runtime, tensorboardX, crc32c" ;;
-    operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna]"
+    operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna,pb2]"
         # every registered search algorithm and scheduler imports in exactly this environment
         check="import kubetune_operator.handlers
 import cmaes, scipy.stats.qmc  # what Optuna's cmaes and qmc samplers import when they sample
+import kubetune_operator.schedulers.pb2_explore  # PB2's explore step (scikit-learn), run in a worker process
 from kubetune_operator.algorithms import SCHEDULERS, SEARCH_ALGORITHMS, scheduler_class, searcher_class
 for name in SEARCH_ALGORITHMS: searcher_class(name)
 for name in SCHEDULERS: scheduler_class(name)

@@ -47,6 +47,7 @@ SCHEDULERS: dict[str, str] = {
     "hyperband": "kubetune_operator.schedulers.hyperband:HyperBandScheduler",
     "pbt": "kubetune_operator.schedulers.pbt:PopulationBasedTraining",
     "pbt_replay": "kubetune_operator.schedulers.pbt:PopulationBasedTrainingReplay",
+    "pb2": "kubetune_operator.schedulers.pb2:PB2",
 }
 
 

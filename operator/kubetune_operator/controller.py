@@ -74,6 +74,8 @@ WAITING_CAUSES = (
 DECISION_RANK = {"continue": 0, "checkpoint": 1, "pause": 2, "stop": 3}
 #: PBT perturbations kept in a Trial's ``status.perturbations`` (the newest).
 MAX_PERTURBATIONS_KEPT = 10
+#: The message of a trial paused for a PB2 exploit whose config is still being chosen.
+EXPLORING_MESSAGE = "PB2 is choosing the config this trial continues with (a Gaussian-process bandit step)"
 #: Trial messages of the retries whose cause the runtime reported (the others carry the pod's message).
 _RETRY_MESSAGES = {
     "Terminated": "the trial was terminated before it finished, after a final checkpoint",
@@ -483,6 +485,8 @@ class ExperimentController:
         elif kind == "choose":
             self.finish_told |= entry[2]
             return self.scheduler.choose_trial_to_run(entry[1], entry[2])
+        elif kind == "explored":
+            self._apply_explored(entry[1], entry[2])
         else:
             raise JournalCorrupt(f"unknown journal entry {kind!r}")
         return None
@@ -525,6 +529,32 @@ class ExperimentController:
             if trial in self.trials:
                 self._show_result(self.trials[trial], results[-1])
         return decision
+
+    def _apply_explored(self, trial: str, outcome: dict) -> None:
+        try:
+            chosen = self.scheduler.explored(trial, outcome)
+        except (AttributeError, ValueError) as exc:
+            raise JournalCorrupt(f"an explored entry of {trial!r} fits no open exploit: {exc}") from exc
+        exploit = self.exploits.get(trial)
+        if exploit is not None and exploit["config"] is None:
+            exploit.update(chosen)
+            if outcome.get("error"):
+                exploit["error"] = outcome["error"]
+
+    # ----- PB2's explore steps, computed off the event loop (kubetune_operator.explorer) -------------
+    def exploration(self) -> dict | None:
+        """The scheduler's next explore job (PB2's ``next_exploration``), or None: nothing to compute."""
+        take = getattr(self.scheduler, "next_exploration", None)
+        return take() if take is not None else None
+
+    def explored(self, trial: str, outcome: dict) -> None:
+        """The outcome of :meth:`exploration`'s job for ``trial`` (``{"error": ...}`` when it failed): journaled,
+        and the exploit's config is chosen; the trial's next attempt starts in a later pass.
+
+        Raises:
+            JournalCorrupt: ``trial`` is not the job's (the explorer mixed up Experiments: a bug).
+        """
+        self._do("explored", trial, outcome)
 
     def _seen(self, trial: str, attempt: int) -> int:
         """The highest ``training_iteration`` of ``trial`` already applied, as ``attempt`` counts: results at or
@@ -974,6 +1004,10 @@ class ExperimentController:
             if trial is None or trial.phase in TERMINAL or trial.attempt > exploit["attempt"]:
                 del self.exploits[name]  # ended, or carried out before a restart
                 continue
+            if exploit["config"] is None:  # PB2 has yet to choose it
+                if trial.phase == "Paused" and trial.status.get("reason") != "Exploring":
+                    self._set(trial, now, reason="Exploring", message=EXPLORING_MESSAGE)
+                continue
             if trial.phase != "Paused" or stop_reason or suspended or self._active() >= self._limit():
                 continue
             del self.exploits[name]
@@ -1021,6 +1055,17 @@ class ExperimentController:
                 checkpoint={"uri": uri, "iteration": exploit["iteration"]},
             )
             explored = ", ".join(f"{k} {record['oldConfig'][k]!r} -> {record['newConfig'][k]!r}" for k in changed)
+            if exploit.get("error"):
+                plan.events.append(
+                    (
+                        trial.name,
+                        "Warning",
+                        "ExploreFailed",
+                        st.truncate_message(
+                            f"PB2's explore step failed, the donor's config is kept: {exploit['error']}", 900
+                        ),
+                    )
+                )
             plan.events.append(
                 (
                     trial.name,
@@ -1042,7 +1087,7 @@ class ExperimentController:
         return [
             t.name
             for t in sorted(self._open.values(), key=lambda t: t.index)
-            if t.phase == "Paused" and t.status.get("reason") == "SchedulerPaused"
+            if t.phase == "Paused" and t.status.get("reason") == "SchedulerPaused" and t.name not in self.exploits
         ]
 
     def _resume_paused(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
@@ -1088,6 +1133,9 @@ class ExperimentController:
                     break  # FINISHED (search_finished from now on), or None: nothing to suggest yet
                 config, tag = suggestion, f"{index}"
             self.missing.discard(index)
+            fill = getattr(self.scheduler, "fill_config", None)  # PB2: bounded keys the config lacks
+            if fill is not None:
+                config = fill(trial_name(self.name, index), config)
             manifest = build_trial(self.experiment, index, config, tag)
             plan.create_trials.append(manifest)
             name = manifest["metadata"]["name"]

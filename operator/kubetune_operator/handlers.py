@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 import kopf
 
-from . import collector, metrics
+from . import collector, explorer, metrics
 from . import status as st
 from .controller import InvalidSpec
 from .kube import Kube, api_message
@@ -86,6 +86,7 @@ async def cleanup(memo: kopf.Memo, **_) -> None:
         memo.pods.stop()
     if getattr(memo, "collector", None) is not None:
         await memo.collector.cleanup()
+    explorer.shutdown()
 
 
 def _mark(kube: Kube, body, type_: str, reason: str, message: str) -> None:
@@ -236,6 +237,7 @@ async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
                 break
         for _ in ctl.restore_steps(await kube.call(kube.list_journal, namespace, name)):
             await asyncio.sleep(0)  # a long journal does not hold up the probes or other Experiments
+    explorer.step(ctl, lambda: registry.wake(namespace, name))  # PB2: explore steps in a worker process
     pods = pod_watch.pods(namespace, label_value(name))
     ctl.degraded = None
     found = len(ctl.trials)
@@ -294,3 +296,4 @@ def forget(namespace, name, memo: kopf.Memo, **_) -> None:
     """Drop the in-memory controller; trials and pods go with their owner (garbage collector)."""
     memo.registry.forget(namespace, name)
     metrics.forget(namespace, name)
+    explorer.forget(namespace, name)

@@ -22,6 +22,7 @@ from devcluster.cluster import S3_BUCKET
 from kubetune_operator import journal
 from kubetune_operator.algorithms import create_scheduler, create_searcher
 from kubetune_operator.controller import ExperimentController
+from kubetune_operator.schedulers.pb2_explore import select
 from kubetune_operator.settings import Settings
 from kubetune_operator.status import compact_result
 from tests.integration.support import wait_for
@@ -58,15 +59,15 @@ class Killer:
             self.operator.start()
 
 
-def run_with_kills(custom, operator, namespace, spec, expected_trials):
+def run_with_kills(custom, operator, namespace, spec, expected_trials, every_s=3.0):
     name = spec["metadata"]["name"]
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
-    with Killer(operator) as killer:
+    with Killer(operator, every_s) as killer:
         try:
             wait_for(
                 lambda: phase_is(custom, namespace, name, "Succeeded", "Failed"),
                 timeout=300,
-                what=f"{name} to finish while its operator is killed every 3 s",
+                what=f"{name} to finish while its operator is killed every {every_s:.0f} s",
             )
         except AssertionError as exc:  # say where each trial got stuck
             states = {
@@ -487,3 +488,59 @@ def test_killed_operator_carries_out_pbt_exploits_across_restarts(
     # the journal a restarted operator replays holds every exploit the operators carried out
     rebuilt = operator_scheduler(custom, core, namespace, "pbt-storm")
     assert rebuilt.num_perturbations >= sum(len(t["status"]["perturbations"]) for t in perturbed)
+
+
+def test_killed_operator_carries_out_pb2_exploits_with_the_configs_its_explore_steps_chose(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    """PB2 in the real operator: its explore steps run in the operator's worker process, and the operator is
+    killed every 5 s (a worker spawned by a new operator imports scikit-learn first: a 3 s cycle could kill
+    every step before it ends). Every exploit is carried out with the config its journaled step chose, and
+    those steps are what the explore function gives on the journaled data."""
+    spec = experiment(
+        "pb2-storm",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": [1.5, 2.5, 3.25, 4.5]}, "sleep": 0.5},  # not integral: PB2 keeps ints ints
+        stop={"training_iteration": 16},
+        maxConcurrentTrials=4,
+        scheduler={
+            "name": "pb2",
+            "params": {
+                "time_attr": "training_iteration",
+                "perturbation_interval": 2,
+                "hyperparam_bounds": {"x": [1, 5]},
+            },
+        },
+        checkpoint={"frequency": 0, "atEnd": True},
+    )
+    found = run_with_kills(custom, operator, namespace, spec, 4, every_s=5.0)
+    perturbed = [t for t in found.values() if t["status"].get("perturbations")]
+    assert perturbed, {n: t["status"].get("reason") for n, t in found.items()}
+    rebuilt = operator_scheduler(custom, core, namespace, "pb2-storm")
+    for trial in perturbed:
+        name, status = trial["metadata"]["name"], trial["status"]
+        assert all(p["operations"] == {} for p in status["perturbations"])
+        assert 1.0 <= status["config"]["x"] <= 5.0 and status["config"] == rebuilt._configs[name]
+        iterations = [r["training_iteration"] for r in result_lines(s3, namespace, "pb2-storm", name)]
+        assert iterations == sorted(set(iterations)) and iterations[-1] in (16, 17), (name, iterations)
+    # the journal holds every step, each with the choice the explore function makes on the journaled data:
+    # a scheduler given the same data with the steps open takes them again, one by one, to the same configs
+    state = rebuilt.get_state()
+    steps = [e for e in state["log"] if e[0] == "explore"]
+    assert steps and all(e[4] is not None for e in steps)
+    assert sum(1 for e in steps if e[4]["row"]) >= 1, steps  # at least one config chosen by the GP bandit
+    again = create_scheduler("pb2", "score", "max", **spec["spec"]["scheduler"]["params"])
+    again.set_state(
+        {
+            **state,
+            "log": [e if e[0] == "row" else [*e[:4], None] for e in state["log"]],
+            "current": None,
+            "exploredAt": 0.0,
+        }
+    )
+    for entry in steps:
+        job = again.next_exploration()
+        assert (job["trial"], job["donor"], job["seed"]) == tuple(entry[1:4])
+        again.explored(job["trial"], select(job))
+    assert again.get_state()["log"] == state["log"] and again.get_state()["current"] == state["current"]

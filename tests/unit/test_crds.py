@@ -126,6 +126,7 @@ def test_enums():
         "median_stopping_rule",
         "hyperband",
         "pbt",
+        "pb2",
         "pbt_replay",
     ]
     assert tuple(_status("Experiment")["properties"]["phase"]["enum"]) == status.EXPERIMENT_PHASES

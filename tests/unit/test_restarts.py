@@ -21,6 +21,7 @@ from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
 from kubetune_operator import journal
 from kubetune_operator.controller import ExperimentController, PodView
 from kubetune_operator.registry import Registry
+from kubetune_operator.schedulers.pb2_explore import select
 from kubetune_operator.settings import Settings
 from tests.unit.journal_store import ConfigMaps
 
@@ -134,6 +135,9 @@ class World:
         the searcher and scheduler see events in the same order as without the kill)."""
         while True:
             try:
+                job = self.ctl.exploration()  # PB2: the explore step the daemon runs in a worker, done at once
+                if job is not None:
+                    self.ctl.explored(job["trial"], select(job))
                 plan = self.ctl.plan(dict(self.pods), self.now)
                 self.maybe_kill(2)
                 self.commit()
@@ -233,6 +237,14 @@ SCHEDULERS = {
         },
     },
     "pbt_replay": {"name": "pbt_replay", "params": {"policy": [[2, {"x": 0.25, "y": 2}], [4, {"x": 0.75, "y": 3}]]}},
+    "pb2": {
+        "name": "pb2",
+        "params": {
+            "time_attr": "training_iteration",
+            "perturbation_interval": 2,
+            "hyperparam_bounds": {"x": [0, 1], "y": [1, 3]},
+        },
+    },
 }
 SEARCHERS = {
     "basic": {"name": "basic", "seed": 7},

@@ -29,6 +29,7 @@ CONFIGS = {
         "hyperparam_mutations": {"lr": {"loguniform": [1e-4, 1e-1]}},
     },
     "pbt_replay": {"policy": [[3, {"lr": 0.1}], [6, {"lr": 0.01}]]},
+    "pb2": {"time_attr": "training_iteration", "perturbation_interval": 2, "hyperparam_bounds": {"lr": [1e-4, 1e-1]}},
 }
 QUALITY = [0.5, 0.9, 0.1, 0.7, 0.3, 0.8, 0.2, 0.6, 0.4]  # nine trials; index 1 is the best
 

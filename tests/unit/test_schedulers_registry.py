@@ -13,6 +13,7 @@ from kubetune_operator.schedulers.asha import AsyncHyperBandScheduler
 from kubetune_operator.schedulers.fifo import FIFOScheduler
 from kubetune_operator.schedulers.hyperband import HyperBandScheduler
 from kubetune_operator.schedulers.median_stopping import MedianStoppingRule
+from kubetune_operator.schedulers.pb2 import PB2
 from kubetune_operator.schedulers.pbt import PopulationBasedTraining, PopulationBasedTrainingReplay
 
 
@@ -23,6 +24,7 @@ def test_names_are_the_crd_enum_values():
         "median_stopping_rule": MedianStoppingRule,
         "hyperband": HyperBandScheduler,
         "pbt": PopulationBasedTraining,
+        "pb2": PB2,
         "pbt_replay": PopulationBasedTrainingReplay,
     }
 
@@ -50,9 +52,10 @@ def test_parameters_use_rays_names():
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(
-        ValueError, match="unknown scheduler 'pb2'; valid: asha, fifo, hyperband, median_stopping_rule, pbt, pbt_replay"
+        ValueError,
+        match="unknown scheduler 'pb3'; valid: asha, fifo, hyperband, median_stopping_rule, pb2, pbt, pbt_replay",
     ):
-        create_scheduler("pb2")
+        create_scheduler("pb3")
 
 
 def test_unknown_parameter_lists_the_valid_ones():

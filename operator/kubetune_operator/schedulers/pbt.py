@@ -200,6 +200,7 @@ class PopulationBasedTraining(TrialScheduler):
             return CONTINUE
         self._unrank(trial_id)
         state[1], state[2], state[0] = time, self._metric_op * value, time
+        self._record(trial_id, time, state[2])
         if trial_id not in self._finished:
             bisect.insort(self._ranked, (self._key(state[2]), self._order[trial_id], trial_id))
         lower, upper = self._quantiles()
@@ -217,7 +218,7 @@ class PopulationBasedTraining(TrialScheduler):
                 return decision  # Ray: no checkpoint of the donor yet, no exploit
             config = self._configs.get(trial_id, {})
             donor_config = self._configs.get(donor, {})
-            new_config, operations = explore(donor_config, self.mutations, self.resample_probability, self.factors, rng)
+            new_config, operations = self._new_config(trial_id, donor, donor_config, rng)
             self._exploits[trial_id] = {
                 "donor": donor,
                 "iteration": donor_state[3],
@@ -228,16 +229,27 @@ class PopulationBasedTraining(TrialScheduler):
                 "trialIteration": result.get("training_iteration", 0),
             }
             state[0], state[1], state[4] = donor_state[0], donor_state[1], state[4] + 1
-            self._configs[trial_id] = new_config
+            if new_config is not None:
+                self._configs[trial_id] = new_config
             self.num_perturbations += 1
             return PAUSE
         return decision
 
+    def _record(self, trial_id: str, time: float, score: float) -> None:
+        """A perturbation-time result of ``trial_id`` (``score``: the metric, higher is better); PB2 keeps them."""
+
+    def _new_config(
+        self, trial_id: str, donor: str, donor_config: dict, rng: random.Random
+    ) -> tuple[dict | None, dict]:
+        """The config ``trial_id`` continues with after exploiting ``donor``, and the explore operations;
+        a None config is chosen later (PB2, :meth:`kubetune_operator.schedulers.pb2.PB2.explored`)."""
+        return explore(donor_config, self.mutations, self.resample_probability, self.factors, rng)
+
     def take_exploit(self, trial_id: str) -> dict | None:
         """The exploit decided for ``trial_id`` by its last result, once (then forgotten): ``{"donor",
-        "iteration" (of the donor's checkpoint), "config" (explored), "oldConfig", "donorConfig",
-        "operations", "trialIteration" (of the exploited trial's result)}``; None when that result did
-        not exploit."""
+        "iteration" (of the donor's checkpoint), "config" (explored; None while PB2 has yet to choose it),
+        "oldConfig", "donorConfig", "operations", "trialIteration" (of the exploited trial's result)}``; None
+        when that result did not exploit."""
         return self._exploits.pop(trial_id, None)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None) -> None:
