@@ -11,7 +11,7 @@ import pytest
 import kubetune as tune
 from kubetune import shipping
 from kubetune.resultkeys import spec_objectives
-from kubetune.schedulers import ASHAScheduler, HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
+from kubetune.schedulers import PB2, ASHAScheduler, HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
 from kubetune.search import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, parse_space
 from kubetune.stopper import (
     CombinedStopper,
@@ -53,7 +53,12 @@ def test_tune_namespace_has_what_a_ray_script_imports():
 
 @pytest.mark.parametrize(
     "module, name",
-    [(tune, "Callback"), (tune, "PlacementGroupFactory"), (tune.schedulers, "PB2"), (tune.search, "HyperOptSearch")],
+    [
+        (tune, "Callback"),
+        (tune, "PlacementGroupFactory"),
+        (tune.schedulers, "HyperBandForBOHB"),
+        (tune.search, "HyperOptSearch"),
+    ],
 )
 def test_names_kubetune_cannot_honour_say_why_and_what_instead(module, name):
     with pytest.raises(NotImplementedError, match=f"{name} is not supported by kubetune: .*; use "):
@@ -75,6 +80,7 @@ def test_scheduler_specs_are_accepted_by_the_operators_schedulers():
             perturbation_interval=2,
             hyperparam_mutations={"lr": tune.loguniform(1e-4, 1e-1), "bs": [16, 32]},
         ),
+        PB2(time_attr="training_iteration", perturbation_interval=2, hyperparam_bounds={"lr": [1e-4, 1e-1]}),
     ):
         body = spec.to_spec()
         scheduler = create_scheduler(body["name"], "acc", "max", **body["params"])
@@ -87,6 +93,24 @@ def test_pbt_refuses_user_code():
         PopulationBasedTraining(custom_explore_fn=lambda c: c)
     with pytest.raises(ValueError, match="functions in hyperparam_mutations"):
         PopulationBasedTraining(hyperparam_mutations={"lr": lambda: 0.1})
+
+
+def test_pb2_refuses_user_code_and_wants_bounds():
+    with pytest.raises(ValueError, match="custom_explore_fn is user code"):
+        PB2(hyperparam_bounds={"lr": [0, 1]}, custom_explore_fn=lambda c: c)
+    with pytest.raises(ValueError, match="hyperparam_bounds must be specified"):
+        PB2()
+    assert PB2(hyperparam_bounds={"lr": [0, 1]}, seed=3).to_spec() == {
+        "name": "pb2",
+        "params": {
+            "time_attr": "time_total_s",
+            "perturbation_interval": 60.0,
+            "hyperparam_bounds": {"lr": [0, 1]},
+            "quantile_fraction": 0.25,
+            "require_attrs": True,
+            "seed": 3,
+        },
+    }
 
 
 def test_median_rule_min_time_slice_is_refused():

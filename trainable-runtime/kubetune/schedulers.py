@@ -19,6 +19,7 @@ __all__ = [
     "MedianStoppingRule",
     "PopulationBasedTraining",
     "PopulationBasedTrainingReplay",
+    "PB2",
     "load_policy",
 ]
 
@@ -236,6 +237,65 @@ class PopulationBasedTraining(TrialScheduler):
         self.log_config = log_config
 
 
+class PB2(TrialScheduler):
+    """Population Based Bandits (Parker-Holder et al. 2020), Ray's asynchronous ``PB2``: PBT whose new configs
+    are chosen by a Gaussian-process bandit within ``hyperparam_bounds`` (the operator's ``pb2`` scheduler; it
+    computes each choice in a worker process; see ``docs/ray-tune.md`` for where it differs from Ray).
+
+    Args:
+        time_attr: result key of progress.
+        metric: result key to optimize; None uses the experiment's.
+        mode: ``"min"`` or ``"max"``; None uses the experiment's.
+        perturbation_interval: perturb at most every this much ``time_attr``.
+        hyperparam_bounds: key → ``[low, high]``, or a nested dict of those; a key a trial's config lacks
+            starts at a value drawn uniformly from its bounds.
+        quantile_fraction: top and bottom fraction, 0..0.5.
+        log_config: accepted; each exploit is in the Trial's ``status.perturbations``, a ``TrialPerturbed``
+            event and ``pbt_policy_<trial>.txt``.
+        require_attrs: as Ray's.
+        synch: must be False.
+        custom_explore_fn: must be None (user code).
+        seed: kubetune's: seeds the donor choices and the explore steps' random starts.
+
+    Raises:
+        ValueError: ``custom_explore_fn``, ``synch``, or no ``hyperparam_bounds``.
+    """
+
+    name = "pb2"
+
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        perturbation_interval: float = 60.0,
+        hyperparam_bounds: dict | None = None,
+        quantile_fraction: float = 0.25,
+        log_config: bool = True,
+        require_attrs: bool = True,
+        synch: bool = False,
+        custom_explore_fn=None,
+        seed: int | None = None,
+    ):
+        if custom_explore_fn is not None:
+            raise ValueError("PB2: custom_explore_fn is user code, which the operator does not run")
+        if synch:
+            raise ValueError("PB2: synch=True is not supported (kubetune runs PB2 asynchronously)")
+        if not hyperparam_bounds:
+            raise ValueError("PB2: hyperparam_bounds must be specified, e.g. {'lr': [1e-4, 1e-1]}")
+        super().__init__(
+            metric,
+            mode,
+            time_attr=time_attr,
+            perturbation_interval=perturbation_interval,
+            hyperparam_bounds=hyperparam_bounds,
+            quantile_fraction=quantile_fraction,
+            require_attrs=require_attrs,
+            seed=seed,
+        )
+        self.log_config = log_config
+
+
 def load_policy(text: str) -> tuple[dict, list[list]]:
     """Read a ``pbt_policy_<trial>.txt`` as Ray's replay does: follow the chain of exploits back from the last
     line; return ``(the first config, [[step, config], ...])``.
@@ -299,7 +359,6 @@ class PopulationBasedTrainingReplay(TrialScheduler):
 __getattr__ = unsupported_names(
     __name__,
     {
-        "PB2": ("PB2's GP-bandit explore is not available yet", "PopulationBasedTraining"),
         "HyperBandForBOHB": (
             "BOHB's searcher is not available",
             "HyperBandScheduler with OptunaSearch(prune_early_stopped=True)",
