@@ -16,13 +16,15 @@ prints both figures, the ratio kubetune / Ray and the load average before and af
   1e-5..0.5), 20 epochs each, 8 at a time, under Population Based Training (``training_iteration``,
   perturbation_interval 4, ``lr`` mutated over loguniform(1e-5, 0.5)) and as the same search without
   it (FIFO): seconds and best accuracy, so PBT's gain is measured at the same budget on both sides.
+* ``pb2``: the same 32 trials under PB2 (the same interval and quantile, ``lr`` chosen by the GP bandit
+  within 1e-5..0.5): seconds and best accuracy.
 
 Ray Tune lives in a benchmark-only virtual environment that this script creates on first use
 (``~/.cache/kubetune/bench-ray-venv``: ``pip install "ray[tune]" scikit-learn``) or that
 ``--ray-python`` names; it is never a dependency of kubetune or of ``make test``.
 
 Run: ``.venv/bin/python bench/bench_vs_ray.py [--rounds 3] [--cases fifo,asha,digits,onestep,slots8]
-[--ray-python PATH]`` (``--cases pbt,random32`` for the PBT comparison).
+[--ray-python PATH]`` (``--cases pbt,pb2,random32`` for the PBT and PB2 comparison).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import kubetune as tune  # noqa: E402
 from devcluster import Cluster, ClusterConfig  # noqa: E402
 from devcluster.cluster import S3_BUCKET  # noqa: E402
 from devcluster.operator import OperatorProcess  # noqa: E402
-from kubetune.schedulers import ASHAScheduler, PopulationBasedTraining  # noqa: E402
+from kubetune.schedulers import PB2, ASHAScheduler, PopulationBasedTraining  # noqa: E402
 
 RAY_VENV = Path.home() / ".cache" / "kubetune" / "bench-ray-venv"
 #: name -> (trials, steps, seconds per step, trials at a time, ASHA); digits is its own case.
@@ -60,7 +62,7 @@ CASES = {
 }
 DIGITS_LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
 #: The digits cases (``digits``, ``pbt``, ``random32``), which report the best accuracy too.
-DIGITS_CASES = ("digits", "pbt", "random32")
+DIGITS_CASES = ("digits", "pbt", "pb2", "random32")
 #: The PBT cases' 32 learning rates: log-evenly from 1e-5 to 0.5 (most too small to learn in 20 epochs).
 PBT_LRS = [round(1e-5 * (0.5 / 1e-5) ** (i / 31), 8) for i in range(32)]
 PBT_LR_RANGE = (1e-5, 0.5)
@@ -82,7 +84,7 @@ RAY_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {root!r})
     import ray
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+    from ray.tune.schedulers import PB2, ASHAScheduler, PopulationBasedTraining
 
     class Sleeper(tune.Trainable):
         def step(self):
@@ -115,6 +117,8 @@ RAY_SCRIPT = textwrap.dedent(
         low, high = args["pbt"].pop("lr_range")
         mutations = {{"lr": tune.loguniform(low, high)}}
         kwargs["scheduler"] = PopulationBasedTraining(**args["pbt"], hyperparam_mutations=mutations)
+    if args.get("pb2"):
+        kwargs["scheduler"] = PB2(**args["pb2"])
     started = time.monotonic()
     analysis = tune.run(Digits if args["digits"] else Sleeper, verbose=0, storage_path={storage!r}, **kwargs)
     wall = time.monotonic() - started
@@ -138,7 +142,7 @@ def ray_python(path: str | None) -> str:
 
 
 def _case(
-    config: dict, metric: str, iterations: int, concurrent: int, digits: bool, asha=None, pbt=None, **kwargs
+    config: dict, metric: str, iterations: int, concurrent: int, digits: bool, asha=None, pbt=None, pb2=None, **kwargs
 ) -> dict:
     """One case: ``tune.run`` arguments (``config``, ``metric`` maximized, ``iterations`` each, ``concurrent`` at a
     time, further ``kwargs``), whether the trainable is the digits example (else the sleeper), and the ASHA or PBT
@@ -155,6 +159,7 @@ def _case(
         },
         "asha": asha,
         "pbt": pbt,
+        "pb2": pb2,
         "concurrent": concurrent,
         "digits": digits,
         "metric": metric,
@@ -171,7 +176,13 @@ def case_arguments(case: str) -> dict:
             return _case(config, "mean_accuracy", 12, 4, True, asha=asha, checkpoint_freq=4, checkpoint_at_end=True)
         pbt = {"time_attr": "training_iteration", "perturbation_interval": 4, "quantile_fraction": 0.25}
         return _case(
-            config, "mean_accuracy", 20, 8, True, pbt={**pbt, "lr_range": list(PBT_LR_RANGE)} if case == "pbt" else None
+            config,
+            "mean_accuracy",
+            20,
+            8,
+            True,
+            pbt={**pbt, "lr_range": list(PBT_LR_RANGE)} if case == "pbt" else None,
+            pb2={**pbt, "hyperparam_bounds": {"lr": list(PBT_LR_RANGE)}} if case == "pb2" else None,
         )
     trials, steps, sleep, concurrent, asha = CASES[case]
     config = {"x": tune.grid_search([(trials - i) / trials for i in range(trials)]), "sleep": sleep}  # worse later
@@ -207,6 +218,8 @@ def run_kubetune(case: str, namespace: str) -> dict:
         pbt = {k: v for k, v in args["pbt"].items() if k != "lr_range"}
         mutations = {"lr": tune.loguniform(*PBT_LR_RANGE)}
         kwargs["scheduler"] = PopulationBasedTraining(**pbt, hyperparam_mutations=mutations)
+    if args.get("pb2"):
+        kwargs["scheduler"] = PB2(**args["pb2"])
     trainable = "examples.digits.trainable:DigitsTrainable" if args["digits"] else Sleeper
     started = time.monotonic()
     analysis = tune.run(

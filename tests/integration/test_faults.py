@@ -140,14 +140,19 @@ def test_killed_operator_stops_the_trials_an_uninterrupted_scheduler_stops(
     )
 
 
-def operator_scheduler(custom, core, namespace, name):
-    """The Experiment's scheduler as a restarted operator rebuilds it from the journal in the cluster."""
+def operator_controller(custom, core, namespace, name):
+    """The Experiment's controller as a restarted operator rebuilds it from the journal in the cluster."""
     ctl = ExperimentController(get(custom, namespace, "experiments", name), Settings(), b"k" * 32)
     for trial in trials(custom, namespace).values():
         ctl.observe_trial(trial)
     configmaps = core.list_namespaced_config_map(namespace, label_selector=journal.LABEL_STATE)
     ctl.restore([client.ApiClient().sanitize_for_serialization(cm) for cm in configmaps.items])
-    return ctl.scheduler
+    return ctl
+
+
+def operator_scheduler(custom, core, namespace, name):
+    """The Experiment's scheduler as a restarted operator rebuilds it from the journal in the cluster."""
+    return operator_controller(custom, core, namespace, name).scheduler
 
 
 def test_killed_operator_suggests_what_an_uninterrupted_optuna_search_suggests(
@@ -172,6 +177,43 @@ def test_killed_operator_suggests_what_an_uninterrupted_optuna_search_suggests(
         lines = lines_once(s3, namespace, "optuna-storm", name)
         assert len(lines) == 4 and trial["status"]["lastResult"]["score"] == lines[-1]["score"]
         replay.on_trial_complete(name, trial["status"]["lastResult"])
+
+
+def test_killed_operator_tells_optuna_the_trials_asha_stopped_as_pruned_with_prune_early_stopped(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    """The BOHB idea through the real operator: every trial ASHA stopped reaches the study as pruned at the
+    iteration it reached with its score there, every other as complete with its last score, and nothing is
+    told twice, with the operator killed every 3 s."""
+    algo = {
+        "name": "optuna",
+        "seed": 5,
+        "params": {"prune_early_stopped": True, "sampler_args": {"n_startup_trials": 3}},
+    }
+    spec = experiment(
+        "bohb-storm",
+        cluster,
+        storage_secret,
+        config={"x": {"uniform": [0.5, 3.0]}, "sleep": 0.3},
+        numSamples=8,
+        stop={"training_iteration": 6},
+        maxConcurrentTrials=2,
+        scheduler={"name": "asha", "params": {"max_t": 6, "grace_period": 1, "reduction_factor": 2}},
+        searchAlgorithm=algo,
+    )
+    found = run_with_kills(custom, operator, namespace, spec, 8)
+    reasons = {name: t["status"]["reason"] for name, t in found.items()}
+    assert {"Completed", "EarlyStopped"} <= set(reasons.values()), reasons
+    searcher = operator_controller(custom, core, namespace, "bohb-storm").searcher
+    study = {t.number: t for t in searcher._study.trials}
+    for name, reason in reasons.items():
+        lines = lines_once(s3, namespace, "bohb-storm", name)
+        told = study[searcher._trials[name]["number"]]
+        if reason == "EarlyStopped":
+            assert told.state.name == "PRUNED" and told.intermediate_values == {len(lines): lines[-1]["score"]}, name
+        else:
+            assert told.state.name == "COMPLETE" and told.value == lines[-1]["score"] and len(lines) == 6, name
+    assert len(study) == 8
 
 
 def test_killed_operator_runs_hyperband_to_the_end(cluster, operator, custom, s3, namespace, storage_secret):

@@ -428,6 +428,15 @@ def test_pbt_restarts_the_worst_trial_from_the_best_ones_checkpoint_with_an_expl
         if len(status["perturbations"]) == 1 and after:
             assert after[0]["score"] == donor_score + status["config"]["x"]
     assert events(core, namespace, "TrialPerturbed")
+    # every exploit's line is in the experiment's pbt_global.txt once, whichever pod appended it first
+    experiment_dir = trial_prefix(s3, S3_BUCKET, "experiments", namespace, "pbt", name).rsplit("/", 1)[0]
+    global_log = s3.get_object(Bucket=S3_BUCKET, Key=f"{experiment_dir}/pbt_global.txt")["Body"].read().decode()
+    lines = [json.loads(line) for line in global_log.splitlines()]
+    assert len(lines) == sum(len(t["status"]["perturbations"]) for t in perturbed.values())
+    for name in perturbed:
+        policy_key = f"{experiment_dir}/pbt_policy_{name}.txt"
+        policy = s3.get_object(Bucket=S3_BUCKET, Key=policy_key)["Body"].read().decode().splitlines()
+        assert json.loads(policy[-1]) in lines
 
 
 def test_a_multi_objective_optuna_experiment_reports_its_pareto_front(

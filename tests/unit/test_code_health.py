@@ -1,6 +1,7 @@
 """Code health, checked by ``make test``: ruff's lint rules and its formatter (``pyproject.toml``) and the
 import contracts (``.importlinter``: the kubetune package never imports the operator or devcluster, the trial pod never
-imports the SDK, the operator's pure modules never import kopf, the Kubernetes client or aiohttp)."""
+imports the SDK, the operator's pure modules never import kopf, the Kubernetes client or aiohttp, the operator's
+event loop never imports scikit-learn)."""
 
 from __future__ import annotations
 
@@ -29,4 +30,4 @@ def test_ruff_format_would_change_nothing():
 def test_every_import_contract_is_kept():
     done = run(str(BIN / "lint-imports"), "--no-cache")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
-    assert "Contracts: 4 kept, 0 broken." in done.stdout
+    assert "Contracts: 5 kept, 0 broken." in done.stdout

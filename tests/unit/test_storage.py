@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -79,6 +80,47 @@ def test_bytes_exists_list_and_delete(store):
     storage.delete(join_uri(base, "ckpt_10", "x"))
     storage.delete(join_uri(base, "ckpt_10", "x"))  # absent: no error
     assert storage.list(base) == []
+
+
+def test_append_line_adds_each_line_once_when_writers_interleave(store):
+    """Another writer appends between this writer's read and its write: the conditional write is refused
+    (S3: If-None-Match on a new object, If-Match on the ETag read), this writer reads again and both lines
+    are kept; a line already there is not added again (a retried pod)."""
+    storage, base = store
+    uri = join_uri(base, "pbt_global.txt")
+    if isinstance(storage, S3Storage):
+        other, get, pending = (
+            open_storage(base, endpoint=storage.client.meta.endpoint_url),
+            storage.client.get_object,
+            [],
+        )
+
+        def read_then_the_other_appends(**kwargs):
+            try:
+                return get(**kwargs)
+            finally:
+                if pending:
+                    other.append_line(uri, pending.pop())
+
+        storage.client.get_object = read_then_the_other_appends
+        for k in (1, 2):  # 1: the object appears after this writer found none; 2: it changes after the read
+            pending.append(f"other {k}")
+            storage.append_line(uri, f"mine {k}")
+        assert storage.get_bytes(uri).decode().splitlines() == ["other 1", "mine 1", "other 2", "mine 2"]
+    else:
+        writers = [
+            threading.Thread(target=lambda w=w: [storage.append_line(uri, f"w{w} {i}") for i in range(20)])
+            for w in range(4)
+        ]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        lines = storage.get_bytes(uri).decode().splitlines()
+        assert sorted(lines) == sorted(f"w{w} {i}" for w in range(4) for i in range(20))
+    before = storage.get_bytes(uri)
+    storage.append_line(uri, before.decode().splitlines()[1])
+    assert storage.get_bytes(uri) == before
 
 
 def test_missing_objects_raise_file_not_found(store, tmp_path):

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
+import time
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -60,6 +62,8 @@ TRANSIENT_ERROR_CODES = frozenset(
     }
 )
 _TMP_MARK = ".kt-tmp-"
+#: Read-modify-write rounds of :meth:`S3Storage.append_line` before it gives up.
+APPEND_ATTEMPTS = 20
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -150,6 +154,17 @@ class Storage(ABC):
         """Return the object ``uri``. Raises FileNotFoundError if absent."""
 
     @abstractmethod
+    def append_line(self, uri: str, line: str) -> None:
+        """Append ``line`` (one line, ``\\n`` added) to the text object ``uri`` (created when absent), unless the
+        object already holds that line: writers that append at the same time each get their line in once,
+        in some order (a retried writer does not add it twice).
+
+        Raises:
+            RuntimeError: the appends kept conflicting (S3: more than ``APPEND_ATTEMPTS`` conditional writes
+                refused).
+        """
+
+    @abstractmethod
     def exists(self, uri: str) -> bool:
         """Whether the object ``uri`` exists (objects only; a "directory" is not an object)."""
 
@@ -209,6 +224,19 @@ class FileStorage(Storage):
         if not path.is_file():
             raise FileNotFoundError(uri)
         return path.read_bytes()
+
+    def append_line(self, uri, line):
+        """As :meth:`Storage.append_line`, under an exclusive ``flock`` of the file (writers on this host or on
+        a shared volume whose locks reach every writer)."""
+        import fcntl
+
+        path = file_uri_path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+            f.seek(0)
+            if line not in f.read().splitlines():
+                f.write(line + "\n")
 
     def exists(self, uri):
         return file_uri_path(uri).is_file()
@@ -276,6 +304,16 @@ def is_transient(exc: BaseException) -> bool:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
         return status >= 500 or status == 429 or error.get("Code") in TRANSIENT_ERROR_CODES
     return False
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """A conditional write refused because the object changed (or appeared) since it was read."""
+    from botocore.exceptions import ClientError
+
+    if not isinstance(exc, ClientError):
+        return False
+    code = str(exc.response.get("Error", {}).get("Code"))
+    return code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
 
 
 def _is_not_found(exc: BaseException) -> bool:
@@ -429,6 +467,34 @@ class S3Storage(Storage):
                 raise
 
         return self._retry(f"get of {uri}", get)
+
+    def append_line(self, uri, line):
+        """As :meth:`Storage.append_line`, by read-modify-write with S3's conditional writes: the PUT carries
+        ``If-Match`` with the ETag read (``If-None-Match: *`` when there was no object), and one refused
+        (412 ``PreconditionFailed``, 409 ``ConditionalRequestConflict``: another writer came first) reads
+        again. A store that ignores these headers lets a concurrent append lose a line."""
+        bucket, key = split_s3_uri(uri)
+        for _ in range(APPEND_ATTEMPTS):
+            try:
+                got = self._retry(f"get of {uri}", lambda: self.client.get_object(Bucket=bucket, Key=key))
+                text, condition = got["Body"].read().decode(), {"IfMatch": got["ETag"]}
+            except Exception as exc:
+                if not _is_not_found(exc):
+                    raise
+                text, condition = "", {"IfNoneMatch": "*"}
+            if line in text.splitlines():
+                return
+            body = (text + line + "\n").encode()
+            try:
+                self._retry(
+                    f"append to {uri}", lambda: self.client.put_object(Bucket=bucket, Key=key, Body=body, **condition)
+                )
+                return
+            except Exception as exc:
+                if not _is_conflict(exc):
+                    raise
+            time.sleep(random.uniform(0.01, 0.1))  # let the writer that came first finish
+        raise RuntimeError(f"append to {uri}: {APPEND_ATTEMPTS} conditional writes were refused")
 
     def exists(self, uri):
         bucket, key = split_s3_uri(uri)

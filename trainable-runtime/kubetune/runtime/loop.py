@@ -145,19 +145,24 @@ class TrialRunner:
     def _write_pbt_policy(self, line: list) -> None:
         """Write the trial's PBT policy as Ray does: ``pbt_policy_<trial>.txt`` next to the trial folders is
         the donor's policy file, then ``line`` (``[trial, donor, trial iteration, donor iteration, donor
-        config, new config]``, one JSON list per line). A retry of the attempt finds it written."""
+        config, new config]``, one JSON list per line), and ``line`` is appended to the experiment's
+        ``pbt_global.txt``. A retry of the attempt finds both written."""
         experiment_dir = self.env.trial_dir_uri.rsplit("/", 1)[0]
         own, text = join_uri(experiment_dir, f"pbt_policy_{line[0]}.txt"), json.dumps(line) + "\n"
         try:
-            if self.storage.get_bytes(own).decode().endswith(text):
-                return
+            written = self.storage.get_bytes(own).decode().endswith(text)
         except FileNotFoundError:
-            pass
-        try:
-            donor = self.storage.get_bytes(join_uri(experiment_dir, f"pbt_policy_{line[1]}.txt")).decode()
-        except FileNotFoundError:
-            donor = ""
-        self.storage.put_bytes(own, (donor + text).encode())
+            written = False
+        if not written:
+            try:
+                donor = self.storage.get_bytes(join_uri(experiment_dir, f"pbt_policy_{line[1]}.txt")).decode()
+            except FileNotFoundError:
+                donor = ""
+            self.storage.put_bytes(own, (donor + text).encode())
+        try:  # a log for people: the trial goes on without it
+            self.storage.append_line(join_uri(experiment_dir, "pbt_global.txt"), text[:-1])
+        except Exception as exc:  # noqa: BLE001 - e.g. a store that refuses conditional writes
+            log.warning("pbt_global.txt: this exploit's line is not written: %s: %s", type(exc).__name__, exc)
 
     def _restore(self) -> int:
         """Restore the trial's latest committed checkpoint of its current lineage, else ``restoreFrom``;
