@@ -84,7 +84,8 @@ RAY_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {root!r})
     import ray
     from ray import tune
-    from ray.tune.schedulers import PB2, ASHAScheduler, PopulationBasedTraining
+    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+    from ray.tune.schedulers.pb2 import PB2
 
     class Sleeper(tune.Trainable):
         def step(self):
