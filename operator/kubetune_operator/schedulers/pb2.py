@@ -193,13 +193,13 @@ class PB2(PopulationBasedTraining):
     def explored(self, trial_id: str, outcome: dict) -> dict:
         """Take the outcome of the job :meth:`next_exploration` gave for ``trial_id``.
 
-        Returns:
-            ``{"config": the trial's new config, "donorConfig": the donor's config it was made from}`` (the
-            donor's as of this exploit, its earlier exploits explored, as Ray's were).
-
         Args:
             outcome: :func:`~kubetune_operator.schedulers.pb2_explore.select`'s result, or ``{"error": str}``
                 when it failed: then, as when the donor has no data yet, the donor's config is kept.
+
+        Returns:
+            ``{"config": the trial's new config, "donorConfig": the donor's config it was made from}`` (the
+            donor's as of this exploit, its earlier exploits explored, as Ray's were).
 
         Raises:
             ValueError: ``trial_id`` is not the trial of the oldest open exploit.
