@@ -96,7 +96,7 @@ def step(ctl, wake: Callable[[], None]) -> None:
 
 
 def forget(namespace: str, name: str) -> None:
-    """Drop the Experiment's job in flight (it was deleted)."""
+    """Drop the Experiment's job in flight (it was deleted, or it ended)."""
     _running.pop((namespace, name), None)
 
 

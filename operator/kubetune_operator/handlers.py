@@ -211,6 +211,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
         ctl = registry.get(namespace, name)
         if ctl is not None and ctl.finished:
             registry.forget(namespace, name)  # a terminal Experiment leaves memory
+            explorer.forget(namespace, name)
 
 
 async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
