@@ -254,6 +254,7 @@ class ExperimentController:
         self.exp_write_failed = False
         self.exp_status: dict = dict(experiment.get("status") or {})
         self.invalid: str | None = None  # why the latest spec was refused (it keeps Ready=False)
+        self.pod_refused: str | None = None  # why the API server refused the last trial pod (Ready=False too)
         self.degraded: str | None = None  # why the last pass failed (the Degraded condition)
         self.missing: set[int] = set()  # trial indices below the highest whose Trial is not in the API
         self.next_index = 0  # one more than the highest trial index created or seen
@@ -600,8 +601,13 @@ class ExperimentController:
 
     def pod_rejected(self, message: str) -> None:
         """The API server refused a trial pod for what it contains (``spec.template``, volumes...): the
-        Experiment is not Ready, with the API server's message, until its spec changes."""
-        self.invalid = message
+        Experiment is not Ready, with the API server's message, until its spec changes or a trial pod is
+        accepted (say, the namespace's Pod Security level was relaxed)."""
+        self.pod_refused = message
+
+    def pod_accepted(self) -> None:
+        """A trial pod was created: what refused the earlier one no longer does."""
+        self.pod_refused = None
 
     def plan_not_carried_out(self, plan: "Plan") -> None:
         """The journal could not be committed, so nothing of ``plan`` was sent: ask for it all again."""
@@ -1202,8 +1208,9 @@ class ExperimentController:
         pass failed, and why) and ``TrialsWaiting`` (trial pods that cannot start, and why: unschedulable,
         a missing Secret, an image that cannot be pulled) as this controller knows them."""
         gen = self.experiment["metadata"].get("generation")
-        if self.invalid:
-            conditions = st.set_condition(conditions, "Ready", False, "InvalidSpec", self.invalid, gen, now)
+        if self.invalid or self.pod_refused:
+            why = self.invalid or self.pod_refused
+            conditions = st.set_condition(conditions, "Ready", False, "InvalidSpec", why, gen, now)
         else:
             conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", gen, now)
         if self.degraded:

@@ -233,7 +233,10 @@ class Kube:
             name = manifest["metadata"]["name"]
             if await attempt(f"create token Secret {name}", self._create_secret, plan.token_secrets[name]) is _FAILED:
                 return _FAILED
-            return await attempt(f"create pod {name}", self._create_pod, manifest)
+            created = await attempt(f"create pod {name}", self._create_pod, manifest)
+            if created is not _FAILED:
+                ctl.pod_accepted()
+            return created
 
         pods = [create_attempt(m) for m in plan.create_pods]
         deletes = [attempt(f"delete pod {name}", self._delete_pod, ns, name, grace) for name, grace in plan.delete_pods]

@@ -60,7 +60,7 @@ class Registry:
         except InvalidSpec as exc:
             ctl.invalid = str(exc)  # the previous spec stays in force; Ready stays False until fixed
             raise
-        ctl.invalid = None
+        ctl.invalid = ctl.pod_refused = None
         return ctl
 
     async def commit(self, ctl: ExperimentController) -> None:

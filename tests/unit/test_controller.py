@@ -5,6 +5,7 @@ goal, collector decisions and the Experiment's status."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 
@@ -442,6 +443,13 @@ def test_a_pod_the_api_server_refuses_makes_the_experiment_not_ready(ctl):
     plan = ctl.plan({}, T0)
     ready = next(c for c in plan.experiment_status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "tolerations" in ready["message"]
+    ctl.pod_accepted()  # the cause went away (a relaxed admission policy): the next pod was created
+    ready = next(c for c in ctl.health_conditions(None, datetime.now(timezone.utc)) if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    ctl.invalid = "spec.config: bad"  # a refused spec edit is not cleared by a pod of the spec still in force
+    ctl.pod_accepted()
+    ready = next(c for c in ctl.health_conditions(None, datetime.now(timezone.utc)) if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["message"] == "spec.config: bad"
 
 
 def test_an_edit_of_scheduler_params_is_refused_and_the_old_ones_stay():
