@@ -1208,8 +1208,8 @@ class ExperimentController:
         pass failed, and why) and ``TrialsWaiting`` (trial pods that cannot start, and why: unschedulable,
         a missing Secret, an image that cannot be pulled) as this controller knows them."""
         gen = self.experiment["metadata"].get("generation")
-        if self.invalid or self.pod_refused:
-            why = self.invalid or self.pod_refused
+        why = self.invalid or self.pod_refused
+        if why:
             conditions = st.set_condition(conditions, "Ready", False, "InvalidSpec", why, gen, now)
         else:
             conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", gen, now)

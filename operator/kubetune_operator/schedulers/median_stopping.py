@@ -199,8 +199,8 @@ class _Table:
         count = len(self.best)
         peers = np.flatnonzero(self.last[:count] >= time)
         peers = peers[peers != self.rows[trial_id]]
-        lo, hi = self.grace[peers], self.length[peers].copy()
-        low = lo.copy()  # binary search, all peers at once: hi = how many of the row's times are <= time
+        lo, hi = self.grace[peers], self.length[peers]
+        low = lo  # binary search, all peers at once: hi becomes how many of each row's times are <= time
         while True:
             open_ = low < hi
             if not open_.any():

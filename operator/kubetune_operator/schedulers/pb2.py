@@ -143,16 +143,13 @@ class PB2(PopulationBasedTraining):
                 return copy.deepcopy(entry[4]["config"])
         return copy.deepcopy(self._first.get(trial_id) or {})
 
-    def _values(self, trial_id: str) -> list[float] | None:
-        return self._values_of(self._configs.get(trial_id) or {})
-
     def _values_of(self, config: dict) -> list[float] | None:
         flat = flatten(config)
         values = [flat.get(key) for key in self.bounds]
         return [float(v) for v in values] if all(is_number(v) and math.isfinite(v) for v in values) else None
 
     def _record(self, trial_id: str, time: float, score: float) -> None:
-        values = self._values(trial_id)
+        values = self._values_of(self._configs.get(trial_id) or {})
         if values is not None:  # a config without a number for every bound cannot be fitted (docs/ray-tune.md)
             self._log.append(["row", trial_id, float(time), values, score])
 
@@ -171,15 +168,20 @@ class PB2(PopulationBasedTraining):
                 rows.append(entry[4]["row"])
         return rows
 
+    def _next_open(self) -> int | None:
+        """The index in ``_log`` of the oldest exploit not explored yet (``_open`` moves up to it), or None."""
+        while self._open < len(self._log) and (self._log[self._open][0] == "row" or self._log[self._open][4]):
+            self._open += 1
+        return self._open if self._open < len(self._log) else None
+
     def next_exploration(self) -> dict | None:
         """The oldest exploit whose config is not chosen yet, as a job for
         :func:`~kubetune_operator.schedulers.pb2_explore.select` plus ``"trial"``; None when there is none."""
-        while self._open < len(self._log) and (self._log[self._open][0] == "row" or self._log[self._open][4]):
-            self._open += 1
-        if self._open == len(self._log):
+        index = self._next_open()
+        if index is None:
             return None
-        _, trial, donor, seed, _ = self._log[self._open]
-        rows = self._rows(self._open)
+        _, trial, donor, seed, _ = self._log[index]
+        rows = self._rows(index)
         latest = max((row[1] for row in rows), default=0.0)
         return {
             "trial": trial,
@@ -204,11 +206,11 @@ class PB2(PopulationBasedTraining):
         Raises:
             ValueError: ``trial_id`` is not the trial of the oldest open exploit.
         """
-        job = self.next_exploration()
-        if job is None or job["trial"] != trial_id:
+        index = self._next_open()
+        if index is None or self._log[index][1] != trial_id:
             raise ValueError(f"no open PB2 exploit of {trial_id!r} is next")
-        entry = self._log[self._open]
-        donor_config = self._config_before(entry[2], self._open)
+        entry = self._log[index]
+        donor_config = self._config_before(entry[2], index)
         config = copy.deepcopy(donor_config)
         values = outcome.get("values")
         if values is None:  # Ray: the donor's config, and no row
@@ -220,8 +222,7 @@ class PB2(PopulationBasedTraining):
                 _set_path(config, key, int(value) if isinstance(flat.get(key), int) else value)
             values = self._values_of(config)
             entry[4] = {"row": [trial_id, outcome["time"], values, outcome["reward"]], "config": config}
-        rows = self._rows(self._open)
-        latest = max((row[1] for row in rows), default=0.0)
+        latest = max((row[1] for row in self._rows(index)), default=0.0)
         if values is not None:
             if latest > self._explored_at or self._current is None:
                 self._explored_at, self._current = max(latest, self._explored_at), [values]

@@ -102,12 +102,14 @@ def _standardize(y: np.ndarray) -> np.ndarray:
     return np.clip((y - y.mean()) / (y.std() + 1e-8), -2, 2)
 
 
-def _fit(X: np.ndarray, y: np.ndarray, alpha: float = 1e-10) -> GaussianProcessRegressor:
-    gp = GaussianProcessRegressor(kernel=TimeVaryingSquaredExp(), optimizer="fmin_l_bfgs_b", alpha=alpha)
+def _fit(X: np.ndarray, y: np.ndarray) -> GaussianProcessRegressor:
+    def gp(alpha: float) -> GaussianProcessRegressor:
+        return GaussianProcessRegressor(kernel=TimeVaryingSquaredExp(), optimizer="fmin_l_bfgs_b", alpha=alpha)
+
     try:
-        return gp.fit(X, y)
+        return gp(1e-10).fit(X, y)
     except np.linalg.LinAlgError:  # duplicate points: a little jitter on the diagonal (see docs/ray-tune.md)
-        return GaussianProcessRegressor(kernel=TimeVaryingSquaredExp(), optimizer="fmin_l_bfgs_b", alpha=1e-3).fit(X, y)
+        return gp(1e-3).fit(X, y)
 
 
 def _design(X: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -199,14 +201,14 @@ def _select(job: dict[str, Any]) -> dict[str, Any]:
     bounds = np.array(job["bounds"], dtype=float).T  # 2 x d: lows, highs
     length = _window(X, y, bounds)
     X, y = X[-length:], y[-length:]
-    design = _design(X, bounds)
+    design, target = _design(X, bounds), _standardize(y).reshape(-1, 1)
     fixed = _scale(donor_step[:2], X[:, :2])
-    mean_gp = _fit(design, _standardize(y).reshape(-1, 1))
+    mean_gp = _fit(design, target)
     var_gp = mean_gp
     if job.get("current"):
         chosen = _scale(np.array(job["current"], dtype=float), bounds)
         pseudo = np.hstack([np.tile(fixed, (len(chosen), 1)), chosen])
-        targets = np.vstack([_standardize(y).reshape(-1, 1), np.zeros((len(chosen), 1))])
+        targets = np.vstack([target, np.zeros((len(chosen), 1))])
         var_gp = _fit(np.vstack([design, pseudo]), targets)
     rng = np.random.RandomState(job["seed"])
     dims = bounds.shape[1]
