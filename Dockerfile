@@ -2,6 +2,7 @@
 #
 #   docker build --target operator -t kubetune/operator:0.1.0 .   # the operator the Helm chart runs
 #   docker build --target runtime  -t kubetune/runtime:0.1.0 .    # the base of trial images
+#   docker build --target examples -t kubetune/examples:0.1.0 .   # trial image of examples/ (scikit-learn)
 #
 # Each build stage runs docker/install.sh, the same script tests/unit/test_dockerfile.py runs
 # into a temporary folder, so what the images install is proven to install without building
@@ -12,10 +13,16 @@
 # directory, so `package.module:Class` entrypoints import from there). GPU images start from a
 # CUDA base instead and `pip install` the kubetune package: see README.md, "Images".
 
-# Python 3.11.14 on Debian bookworm, pinned by tag and by the digest of its multi-arch index.
+# Python 3.11.14 on Debian bookworm, pinned by tag and by the digest of its multi-arch index. Any
+# image with python3 3.11 (with venv), groupadd and useradd can stand in: devcluster/images.py builds
+# these targets without a registry on a Debian bookworm base made by mmdebstrap.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 FROM ${PYTHON_IMAGE} AS build-base
+# A CA bundle for pip inside the build where the network to the package index needs one (a TLS-
+# intercepting proxy): mount the file into the build and pass its path. Build stages only: it is in
+# no image. devcluster/images.py passes the host's bundle this way.
+ARG PIP_CERT
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -29,6 +36,9 @@ RUN docker/install.sh runtime /opt/kubetune
 FROM build-base AS build-operator
 COPY operator/ operator/
 RUN docker/install.sh operator /opt/kubetune
+
+FROM build-base AS build-examples
+RUN docker/install.sh examples /opt/kubetune
 
 # The base users extend: `python -m kubetune.runtime` runs a trial from the operator's environment.
 FROM ${PYTHON_IMAGE} AS runtime
@@ -45,6 +55,12 @@ ENV PATH=/opt/kubetune/bin:$PATH \
 WORKDIR /app
 USER 1000:1000
 CMD ["python", "-m", "kubetune.runtime"]
+
+# The trial image of this repository's examples (examples/digits): the runtime with scikit-learn.
+FROM runtime AS examples
+COPY --from=build-examples /opt/kubetune /opt/kubetune
+COPY --chown=1000:1000 examples/ /app/examples/
+USER 1000:1000
 
 # The operator (kopf) with its results collector on 8080 and its liveness endpoint on 8081.
 FROM ${PYTHON_IMAGE} AS operator

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
+from pathlib import Path
+
+from devcluster import Cluster, build
 
 
 def wait_for(fn, timeout=120, interval=0.25, what="condition"):
@@ -29,3 +34,28 @@ def trial_prefix(s3, bucket, root, namespace, experiment, trial):
     }
     assert len(found) == 1, found
     return found.pop()
+
+
+class Helm:
+    """The built helm binary against one cluster, with its own cache and config folders."""
+
+    def __init__(self, cluster: Cluster, home: Path):
+        self.cluster = cluster
+        self.env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [str(build.binary_path("helm")), "--kubeconfig", str(self.cluster.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=300,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc

@@ -20,8 +20,6 @@ Experiments. There are no Service networks locally, so the chart's
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,9 +28,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from devcluster import Cluster, ClusterConfig, build, procs
+from devcluster import Cluster, ClusterConfig, procs
 from devcluster.cluster import S3_BUCKET
-from tests.integration.support import trial_prefix, wait_for
+from tests.integration.support import Helm, trial_prefix, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kubetune"
@@ -47,31 +45,6 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
-
-
-class Helm:
-    """The built helm binary against one cluster, with its own cache and config folders."""
-
-    def __init__(self, cluster: Cluster, home: Path):
-        self.cluster = cluster
-        self.env = {
-            **os.environ,
-            "HELM_CACHE_HOME": str(home / "cache"),
-            "HELM_CONFIG_HOME": str(home / "config"),
-            "HELM_DATA_HOME": str(home / "data"),
-        }
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [str(build.binary_path("helm")), "--kubeconfig", str(self.cluster.kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=300,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-        return proc
 
 
 @pytest.fixture(scope="module")

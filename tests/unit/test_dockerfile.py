@@ -79,20 +79,26 @@ def test_images_are_pinned_non_root_and_installed_by_the_shared_script():
     assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base)
     stages = _stages()
     assert {"operator", "runtime"} <= set(stages)
-    assert all(lines[0].split()[1] in ("${PYTHON_IMAGE}", "build-base") for lines in stages.values())
+    assert all(lines[0].split()[1] in ("${PYTHON_IMAGE}", "build-base", "runtime") for lines in stages.values())
     runs = [line for lines in stages.values() for line in lines if line.startswith("RUN ")]
     installs = sorted(line for line in runs if "install.sh" in line)
     assert os.access(INSTALL, os.X_OK)  # RUN executes it directly
-    assert installs == ["RUN docker/install.sh operator /opt/kubetune", "RUN docker/install.sh runtime /opt/kubetune"]
+    assert installs == [
+        "RUN docker/install.sh examples /opt/kubetune",
+        "RUN docker/install.sh operator /opt/kubetune",
+        "RUN docker/install.sh runtime /opt/kubetune",
+    ]
     assert not [line for line in runs if re.search(r"\bpip\b", line)]  # every pip install goes through the script
-    for target, build in (("operator", "build-operator"), ("runtime", "build-runtime")):
+    for target, build in (("operator", "build-operator"), ("runtime", "build-runtime"), ("examples", "build-examples")):
         lines = stages[target]
         assert f"COPY --from={build} /opt/kubetune /opt/kubetune" in lines
         user = [line.split()[1] for line in lines if line.startswith("USER ")]
         assert user and not user[-1].startswith(("0", "root"))
-        assert any(re.match(r'(CMD|ENTRYPOINT) \["python", "-m", "kubetune', line) for line in lines)
+        assert target == "examples" or any(
+            re.match(r'(CMD|ENTRYPOINT) \["python", "-m", "kubetune', line) for line in lines
+        )
     ignored = (ROOT / ".dockerignore").read_text().split()
-    for source in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
+    for source in re.findall(r"^COPY (?!--from)(?:--chown=\S+ )?(\S+)", text, re.M):
         assert f"!{source}" in ignored, f"{source} is COPYed but not let into the build context"
 
 
