@@ -19,7 +19,7 @@ checkpoint) until ``failure.maxFailures``, then the Trial is Failed.
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -51,6 +51,7 @@ from .labels import (
     trial_name,
 )
 from .lifecycle import STOP_REASON, transition
+from .podinput import is_iteration, parse_outcome
 from .podsecurity import violations
 from .settings import Settings
 from .spec import ExperimentSpec
@@ -81,6 +82,12 @@ _RETRY_MESSAGES = {
     "Terminated": "the trial was terminated before it finished, after a final checkpoint",
     "Fenced": "the collector refused the attempt's token; it stopped at once",
 }
+#: Status writes of one Trial that fail in a row before the Experiment stops waiting for it: it may finish
+#: without that Trial's last status, which is tried again at ``status.write_interval_s`` and shown in the
+#: ``Degraded`` condition (reason ``TrialStatusNotWritten``) and a Warning event on the Experiment.
+STATUS_WRITE_ATTEMPTS = 3
+#: At most one ``ResultsRefused`` event per trial in this many seconds (it counts the batches refused since).
+REFUSED_EVENT_INTERVAL_S = 60.0
 #: Longest a pass spends asking the searcher for new trials (seconds; at least one is asked for): the
 #: event loop it runs on also answers the collector and the liveness probe.
 SUGGEST_SECONDS_PER_PASS = 0.05
@@ -105,6 +112,7 @@ class PodView:
     owner_uid: str | None = None
     disruption: str | None = None  # why Kubernetes ended the pod (eviction, preemption, a drain), if it did
     waiting: tuple[str, str] | None = None  # (reason, message) why a Pending pod cannot start, if a user must act
+    gone: bool = False  # deleted: its last state as the watch's DELETED event carried it (PodWatch.TOMBSTONE_S)
 
 
 def pod_view(pod: Mapping) -> PodView:
@@ -162,6 +170,9 @@ class Plan:
             deleted only after the trial's status in this plan is written.
         collect_secrets: ``(Secret name, trial name)`` of the token Secrets of ended attempts, deleted as
             ``collect_pods``.
+        end_event: ``(type, reason, message)`` of the event announcing the Experiment's end, when
+            ``experiment_status`` makes it Succeeded or Failed: posted once (under a name of its own) before
+            that status is written, which ends the daemon.
     """
 
     create_trials: list[dict] = field(default_factory=list)
@@ -173,6 +184,7 @@ class Plan:
     collect_pods: list[tuple[str, str]] = field(default_factory=list)
     token_secrets: dict[str, dict] = field(default_factory=dict)
     collect_secrets: list[tuple[str, str]] = field(default_factory=list)
+    end_event: tuple[str, str, str] | None = None
 
 
 @dataclass
@@ -191,6 +203,8 @@ class TrialState:
     written_at: float = 0.0
     phase_changed: bool = False
     written: dict = field(default_factory=dict)
+    write_failures: int = 0  # status writes refused or failed in a row
+    write_error: str | None = None  # what the API server said to the last one
 
     @property
     def phase(self) -> str:
@@ -210,15 +224,6 @@ class TrialState:
 
 def _now_iso(now: float) -> str:
     return st.format_time(datetime.fromtimestamp(now, timezone.utc))
-
-
-def parse_outcome(message: str | None) -> dict:
-    """The runtime's JSON outcome from a termination message, or ``{}`` when it is not one."""
-    try:
-        outcome = json.loads(message or "")
-    except ValueError:
-        return {}
-    return outcome if isinstance(outcome, dict) else {}
 
 
 class ExperimentController:
@@ -265,6 +270,8 @@ class ExperimentController:
         self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
         self.finish_told = False  # the scheduler was told the searcher is finished
         self.exploits: dict[str, dict] = {}  # trial -> PBT exploit decided at "attempt", not yet carried out
+        self.refused: dict[str, list] = {}  # trial -> [batches refused since the last event, reason, time of it]
+        self.notices: list[tuple[str | None, str, str, str]] = []  # events found between passes, for the next plan
         meta = experiment["metadata"]
         self.journal = Journal(meta["namespace"], meta["name"], meta.get("uid") or "")
         self.update(experiment)
@@ -581,7 +588,8 @@ class ExperimentController:
 
     def _show_result(self, trial: TrialState, result: dict) -> None:
         trial.status["lastResult"] = st.compact_result(result, self.metric)
-        trial.status["iteration"] = result.get("training_iteration")
+        iteration = result.get("training_iteration")  # checked by the collector; not by an older journal
+        trial.status["iteration"] = iteration if is_iteration(iteration) else None
         value = st.metric_value(result, self.metric) if isinstance(self.metric, str) else None
         if value is not None:
             trial.status["metricValue"] = value
@@ -621,16 +629,78 @@ class ExperimentController:
         if plan.experiment_status:
             self.status_write_failed(None)
 
-    def status_write_failed(self, trial: str | None) -> None:
-        """A status patch of ``trial`` (None: the Experiment) failed: write the whole status next pass."""
+    def status_write_failed(self, trial: str | None, error: str | None = None) -> None:
+        """A status patch of ``trial`` (None: the Experiment) failed: write the whole status next pass.
+
+        Args:
+            error: what the API server (or the check before sending) said; None when the patch was not sent
+                (the pass's journal commit failed), which does not count against the trial. After
+                :data:`STATUS_WRITE_ATTEMPTS` failures in a row the trial is :meth:`unwritable`: a Warning event
+                ``TrialStatusNotWritten`` on the Experiment says so, once.
+        """
         if trial is None:
             self.exp_write_failed = True
         elif trial in self.trials:
             state = self.trials[trial]
-            state.written, state.dirty, state.phase_changed = {}, True, True
+            if error is not None:
+                state.write_failures, state.write_error = state.write_failures + 1, error
+                if state.write_failures == STATUS_WRITE_ATTEMPTS:
+                    self.notices.append(
+                        (
+                            None,
+                            "Warning",
+                            "TrialStatusNotWritten",
+                            f"the status of trial {trial} could not be written {STATUS_WRITE_ATTEMPTS} times in a "
+                            f"row; the Experiment goes on without waiting for it and tries again every "
+                            f"{self.settings.status.write_interval_s:g} s: {error}",
+                        )
+                    )
+            # an unwritable trial is tried again at the status write interval, not at every pass
+            state.written, state.dirty, state.phase_changed = {}, True, not self.unwritable(trial)
             if trial not in self._open:  # retired: open again until its status is written
                 self._open[trial] = state
                 self._tally_retired(state, -1)
+
+    def status_written(self, trial: str) -> None:
+        """A status patch of ``trial`` went through: it counts as writable again."""
+        state = self.trials.get(trial)
+        if state is not None and state.write_failures:
+            state.write_failures, state.write_error = 0, None
+
+    def unwritable(self, trial: str) -> bool:
+        """Whether ``trial``'s status writes failed :data:`STATUS_WRITE_ATTEMPTS` times in a row (the last one
+        included): the Experiment goes on and may finish without waiting for them."""
+        state = self.trials.get(trial)
+        return state is not None and state.write_failures >= STATUS_WRITE_ATTEMPTS
+
+    def trial_dir(self, trial: str) -> str:
+        """The storage folder URI of ``trial`` (:func:`kubetune_operator.builders.experiment_trial_dir`)."""
+        return experiment_trial_dir(self.experiment, self.settings, trial)
+
+    def results_refused(self, trial: str, attempt: int, reason: str) -> None:
+        """The collector refused a batch of ``trial``'s ``attempt`` for ``reason`` (a value the operator cannot
+        take): a Warning event ``ResultsRefused`` on the Trial in the next pass, at most one per trial every
+        :data:`REFUSED_EVENT_INTERVAL_S` seconds, counting the batches refused since the last one."""
+        entry = self.refused.setdefault(trial, [0, reason, -math.inf])
+        entry[0], entry[1] = entry[0] + 1, f"attempt {attempt}: {reason}"
+
+    def _report_refused(self, plan: Plan, now: float) -> None:
+        for trial, (count, reason, last) in list(self.refused.items()):
+            if now - last < REFUSED_EVENT_INTERVAL_S:
+                continue
+            if not count:
+                del self.refused[trial]
+                continue
+            plan.events.append(
+                (
+                    trial,
+                    "Warning",
+                    "ResultsRefused",
+                    f"the collector refused {count} batch(es) of results, which the trial's runtime drops; the "
+                    f"last one for {reason}",
+                )
+            )
+            self.refused[trial] = [0, reason, now]
 
     def token(self, trial: str, attempt: int) -> str:
         """The collector bearer token of ``trial``'s ``attempt`` (see :func:`kubetune_operator.tokens.mint_token`)."""
@@ -821,21 +891,24 @@ class ExperimentController:
         self._end(trial, "complete" if reason == "Completed" else "remove")
 
     def _pod_ended(self, plan: Plan, trial: TrialState, pod: PodView, stop_reason: str | None, now: float) -> None:
-        outcome = parse_outcome(pod.message) if pod.phase == "Succeeded" else {}
+        outcome, refused = (
+            parse_outcome(pod.message, self.trial_dir(trial.name)) if pod.phase == "Succeeded" else ({}, [])
+        )
+        if refused:
+            plan.events.append(
+                (
+                    trial.name,
+                    "Warning",
+                    "OutcomeRefused",
+                    st.truncate_message(f"pod {pod.name}'s termination message: left out: {'; '.join(refused)}", 900),
+                )
+            )
         kind = outcome.get("outcome")
         result = outcome.get("result")
-        if (
-            isinstance(result, dict)
-            and is_number(result.get("training_iteration"))
-            and result["training_iteration"] > (trial.status.get("iteration") or 0)
-        ):
+        if result is not None and (result.get("training_iteration") or 0) > (trial.status.get("iteration") or 0):
             self._show_result(trial, result)  # its last results never reached this operator (it was down)
         checkpoint, iteration = outcome.get("checkpoint"), outcome.get("iteration")
-        if (
-            isinstance(checkpoint, str)
-            and is_number(iteration)
-            and iteration > ((trial.status.get("checkpoint") or {}).get("iteration") or 0)
-        ):
+        if checkpoint is not None and (iteration or 0) > ((trial.status.get("checkpoint") or {}).get("iteration") or 0):
             trial.status["checkpoint"] = {"uri": checkpoint, "iteration": iteration}
         end = "Succeeded" if pod.phase == "Succeeded" else "Disrupted" if pod.disruption or pod.deleting else "Failed"
         situation = "stopping" if stop_reason else "suspending" if self.spec.suspend else "running"
@@ -885,7 +958,9 @@ class ExperimentController:
             now: seconds since the epoch (default: the clock).
         """
         now = time.time() if now is None else now
-        plan = Plan()
+        plan = Plan(events=self.notices)
+        self.notices = []
+        self._report_refused(plan, now)
         if not self.adopted:  # first pass after a (re)start: a newer attempt than the status says wins
             for pod in pods.values():
                 trial = self.trials.get(pod.trial)
@@ -904,15 +979,16 @@ class ExperimentController:
                 pod = None  # an earlier Trial's pod of the same name, still being garbage-collected
             if pod is not None:
                 self.created_pods.pop(pod.name, None)
-            pod_active = pod is not None and pod.phase in ("Pending", "Running")
+            pod_active = pod is not None and not pod.gone and pod.phase in ("Pending", "Running")
             if (stop_reason or suspended) and pod_active:
                 if not pod.deleting:
                     plan.delete_pods.append((pod.name, grace))
                 continue
-            if pod is not None and pod.phase in TERMINAL:
-                self._pod_ended(plan, trial, pod, stop_reason, now)
+            if pod is not None and (pod.phase in TERMINAL or pod.gone):  # a pod deleted while it ran ended too
+                if trial.phase != "Paused":  # a paused trial's attempt ended before: its outcome is recorded
+                    self._pod_ended(plan, trial, pod, stop_reason, now)
                 pod = None
-                if trial.phase in TERMINAL or trial.phase == "Paused":
+                if trial.phase in TERMINAL:
                     continue
             if stop_reason:
                 self._finish(plan, trial, stop_reason, now, "stopped before it ran" if trial.phase == "Pending" else "")
@@ -959,7 +1035,7 @@ class ExperimentController:
         current attempt's once the trial ended or paused; never one of an attempt newer than the status
         knows): delete the attempt's token Secret, and the pod as ``spec.podRetentionPolicy`` says."""
         for pod in pods.values():
-            if pod.phase not in ("Succeeded", "Failed"):
+            if pod.phase not in ("Succeeded", "Failed") and not pod.gone:
                 continue
             trial = self._by_label.get(pod.trial)
             if trial is None or trial.uid is None or pod.owner_uid not in (None, trial.uid):
@@ -1196,16 +1272,23 @@ class ExperimentController:
         patch = st.status_patch({} if self.exp_write_failed else self.exp_status, new)
         if patch and (changed_phase or self.exp_write_failed or now - self.exp_written_at >= 1.0):
             self.exp_write_failed = False
-            if changed_phase:
-                kind = "Warning" if decision.phase == "Failed" else "Normal"
-                plan.events.append((None, kind, f"Experiment{decision.phase}", decision.message))
+            event = (
+                "Warning" if decision.phase == "Failed" else "Normal",
+                f"Experiment{decision.phase}",
+                decision.message,
+            )
+            if decision.phase in TERMINAL:  # each time the terminal status is sent: it is posted once (kube.py)
+                plan.end_event = event
+            elif changed_phase:
+                plan.events.append((None, *event))
             plan.experiment_status = patch
             self.exp_status = new
             self.exp_written_at = now
 
     def health_conditions(self, conditions: list | None, now: datetime) -> list[dict]:
         """``conditions`` with ``Ready`` (the latest spec accepted, or why not), ``Degraded`` (the last
-        pass failed, and why) and ``TrialsWaiting`` (trial pods that cannot start, and why: unschedulable,
+        pass failed, and why, or trials whose status cannot be written: :meth:`unwritable`) and
+        ``TrialsWaiting`` (trial pods that cannot start, and why: unschedulable,
         a missing Secret, an image that cannot be pulled) as this controller knows them."""
         gen = self.experiment["metadata"].get("generation")
         why = self.invalid or self.pod_refused
@@ -1213,8 +1296,18 @@ class ExperimentController:
             conditions = st.set_condition(conditions, "Ready", False, "InvalidSpec", why, gen, now)
         else:
             conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", gen, now)
+        unwritable = [t for t in self._open.values() if t.write_failures >= STATUS_WRITE_ATTEMPTS]
         if self.degraded:
             conditions = st.set_condition(conditions, "Degraded", True, "ReconcileError", self.degraded, gen, now)
+        elif unwritable:
+            first = min(unwritable, key=lambda t: t.index)
+            message = (
+                f"the status of {len(unwritable)} trial(s) cannot be written, so the API shows an older one; "
+                f"{first.name}: {first.write_error}"
+            )
+            conditions = st.set_condition(
+                conditions, "Degraded", True, "TrialStatusNotWritten", st.truncate_message(message), gen, now
+            )
         elif st.get_condition(conditions, "Degraded"):
             conditions = st.set_condition(conditions, "Degraded", False, "ReconcileSucceeded", "", gen, now)
         waiting = [t for t in self._open.values() if t.phase == "Pending" and t.status.get("reason") in WAITING_CAUSES]

@@ -9,6 +9,11 @@ on its thread pool, and its daemons wait until every index has seen every pod; a
 10,000 trial pods had run no pass after 300 s. Here a pod costs one JSON decode and one ``pod_view`` on
 the watch thread, the list is paginated, and a pass only waits for the first full list.
 
+A deleted pod stays in the cache for :data:`TOMBSTONE_S` as its last state with ``gone`` set (the watch's
+``DELETED`` event carries it): a pod evicted or preempted ends and is deleted by its kubelet a moment
+later, usually before the Experiment's next pass, and that last state is what says why it ended (the
+``DisruptionTarget`` condition) and holds the runtime's termination message.
+
 The list and the watch follow the API's rules for a reflector (KEP-3157 describes the protocol): list,
 then watch from the list's ``resourceVersion`` with bookmarks; a ``410 Gone`` (the version is too old) or
 any failure lists again after a back-off, and the new list replaces the cache whole.
@@ -17,9 +22,12 @@ any failure lists again after a back-off, and the new list replaces the cache wh
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import threading
+import time
+from collections import deque
 from typing import Callable
 
 from kubernetes import client, watch
@@ -35,6 +43,9 @@ PAGE = 500
 WATCH_TIMEOUT_S = 240
 #: Back-off after a failed list or watch: doubles from the first value up to the second, seconds.
 BACKOFF_S = (0.5, 30.0)
+#: How long a deleted pod's last state stays in the cache (``PodView.gone``), seconds: long enough for the
+#: next passes of its Experiment, even one backing off after API failures.
+TOMBSTONE_S = 300.0
 
 _ENDED = ("Succeeded", "Failed")
 Key = tuple[str, str]
@@ -67,6 +78,7 @@ class PodWatch:
         """The last list or watch failure, for conditions while the first list has not completed."""
         self._pods: dict[Key, dict[str, PodView]] = {}
         self._scope_of: dict[Key, str | None] = {}
+        self._tombstones: deque[tuple[float, Key, PodView]] = deque()  # (deleted at, key, view), oldest first
         self._synced: set[str | None] = set()
         self._ready = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -91,7 +103,9 @@ class PodWatch:
         return True
 
     def pods(self, namespace: str, experiment_label: str) -> dict[str, PodView]:
-        """The trial pods of one Experiment, by pod name (a copy)."""
+        """The trial pods of one Experiment, by pod name (a copy), with those deleted in the last
+        :data:`TOMBSTONE_S` seconds as their last state (``gone`` set)."""
+        self._expire(time.monotonic())
         return dict(self._pods.get((namespace, experiment_label), {}))
 
     # ----- on the event loop ---------------------------------------------------------------------
@@ -110,18 +124,30 @@ class PodWatch:
         for key in set(old) | set(listed):
             self.on_change(*key, True)
 
-    def _apply(self, scope: str | None, kind: str, key: Key, view: PodView) -> None:
+    def _apply(self, scope: str | None, kind: str, key: Key, view: PodView, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self._expire(now)
         views = self._pods.setdefault(key, {})
         self._scope_of[key] = scope
         before = views.get(view.name)
         if kind == "DELETED":
-            views.pop(view.name, None)
-            if not views:
-                del self._pods[key], self._scope_of[key]
+            view = views[view.name] = dataclasses.replace(view, gone=True, deleting=True)
+            self._tombstones.append((now, key, view))
         else:
             views[view.name] = view
         ended = kind == "DELETED" or (view.phase in _ENDED and (before is None or before.phase not in _ENDED))
         self.on_change(*key, ended)
+
+    def _expire(self, now: float) -> None:
+        """Drop the deleted pods' last states older than :data:`TOMBSTONE_S` (unless a pod of the same name
+        came back meanwhile)."""
+        while self._tombstones and self._tombstones[0][0] <= now - TOMBSTONE_S:
+            _, key, view = self._tombstones.popleft()
+            views = self._pods.get(key)
+            if views is not None and views.get(view.name) is view:
+                del views[view.name]
+                if not views:
+                    del self._pods[key], self._scope_of[key]
 
     # ----- on the watch thread -------------------------------------------------------------------
     def _call(self, fn, *args) -> None:

@@ -4,6 +4,7 @@ goal, collector decisions and the Experiment's status."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timezone
 
@@ -164,6 +165,44 @@ def test_disruptions_are_retried_even_with_no_retries_left(condition, status_rea
     assert trial.phase == "Pending" and trial.attempt == 1 and trial.status["reason"] == reason
     assert not trial.status.get("failures")
     assert [p["metadata"]["name"] for p in plan.create_pods] == ["exp-00000-1"]  # one truth: a new attempt
+
+
+@pytest.mark.parametrize("phase, outcome", [("Running", None), ("Succeeded", OUTCOME_TERMINATED)])
+def test_an_evicted_pod_seen_only_once_deleted_is_retried_with_the_eviction_as_its_reason(ctl, phase, outcome):
+    # the kubelet deletes an evicted pod as soon as it ended: the pass often sees only its last state
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    ctl.plan({"exp-00000-0": pod("exp-00000-0", "Running")}, T0 + 2)
+    last = dataclasses.replace(
+        pod("exp-00000-0", phase, outcome), gone=True, deleting=True, disruption="EvictionByEvictionAPI"
+    )
+    plan = ctl.plan({"exp-00000-0": last}, T0 + 3)
+    trial = ctl.trials["exp-00000"]
+    assert (trial.phase, trial.attempt, trial.status["reason"]) == ("Pending", 1, "EvictionByEvictionAPI")
+    assert not trial.status.get("failures")
+    assert [p["metadata"]["name"] for p in plan.create_pods] == ["exp-00000-1"]
+    (event,) = [e for e in plan.events if e[0] == "exp-00000"]
+    assert event[2] == "TrialDisrupted" and "ended by EvictionByEvictionAPI" in event[3]
+    assert plan.collect_secrets == [(f"exp-00000-0-{trial.uid[:8]}", "exp-00000")] and not plan.collect_pods
+    plan = ctl.plan({"exp-00000-0": last}, T0 + 4)  # still in the cache: an earlier attempt's, nothing more
+    assert trial.attempt == 1 and not [e for e in plan.events if e[0] == "exp-00000"]
+
+
+def test_a_suspended_trial_whose_last_pod_is_still_seen_resumes():
+    ctl = ExperimentController(experiment(), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    ctl.plan({"exp-00000-0": pod("exp-00000-0", "Running")}, T0 + 2)
+    ctl.update(experiment(suspend=True))
+    last = {"exp-00000-0": dataclasses.replace(pod("exp-00000-0", "Succeeded", OUTCOME_TERMINATED), gone=True)}
+    ctl.plan(last, T0 + 3)
+    trial = ctl.trials["exp-00000"]
+    assert (trial.phase, trial.status["reason"]) == ("Paused", "Suspended")
+    ctl.update(experiment(suspend=False))
+    plan = ctl.plan(last, T0 + 4)  # the ended pod is not read a second time, as a SIGTERM not asked for
+    assert (trial.phase, trial.attempt, trial.status["reason"]) == ("Pending", 1, "Resumed")
+    assert [e[2] for e in plan.events if e[0] == "exp-00000"] == ["TrialResumed"]
+    assert "exp-00000-1" in [p["metadata"]["name"] for p in plan.create_pods]
 
 
 def test_max_failures_minus_one_retries_without_limit():

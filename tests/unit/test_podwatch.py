@@ -5,10 +5,11 @@ about. The list and watch themselves run against the real API server in every in
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kubetune_operator.controller import pod_view
 from kubetune_operator.labels import LABEL_ATTEMPT, LABEL_EXPERIMENT, LABEL_TRIAL
-from kubetune_operator.podwatch import PodWatch
+from kubetune_operator.podwatch import TOMBSTONE_S, PodWatch
 
 
 def body(ns: str, exp: str, trial: str, phase: str = "Running") -> dict:
@@ -55,12 +56,37 @@ def test_events_add_change_and_delete():
     assert pw.pods("a", "e")["t1-0"].phase == "Succeeded"
     pw._apply(None, "MODIFIED", ("a", "e"), pod_view(body("a", "e", "t1", "Succeeded")))  # e.g. a label edit
     pw._apply(None, "DELETED", ("a", "e"), pod_view(body("a", "e", "t1", "Succeeded")))
-    assert pw.pods("a", "e") == {}
+    assert [(v.name, v.phase, v.gone) for v in pw.pods("a", "e").values()] == [("t1-0", "Succeeded", True)]
     # a slot is freed when the pod ends, and when it goes; not when an ended pod changes again
     assert woken == [("a", "e", False), ("a", "e", True), ("a", "e", False), ("a", "e", True)]
     pods = pw.pods("a", "e")
     pods["x"] = None  # a copy: the caller cannot change the cache
-    assert pw.pods("a", "e") == {}
+    assert set(pw.pods("a", "e")) == {"t1-0"}
+
+
+def evicted(ns: str, exp: str, trial: str) -> dict:
+    """A trial pod the Eviction API ended: ``DisruptionTarget`` set, deletion begun, still Running."""
+    pod = body(ns, exp, trial)
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]
+    return pod
+
+
+def test_a_deleted_pod_keeps_its_last_state_for_a_while_unless_it_comes_back():
+    pw, _ = watch_with_log()
+    pw._replace(None, {})
+    t0 = time.monotonic()  # pods() expires on the clock too
+    pw._apply(None, "ADDED", ("a", "e"), pod_view(body("a", "e", "t1")), now=t0 + 0.0)
+    pw._apply(None, "DELETED", ("a", "e"), pod_view(evicted("a", "e", "t1")), now=t0 + 1.0)
+    gone = pw.pods("a", "e")["t1-0"]
+    assert (gone.gone, gone.deleting, gone.phase, gone.disruption) == (True, True, "Running", "EvictionByEvictionAPI")
+    pw._apply(None, "DELETED", ("a", "e"), pod_view(body("a", "e", "t2")), now=t0 + 2.0)
+    pw._apply(None, "ADDED", ("a", "e"), pod_view(body("a", "e", "t2")), now=t0 + 3.0)  # the same name again
+    pw._apply(None, "ADDED", ("a", "x"), pod_view(body("a", "x", "t3")), now=t0 + 1.5 + TOMBSTONE_S)
+    assert set(pw.pods("a", "e")) == {"t2-0"} and not pw.pods("a", "e")["t2-0"].gone
+    pw._apply(None, "DELETED", ("a", "e"), pod_view(body("a", "e", "t2")), now=t0 + 4.0 + TOMBSTONE_S)
+    pw._apply(None, "MODIFIED", ("a", "x"), pod_view(body("a", "x", "t3")), now=t0 + 5.0 + 2 * TOMBSTONE_S)
+    assert pw.pods("a", "e") == {} and ("a", "e") not in pw._scope_of
 
 
 def test_synced_only_after_every_scope_is_listed():
