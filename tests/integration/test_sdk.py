@@ -354,7 +354,10 @@ def test_ctrl_c_detaches_and_the_experiment_keeps_running(operator, custom, name
     finally:
         proc.kill()
     assert proc.returncode != 0
-    assert "Detached from experiment" in err and f"kubetune watch detach -n {namespace}" in err
+    last = err.strip().splitlines()[-1]  # the hint is the traceback's last line, with no chained exception above
+    assert last.startswith(f"kubetune.tuner.Detached: detached from experiment {namespace}/detach, which keeps")
+    assert f"tune.run(..., restore='detach', namespace='{namespace}')" in last
+    assert f"`kubetune watch detach -n {namespace}`" in last and "During handling" not in err
     time.sleep(2)
     exp = experiment(custom, namespace, "detach")
     assert exp["status"]["phase"] == "Running" and not exp["spec"].get("suspend")

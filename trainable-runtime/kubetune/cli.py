@@ -5,10 +5,13 @@ codes; the work is done by :mod:`kubetune.client` (API calls), :mod:`kubetune.pr
 table), :mod:`kubetune.analysis` (results from storage) and :mod:`kubetune.tuner` (``run
 module:Trainable``). Installed as a console script by the ``kubetune`` package.
 
-Exit codes: 0 success (for ``run --watch`` and ``watch``: the Experiment succeeded); 1 the
-Experiment failed, or a trial failed where the command reports on trials; 2 bad usage or a spec
-the API server or the operator refused; 3 not found; 130 interrupted (the Experiment keeps
-running).
+Exit codes (:data:`EXIT_CODES`): 0 success (for ``run --watch`` and ``watch``: the Experiment
+succeeded); 1 the Experiment failed, or a trial failed where the command reports on trials; 2 bad
+usage or a spec the API server or the operator refused; 3 not found (an Experiment, Trial or pod, or
+an Experiment deleted while watched); 4 the cluster cannot be used (no kubeconfig, an unknown
+context, the API server unreachable or refusing the request, kubetune's CRDs not installed); 130
+interrupted (the Experiment keeps running). Every error is one line on stderr, ``error: ...``, that
+says what to do.
 """
 
 from __future__ import annotations
@@ -23,13 +26,25 @@ import yaml
 
 from kubetune.resultkeys import is_multi_objective, spec_objectives
 
-OK, FAILED, USAGE, NOT_FOUND, INTERRUPTED = 0, 1, 2, 3, 130
+OK, FAILED, USAGE, NOT_FOUND, CLUSTER, INTERRUPTED = 0, 1, 2, 3, 4, 130
+#: Exit code → what it means (the module docstring says when each is used).
+EXIT_CODES = {
+    OK: "success",
+    FAILED: "the Experiment (or a trial) failed",
+    USAGE: "bad usage, or a spec the API server or the operator refused",
+    NOT_FOUND: "not found",
+    CLUSTER: "the cluster cannot be used",
+    INTERRUPTED: "interrupted; the Experiment keeps running",
+}
 
 
 def _cluster(args: argparse.Namespace):
+    """The cluster of ``--context``, checked (:meth:`kubetune.client.Cluster.check`) before any other call."""
     from kubetune.client import Cluster
 
-    return Cluster.connect(args.context, args.namespace)
+    cluster = Cluster.connect(args.context, args.namespace)
+    cluster.check()
+    return cluster
 
 
 def _print(obj: Any, output: str | None) -> None:
@@ -155,7 +170,16 @@ def _run_trainable(args: argparse.Namespace) -> int:
     )
     if args.metric and args.mode:
         print(json.dumps({"best_config": analysis.get_best_config(args.metric, args.mode)}, sort_keys=True))
-    return FAILED if any(t.error for t in analysis.trials) else OK
+    failed = [t for t in analysis.trials if t.error]
+    if not failed:
+        return OK
+    first = failed[0]
+    last = (first.error.strip().splitlines() or ["failed"])[-1]
+    return _error(
+        f"{len(failed)} of {len(analysis.trials)} trials failed; {first.trial_id}: {last} "
+        f"(kubetune logs {first.trial_id} shows its log)",
+        FAILED,
+    )
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -287,30 +311,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from kubernetes.client import ApiException
 
-    from kubetune.client import InvalidExperiment
+    from kubetune.client import ClusterUnavailable, ExperimentNotFound, InvalidExperiment, api_message
 
     try:
         return args.func(args)
     except ApiException as exc:
-        reason = _api_message(exc)
-        print(f"error: {reason}", file=sys.stderr)
-        return NOT_FOUND if exc.status == 404 else USAGE if exc.status in (400, 409, 422) else FAILED
+        code = NOT_FOUND if exc.status == 404 else USAGE if exc.status in (400, 409, 422) else CLUSTER
+        return _error(api_message(exc), code)
+    except ClusterUnavailable as exc:
+        return _error(str(exc), CLUSTER)
+    except ExperimentNotFound as exc:
+        return _error(str(exc), NOT_FOUND)
     except (InvalidExperiment, ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USAGE
-    except KeyboardInterrupt:
-        print(
-            "\ninterrupted; an Experiment already created keeps running (kubetune get, kubetune delete NAME)",
-            file=sys.stderr,
+        return _error(str(exc), USAGE)
+    except KeyboardInterrupt as exc:
+        name = getattr(exc, "name", None)
+        print(file=sys.stderr)
+        if name:
+            ns = exc.namespace
+            return _error(
+                f"interrupted; experiment {ns}/{name} keeps running: kubetune watch {name} -n {ns} re-attaches, "
+                f"kubetune delete {name} -n {ns} stops it",
+                INTERRUPTED,
+            )
+        return _error(
+            "interrupted; an Experiment already created keeps running (kubetune get lists them, "
+            "kubetune delete NAME stops one)",
+            INTERRUPTED,
         )
-        return INTERRUPTED
 
 
-def _api_message(exc: Any) -> str:
-    try:
-        return json.loads(exc.body)["message"]
-    except (TypeError, ValueError, KeyError):
-        return f"{exc.status} {exc.reason}"
+def _error(message: str, code: int) -> int:
+    """Print ``message`` as one ``error:`` line on stderr; return ``code``."""
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

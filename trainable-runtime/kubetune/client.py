@@ -1,10 +1,14 @@
 """The SDK's and the ``kubetune`` command's access to the cluster: Experiments and Trials by name.
 
-Owns every Kubernetes API call made from a user's machine (kubeconfig loading, create, read,
-suspend, resume, delete, listing an Experiment's Trials and reading a trial pod's log) and
-:func:`follow`, the loop that shows an Experiment's progress until it ends. Called by
-:mod:`kubetune.tuner` and :mod:`kubetune.cli`. Uses the official ``kubernetes`` client (the ``sdk``
-extra); nothing here runs in a trial pod.
+Owns every Kubernetes API call made from a user's machine (kubeconfig loading, the pre-flight
+check of the cluster and kubetune's CRDs, create, read, suspend, resume, delete, listing an
+Experiment's Trials and reading a trial pod's log) and :func:`follow`, the loop that shows an
+Experiment's progress until it ends. Called by :mod:`kubetune.tuner` and :mod:`kubetune.cli`. Uses
+the official ``kubernetes`` client (the ``sdk`` extra); nothing here runs in a trial pod.
+
+Failures to reach or use the cluster are :class:`ClusterUnavailable`, an Experiment that is not there
+(or went away while followed) is :class:`ExperimentNotFound`: both carry one line that says what to
+do, and neither chains the client library's exceptions.
 """
 
 from __future__ import annotations
@@ -19,8 +23,43 @@ EXPERIMENTS, TRIALS = "experiments", "trials"
 FINAL_PHASES = ("Succeeded", "Failed")
 
 
+#: Seconds to connect to, then to hear from, the API server in the pre-flight check.
+CHECK_TIMEOUT_S = (5.0, 10.0)
+#: How long :func:`follow` keeps polling through API errors before it gives up, in seconds.
+FOLLOW_OUTAGE_S = 60.0
+
+
 class InvalidExperiment(ValueError):
     """The operator refused the Experiment (``Ready=False/InvalidSpec``); the message is its reason."""
+
+
+class ClusterUnavailable(ConnectionError):
+    """The cluster cannot be used: no kubeconfig, an unknown context, the API server unreachable or refusing
+    the request, or kubetune's CRDs not installed. The message is one line that says what to do."""
+
+
+class ExperimentNotFound(LookupError):
+    """The Experiment is not in the namespace (or was deleted while it was followed)."""
+
+
+def api_message(exc: Any) -> str:
+    """The API server's own one-line message of an ``ApiException`` (its Status ``message``), else its status."""
+    import json
+
+    try:
+        return json.loads(exc.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return f"{exc.status} {exc.reason}"
+
+
+def _unreachable(server: str, exc: BaseException) -> ClusterUnavailable:
+    """A :class:`ClusterUnavailable` for a request that got no answer from ``server``."""
+    cause = getattr(exc, "reason", None) or exc
+    text = str(cause).split("Failed to establish a new connection: ")[-1].rstrip("')\"")
+    return ClusterUnavailable(
+        f"cannot reach the API server {server}: {text} (is the cluster up? `kubectl cluster-info` "
+        "checks the same kubeconfig)"
+    )
 
 
 @dataclass
@@ -36,14 +75,16 @@ class Cluster:
     namespace: str
     objects: Any
     core: Any
+    server: str = ""
+    """The API server's URL, for messages."""
 
     @classmethod
     def connect(cls, context: str | None = None, namespace: str | None = None) -> "Cluster":
         """Load the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``; in-cluster config inside a pod),
-        read when called (the client library reads ``$KUBECONFIG`` once, at import).
+        read when called (the client library reads ``$KUBECONFIG`` once, at import). Makes no request.
 
         Raises:
-            kubernetes.config.ConfigException: no usable configuration.
+            ClusterUnavailable: no kubeconfig, ``context`` is not one of its contexts, or it cannot be used.
         """
         import os
 
@@ -52,15 +93,41 @@ class Cluster:
         path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         try:
             config.load_kube_config(config_file=path, context=context)
-            _, active = config.list_kube_config_contexts(config_file=path)
+            contexts, active = config.list_kube_config_contexts(config_file=path)
+            if context:
+                active = next((c for c in contexts if c.get("name") == context), active)
             default = (active or {}).get("context", {}).get("namespace") or "default"
         except config.ConfigException as exc:
             if context or "KUBERNETES_SERVICE_HOST" not in os.environ:
-                raise config.ConfigException(f"cannot load the kubeconfig {path}: {exc}") from exc
+                raise ClusterUnavailable(_config_problem(path, context, exc)) from None
             config.load_incluster_config()
             default = "default"
         api = client.ApiClient()
-        return cls(namespace or default, client.CustomObjectsApi(api), client.CoreV1Api(api))
+        return cls(
+            namespace or default, client.CustomObjectsApi(api), client.CoreV1Api(api), api.configuration.host or ""
+        )
+
+    def check(self) -> None:
+        """The pre-flight check: one request (``GET /apis/kubetune.io/v1alpha1``, bounded by
+        :data:`CHECK_TIMEOUT_S`) that the API server answers and serves Experiments and Trials.
+
+        Raises:
+            ClusterUnavailable: the API server cannot be reached, refuses the request, or kubetune's CRDs
+                are not installed.
+        """
+        from kubernetes.client import ApiException
+
+        try:
+            resources = self.objects.get_api_resources(GROUP, VERSION, _request_timeout=CHECK_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ClusterUnavailable(_NO_CRDS.format(server=self.server)) from None
+            raise ClusterUnavailable(f"the API server {self.server} refused the request: {api_message(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - urllib3's and the socket's errors: no answer
+            raise _unreachable(self.server, exc) from None
+        served = {r.name for r in resources.resources or ()}
+        if not {EXPERIMENTS, TRIALS} <= served:
+            raise ClusterUnavailable(_NO_CRDS.format(server=self.server))
 
     def create(self, body: dict) -> dict:
         """Create the Experiment ``body``; return it as stored (with its ``uid``).
@@ -109,6 +176,30 @@ class Cluster:
         return response.data.decode(errors="replace")
 
 
+_NO_CRDS = (
+    "kubetune's CRDs are not installed in the cluster at {server}: install the operator "
+    "(helm install kubetune helm/kubetune, or kubectl apply -f crds/ for the CRDs alone)"
+)
+
+
+def _config_problem(path: str, context: str | None, exc: Exception) -> str:
+    """One line saying why the kubeconfig at ``path`` cannot be used, and what to do."""
+    import os
+
+    from kubernetes import config
+
+    if not os.path.exists(path):
+        return f"no kubeconfig at {path}: set KUBECONFIG to one, or run where ~/.kube/config reaches a cluster"
+    if context:
+        try:
+            names = [c.get("name") for c in config.list_kube_config_contexts(config_file=path)[0]]
+        except config.ConfigException:
+            names = None
+        if names is not None and context not in names:
+            return f"no context {context!r} in {path}; its contexts: {', '.join(map(str, names)) or 'none'}"
+    return f"cannot use the kubeconfig {path}: {exc}"
+
+
 def invalid_reason(experiment: dict) -> str | None:
     """Return the operator's message when it refused ``experiment`` (``Ready=False/InvalidSpec``), else None."""
     for condition in (experiment.get("status") or {}).get("conditions") or ():
@@ -143,12 +234,36 @@ def follow(
     Raises:
         InvalidExperiment: the operator refused the spec.
         TimeoutError: ``timeout_s`` passed first.
-        kubernetes.client.ApiException: the Experiment vanished (404) or the API failed.
+        ExperimentNotFound: the Experiment was deleted (or never was).
+        ClusterUnavailable: the API server did not answer, or refused, for :data:`FOLLOW_OUTAGE_S`.
     """
+    from kubernetes.client import ApiException
+    from urllib3.exceptions import HTTPError
+
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    failing_since = None
     while True:
-        experiment = cluster.get(name)
-        trials = cluster.trials(experiment)
+        try:
+            experiment = cluster.get(name)
+            trials = cluster.trials(experiment)
+            failing_since = None
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ExperimentNotFound(
+                    f"experiment {cluster.namespace}/{name} is gone (deleted while it was followed); its results "
+                    "stay in storage"
+                ) from None
+            failing_since = failing_since or time.monotonic()
+            if time.monotonic() - failing_since > FOLLOW_OUTAGE_S:
+                raise ClusterUnavailable(f"the API server {cluster.server} keeps failing: {api_message(exc)}") from None
+            time.sleep(poll_interval_s)
+            continue
+        except (HTTPError, OSError) as exc:  # no answer
+            failing_since = failing_since or time.monotonic()
+            if time.monotonic() - failing_since > FOLLOW_OUTAGE_S:
+                raise _unreachable(cluster.server, exc) from None
+            time.sleep(poll_interval_s)
+            continue
         if show:
             show(experiment, trials)
         reason = invalid_reason(experiment)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import os
 import re
-import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -30,6 +29,7 @@ from kubetune.storage import join_uri
 
 __all__ = [
     "TuneError",
+    "Detached",
     "run",
     "run_experiments",
     "Tuner",
@@ -66,6 +66,23 @@ REFUSED = {
 
 class TuneError(Exception):
     """A run ended with failed trials (Ray's ``TuneError``, raised when ``raise_on_failed_trial``)."""
+
+
+class Detached(KeyboardInterrupt):
+    """Ctrl-C while a run followed its Experiment, which keeps running in the cluster; the message (one line,
+    the last of the traceback) says how to re-attach and how to stop it.
+
+    Attributes:
+        name, namespace: the Experiment's.
+    """
+
+    def __init__(self, name: str, namespace: str, reattach: str):
+        super().__init__(
+            f"detached from experiment {namespace}/{name}, which keeps running in the cluster: re-attach with "
+            f"{reattach} or `kubetune watch {name} -n {namespace}`; stop it with `kubetune suspend {name} -n "
+            f"{namespace}` or `kubetune delete {name} -n {namespace}`"
+        )
+        self.name, self.namespace = name, namespace
 
 
 @dataclass
@@ -475,17 +492,27 @@ def _launch(
     verbose: int,
     progress_reporter: Any,
     poll_interval_s: float,
+    entry: str = "tune.run",
     **experiment: Any,
 ) -> tuple[Any, dict, list[dict]]:
     """Create (or with ``restore`` attach to) the Experiment, follow it to its end; return
-    ``(analysis, experiment, trials)``."""
-    from kubetune.client import Cluster, InvalidExperiment, follow
+    ``(analysis, experiment, trials)``. ``entry`` (``tune.run`` or ``Tuner``) names the call that re-attaches
+    in the :class:`Detached` message. The cluster and kubetune's CRDs are checked before anything is uploaded."""
+    from kubernetes.client import ApiException
+
+    from kubetune.client import Cluster, ExperimentNotFound, InvalidExperiment, follow
 
     cluster = Cluster.connect(context, namespace)
     storage_fields = storage_spec(storage)
+    cluster.check()
     if restore:
         name = restore
-        cluster.get(name)  # it exists (404 otherwise); its own spec.storage is read at the end
+        try:
+            cluster.get(name)  # it exists; its own spec.storage is read at the end
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            raise ExperimentNotFound(f"no experiment {cluster.namespace}/{name} to restore") from None
     else:
         name = name or default_name(trainable)
         create_experiment(cluster, trainable, name, storage_fields, resources_per_trial, config, **experiment)
@@ -502,13 +529,9 @@ def _launch(
         raise
     except KeyboardInterrupt:
         ns = cluster.namespace
-        print(
-            f"\nDetached from experiment {ns}/{name}; it keeps running in the cluster.\n"
-            f"  re-attach:  kubetune watch {name} -n {ns}   (or tune.run(..., restore={name!r}))\n"
-            f"  stop it:    kubetune suspend {name} -n {ns}   (or kubetune delete {name} -n {ns})",
-            file=sys.stderr,
-        )
-        raise
+        extra = f", namespace={ns!r}" if namespace else ""
+        reattach = f"Tuner.restore({name!r}{extra})" if entry == "Tuner" else f"tune.run(..., restore={name!r}{extra})"
+        raise Detached(name, ns, reattach) from None
     return experiment_analysis(final, trials), final, trials
 
 
@@ -598,8 +621,12 @@ def run(
         ValueError: an argument kubetune cannot honour, or the operator refused the spec
             (:class:`kubetune.client.InvalidExperiment`); nothing is left running.
         TuneError: trials failed and ``raise_on_failed_trial`` is set.
-        KeyboardInterrupt: Ctrl-C: detached, the Experiment keeps running (the message says how to
-            re-attach and how to stop it).
+        Detached: Ctrl-C (a ``KeyboardInterrupt``): detached, the Experiment keeps running; the message
+            says how to re-attach and how to stop it.
+        kubetune.client.ClusterUnavailable: no kubeconfig, an unknown context, the API server unreachable, or
+            kubetune's CRDs not installed: checked before anything is uploaded.
+        kubetune.client.ExperimentNotFound: ``restore`` names no Experiment, or the Experiment was deleted
+            while the run followed it.
         kubernetes.client.ApiException: the API refused the Experiment (e.g. 409, the name is taken).
     """
     _check_ray_kwargs(ray_kwargs)
@@ -753,6 +780,7 @@ class Tuner:
             fail_fast=fc.fail_fast,
             image=self.image,
             template=self.template,
+            entry="Tuner",
         )
         self._result_grid = ResultGrid(analysis)
         return self._result_grid
