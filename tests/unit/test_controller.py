@@ -363,6 +363,7 @@ def test_spec_changes_to_concurrency_and_samples_take_effect(ctl):
     "spec, words",
     [
         ({"config": {"lr": {"loguniform": [0, 1]}}}, "loguniform"),
+        ({"config": {"lr": {"gaussian": [0, 1]}}}, r"config\.lr: 'gaussian' is not a domain .*domains are: choice"),
         ({"searchAlgorithm": {"name": "nope"}}, "nope"),
         ({"scheduler": {"name": "asha", "params": {"bogus": 1}}}, "bogus"),
         ({"storage": {}}, "storage.uri"),

@@ -28,6 +28,7 @@ from kubetune.search import (
     randint,
     randn,
     sample_from,
+    space_spec,
     space_warnings,
     uniform,
 )
@@ -389,3 +390,34 @@ def test_is_valid_follows_rays_rules():
     assert randn().is_valid(1e300) and not randn().is_valid(float("nan"))
     assert choice([1, "a"]).is_valid("a") and not choice([1, "a"]).is_valid(2)
     assert sample_from(lambda: 1).is_valid(object())
+
+
+def test_a_distribution_kubetune_has_not_is_refused_with_the_known_domains():
+    with pytest.raises(ValueError) as caught:
+        parse_space({"opt": {"lr": {"gaussian": [0, 1]}}})
+    assert str(caught.value) == (
+        "config.opt.lr: 'gaussian' is not a domain kubetune knows (use randn(mean, sd)); the domains are: choice, "
+        "grid_search, lograndint, loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform, randint, randn, "
+        "uniform"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^config\.w\.grid_search\[0\]: 'LogNormal' is not a domain kubetune knows "
+        r"\(kubetune has no LogNormal domain\)",
+    ):
+        parse_space({"w": {"grid_search": [{"LogNormal": {"mu": 0}}]}})
+    with pytest.raises(
+        ValueError,
+        match=r"^config\.f: 'sample_from' is not a domain kubetune knows \(sample_from is a "
+        "Python function",
+    ):
+        parse_space({"f": {"sample_from": ["lambda c: 1"]}})
+    # the same names holding no arguments are constants, as are one-key objects of other names
+    space = {"init": {"normal": True}, "net": {"layers": [64, 64]}}
+    assert parse_space(space) == space
+
+
+def test_the_sdk_refuses_such_a_constant_before_the_operator_would():
+    with pytest.raises(ValueError, match=r"^config\.init: 'normal' is not a domain kubetune knows \(use randn"):
+        space_spec({"init": {"normal": [0, 0.02]}})
+    assert space_spec({"init": {"normal": 0.02}}) == {"init": {"normal": 0.02}}

@@ -51,6 +51,8 @@ __all__ = [
     "space_warnings",
     "is_grid",
     "DOMAIN_NAMES",
+    "UNKNOWN_DOMAINS",
+    "unknown_domain",
 ]
 
 GRID_SEARCH = "grid_search"
@@ -617,6 +619,51 @@ _FACTORIES: dict[str, Callable[..., Domain]] = {
 }
 #: Keys that make a one-key dict in ``spec.config`` a domain (``grid_search`` included).
 DOMAIN_NAMES = frozenset(_FACTORIES) | {GRID_SEARCH}
+#: Distribution names of other tools (NNI's JSON spaces, hyperopt, Optuna, W&B sweeps) that kubetune has not,
+#: each with the domain to use instead (None: there is none). A one-key object named so whose value is
+#: arguments (a list or an object) is refused: taken as a constant, it would reach the trainable as a dict.
+UNKNOWN_DOMAINS: dict[str, str | None] = {
+    "gaussian": "randn",
+    "normal": "randn",
+    "qgaussian": "qrandn",
+    "qnormal": "qrandn",
+    "lognormal": None,
+    "qlognormal": None,
+    "uniformint": "randint",
+    "quniformint": "qrandint",
+    "int_uniform": "randint",
+    "loguniformint": "lograndint",
+    "qloguniformint": "qlograndint",
+    "log_uniform": "loguniform",
+    "log_uniform_values": "loguniform",
+    "q_uniform": "quniform",
+    "q_log_uniform": "qloguniform",
+    "q_log_uniform_values": "qloguniform",
+    "discrete_uniform": "quniform",
+    "categorical": "choice",
+    "pchoice": "choice",
+    "sample_from": None,
+}
+
+
+def unknown_domain(name: Any, args: Any) -> str | None:
+    """Why the one-key object ``{name: args}`` cannot be a parameter space: ``name`` is in
+    :data:`UNKNOWN_DOMAINS` and ``args`` looks like arguments (a list or an object). None otherwise.
+
+    Returns:
+        A message that names the domain to use, or says there is none, and lists :data:`DOMAIN_NAMES`.
+    """
+    if not isinstance(name, str) or name.lower() not in UNKNOWN_DOMAINS or not isinstance(args, (list, tuple, dict)):
+        return None
+    instead = UNKNOWN_DOMAINS[name.lower()]
+    if name.lower() == "sample_from":
+        hint = "sample_from is a Python function: give it to kubetune.run or Tuner, which ship it to the trial pods"
+    elif instead is None:
+        hint = f"kubetune has no {name} domain"
+    else:
+        params = ", ".join(inspect.signature(_FACTORIES[instead]).parameters)
+        hint = f"use {instead}({params})"
+    return f"{name!r} is not a domain kubetune knows ({hint}); the domains are: {', '.join(sorted(DOMAIN_NAMES))}"
 
 
 # --------------------------------------------------------------------------- JSON -> domains
@@ -686,8 +733,9 @@ def parse_space(spec: Any, path: str = "config") -> Any:
         A new structure of the same shape with domains in place of their JSON form.
 
     Raises:
-        ValueError: a domain has bad arguments, or a dict has two or more domain keys
-            (``{"uniform": ..., "choice": ...}``); the message starts with its path,
+        ValueError: a domain has bad arguments, a dict has two or more domain keys
+            (``{"uniform": ..., "choice": ...}``), or a one-key dict names a distribution kubetune
+            has not (:func:`unknown_domain`: ``{"gaussian": [0, 1]}``); the message starts with its path,
             e.g. ``"config.optimizer.lr: loguniform: log scale needs lower > 0, ..."``.
     """
     if isinstance(spec, dict):
@@ -696,6 +744,9 @@ def parse_space(spec: Any, path: str = "config") -> Any:
             raise ValueError(f"{path}: one object holds several domains ({', '.join(domains)}); give each its own key")
         if len(spec) == 1:
             name, args = next(iter(spec.items()))
+            problem = unknown_domain(name, args)
+            if problem:
+                raise ValueError(f"{path}: {problem}")
             if name in DOMAIN_NAMES:
                 try:
                     domain = grid_search(args) if name == GRID_SEARCH else _domain_from_spec(name, args)
@@ -728,8 +779,9 @@ def space_spec(space: Any, path: str = "config", on_function: Callable[[Function
 
     Raises:
         ValueError: a ``sample_from`` function without ``on_function`` (user code the operator does not
-            run), a non-string key, or a value JSON cannot hold (the message gives its path and
-            suggests ``with_parameters`` for large objects).
+            run), a non-string key, a one-key dict the operator would refuse (:func:`unknown_domain`), or
+            a value JSON cannot hold (the message gives its path and suggests ``with_parameters`` for
+            large objects).
     """
     if isinstance(space, Function):
         if on_function is None:
@@ -744,6 +796,9 @@ def space_spec(space: Any, path: str = "config", on_function: Callable[[Function
         bad = [k for k in space if not isinstance(k, str)]
         if bad:
             raise ValueError(f"{path}: keys must be strings, got {bad[0]!r}")
+        problem = unknown_domain(*next(iter(space.items()))) if len(space) == 1 else None
+        if problem:  # the operator would refuse this constant: refused before anything is uploaded
+            raise ValueError(f"{path}: {problem}")
         return {k: space_spec(v, f"{path}.{k}", on_function) for k, v in space.items()}
     if isinstance(space, (list, tuple)):
         return [space_spec(v, f"{path}[{i}]", on_function) for i, v in enumerate(space)]
