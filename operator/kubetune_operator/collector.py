@@ -36,6 +36,7 @@ from kubetune.env import COLLECTOR_RESULTS_PATH
 
 from . import metrics
 from .controller import DECISION_RANK
+from .metricsauth import MetricsAuth
 from .params import describe
 from .tokens import token_claims
 
@@ -95,8 +96,9 @@ class ResultBatch(BaseModel):
         return results
 
 
-def make_app(registry) -> web.Application:
-    """Return the collector's application for ``registry`` (which holds settings, key and controllers)."""
+def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Application:
+    """Return the collector's application for ``registry`` (which holds settings, key and controllers);
+    ``/metrics`` answers only the requests ``metrics_auth`` lets in (None: every request)."""
     limits = registry.settings.collector
     busy = asyncio.Lock()
 
@@ -167,13 +169,13 @@ def make_app(registry) -> web.Application:
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[count])
     app.router.add_post(COLLECTOR_RESULTS_PATH, results)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics.handle_metrics)
+    app.router.add_get("/metrics", metrics.handler(metrics_auth))
     return app
 
 
-async def start(registry) -> web.AppRunner:
+async def start(registry, metrics_auth: MetricsAuth | None = None) -> web.AppRunner:
     """Start serving on the settings' bind address; returns the runner (``await runner.cleanup()`` stops it)."""
-    runner = web.AppRunner(make_app(registry), access_log=None)
+    runner = web.AppRunner(make_app(registry, metrics_auth), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, registry.settings.collector.bind_host, registry.settings.collector.bind_port)
     await site.start()

@@ -34,6 +34,7 @@ from .labels import (
     VERSION,
     label_value,
 )
+from .metricsauth import MetricsAuth
 from .podwatch import PodWatch
 from .registry import Registry
 from .settings import Settings
@@ -71,7 +72,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None
     kube = Kube()
     key = await kube.call(kube.load_or_create_key, cfg.collector.key_secret_namespace, cfg.collector.key_secret_name)
     memo.kube, memo.registry = kube, Registry(cfg, key, kube.write_journal)
-    memo.collector = await collector.start(memo.registry)
+    metrics_auth = MetricsAuth(kube.core.api_client, kube.call) if cfg.metrics.auth == "kubernetes" else None
+    memo.collector = await collector.start(memo.registry, metrics_auth)
     memo.pods = PodWatch(kube.core, cfg.watch.namespaces, memo.registry.wake)
     memo.pods.start()
     # What is imported and built by now (kopf, the Kubernetes client, aiohttp: about 100,000 objects) lives as

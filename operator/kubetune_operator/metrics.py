@@ -1,7 +1,9 @@
 """The operator's Prometheus metrics, served at ``/metrics`` on the collector's port.
 
 Updated by the collector (requests, results, decisions) and by the Experiment
-daemon in ``handlers.py`` (trials per phase, reconcile pass time).
+daemon in ``handlers.py`` (trials per phase, reconcile pass time). The collector
+serves :func:`handler`, behind :class:`kubetune_operator.metricsauth.MetricsAuth`
+unless ``metrics.auth`` is ``none``.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
+from .metricsauth import MetricsAuth
 from .status import TRIAL_PHASES
 
 COLLECTOR_REQUESTS = Counter("kubetune_collector_requests_total", "Result batches received, by HTTP status.", ["code"])
@@ -38,6 +41,15 @@ def forget(namespace: str, experiment: str) -> None:
             pass
 
 
-async def handle_metrics(request: web.Request) -> web.Response:
-    """``GET /metrics``: every metric in the Prometheus text format."""
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+def handler(auth: MetricsAuth | None):
+    """The ``GET /metrics`` handler: every metric in the Prometheus text format, to requests ``auth`` lets in
+    (None: to every request); others get its 401, 403 or 500 with a one-line reason."""
+
+    async def handle_metrics(request: web.Request) -> web.Response:
+        if auth is not None:
+            decision = await auth.check(request.headers.get("Authorization"))
+            if decision.status != 200:
+                return web.Response(status=decision.status, text=decision.message + "\n")
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return handle_metrics

@@ -25,6 +25,8 @@ from kubetune.env import MAX_BATCH_BYTES
 from .podsecurity import LEVELS
 
 ENV_PREFIX = "KUBETUNE_OPERATOR_"
+#: Values of ``metrics.auth``.
+METRICS_AUTH = ("kubernetes", "none")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,16 @@ class CollectorSettings:
     def base_url(self) -> str:
         """The URL given to trial pods: :attr:`url`, else ``http://127.0.0.1:<bind_port>``."""
         return self.url or f"http://127.0.0.1:{self.bind_port}"
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """Who may read ``/metrics`` (:mod:`kubetune_operator.metricsauth`)."""
+
+    auth: str = "kubernetes"
+    """``kubernetes``: only requests whose bearer token the API server authenticates (TokenReview) and whose
+    user RBAC allows ``get`` on the non-resource URL ``/metrics`` (SubjectAccessReview); ``none``: anyone
+    who reaches the port."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +130,7 @@ class Settings:
 
     watch: WatchSettings = field(default_factory=WatchSettings)
     collector: CollectorSettings = field(default_factory=CollectorSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     status: StatusSettings = field(default_factory=StatusSettings)
     trials: TrialSettings = field(default_factory=TrialSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
@@ -152,8 +165,8 @@ class Settings:
         """Check ranges.
 
         Raises:
-            ValueError: a port outside 0-65535, a size, count, interval or UID out of range, or an
-                unknown Pod Security level.
+            ValueError: a port outside 0-65535, a size, count, interval or UID out of range, an
+                unknown Pod Security level or metrics authentication.
         """
         checks = [
             (0 <= self.collector.bind_port <= 65535, "collector.bind_port must be in 0..65535"),
@@ -163,6 +176,7 @@ class Settings:
             (self.trials.default_max_concurrent_trials > 0, "trials.default_max_concurrent_trials must be > 0"),
             (self.trials.termination_grace_period_s >= 0, "trials.termination_grace_period_s must be >= 0"),
             (self.trials.run_as_user > 0, "trials.run_as_user must be > 0 (trial pods run as non-root)"),
+            (self.metrics.auth in METRICS_AUTH, f"metrics.auth must be one of {', '.join(METRICS_AUTH)}"),
             (self.trials.pod_security_level in LEVELS, f"trials.pod_security_level must be one of {', '.join(LEVELS)}"),
         ]
         for ok, message in checks:

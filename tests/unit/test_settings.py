@@ -21,6 +21,7 @@ def test_defaults_without_environment():
     assert s.collector.max_body_bytes == MAX_BATCH_BYTES
     assert s.collector.base_url() == "http://127.0.0.1:8080"
     assert s.trials.run_as_user == 1000 and s.storage.default_uri is None
+    assert s.metrics.auth == "kubernetes"  # /metrics is closed unless asked otherwise
 
 
 def test_every_field_is_read_from_its_variable():
@@ -33,6 +34,7 @@ def test_every_field_is_read_from_its_variable():
         "KUBETUNE_OPERATOR_COLLECTOR_MAX_RESULTS_PER_BATCH": "50",
         "KUBETUNE_OPERATOR_COLLECTOR_KEY_SECRET_NAME": "key",
         "KUBETUNE_OPERATOR_COLLECTOR_KEY_SECRET_NAMESPACE": "ops",
+        "KUBETUNE_OPERATOR_METRICS_AUTH": "none",
         "KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S": "0.5",
         "KUBETUNE_OPERATOR_TRIALS_DEFAULT_IMAGE": "reg/runtime:1",
         "KUBETUNE_OPERATOR_TRIALS_DEFAULT_MAX_CONCURRENT_TRIALS": "3",
@@ -50,7 +52,7 @@ def test_every_field_is_read_from_its_variable():
     assert s.collector.base_url() == "http://kubetune-operator.kubetune-system.svc:9000"
     assert (s.collector.max_results_per_batch, s.collector.key_secret_name) == (50, "key")
     assert s.collector.key_secret_namespace == "ops"
-    assert s.status.write_interval_s == 0.5
+    assert s.status.write_interval_s == 0.5 and s.metrics.auth == "none"
     assert (s.trials.default_image, s.trials.default_max_concurrent_trials) == ("reg/runtime:1", 3)
     assert (s.trials.termination_grace_period_s, s.trials.run_as_user) == (120, 2000)
     assert s.trials.pod_security_level == "baseline"
@@ -81,6 +83,7 @@ def test_empty_optional_variable_means_none():
         ("KUBETUNE_OPERATOR_TRIALS_DEFAULT_MAX_CONCURRENT_TRIALS", "0"),
         ("KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S", "-5"),
         ("KUBETUNE_OPERATOR_TRIALS_RUN_AS_USER", "0"),
+        ("KUBETUNE_OPERATOR_METRICS_AUTH", "open"),
     ],
 )
 def test_bad_values_are_refused(var, value):
