@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
 from kubetune.checkpoint_store import checkpoint_uri
-from kubetune.resultkeys import goal_reached, is_number
+from kubetune.resultkeys import goal_reached, is_number, missing_metrics
 from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
 
@@ -259,6 +259,16 @@ class ExperimentController:
         self.exp_write_failed = False
         self.exp_status: dict = dict(experiment.get("status") or {})
         self.invalid: str | None = None  # why the latest spec was refused (it keeps Ready=False)
+        # why the experiment fails: a result lacked its metric (kept in the status's MetricMissing condition)
+        self.metric_missing: str | None = next(
+            (
+                (c.get("message") or "").split("; stopping ")[0]
+                for c in self.exp_status.get("conditions") or ()
+                if c.get("reason") == "MetricMissing"
+            ),
+            None,
+        )
+        self.metric_missing_told = self.metric_missing is not None  # its MetricMissing event is posted
         self.pod_refused: str | None = None  # why the API server refused the last trial pod (Ready=False too)
         self.degraded: str | None = None  # why the last pass failed (the Degraded condition)
         self.missing: set[int] = set()  # trial indices below the highest whose Trial is not in the API
@@ -731,6 +741,8 @@ class ExperimentController:
             return "pause"  # exploited by PBT: this attempt's later results belong to the lineage it leaves
         seen = self._seen(trial, attempt)
         fresh = [r for r in results if not (is_number(r.get("training_iteration")) and r["training_iteration"] <= seen)]
+        if fresh and self._lacks_metric(trial, fresh):
+            return "stop"  # as Ray's run raises at such a result: it never reaches the searcher or scheduler
         if fresh:  # a re-sent batch, or iterations a retry runs again, never reach the scheduler twice
             decision = self._do("results", trial, attempt, fresh)
         elif decided_by != attempt:
@@ -739,6 +751,22 @@ class ExperimentController:
             state.status["checkpoint"] = {"uri": checkpoint["uri"], "iteration": checkpoint.get("iteration")}
             state.dirty = True
         return decision
+
+    def _lacks_metric(self, trial: str, results: list[dict]) -> bool:
+        """Whether a result of ``trial`` lacks the experiment's metric (:func:`kubetune.resultkeys.missing_metrics`,
+        Ray's strict metric check); the first such result makes the experiment fail (``MetricMissing``)."""
+        metrics = self.metric if isinstance(self.metric, tuple) else (self.metric,) if self.metric else ()
+        for result in results if metrics else ():
+            missing = missing_metrics(result, metrics)
+            if missing:
+                if self.metric_missing is None:
+                    self.metric_missing = (
+                        f"trial {trial} returned a result which did not include the specified metric(s) "
+                        f"{', '.join(missing)} that spec.{'objectives' if self.spec.multi_objective else 'metric'} "
+                        f"expects: make the trainable report it (the result has {', '.join(sorted(result)[:20])})"
+                    )
+                return True
+        return False
 
     # ----- deciding --------------------------------------------------------------------
     def best(self) -> dict | None:
@@ -815,6 +843,7 @@ class ExperimentController:
             time_budget_exhausted=budget_over,
             max_failed_trials=max_failed,
             stoppers_stop_all=self.stoppers.stop_all(),
+            metric_missing=self.metric_missing,
         )
 
     def _set(self, trial: TrialState, now: float, **changes: Any) -> None:
@@ -1025,6 +1054,9 @@ class ExperimentController:
         self._perturb(plan, now, stop_reason, suspended)
         self._resume_paused(plan, now, stop_reason, suspended)
         self._new_trials(plan, now, stop_reason, suspended)
+        if self.metric_missing and not self.metric_missing_told:
+            self.metric_missing_told = True
+            plan.events.append((None, "Warning", "MetricMissing", st.truncate_message(self.metric_missing, 1024)))
         self._collect(plan, pods)
         self._statuses(plan, now)
         self._retire()

@@ -292,10 +292,12 @@ def experiment_phase(
     time_budget_exhausted: bool = False,
     max_failed_trials: int | None = None,
     stoppers_stop_all: bool = False,
+    metric_missing: str | None = None,
 ) -> PhaseDecision:
     """Decide an Experiment's phase from its trial counts and the end criteria.
 
-    The experiment ends (docs/architecture.md, "When an Experiment ends") when ``goal`` is reached, when
+    The experiment ends (docs/architecture.md, "When an Experiment ends") when a result lacked the metric
+    (Failed, as Ray's run raises at such a result), when ``goal`` is reached, when
     ``timeBudget`` ran out, when more than ``maxFailedTrials`` trials failed, when a stopper says so,
     or when the searcher is finished and every trial is terminal. It keeps
     phase Running with ``stop_remaining`` until its last Pending, Running or
@@ -313,11 +315,14 @@ def experiment_phase(
         time_budget_exhausted: ``timeBudget`` has passed since ``status.startTime``.
         max_failed_trials: ``spec.failure.maxFailedTrials`` (None: no limit).
         stoppers_stop_all: a stopper of ``spec.stoppers`` says the whole experiment should stop.
+        metric_missing: why a trial's result did not count (it lacked the experiment's metric), or None.
     """
     active = counts["pending"] + counts["running"] + counts["paused"]
     failed = counts["failed"]
     end = None
-    if goal_reached:
+    if metric_missing:
+        end = ("Failed", "MetricMissing", metric_missing)
+    elif goal_reached:
         end = ("Succeeded", "GoalReached", "the best trial reached spec.goal")
     elif max_failed_trials is not None and failed > max_failed_trials:
         end = (

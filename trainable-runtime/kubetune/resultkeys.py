@@ -2,7 +2,8 @@
 
 Owns Ray's flattened keys (:func:`flatten`, ``{"a": {"b": 1}}`` → ``{"a/b": 1}``, and
 :func:`lookup` of one such key without flattening the whole result), what counts as a number
-(:func:`is_number`, :func:`finite_number`), metric modes (:func:`check_mode`,
+(:func:`is_number`, :func:`finite_number`), whether a result reports the experiment's metric
+(:func:`missing_metrics`, Ray's strict metric check), metric modes (:func:`check_mode`,
 :func:`mode_sign`, :func:`goal_reached`), and the objectives of a multi-objective experiment
 (:func:`objectives`: ``metric``/``mode`` given as lists) with their Pareto front
 (:func:`non_dominated`, for the operator's ``status.paretoFront`` and the SDK's analysis).
@@ -19,6 +20,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "flatten",
     "lookup",
+    "missing_metrics",
     "is_number",
     "finite_number",
     "check_mode",
@@ -64,6 +66,29 @@ def lookup(result: Mapping[str, Any] | None, key: str) -> Any:
     for part in key.split("/"):
         node = node.get(part) if isinstance(node, Mapping) else None
     return node
+
+
+#: Keys a result may carry that say nothing of training: Ray's ``DEBUG_METRICS`` and ``done``.
+_NOT_CHECKED = frozenset(
+    {"trial_id", "experiment_id", "date", "timestamp", "pid", "hostname", "node_ip", "config", "done"}
+)
+
+
+def missing_metrics(result: Mapping[str, Any], metrics: Sequence[str]) -> list[str]:
+    """The ``metrics`` (flattened keys) that ``result`` does not report, as Ray's controller finds them
+    (``_validate_result_metrics``, when a metric is set): none for a result with at most one key besides
+    ``done`` and Ray's ``DEBUG_METRICS`` (a function trainable that returned without reporting).
+
+    Args:
+        result: one training result.
+        metrics: the experiment's metric, or its objectives.
+
+    Returns:
+        The missing ones, in the order given; a key present with the value None counts as reported.
+    """
+    if sum(1 for key in result if key not in _NOT_CHECKED) <= 1:
+        return []
+    return [m for m in metrics if m not in result and lookup(result, m) is None]
 
 
 def is_number(value: object) -> bool:
