@@ -65,7 +65,9 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.unit.journal_store, in the spawned server too
 
+from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import COLLECTOR_RESULTS_PATH
+from kubetune_operator.builders import trial_dir_uri
 from kubetune_operator.collector import make_app
 from kubetune_operator.controller import PodView
 from kubetune_operator.handlers import IDLE_PASS_INTERVAL_S, MIN_PASS_INTERVAL_S
@@ -75,7 +77,8 @@ from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import mint_token, new_key
 from tests.unit.journal_store import ConfigMaps
 
-NAMESPACE, EXPERIMENT = "bench", "asha-bench"
+NAMESPACE, EXPERIMENT, EXPERIMENT_UID = "bench", "asha-bench", "bench-uid"
+STORAGE_URI = "s3://bench/results"  # checkpoints are reported in each trial's own folder under it, as a runtime's
 GOAL_RESULTS_PER_S, GOAL_P99_MS = 5000, 20.0
 #: ASHA with rungs at 1, 4, 16, ..., 4**8 = max_t: far more iterations than a trial reaches in a run.
 ASHA_PARAMS = {"max_t": 4**8, "grace_period": 1, "reduction_factor": 4}
@@ -87,7 +90,7 @@ def experiment(trials: int, scheduler: dict | None = None) -> dict:
     return {
         "apiVersion": "kubetune.io/v1alpha1",
         "kind": "Experiment",
-        "metadata": {"name": EXPERIMENT, "namespace": NAMESPACE, "uid": "bench-uid", "generation": 1},
+        "metadata": {"name": EXPERIMENT, "namespace": NAMESPACE, "uid": EXPERIMENT_UID, "generation": 1},
         "spec": {
             "trainable": {"entrypoint": "bench:Trainable"},
             "image": "bench",
@@ -98,7 +101,7 @@ def experiment(trials: int, scheduler: dict | None = None) -> dict:
             "maxConcurrentTrials": trials,
             "searchAlgorithm": {"name": "basic", "seed": 7},
             "scheduler": scheduler or {"name": "asha", "params": ASHA_PARAMS},
-            "storage": {"uri": "s3://bench/results"},
+            "storage": {"uri": STORAGE_URI},
         },
     }
 
@@ -254,7 +257,9 @@ class TrialFeed:
         checkpoint = None
         if self.batches % 10 == 0:
             checkpoint = {
-                "uri": f"s3://bench/results/{NAMESPACE}/{EXPERIMENT}/{self.name}/checkpoint_{self.iteration:06d}",
+                "uri": checkpoint_uri(
+                    trial_dir_uri(STORAGE_URI, NAMESPACE, EXPERIMENT, EXPERIMENT_UID, self.name), self.iteration
+                ),
                 "iteration": self.iteration,
             }
         return json.dumps(

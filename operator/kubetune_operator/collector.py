@@ -11,7 +11,10 @@ from exactly there). Protocol: ``kubetune.env``
 (``COLLECTOR_RESULTS_PATH``). Forged or stale tokens get 401 (a forged one before
 its body is read), malformed bodies 400 (the batch's shape is the pydantic model
 :class:`ResultBatch`), bodies over the limit 413, and none of them reaches trial
-state. Tokens and bodies are never logged.
+state. A well-formed batch with a value the operator cannot take (an infinite
+``training_iteration``, a checkpoint outside the trial's folder: the checks of
+:mod:`kubetune_operator.podinput`) is refused whole with a 400 that says why, and the
+refusal is reported on the Trial in a Warning event. Tokens and bodies are never logged.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from . import metrics
 from .controller import DECISION_RANK
 from .metricsauth import MetricsAuth
 from .params import describe
+from .podinput import checkpoint_problem, result_problem
 from .tokens import token_claims
 
 #: Results handed to the scheduler at a time; the event loop (probes, other requests) runs between steps.
@@ -57,7 +61,7 @@ class CheckpointRef(BaseModel):
     """The latest checkpoint the attempt committed (``kubetune.checkpoint_store``)."""
 
     uri: StrictStr
-    """The committed checkpoint folder's URI."""
+    """The committed checkpoint folder's URI (checked by :func:`kubetune_operator.podinput.checkpoint_problem`)."""
 
     iteration: StrictInt | None = None
     """The ``training_iteration`` it was saved at."""
@@ -67,7 +71,9 @@ class ResultBatch(BaseModel):
     """One POST of a trial runtime (written by ``kubetune.reporter``).
 
     Validate with ``ResultBatch.model_validate_json(body, context={"max_results": n})``; JSON's ``NaN``
-    and ``Infinity`` are accepted in results (a diverging metric is a result).
+    and ``Infinity`` are accepted here, and the values of the results are checked next, by
+    :func:`kubetune_operator.podinput.result_problem` (a diverging metric is a result; an infinite
+    ``training_iteration`` is not).
 
     Raises:
         pydantic.ValidationError: a field is missing or of the wrong type, ``attempt`` is negative, or
@@ -94,6 +100,17 @@ class ResultBatch(BaseModel):
         if limit is not None and len(results) > limit:
             raise ValueError(f"at most {limit} results per batch")
         return results
+
+
+def _problem(ctl, trial: str, results: list[dict[str, Any]], checkpoint: dict | None) -> str | None:
+    """Why the operator cannot take a batch's values (:mod:`kubetune_operator.podinput`), or None."""
+    for index, result in enumerate(results):
+        problem = result_problem(result)
+        if problem is not None:
+            return f"results[{index}]: {problem}"
+    if checkpoint is not None and ctl.trials.get(trial) is not None:
+        return checkpoint_problem(checkpoint["uri"], checkpoint["iteration"], ctl.trial_dir(trial))
+    return None
 
 
 def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Application:
@@ -135,6 +152,11 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
                 return _error(503, "experiment not loaded yet; retry")
             results, decision = batch.results, "continue"
             checkpoint = batch.checkpoint.model_dump() if batch.checkpoint else None
+            problem = _problem(ctl, trial, results, checkpoint)
+            if problem is not None:  # nothing of the batch is taken; the Trial shows why
+                ctl.results_refused(trial, attempt, problem)
+                registry.wake(ns, experiment)
+                return _error(400, f"refused batch: {problem}")
             for start in range(0, max(len(results), 1), RESULTS_PER_STEP):
                 if start:
                     await asyncio.sleep(0)  # the probes and the daemons run between the steps of a large batch

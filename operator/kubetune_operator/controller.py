@@ -1362,5 +1362,6 @@ class ExperimentController:
 
     @property
     def finished(self) -> bool:
-        """The Experiment reached Succeeded or Failed (nothing more to do)."""
-        return self.exp_status.get("phase") in TERMINAL
+        """The Experiment reached Succeeded or Failed, and no write of that status failed or was held back
+        (nothing more to do)."""
+        return self.exp_status.get("phase") in TERMINAL and not self.exp_write_failed

@@ -23,7 +23,7 @@ import kopf
 from . import collector, explorer, metrics
 from . import status as st
 from .controller import InvalidSpec
-from .kube import Kube, api_message
+from .kube import EVENT_COMPONENT, Kube, api_message
 from .labels import (
     API_VERSION,
     EXPERIMENT_PLURAL,
@@ -58,6 +58,8 @@ API_EVENT_INTERVAL_S = 30.0
 TERMINAL = ("Succeeded", "Failed")
 #: How long a pass waits for the first full list of trial pods before it reports ``Degraded``, seconds.
 POD_LIST_WAIT_S = 60.0
+#: How long a daemon told to stop (its Experiment finished or is being deleted) has to end on its own.
+DAEMON_GRACE_S = 5.0
 
 
 @kopf.on.startup()
@@ -67,6 +69,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_ANNOTATION_PREFIX)
     settings.posting.level = logging.WARNING  # our own events are posted explicitly
+    settings.posting.reporting_component = EVENT_COMPONENT  # as the end event's (Kube.announce_end)
     settings.watching.server_timeout = 300
     settings.batching.worker_limit = 1000
     kube = Kube()
@@ -142,6 +145,10 @@ def _event_target(ctl, trial: str | None) -> dict:
     VERSION,
     EXPERIMENT_PLURAL,
     id="reconcile",
+    # The terminal status a pass writes stops the daemon (``when``): it is told to stop and given
+    # DAEMON_GRACE_S to end its pass (the events of the trials that ended with the Experiment) before kopf
+    # cancels it. The Experiment's end event itself goes out before that status (Kube.execute).
+    cancellation_backoff=DAEMON_GRACE_S,
     cancellation_timeout=10,
     when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"),
 )
@@ -176,7 +183,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                     body, type="Warning", reason="ReconcileFailed", message=f"{message} (retry in {delay:.0f} s)"
                 )
                 await _report_degraded(kube, body, ctl, message)
-                await asyncio.sleep(delay)
+                await stopped.wait(delay)  # a back-off ends early when the daemon is told to stop
                 continue
             failures = 0
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
@@ -198,7 +205,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                     message=f"{len(errors)} API call(s) failed, retrying with back-off: {errors[0]}"[:1000],
                 )
             if errors:  # back off (not cut short by wake-ups): a refused create is not sent five times a second
-                await asyncio.sleep(min(MIN_PASS_INTERVAL_S * 2**api_failures, API_BACKOFF_MAX_S))
+                await stopped.wait(min(MIN_PASS_INTERVAL_S * 2**api_failures, API_BACKOFF_MAX_S))
                 continue
             if plan.create_trials:
                 continue  # the new Trials' uids are known now: create their pods at once

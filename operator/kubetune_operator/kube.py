@@ -12,12 +12,15 @@ import asyncio
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 
 from kubernetes import client, config
 
 from .controller import Plan
 from .journal import LABEL_STATE, Write
 from .labels import (
+    API_VERSION,
+    EXPERIMENT_KIND,
     EXPERIMENT_PLURAL,
     GROUP,
     LABEL_EXPERIMENT,
@@ -33,6 +36,28 @@ log = logging.getLogger("kubetune.kube")
 _FAILED = object()
 #: HTTP statuses of a create the API server refused for what it contains (not for load or quota).
 _INVALID = (400, 422)
+#: The component the operator's events come from (``kubectl describe``'s "From"; kopf's are set to it too).
+EVENT_COMPONENT = "kubetune-operator"
+
+
+def _strict_json(body: dict) -> dict:
+    """``body``, checked to be JSON the API server can decode: no NaN or infinity, which Python's ``json`` writes
+    and Go's refuses (one such value made every later patch of the object fail).
+
+    Raises:
+        ValueError: it holds one; the patch is not sent.
+    """
+    try:
+        json.dumps(body, allow_nan=False)
+    except ValueError:
+        raise ValueError("not sent: it holds a NaN or infinite number, which JSON cannot carry") from None
+    return body
+
+
+def end_event_name(experiment_uid: str) -> str:
+    """The name of the Event that announces the end of the Experiment with ``experiment_uid``: one name per
+    Experiment, so a second post (after a restart, or a retried pass) is refused as AlreadyExists."""
+    return f"{experiment_uid}.experiment-end"
 
 
 def api_message(exc: Exception) -> str:
@@ -187,9 +212,44 @@ class Kube:
     def _patch_trial_status(self, namespace: str, name: str, patch: dict) -> None:
         _drain(
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, TRIAL_PLURAL, name, {"status": patch}, _preload_content=False
+                GROUP, VERSION, namespace, TRIAL_PLURAL, name, _strict_json({"status": patch}), _preload_content=False
             )
         )
+
+    def announce_end(self, experiment: dict, type_: str, reason: str, message: str) -> None:
+        """Post the Event that announces the end of ``experiment`` (named :func:`end_event_name`), once.
+
+        Raises:
+            kubernetes.client.ApiException: the API server refused it (not for AlreadyExists: posted before).
+        """
+        meta = experiment["metadata"]
+        now = datetime.now(timezone.utc).isoformat()
+        body = {
+            "metadata": {"name": end_event_name(meta["uid"]), "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": EXPERIMENT_KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1000],
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": EVENT_COMPONENT,
+            "action": reason,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "eventTime": now,
+            "count": 1,
+        }
+        try:
+            _drain(self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False))
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
 
     def patch_experiment_status(self, namespace: str, name: str, patch: dict) -> None:
         """Merge-patch the Experiment's status subresource.
@@ -199,7 +259,13 @@ class Kube:
         """
         _drain(
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name, {"status": patch}, _preload_content=False
+                GROUP,
+                VERSION,
+                namespace,
+                EXPERIMENT_PLURAL,
+                name,
+                _strict_json({"status": patch}),
+                _preload_content=False,
             )
         )
 
@@ -238,12 +304,18 @@ class Kube:
                 ctl.pod_accepted()
             return created
 
+        async def status_attempt(name, patch):  # its failure is the trial's, and may stop counting as an error
+            try:
+                await self.call(self._patch_trial_status, ns, name, patch)
+                ctl.status_written(name)
+            except Exception as exc:  # noqa: BLE001 - reported, then retried by a later pass
+                return api_message(exc)
+            return None
+
         pods = [create_attempt(m) for m in plan.create_pods]
         deletes = [attempt(f"delete pod {name}", self._delete_pod, ns, name, grace) for name, grace in plan.delete_pods]
         statuses = [
-            (name, attempt(f"status of trial {name}", self._patch_trial_status, ns, name, patch))
-            for name, patch in plan.trial_status.items()
-            if name in ctl.trials
+            (name, status_attempt(name, patch)) for name, patch in plan.trial_status.items() if name in ctl.trials
         ]
         # A terminal Experiment status ends its daemon: it goes out only after every Trial's last status.
         final = (plan.experiment_status or {}).get("phase") in ("Succeeded", "Failed")
@@ -257,9 +329,12 @@ class Kube:
             if outcome is _FAILED:  # ask again on the next pass
                 ctl.created_pods.pop(manifest["metadata"]["name"], None)
         status_outcomes = outcomes[len(pods) + len(deletes) :]
-        unwritten = {name for (name, _), outcome in zip(statuses, status_outcomes) if outcome is _FAILED}
-        for name in unwritten:
-            ctl.status_write_failed(name)
+        unwritten = {name: error for (name, _), error in zip(statuses, status_outcomes) if error is not None}
+        known = {name for name in unwritten if ctl.unwritable(name)}  # in this plan's Degraded condition already
+        for name, error in unwritten.items():
+            ctl.status_write_failed(name, error)
+            if not ctl.unwritable(name):  # an unwritable trial holds up nothing: its condition and event say it
+                errors.append(f"status of trial {name}: {error}")
         if exp and status_outcomes[-1] is _FAILED:
             ctl.status_write_failed(None)
         # Ended pods and their tokens go only once their trial's status holds their outcome (a restart must
@@ -280,8 +355,11 @@ class Kube:
         )
         kept = {name for (name, _), outcome in zip(secrets, collected) if outcome is _FAILED}
         ctl.secrets_deleted -= kept | {name for name, trial in plan.collect_secrets if trial in unwritten}
-        if final:
-            if unwritten:
+        if final:  # announced first: the terminal status stops the daemon, maybe in the middle of what follows it
+            if set(unwritten) - known or (
+                plan.end_event
+                and await attempt("end event", self.announce_end, ctl.experiment, *plan.end_event) is _FAILED
+            ):
                 ctl.status_write_failed(None)
             elif (
                 await attempt("experiment status", self.patch_experiment_status, ns, ctl.name, plan.experiment_status)

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import kubetune
+from kubetune.env import COLLECTOR_RESULTS_PATH
 
 
 class Counter(kubetune.Trainable):
@@ -53,3 +56,33 @@ class TwoObjectives(kubetune.Trainable):
 
     def load_checkpoint(self, checkpoint_dir):
         pass
+
+
+class Poisoner(Counter):
+    """:class:`Counter` whose first step does what any code in a trial pod can (issue 22.1): post, with the
+    attempt's own collector token, the batch ``{"score": 2.0, "training_iteration": Infinity}``; every result
+    carries the collector's HTTP status for it as ``poison_status``."""
+
+    def setup(self, config):
+        super().setup(config)
+        self.poison_status = None
+
+    def step(self):
+        if self.poison_status is None:
+            env = os.environ
+            body = (
+                f'{{"namespace": "{env["KUBETUNE_NAMESPACE"]}", "experiment": "{env["KUBETUNE_EXPERIMENT"]}", '
+                f'"trial": "{env["KUBETUNE_TRIAL"]}", "attempt": {env["KUBETUNE_ATTEMPT"]}, '
+                '"results": [{"score": 2.0, "training_iteration": Infinity}]}'
+            )
+            request = urllib.request.Request(
+                env["KUBETUNE_COLLECTOR_URL"].rstrip("/") + COLLECTOR_RESULTS_PATH,
+                data=body.encode(),
+                headers={"Authorization": f"Bearer {env['KUBETUNE_TOKEN']}", "Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as reply:
+                    self.poison_status = reply.status
+            except urllib.error.HTTPError as exc:
+                self.poison_status = exc.code
+        return {**super().step(), "poison_status": self.poison_status}

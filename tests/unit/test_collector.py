@@ -10,8 +10,10 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
+from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator.collector import make_app
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import CollectorSettings, Settings
 from kubetune_operator.tokens import mint_token
@@ -232,3 +234,107 @@ def test_metrics_count_requests_results_and_decisions(registry):
     assert REGISTRY.get_sample_value("kubetune_results_total") == before + 3
     assert 'kubetune_collector_requests_total{code="200"}' in text
     assert 'kubetune_decisions_total{decision="continue"}' in text
+
+
+def nested(depth):
+    value = 1.0
+    for _ in range(depth):
+        value = {"d": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "result, words",
+    [
+        # issue 22.1: any code in the pod can post with its token; this one made every later status patch fail
+        ({"acc": 2.0, "training_iteration": float("inf")}, "results[1]: training_iteration must be an integer from 0"),
+        ({"acc": 2.0, "training_iteration": float("nan")}, "training_iteration must be an integer"),
+        ({"acc": 2.0, "training_iteration": -1}, "training_iteration must be an integer"),
+        ({"acc": 2.0, "training_iteration": 2**53}, "training_iteration must be an integer"),
+        ({"acc": 2.0, "training_iteration": 1.5}, "training_iteration must be an integer"),
+        ({"acc": 2.0, "training_iteration": True}, "training_iteration must be an integer"),
+        ({"acc": 2.0, "training_iteration": "3"}, "training_iteration must be an integer"),
+        ({"acc": 2.0, "training_iteration": 1, "time_total_s": float("inf")}, "time_total_s must be a finite number"),
+        ({"acc": 2.0, "training_iteration": 1, "time_this_iter_s": -0.5}, "time_this_iter_s must be a finite number"),
+        ({"acc": 2.0, "training_iteration": 1, "timesteps_total": "many"}, "timesteps_total must be a finite number"),
+        ({"acc": 2.0, "training_iteration": 1, "done": "yes"}, "done must be true or false"),
+        ({"acc": 10**30, "training_iteration": 1}, "acc: an integer beyond 64 bits"),
+        ({"acc": 1.0, "training_iteration": 1, "info": {"steps": [1, -(2**70)]}}, "info/steps: an integer beyond 64"),
+        ({"acc": 1.0, "training_iteration": 1, "deep": nested(17)}, "nested more than 16 levels deep"),
+    ],
+)
+def test_a_value_the_operator_cannot_take_gets_400_with_the_reason_and_changes_nothing(registry, result, words):
+    ctl = registry.get("ns", "exp")
+    journal_before = ctl.journal.next_seq
+    good = {"acc": 0.5, "training_iteration": 1}
+    status, reply = post(registry, batch(results=[good, result]), token())
+    assert status == 400 and reply["error"].startswith("refused batch: ") and words in reply["error"]
+    trial = ctl.trials["exp-00000"]
+    assert "lastResult" not in trial.status and "iteration" not in trial.status  # not even the good result
+    assert "exp-00000" not in ctl.applied and ctl.journal.next_seq == journal_before  # nor scheduler nor journal
+    plan = ctl.plan({}, 100.0)
+    json.dumps(plan.trial_status, allow_nan=False)  # every status patch stays JSON the API server decodes
+    refused = [e for e in plan.events if e[2] == "ResultsRefused"]
+    assert refused and refused[0][:2] == ("exp-00000", "Warning") and words.split(": ")[-1] in refused[0][3]
+
+
+def test_refused_batches_are_reported_on_the_trial_at_most_once_a_minute_with_their_count(registry):
+    ctl = registry.get("ns", "exp")
+    poisoned = batch(results=[{"acc": 2.0, "training_iteration": float("inf")}])
+    assert post(registry, poisoned, token())[0] == 400
+    assert [e[3] for e in ctl.plan({}, 100.0).events if e[2] == "ResultsRefused"] == [
+        "the collector refused 1 batch(es) of results, which the trial's runtime drops; the last one for attempt 0: "
+        "results[0]: training_iteration must be an integer from 0 to 9007199254740991"
+    ]
+    for _ in range(3):
+        assert post(registry, poisoned, token())[0] == 400
+    assert not [e for e in ctl.plan({}, 130.0).events if e[2] == "ResultsRefused"]
+    later = [e[3] for e in ctl.plan({}, 161.0).events if e[2] == "ResultsRefused"]
+    assert len(later) == 1 and later[0].startswith("the collector refused 3 batch(es)")
+    assert not [e for e in ctl.plan({}, 300.0).events if e[2] == "ResultsRefused"]  # none since: nothing said
+    assert "exp-00000" not in ctl.refused
+
+
+def test_a_checkpoint_is_taken_only_in_the_trials_own_folder(registry):
+    ctl = registry.get("ns", "exp")
+    own = checkpoint_uri(ctl.trial_dir("exp-00000"), 1)
+    for uri, words in [
+        ("s3://elsewhere/checkpoint_000001", "checkpoint.uri must name a folder in the trial's own folder"),
+        (checkpoint_uri(ctl.trial_dir("exp-00001"), 1), "in the trial's own folder"),  # another trial's
+        (f"{ctl.trial_dir('exp-00000')}/../exp-00001/checkpoint_000001", "in the trial's own folder"),
+        (f"{ctl.trial_dir('exp-00000')}/a/b", "in the trial's own folder"),
+        (own + "x" * 2048, "checkpoint.uri must be a URI of 1 to 2048 characters"),
+    ]:
+        status, reply = post(registry, batch(checkpoint={"uri": uri, "iteration": 1}), token())
+        assert status == 400 and words in reply["error"], uri
+        assert "checkpoint" not in ctl.trials["exp-00000"].status and "exp-00000" not in ctl.applied
+    status, reply = post(registry, batch(checkpoint={"uri": own, "iteration": -1}), token())
+    assert status == 400 and "checkpoint.iteration must be an integer" in reply["error"]
+    status, reply = post(registry, batch(checkpoint={"uri": own, "iteration": 1}), token())
+    assert status == 200 and ctl.trials["exp-00000"].status["checkpoint"] == {"uri": own, "iteration": 1}
+
+
+def test_accepted_nan_metrics_reach_the_journal_as_values_a_replay_reads_back_and_no_status():
+    store = ConfigMaps()
+    reg = Registry(
+        Settings(collector=CollectorSettings(max_body_bytes=4096, max_results_per_batch=10)), KEY, store.write
+    )
+    exp = experiment()
+    exp["spec"]["scheduler"] = {"name": "asha", "params": {"max_t": 100}}  # stateful: the journal records
+    ctl = reg.load(exp)
+    for manifest in ctl.plan({}, 0.0).create_trials:
+        ctl.trial_created(manifest["metadata"]["name"], "uid")
+    ctl.adopted = True
+    results = [{"acc": float("nan"), "training_iteration": 1}, {"acc": float("inf"), "training_iteration": 2}]
+    assert post(reg, batch(results=results), token()) == (200, {"decision": "continue"})
+    plan = ctl.plan({}, 100.0)
+    json.dumps([plan.trial_status, plan.experiment_status], allow_nan=False)  # no status patch carries them
+    assert "metricValue" not in ctl.trials["exp-00000"].status and ctl.trials["exp-00000"].status["iteration"] == 2
+    # the journal is the operator's own JSON text in a ConfigMap's data: the API server is sent a string
+    assert store.list() and "NaN" in str(store.list())
+    json.dumps(store.list(), allow_nan=False)
+    again = ExperimentController(exp, reg.settings, KEY)
+    for trial in ctl.trials.values():
+        again.observe_trial({"metadata": {"name": trial.name, "uid": "uid"}, "spec": {"index": trial.index}})
+    again.restore(store.list())
+    assert again.applied["exp-00000"][0] == 2  # the replay read the NaN and infinite results back
