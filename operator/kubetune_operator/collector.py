@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from aiohttp import web
 from pydantic import (
@@ -35,7 +35,7 @@ from pydantic import (
     field_validator,
 )
 
-from kubetune.env import COLLECTOR_RESULTS_PATH
+from kubetune.env import COLLECTOR_RESULTS_PATH, MAX_STALL_MESSAGE, STALL_REASONS
 
 from . import metrics
 from .controller import DECISION_RANK
@@ -67,6 +67,13 @@ class CheckpointRef(BaseModel):
     """The ``training_iteration`` it was saved at."""
 
 
+class Stall(BaseModel):
+    """What stalls a trial attempt, as its runtime sees it (``kubetune.env.STALL_REASONS``)."""
+
+    reason: Literal[STALL_REASONS]
+    message: Annotated[StrictStr, Field(max_length=MAX_STALL_MESSAGE)]
+
+
 class ResultBatch(BaseModel):
     """One POST of a trial runtime (written by ``kubetune.reporter``).
 
@@ -92,6 +99,9 @@ class ResultBatch(BaseModel):
     checkpoint: CheckpointRef | None = None
     done: StrictBool = False
     """The attempt's last batch."""
+
+    stalled: Stall | None = None
+    """What stalls the attempt now; absent: nothing does (:meth:`ExperimentController.trial_stalled`)."""
 
     @field_validator("results")
     @classmethod
@@ -175,6 +185,7 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
                 if step is None:
                     return _error(401, "stale token: not the trial's current attempt")
                 decision = max(decision, step, key=DECISION_RANK.__getitem__)
+            ctl.trial_stalled(trial, batch.stalled.model_dump() if batch.stalled else None)
         try:
             await registry.commit(ctl)  # the decision is durable before the trial acts on it
         except Exception as exc:  # noqa: BLE001 - the runtime retries; the results are de-duplicated

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
 from kubetune.checkpoint_store import checkpoint_uri
+from kubetune.env import STALL_REASONS
 from kubetune.resultkeys import goal_reached, is_number, missing_metrics
 from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
@@ -269,6 +270,8 @@ class ExperimentController:
             None,
         )
         self.metric_missing_told = self.metric_missing is not None  # its MetricMissing event is posted
+        stalled = st.get_condition(self.exp_status.get("conditions"), "TrialsStalled") or {}
+        self.stall_told = stalled.get("reason") if stalled.get("status") == "True" else None  # its event is posted
         self.pod_refused: str | None = None  # why the API server refused the last trial pod (Ready=False too)
         self.degraded: str | None = None  # why the last pass failed (the Degraded condition)
         self.missing: set[int] = set()  # trial indices below the highest whose Trial is not in the API
@@ -712,6 +715,24 @@ class ExperimentController:
             )
             self.refused[trial] = [0, reason, now]
 
+    def trial_stalled(self, trial: str, stall: dict | None) -> None:
+        """What stalls ``trial``'s current attempt, as its runtime reports it with each batch (``{"reason",
+        "message"}``, a reason of ``kubetune.env.STALL_REASONS``; None: nothing): the Trial's ``status.reason``
+        and ``message`` while it lasts, summed up in the Experiment's ``TrialsStalled`` condition (with a
+        Warning event when it turns True)."""
+        state = self.trials.get(trial)
+        if state is None or state.phase in TERMINAL or state.phase == "Paused":
+            return
+        if stall is not None:
+            message = st.truncate_message(stall["message"], 1024)
+            if (state.status.get("reason"), state.status.get("message")) != (stall["reason"], message):
+                state.status.update(reason=stall["reason"], message=message)
+                state.dirty = state.phase_changed = True  # written in the next pass, not at the next interval
+        elif state.status.get("reason") in STALL_REASONS:
+            state.status["reason"] = "Running" if state.phase == "Running" else "Starting"
+            state.status.pop("message", None)
+            state.dirty = state.phase_changed = True
+
     def token(self, trial: str, attempt: int) -> str:
         """The collector bearer token of ``trial``'s ``attempt`` (see :func:`kubetune_operator.tokens.mint_token`)."""
         return mint_token(self.key, self.namespace, trial, attempt, self.trials[trial].uid or "")
@@ -1042,7 +1063,8 @@ class ExperimentController:
                 if trial.phase != "Pending":
                     self._set(trial, now, phase="Pending")
             elif pod.phase == "Running" and trial.phase != "Running" and not pod.deleting:
-                self._set(trial, now, phase="Running", reason="Running", message=None)
+                stalled = trial.status.get("reason") in STALL_REASONS  # its runtime said so before this pass
+                self._set(trial, now, phase="Running", **({} if stalled else {"reason": "Running", "message": None}))
                 plan.events.append((trial.name, "Normal", "TrialStarted", f"pod {pod.name} is running"))
             elif pod.phase == "Pending" and pod.waiting and trial.status.get("reason") != pod.waiting[0]:
                 reason, message = pod.waiting
@@ -1287,6 +1309,12 @@ class ExperimentController:
             self.exp_status.get("conditions"), decision, obs_gen, datetime.fromtimestamp(now, timezone.utc)
         )
         conditions = self.health_conditions(conditions, datetime.fromtimestamp(now, timezone.utc))
+        stalled = st.get_condition(conditions, "TrialsStalled") or {}
+        told = stalled.get("reason") if stalled.get("status") == "True" else None
+        if told != self.stall_told:  # a Warning event when trials become stalled, or for another reason
+            self.stall_told = told
+            if told:
+                plan.events.append((None, "Warning", told, stalled["message"]))
         completion = self.exp_status.get("completionTime")
         if decision.phase in TERMINAL and not completion:
             completion = _now_iso(now)
@@ -1342,6 +1370,14 @@ class ExperimentController:
             )
         elif st.get_condition(conditions, "Degraded"):
             conditions = st.set_condition(conditions, "Degraded", False, "ReconcileSucceeded", "", gen, now)
+        stalled = [t for t in self._open.values() if t.status.get("reason") in STALL_REASONS]  # ended: an end reason
+        if stalled:
+            first = min(stalled, key=lambda t: t.index)
+            message = f"{len(stalled)} trial(s) stalled; {first.name}: {first.status.get('message')}"
+            message = st.truncate_message(message)
+            conditions = st.set_condition(conditions, "TrialsStalled", True, first.status["reason"], message, gen, now)
+        elif st.get_condition(conditions, "TrialsStalled"):
+            conditions = st.set_condition(conditions, "TrialsStalled", False, "NoTrialStalled", "", gen, now)
         waiting = [t for t in self._open.values() if t.phase == "Pending" and t.status.get("reason") in WAITING_CAUSES]
         if waiting:
             first = min(waiting, key=lambda t: t.index)

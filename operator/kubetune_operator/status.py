@@ -29,7 +29,7 @@ EXPERIMENT_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 TRIAL_PHASES = ("Pending", "Running", "Paused", "Succeeded", "Failed")
 #: Condition types of an Experiment. ``Ready`` (spec accepted) is set by validation, the others by
 #: :func:`experiment_conditions`.
-CONDITION_TYPES = ("Ready", "Running", "Complete", "Failed", "Suspended", "Degraded", "TrialsWaiting")
+CONDITION_TYPES = ("Ready", "Running", "Complete", "Failed", "Suspended", "Degraded", "TrialsWaiting", "TrialsStalled")
 
 #: Longest condition message, in UTF-8 bytes.
 MAX_MESSAGE_BYTES = 512

@@ -208,3 +208,22 @@ def test_tune_run_checks_the_crds_before_uploading_anything(api, tmp_path):
         tuner.run(trainable, storage=store.as_uri(), config={"x": 1})
     assert list(store.iterdir()) == []
     assert api.requests == [DISCOVERY]
+
+
+def test_get_shows_why_an_experiment_needs_a_look(api, capsys):
+    """Issue 22.4: a stall (or an end for a reason while the last trials stop) shows in ``kubetune get``."""
+    api.routes[DISCOVERY] = SERVED
+    stalled = experiment()
+    stalled["status"]["conditions"] = [
+        {"type": "Running", "status": "True", "reason": "TrialsRunning", "message": "2 running"},
+        {"type": "TrialsStalled", "status": "True", "reason": "StorageUnreachable", "message": "1 trial(s) stalled"},
+    ]
+    api.routes["/apis/kubetune.io/v1alpha1/namespaces/team/experiments"] = {"items": [stalled]}
+    api.routes["/apis/kubetune.io/v1alpha1/namespaces/team/experiments/exp"] = stalled
+    api.routes["/apis/kubetune.io/v1alpha1/namespaces/team/trials"] = {"items": []}
+    assert cli.main(["get"]) == cli.OK
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["NAME", "PHASE", "RUNNING", "SUCCEEDED", "FAILED", "BEST", "REASON", "AGE"]
+    assert row.split() == ["exp", "Running", "0", "0", "0", "-", "StorageUnreachable", "-"]
+    assert cli.main(["get", "exp"]) == cli.OK
+    assert capsys.readouterr().out.splitlines()[2] == "TrialsStalled (StorageUnreachable): 1 trial(s) stalled"

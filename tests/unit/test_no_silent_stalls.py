@@ -1,13 +1,26 @@
-"""Issue 22.4, no silent stalls: a result without the experiment's metric fails the Experiment at once, as
+"""Issue 22.4, no silent stalls. A result without the experiment's metric fails the Experiment at once, as
 Ray's run raises at it (``MetricMissing``), with a condition and a Warning event; the operator that restarts
-meanwhile keeps the verdict from the status."""
+meanwhile keeps the verdict from the status. Storage that does not answer is reported by the runtime (the
+storage's reachability watch, the reporter's ``stalled``) and shown by the operator (the Trial's reason, the
+Experiment's ``TrialsStalled`` condition and one Warning event)."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+
+import boto3
+import pytest
+from botocore.config import Config
+from conftest_runtime import TOKEN, Collector, wait_for
+from conftest_storage import RestartableMotoServer, aws_env, new_bucket  # noqa: F401 - fixtures
 
 from kubetune.env import OUTCOME_TERMINATED
+from kubetune.progress import status_lines
+from kubetune.reporter import Reporter
 from kubetune.resultkeys import missing_metrics
+from kubetune.storage import S3Storage, open_storage
 from kubetune_operator.controller import ExperimentController, PodView
 from kubetune_operator.settings import Settings
 
@@ -95,3 +108,121 @@ def test_without_a_metric_nothing_is_checked():
     ctl, _ = running_controller(metric=None, mode=None, scheduler={"name": "fifo"})
     assert ctl.record_results("exp-00000", 0, [{"loss": 0.3, "training_iteration": 1}], None) == "continue"
     assert ctl.metric_missing is None
+
+
+# ----------------------------------------------------------------------------- storage that does not answer
+
+
+def test_storage_reports_an_outage_after_a_while_and_its_end(aws_env):  # noqa: F811
+    server = RestartableMotoServer()
+    server.start()
+    try:
+        uri = f"s3://{new_bucket(server.endpoint)}/x"
+        storage = open_storage(uri, server.endpoint, outage_timeout_s=60)
+        reports: list = []
+        storage.watch_reachability(reports.append, after_s=1.0)
+        storage.put_bytes(uri, b"1")
+        server.stop()
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(storage.get_bytes(uri)))
+        reader.start()
+        deadline = time.monotonic() + 20
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(reports) == 1 and reports[0].startswith(f"storage endpoint {server.endpoint} has not answered for ")
+        assert "EndpointConnectionError" in reports[0]
+        server.start()
+        reader.join(30)
+        assert got == [b"1"] and reports[1:] == [None]
+    finally:
+        server.stop()
+
+
+def test_the_aws_default_endpoint_is_named_as_such():
+    client = boto3.client(
+        "s3",
+        endpoint_url="http://s3.amazonaws.com.invalid",  # like AWS's, and never resolved (RFC 2606)
+        region_name="us-east-1",
+        aws_access_key_id="a",
+        aws_secret_access_key="b",
+        config=Config(retries={"mode": "standard", "max_attempts": 1}),
+    )
+    storage = S3Storage(client, None, outage_timeout_s=0.1, endpoint_set=False)
+    reports: list = []
+    storage.watch_reachability(reports.append, after_s=0.0)
+    with pytest.raises(Exception, match="Could not connect"):
+        storage.exists("s3://bucket/x")
+    assert reports[0].startswith(
+        "storage endpoint http://s3.amazonaws.com.invalid (AWS S3: spec.storage.endpoint is not set) has not "
+        "answered for 0 s: EndpointConnectionError: Could not connect to the endpoint URL"
+    )
+
+
+def test_the_reporter_sends_a_stall_at_once_and_its_end():
+    collector = Collector().start()
+    reporter = Reporter(collector.url, TOKEN, namespace="ns", experiment="exp", trial="t-1", attempt=0)
+    reporter.start()
+    reporter.set_stall("StorageUnreachable", "storage endpoint x has not answered for 20 s")
+    wait_for(lambda: len(collector.batches) == 1, 5, "the stall's batch")
+    reporter.report({"training_iteration": 1, "acc": 0.5})
+    wait_for(lambda: len(collector.batches) == 2, 5, "the result's batch")
+    reporter.set_stall("StorageUnreachable", None)
+    assert reporter.close(5.0)
+    collector.stop()
+    stalled = [(b["results"], b.get("stalled")) for b in collector.batches]
+    stall = {"reason": "StorageUnreachable", "message": "storage endpoint x has not answered for 20 s"}
+    assert stalled[:2] == [([], stall), ([{"training_iteration": 1, "acc": 0.5}], stall)]
+    assert all(b.get("stalled") is None for b in collector.batches[2:])
+
+
+def test_a_stalled_trial_shows_in_a_condition_with_one_warning_event():
+    ctl, running = running_controller()
+    stall = {"reason": "StorageUnreachable", "message": "storage endpoint https://s3.amazonaws.com ... 20 s"}
+    ctl.trial_stalled("exp-00001", stall)
+    plan = ctl.plan(running, T0 + 3)
+    message = "1 trial(s) stalled; exp-00001: " + stall["message"]
+    assert (None, "Warning", "StorageUnreachable", message) in plan.events
+    assert plan.trial_status["exp-00001"]["reason"] == "StorageUnreachable"
+    condition = next(c for c in ctl.exp_status["conditions"] if c["type"] == "TrialsStalled")
+    assert (condition["status"], condition["reason"], condition["message"]) == ("True", "StorageUnreachable", message)
+    ctl.trial_stalled("exp-00000", stall)
+    plan = ctl.plan(running, T0 + 5)
+    assert [e for e in plan.events if e[2] == "StorageUnreachable"] == []  # told once while it lasts
+    assert next(c for c in ctl.exp_status["conditions"] if c["type"] == "TrialsStalled")["message"].startswith("2 ")
+
+    restarted = ExperimentController({**experiment(), "status": ctl.exp_status}, Settings(), KEY)
+    assert restarted.stall_told == "StorageUnreachable"
+
+    ctl.trial_stalled("exp-00000", None)
+    ctl.trial_stalled("exp-00001", None)
+    plan = ctl.plan(running, T0 + 7)
+    assert ctl.trials["exp-00001"].status["reason"] == "Running" and "message" not in ctl.trials["exp-00001"].status
+    condition = next(c for c in ctl.exp_status["conditions"] if c["type"] == "TrialsStalled")
+    assert (condition["status"], condition["reason"]) == ("False", "NoTrialStalled")
+
+
+def test_a_stall_reported_before_the_pod_is_seen_running_stays():
+    ctl = ExperimentController(experiment(), Settings(), KEY)
+    for manifest in ctl.plan({}, T0).create_trials:
+        ctl.trial_created(manifest["metadata"]["name"], "uid-" + manifest["metadata"]["name"])
+    ctl.plan({}, T0 + 1)
+    ctl.trial_stalled("exp-00000", {"reason": "StorageUnreachable", "message": "m"})
+    ctl.plan({n: pod(n, "Running") for n in ("exp-00000-0", "exp-00001-0")}, T0 + 2)
+    assert ctl.trials["exp-00000"].phase == "Running"
+    assert ctl.trials["exp-00000"].status["reason"] == "StorageUnreachable"
+
+
+def test_the_status_table_shows_a_stall_and_an_end_for_a_reason():
+    exp = {**experiment(), "status": {"phase": "Running", "conditions": []}}
+    exp["status"]["conditions"] = [
+        {"type": "Running", "status": "True", "reason": "MetricMissing", "message": "trial exp-00001 returned ..."},
+        {"type": "TrialsStalled", "status": "True", "reason": "StorageUnreachable", "message": "1 trial(s) stalled"},
+        {"type": "Ready", "status": "True", "reason": "SpecValid", "message": "the spec is valid"},
+    ]
+    lines = status_lines(exp, [])
+    assert lines[1:3] == [
+        "Running (MetricMissing): trial exp-00001 returned ...",
+        "TrialsStalled (StorageUnreachable): 1 trial(s) stalled",
+    ]
+    exp["status"]["conditions"][0]["reason"] = "TrialsRunning"
+    assert "Running (TrialsRunning)" not in "\n".join(status_lines(exp, []))

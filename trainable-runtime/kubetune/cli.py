@@ -86,7 +86,15 @@ def _experiment_row(exp: dict, wide: bool) -> list:
     if wide:
         metric, _ = spec_objectives(exp["spec"])
         row += [",".join(metric) if is_multi_objective(metric) else metric, best.get("name")]
-    return row + [_age(exp["metadata"].get("creationTimestamp"))]
+    return row + [_reason(status), _age(exp["metadata"].get("creationTimestamp"))]
+
+
+def _reason(status: dict) -> str | None:
+    """The reason of the first condition worth a look that is not ``Complete`` (``InvalidSpec``,
+    ``StorageUnreachable``, ``MetricMissing``...), or None."""
+    from kubetune.progress import noteworthy
+
+    return next((c.get("reason") for c, _ in noteworthy(status.get("conditions")) if c.get("type") != "Complete"), None)
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -100,8 +108,12 @@ def cmd_get(args: argparse.Namespace) -> int:
     if not experiments:
         print(f"No experiments in namespace {cluster.namespace}.", file=sys.stderr)
         return OK
-    _table([header + ["AGE"]] + [_experiment_row(e, wide) for e in experiments])
+    _table([header + ["REASON", "AGE"]] + [_experiment_row(e, wide) for e in experiments])
     if args.name:
+        from kubetune.progress import condition_line, noteworthy
+
+        for cond, _ in noteworthy((experiments[0].get("status") or {}).get("conditions")):
+            print(condition_line(cond))
         trials = cluster.trials(experiments[0])
         if trials:
             print()

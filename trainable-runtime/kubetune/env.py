@@ -49,10 +49,16 @@ DECISION_WAIT = "KUBETUNE_DECISION_WAIT_S"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: Path of the results endpoint on the operator's collector. The runtime POSTs
 #: JSON ``{"namespace", "experiment", "trial", "attempt": int, "results": [result, ...],
-#: "checkpoint": {"uri", "iteration"} | null, "done": bool}`` with header
-#: ``Authorization: Bearer <KUBETUNE_TOKEN>``; the reply is ``{"decision": one of DECISIONS}``
-#: (200), or 400 malformed, 401 bad token, 413 body over ``MAX_BATCH_BYTES``.
+#: "checkpoint": {"uri", "iteration"} | null, "done": bool, "stalled": {"reason", "message"}}`` with
+#: header ``Authorization: Bearer <KUBETUNE_TOKEN>``; the reply is ``{"decision": one of DECISIONS}``
+#: (200), or 400 malformed, 401 bad token, 413 body over ``MAX_BATCH_BYTES``. ``stalled`` is there
+#: while something outside the trainable stalls the attempt (a reason of :data:`STALL_REASONS`, and a
+#: message of at most :data:`MAX_STALL_MESSAGE` characters), and left out once nothing does.
 COLLECTOR_RESULTS_PATH = "/v1alpha1/results"
+#: What may stall an attempt: its object storage has not answered for ``UNREACHABLE_AFTER_S`` seconds.
+STALL_REASONS = ("StorageUnreachable",)
+#: Longest ``stalled.message`` of a batch, in characters.
+MAX_STALL_MESSAGE = 1024
 #: On exit 0 the runtime writes ``{"outcome": ..., "iteration": int, "checkpoint": uri | null,
 #: "result": compacted last result | null}`` (:func:`compact_result`) as JSON to the termination
 #: message, so the operator knows how the attempt ended and its last result even after its own

@@ -40,9 +40,11 @@ __all__ = [
     "ProgressReporter",
     "StatusTable",
     "TRIAL_PHASES",
+    "condition_line",
     "format_duration",
     "format_value",
     "headline",
+    "noteworthy",
     "phase_counts",
     "searched_keys",
     "status_lines",
@@ -62,8 +64,12 @@ NOTEWORTHY_CONDITIONS = {
     "Degraded": ("True", "red"),
     "Failed": ("True", "red"),
     "TrialsWaiting": ("True", "yellow"),
+    "TrialsStalled": ("True", "yellow"),
     "Complete": ("True", "green"),
 }
+#: Reasons of a True ``Running`` condition that say nothing more than the phase; any other is an end reason
+#: (``MetricMissing``, ``GoalReached``...) while the last trials stop, and is shown.
+ROUTINE_RUNNING_REASONS = ("TrialsRunning", "TrialsPending")
 #: Longest reason cell, in characters.
 MAX_NOTE_CHARS = 60
 #: Narrowest the reason column gets on a narrow console, in characters.
@@ -189,7 +195,7 @@ def status_renderable(
             style="bold" if _name(trial) == view.best else None,
         )
     parts: list[Any] = [Text(headline(experiment, trials, now), style="bold")]
-    parts.extend(Text(line, style=NOTEWORTHY_CONDITIONS[kind][1]) for line, kind in view.conditions)
+    parts.extend(Text(line, style=style) for line, style in view.conditions)
     parts.append(table)
     if view.footer:
         parts.append(Text(view.footer, style="dim"))
@@ -373,7 +379,7 @@ class _View:
     Attributes:
         columns: ``(title, right_aligned)`` per column.
         rows: ``(trial, cells)`` per shown trial, in display order.
-        conditions: ``(line, type)`` per noteworthy Experiment condition.
+        conditions: ``(line, style)`` per noteworthy Experiment condition (:func:`noteworthy`).
         footer: ``"... N more trials not shown (...)"``, or "" when every trial is shown.
         best: name of the best trial ("" when there is none yet).
     """
@@ -428,11 +434,7 @@ class _View:
             if with_notes:
                 cells.append(note)
             self.rows.append((trial, cells))
-        self.conditions = [
-            (_condition_line(cond), cond["type"])
-            for cond in status.get("conditions") or []
-            if NOTEWORTHY_CONDITIONS.get(cond.get("type"), ("",))[0] == cond.get("status")
-        ]
+        self.conditions = [(condition_line(cond), style) for cond, style in noteworthy(status.get("conditions"))]
         hidden = len(trials) - len(shown)
         if hidden:
             names = {_name(trial) for trial in shown}
@@ -522,7 +524,21 @@ def _note(trial: Mapping) -> str:
     return reason
 
 
-def _condition_line(cond: Mapping) -> str:
+def noteworthy(conditions: Sequence[Mapping] | None) -> list[tuple[Mapping, str]]:
+    """The Experiment conditions worth a look, each with its style: those of :data:`NOTEWORTHY_CONDITIONS` in
+    the status given there, and ``Running`` while the Experiment ends for a reason (its last trials stop)."""
+    out = []
+    for cond in conditions or ():
+        kind, status = cond.get("type"), cond.get("status")
+        if kind == "Running" and status == "True" and cond.get("reason") not in ROUTINE_RUNNING_REASONS:
+            out.append((cond, "yellow"))
+        elif NOTEWORTHY_CONDITIONS.get(kind, ("",))[0] == status:
+            out.append((cond, NOTEWORTHY_CONDITIONS[kind][1]))
+    return out
+
+
+def condition_line(cond: Mapping) -> str:
+    """One line for a condition: ``type (reason): the message's last line``, at most :data:`MAX_CONDITION_CHARS`."""
     message = _last_line(cond.get("message") or "")
     return _shorten(f"{cond['type']} ({cond.get('reason')})" + (f": {message}" if message else ""), MAX_CONDITION_CHARS)
 

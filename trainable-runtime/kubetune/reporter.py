@@ -17,6 +17,8 @@ Delivery rules:
     * when more than ``max_buffer`` results wait, the oldest are dropped, never the newest
       (the scheduler decides on the newest);
     * the latest committed checkpoint rides on the next batch (a batch with no results is sent for it);
+    * what stalls the attempt (:meth:`Reporter.set_stall`: storage that does not answer) rides on every
+      batch while it lasts; a change is sent at once, in a batch with no results if need be;
     * a 413 halves the batch; a result alone larger than ``MAX_BATCH_BYTES`` is dropped; a 400 drops
       the batch (it would never be accepted); a 401 fences the attempt (a newer one owns the trial:
       :meth:`Reporter.take_decision` says :data:`FENCED`, nothing more is sent); other failures are
@@ -42,7 +44,7 @@ from urllib.parse import urlparse
 import urllib3
 from urllib3.util.retry import Retry
 
-from kubetune.env import COLLECTOR_RESULTS_PATH, DECISIONS, MAX_BATCH_BYTES
+from kubetune.env import COLLECTOR_RESULTS_PATH, DECISIONS, MAX_BATCH_BYTES, MAX_STALL_MESSAGE
 
 #: What :meth:`Reporter.take_decision` returns once the collector refused this attempt's token.
 FENCED = "fenced"
@@ -155,6 +157,9 @@ class Reporter:
         self._checkpoint: dict | None = None
         self._checkpoint_version = 0
         self._checkpoint_sent = 0
+        self._stall: dict | None = None
+        self._stall_version = 0
+        self._stall_sent = 0
         self._closing = False
         self._done_sent = False
         self._final_decision: str | None = None
@@ -210,6 +215,16 @@ class Reporter:
             self._checkpoint_version += 1
             self._cond.notify()
 
+    def set_stall(self, reason: str, message: str | None) -> None:
+        """Say what stalls the attempt (``reason`` one of ``kubetune.env.STALL_REASONS``, ``message`` why), or
+        with None that it no longer does; the operator shows it on the Trial and the Experiment."""
+        with self._cond:
+            stall = None if message is None else {"reason": reason, "message": message[:MAX_STALL_MESSAGE]}
+            if stall != self._stall:
+                self._stall = stall
+                self._stall_version += 1
+                self._cond.notify()
+
     def take_decision(self) -> str | None:
         """Return the pending decision other than ``continue``, or None.
 
@@ -259,6 +274,7 @@ class Reporter:
         return (
             bool(self._buffer)
             or self._checkpoint_version != self._checkpoint_sent
+            or self._stall_version != self._stall_sent
             or (self._closing and not self._done_sent)
         )
 
@@ -274,8 +290,9 @@ class Reporter:
                 entries = list(islice(self._buffer, self._batch_limit))
                 version = self._checkpoint_version
                 checkpoint = self._checkpoint if version != self._checkpoint_sent else None
+                stall_version, stall = self._stall_version, self._stall
                 final = self._closing and len(entries) == len(self._buffer)
-            body, covered, sent = self._encode(entries, checkpoint, final)
+            body, covered, sent = self._encode(entries, checkpoint, final, stall)
             try:
                 decision = self._post(body)
             except _TooLarge:
@@ -325,6 +342,7 @@ class Reporter:
                 self.dropped += covered - sent
                 if checkpoint is not None:
                     self._checkpoint_sent = version
+                self._stall_sent = stall_version
                 if final and covered == len(entries) and not self._buffer:
                     self._done_sent = True
                 self._apply(decision)  # before the waiting step sees its result answered
@@ -332,14 +350,17 @@ class Reporter:
                 self.unreachable = False
                 self._cond.notify_all()
 
-    def _encode(self, entries: list[tuple[int, dict]], checkpoint: dict | None, final: bool) -> tuple[bytes, int, int]:
+    def _encode(
+        self, entries: list[tuple[int, dict]], checkpoint: dict | None, final: bool, stall: dict | None = None
+    ) -> tuple[bytes, int, int]:
         """Return the batch body, how many ``entries`` it covers, and how many results it holds.
 
         Entries that do not fit under ``MAX_BATCH_BYTES`` are left for the next batch (then ``done``
         stays false); a result too large for any batch is covered but dropped.
         """
         head = (self._envelope + ',"results":[').encode()
-        budget = MAX_BATCH_BYTES - len(head) - 200 - len(json.dumps(checkpoint))
+        stalled = f',"stalled":{json.dumps(stall)}' if stall else ""
+        budget = MAX_BATCH_BYTES - len(head) - 200 - len(json.dumps(checkpoint)) - len(stalled.encode())
         parts: list[bytes] = []
         covered = 0
         for _, result in entries:
@@ -357,7 +378,7 @@ class Reporter:
                 budget -= len(part) + 1
             covered += 1
         done = final and covered == len(entries)
-        tail = f'],"checkpoint":{json.dumps(checkpoint)},"done":{"true" if done else "false"}}}'.encode()
+        tail = f'],"checkpoint":{json.dumps(checkpoint)},"done":{"true" if done else "false"}{stalled}}}'.encode()
         return head + b",".join(parts) + tail, covered, len(parts)
 
     def _post(self, body: bytes) -> str:

@@ -18,7 +18,10 @@ S3 behaviour:
     * on top of that, each operation is retried by tenacity with exponential backoff and full jitter
       ("Exponential Backoff And Jitter", AWS Architecture Blog, 2015) for up to ``outage_timeout_s``,
       so an outage of the endpoint stalls the caller instead of failing it. Only the files of a
-      directory transfer that failed are sent again.
+      directory transfer that failed are sent again;
+    * :meth:`S3Storage.watch_reachability` tells a listener (the trial runtime's reporter) once every
+      request has failed for ``UNREACHABLE_AFTER_S`` seconds, with the endpoint and the last error, and
+      again at the first answer: a stall is reported, not only logged.
 
 Credentials come from the arguments of :func:`open_storage`, else boto3's default chain
 (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` from the experiment's ``credentialsSecret``, IRSA,
@@ -31,6 +34,7 @@ import logging
 import os
 import random
 import shutil
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -48,6 +52,8 @@ T = TypeVar("T")
 
 #: Default time an operation keeps retrying through an outage before it raises, in seconds.
 DEFAULT_OUTAGE_TIMEOUT_S = 600.0
+#: How long requests fail in a row before :meth:`S3Storage.watch_reachability` reports it, in seconds.
+UNREACHABLE_AFTER_S = 20.0
 #: Exception codes S3 (or an S3-compatible store) uses for throttling or a transient server fault.
 TRANSIENT_ERROR_CODES = frozenset(
     {
@@ -334,6 +340,7 @@ class S3Storage(Storage):
         transfer_config: ``boto3.s3.transfer.TransferConfig`` for uploads and downloads.
         outage_timeout_s: how long one operation keeps retrying transient errors, in seconds.
         backoff_s: ``(first, cap)`` of the outer retry's exponential backoff, in seconds.
+        endpoint_set: the endpoint was given (else boto3's default, AWS S3: messages say so).
     """
 
     scheme = "s3"
@@ -345,11 +352,56 @@ class S3Storage(Storage):
         *,
         outage_timeout_s: float = DEFAULT_OUTAGE_TIMEOUT_S,
         backoff_s: tuple[float, float] = (0.5, 10.0),
+        endpoint_set: bool = True,
     ):
         self.client = client
         self.transfer_config = transfer_config
         self.outage_timeout_s = outage_timeout_s
         self.backoff_s = backoff_s
+        self.endpoint_set = endpoint_set
+
+    def watch_reachability(self, report: Callable[[str | None], None], after_s: float = UNREACHABLE_AFTER_S) -> None:
+        """Call ``report(message)`` once every request to the endpoint has failed for ``after_s`` seconds (no
+        connection, a timeout, 5xx or throttling: botocore's retried attempts count), and ``report(None)`` at
+        the first answer after that (any status below 500). Called from the thread that made the request.
+
+        Args:
+            report: the listener; the message names the endpoint, says when it is boto3's default because
+                none was set, and gives the last error (no credentials: botocore's messages hold none).
+            after_s: seconds of failures before the first report.
+        """
+        lock = threading.Lock()
+        state = {"since": None, "reported": False}
+        endpoint = self.client.meta.endpoint_url
+        aws = not self.endpoint_set and "amazonaws.com" in endpoint
+        where = f"{endpoint} (AWS S3: spec.storage.endpoint is not set)" if aws else endpoint
+
+        def attempted(caught_exception=None, response=None, **_) -> None:
+            status = (response[0].status_code if response else 0) or 0
+            if caught_exception is None and status < 500 and status != 429:
+                return
+            error = caught_exception or f"HTTP {status}"
+            now = time.monotonic()
+            with lock:
+                state["since"] = state["since"] or now
+                due = not state["reported"] and now - state["since"] >= after_s
+                state["reported"] |= due
+            if due:
+                report(
+                    f"storage endpoint {where} has not answered for {now - state['since']:.0f} s: "
+                    f"{type(error).__name__ if caught_exception else 'server error'}: {error}"
+                )
+
+        def answered(http_response=None, **_) -> None:
+            if http_response is None or http_response.status_code >= 500 or http_response.status_code == 429:
+                return
+            with lock:
+                was, state["since"], state["reported"] = state["reported"], None, False
+            if was:
+                report(None)
+
+        self.client.meta.events.register_first("needs-retry.s3", attempted)  # before the retry handler answers
+        self.client.meta.events.register("after-call.s3", answered)
 
     # -- retry -----------------------------------------------------------------------------------
 
@@ -618,4 +670,4 @@ def open_storage(
         region_name=region,
     )
     client = session.client("s3", endpoint_url=endpoint, config=config)
-    return S3Storage(client, transfer_config, outage_timeout_s=outage_timeout_s)
+    return S3Storage(client, transfer_config, outage_timeout_s=outage_timeout_s, endpoint_set=bool(endpoint))

@@ -11,6 +11,10 @@ handles SIGTERM/SIGINT:
   finished step), delivers the final batch and exits 0 without waiting for the step;
 * ``grace`` is the pod's ``terminationGracePeriodSeconds`` (``kubetune.env.GRACE_PERIOD``, default 30).
 
+Storage that stops answering stalls the attempt (each operation retries for up to 10 minutes); after
+``kubetune.storage.UNREACHABLE_AFTER_S`` seconds of failed requests the reporter tells the collector
+(``StorageUnreachable``), so the Trial and the Experiment show it, and again once storage answers.
+
 Exit codes: 0 when the trial ends (done, stop criteria, ``stop``/``pause`` decision, SIGTERM), with the
 outcome as JSON in the termination message (``kubetune.env.OUTCOME_*``), 1 when
 user code or the runtime fails, 2 when the environment is invalid. On failure the tail of the
@@ -36,9 +40,10 @@ from pathlib import Path
 from kubetune import env as trial_env
 from kubetune.reporter import Reporter
 from kubetune.runtime.loop import DONE, FENCED, PAUSE, STOP, STOP_CRITERIA, TERMINATED, Abandoned, TrialRunner
-from kubetune.storage import join_uri, open_storage
+from kubetune.storage import S3Storage, join_uri, open_storage
 
 log = logging.getLogger("kubetune.runtime")
+STORAGE_UNREACHABLE = trial_env.STALL_REASONS[0]
 
 #: Overrides for runs outside a pod (tests, local debugging); the operator does not set them.
 TERMINATION_MESSAGE_PATH_VAR = "KUBETUNE_TERMINATION_MESSAGE_PATH"
@@ -211,6 +216,8 @@ def main() -> int:
                 trial=env.trial,
                 attempt=env.attempt,
             )
+            if isinstance(storage, S3Storage):  # a store that does not answer is reported, not only logged
+                storage.watch_reachability(lambda message: reporter.set_stall(STORAGE_UNREACHABLE, message))
     except (KeyError, ValueError) as exc:
         message = f"invalid trial environment: {type(exc).__name__}: {exc}"
         log.error(message)
