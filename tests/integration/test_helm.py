@@ -25,6 +25,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+import urllib3
 import yaml
 from kubernetes import client
 
@@ -38,6 +39,7 @@ RELEASE, SYSTEM = "kubetune", "kubetune-system"
 TEAM, OTHER_TEAM = "team-a", "team-b"
 OPERATOR = "kubetune-operator"  # Deployment, Service, ServiceAccount and roles of release "kubetune"
 KEY_SECRET = "kubetune-collector-key"
+METRICS_READER = "kubetune-metrics-reader"  # the ClusterRole users bind to read /metrics
 SA_USER = f"system:serviceaccount:{SYSTEM}:{OPERATOR}"
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 RESTRICTED = {
@@ -100,6 +102,7 @@ NON_DEFAULT = {
     },
     "probePort": 9001,
     "service": {"type": "NodePort", "annotations": {"example.com/scrape": "true"}},
+    "metrics": {"auth": "none"},
     "trials": {
         "image": {"repository": "registry.example.com/ml/trainer", "tag": "2024.1"},
         "maxConcurrentTrials": 4,
@@ -193,6 +196,7 @@ def test_rendered_manifests_pass_the_api_servers_dry_run(own_cluster, helm, tmp_
     assert container["image"] == "registry.example.com/ml/kubetune-operator:0.1.0-rc1"
     assert container["command"][-2:] == ["http://0.0.0.0:9001/healthz", "--verbose"]
     assert pod["spec"]["serviceAccountName"] == "tuner-sa"
+    assert env["KUBETUNE_OPERATOR_METRICS_AUTH"] == "none" and not [k for k in docs if "metrics" in k[2]]
     assert pod["metadata"]["labels"]["example.com/tier"] == "control"
 
     default_docs = by_kind([d for d in yaml.safe_load_all(default) if d])
@@ -202,6 +206,15 @@ def test_rendered_manifests_pass_the_api_servers_dry_run(own_cluster, helm, tmp_
     }
     assert env["KUBETUNE_OPERATOR_COLLECTOR_URL"] == f"http://{OPERATOR}.{SYSTEM}.svc:8080"
     assert env["KUBETUNE_OPERATOR_TRIALS_DEFAULT_IMAGE"] == "kubetune/runtime:0.1.0"
+    assert env["KUBETUNE_OPERATOR_METRICS_AUTH"] == "kubernetes"
+    reviews = default_docs[("ClusterRole", "", f"{OPERATOR}-metrics-auth")]["rules"]
+    assert sorted((r["apiGroups"][0], r["resources"][0], r["verbs"][0]) for r in reviews) == [
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    ]
+    assert default_docs[("ClusterRole", "", METRICS_READER)]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
 
 
 def test_values_outside_the_schema_are_refused(helm):
@@ -211,6 +224,7 @@ def test_values_outside_the_schema_are_refused(helm):
         "storage.uri=gs://bucket",
         "watchNamespaces[0]=Not_A_Namespace",
         "imageTag=1.0",
+        "metrics.auth=open",
     ):
         proc = helm.run("template", RELEASE, str(CHART), "--set", bad, check=False)
         assert proc.returncode != 0 and "schema" in proc.stderr, (bad, proc.stderr)
@@ -380,6 +394,42 @@ def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster,
         )
     assert refused.value.status == 403 and "violates PodSecurity" in refused.value.body
     assert_no_forbidden(own_cluster)
+
+
+def test_metrics_answer_only_tokens_of_users_bound_to_the_metrics_reader_role(own_cluster, core, release, local_values):
+    url = f"http://127.0.0.1:{local_values[1]['collector']['port']}/metrics"
+    running_operator(core, local_values[1]["collector"]["port"])
+    rbac = client.RbacAuthorizationV1Api(own_cluster.api_client())
+    tokens = {}
+    for name in ("scraper", "stranger"):
+        core.create_namespaced_service_account(TEAM, {"metadata": {"name": name}})
+        tokens[name] = core.create_namespaced_service_account_token(
+            name, TEAM, {"spec": {"expirationSeconds": 600}}
+        ).status.token
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": "scraper-metrics"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": METRICS_READER},
+            "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": TEAM}],
+        }
+    )
+
+    def get(token=None):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        started = time.monotonic()
+        resp = urllib3.request("GET", url, headers=headers, retries=False)
+        return resp.status, resp.data.decode(), time.monotonic() - started
+
+    status, body, first = get(tokens["scraper"])
+    assert status == 200 and "kubetune_results_total" in body, (status, body[:300])
+    _, _, cached = get(tokens["scraper"])
+    print(f"\n[helm] /metrics with a reader's token: {first * 1000:.1f} ms reviewed, {cached * 1000:.1f} ms cached")
+    status, body, _ = get(tokens["stranger"])
+    assert status == 403 and f"system:serviceaccount:{TEAM}:stranger" in body, (status, body)
+    assert get()[:2] == (401, "Unauthorized: a bearer token is required\n")
+    assert get("not-a-token")[0] == 401
+    assert urllib3.request("GET", url.replace("/metrics", "/healthz")).status == 200  # the probe needs no token
+    assert_no_forbidden(own_cluster)  # the chart lets the operator create both reviews
 
 
 def test_upgrade_keeps_the_key_and_running_trials_keep_reporting(

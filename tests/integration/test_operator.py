@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from devcluster.cluster import S3_BUCKET
 from tests.integration.support import trial_prefix, wait_for
@@ -229,6 +229,55 @@ def test_a_killed_pod_resumes_at_its_checkpoint(cluster, operator, custom, core,
     assert lines[-1]["score"] == 12.0  # the state came back from the checkpoint, not from zero
     restored = [r for r in lines if r.get("iterations_since_restore") == 1]
     assert len(restored) == 2  # the first attempt's first result, and the second attempt's first after restore
+
+
+def test_an_evicted_trial_pod_is_retried_with_the_eviction_as_its_reason(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    spec = experiment(
+        "evicted", cluster, storage_secret, config={"x": 1, "sleep": 0.3}, stop={"training_iteration": 12}
+    )  # failure.maxFailures 0: a disruption counted as a failure would fail the trial
+    seen, done = [], threading.Event()
+
+    def watch_trial():  # every status the Trial goes through, not only the last; 2 s requests until done
+        version = None
+        while not done.is_set():
+            for event in watch.Watch().stream(
+                custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                "trials",
+                resource_version=version,
+                timeout_seconds=2,
+            ):
+                status = event["object"].get("status") or {}
+                seen.append((status.get("attempt"), status.get("phase"), status.get("reason")))
+                version = event["object"]["metadata"]["resourceVersion"]
+
+    watcher = threading.Thread(target=watch_trial, daemon=True)
+    watcher.start()
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+
+    def checkpointed():
+        status = get(custom, namespace, "trials", "evicted-00000").get("status", {})
+        return (status.get("checkpoint") or {}).get("iteration", 0) >= 3
+
+    wait_for(checkpointed, what="a committed checkpoint at iteration >= 3")
+    core.create_namespaced_pod_eviction(
+        "evicted-00000-0", namespace, {"metadata": {"name": "evicted-00000-0", "namespace": namespace}}
+    )
+    wait_for(lambda: phase_is(custom, namespace, "evicted", "Succeeded", "Failed"), what="evicted to finish")
+    done.set()
+    watcher.join()
+    trial = get(custom, namespace, "trials", "evicted-00000")["status"]
+    assert (trial["phase"], trial["attempt"], trial.get("failures", 0)) == ("Succeeded", 1, 0)
+    assert (1, "Pending", "EvictionByEvictionAPI") in seen, seen
+    assert not [s for s in seen if s[2] == "PodDeleted"], seen
+    (disrupted,) = events(core, namespace, "TrialDisrupted")
+    assert "attempt 0 ended by EvictionByEvictionAPI" in disrupted.message, disrupted.message
+    iterations = [r["training_iteration"] for r in result_lines(s3, namespace, "evicted", "evicted-00000")]
+    assert iterations == list(range(1, 13))  # resumed from its checkpoint: no iteration lost or repeated
 
 
 def test_invalid_specs_are_rejected_or_marked(cluster, operator, custom, core, namespace, storage_secret):
