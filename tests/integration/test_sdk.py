@@ -287,7 +287,7 @@ def test_the_kubetune_command(operator, custom, namespace, storage_secret, sdk_e
     ns = ["-n", namespace]
     assert "created" in kubetune_cli("run", str(manifest), "--watch", *ns, env=sdk_env).stderr
     listed = kubetune_cli("get", *ns, env=sdk_env).stdout.splitlines()
-    assert listed[0].split() == ["NAME", "PHASE", "RUNNING", "SUCCEEDED", "FAILED", "BEST", "AGE"]
+    assert listed[0].split() == ["NAME", "PHASE", "RUNNING", "SUCCEEDED", "FAILED", "BEST", "REASON", "AGE"]
     assert listed[1].split()[:6] == ["cli", "Succeeded", "0", "2", "0", "6"]
     shown = kubetune_cli("get", "cli", *ns, "-o", "json", env=sdk_env).stdout
     assert json.loads(shown)["status"]["phase"] == "Succeeded"
@@ -321,6 +321,13 @@ def test_the_kubetune_command(operator, custom, namespace, storage_secret, sdk_e
         env=sdk_env,
     )
     assert json.loads(ran.stdout) == {"best_config": {"x": 2}}
+    nomodule = kubetune_cli(
+        "run", "nomodule:Foo", "--name", "cli-nomod", "--storage", storage(storage_secret)["uri"], "--secret",
+        storage_secret, *ns, env=sdk_env, check=False,
+    )  # fmt: skip
+    last = nomodule.stderr.strip().splitlines()[-1]
+    assert nomodule.returncode == 1 and last.startswith("error: 1 of 1 trials failed; cli-nomod-00000: "), last
+    assert "No module named 'nomodule'" in last and last.endswith("(kubetune logs cli-nomod-00000 shows its log)")
     kubetune_cli("suspend", "cli", *ns, env=sdk_env)
     assert experiment(custom, namespace, "cli")["spec"]["suspend"] is True
     kubetune_cli("resume", "cli", *ns, env=sdk_env)

@@ -55,7 +55,7 @@ def api_message(exc: Any) -> str:
 def _unreachable(server: str, exc: BaseException) -> ClusterUnavailable:
     """A :class:`ClusterUnavailable` for a request that got no answer from ``server``."""
     cause = getattr(exc, "reason", None) or exc
-    text = str(cause).split("Failed to establish a new connection: ")[-1].rstrip("')\"")
+    text = str(cause).split("Failed to establish a new connection: ")[-1]
     return ClusterUnavailable(
         f"cannot reach the API server {server}: {text} (is the cluster up? `kubectl cluster-info` "
         "checks the same kubeconfig)"
