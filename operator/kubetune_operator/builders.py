@@ -5,7 +5,8 @@ suggests and :func:`build_pod` for each attempt of a trial, then creates the
 returned objects (409 AlreadyExists counts as success: the names are
 deterministic, see :func:`kubetune_operator.labels.trial_name`). Nothing here
 talks to the API server, so unit tests check every manifest without a cluster.
-The pod's environment is the contract of :mod:`kubetune.env`.
+The pod's environment, and the config file its attempt Secret carries, are the contract of
+:mod:`kubetune.env`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ import copy
 import dataclasses
 from typing import Mapping
 
-from kubetune.env import TERMINATION_MESSAGE_PATH, TOKEN, CheckpointPolicy, TrialEnv, encode_trial_env
+from kubetune.env import (
+    ATTEMPT_DIR,
+    CONFIG_KEY,
+    TERMINATION_MESSAGE_PATH,
+    TOKEN,
+    CheckpointPolicy,
+    TrialEnv,
+    encode_trial_config,
+    encode_trial_env,
+)
 from kubetune.resultkeys import spec_objectives
 
 from .labels import (
@@ -36,6 +46,7 @@ __all__ = [
     "build_pod",
     "build_token_secret",
     "build_trial",
+    "controller_uid",
     "owner_reference",
     "pod_name",
     "pod_resources",
@@ -59,6 +70,9 @@ MAX_TAG_LENGTH = 256
 DECISION_WAIT_S = 10.0
 #: Key of the collector token in an attempt's token Secret (:func:`build_token_secret`).
 TOKEN_SECRET_KEY = "token"
+#: Name of the pod volume of the attempt's Secret (mounted read-only at ``kubetune.env.ATTEMPT_DIR``);
+#: ``template.volumes`` may not use it.
+ATTEMPT_VOLUME = "kubetune-attempt"
 #: Ray's default CPUs per trial, used when ``resourcesPerTrial.cpu`` is absent (the CRD defaults it too).
 DEFAULT_CPU = "1"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -97,6 +111,13 @@ def owner_reference(obj: Mapping) -> dict:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+def controller_uid(obj: Mapping) -> str | None:
+    """The uid of ``obj``'s controller (its owner reference with ``controller: true``), or None when none
+    controls it (say, a Trial orphaned by ``kubectl delete --cascade=orphan`` of its Experiment)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return next((ref.get("uid") for ref in refs if ref.get("controller")), None)
 
 
 def trial_dir_uri(storage_uri: str, namespace: str, experiment: str, uid: str, trial: str) -> str:
@@ -189,8 +210,10 @@ def build_pod(
 ) -> dict:
     """Return the manifest of the pod running ``attempt`` of ``trial``.
 
-    The attempt's collector token is not in the manifest: ``KUBETUNE_TOKEN`` comes from the Secret
-    :func:`build_token_secret` makes, so ``get pods`` does not show it.
+    The attempt's collector token and the trial's config are not in the manifest: they are in the Secret
+    :func:`build_token_secret` makes, ``KUBETUNE_TOKEN`` from its key ``token`` (so ``get pods`` does not
+    show it) and the config as the file ``kubetune.env.CONFIG_PATH`` (the Secret mounted read-only at
+    ``kubetune.env.ATTEMPT_DIR``; a variable would limit it to Linux's 128 KiB per environment string).
 
     The pod runs ``python -m kubetune.runtime`` in the experiment's image
     (``settings.trials.default_image`` without one) with the variables of
@@ -219,8 +242,8 @@ def build_pod(
 
     Raises:
         ValueError: no storage URI (neither ``spec.storage.uri`` nor a default in settings),
-            ``template.env`` sets a ``KUBETUNE_`` variable, a negative attempt, or a Trial
-            without ``metadata.uid``.
+            ``template.env`` sets a ``KUBETUNE_`` variable, ``template.volumes`` has one named
+            :data:`ATTEMPT_VOLUME`, a negative attempt, or a Trial without ``metadata.uid``.
     """
     spec = experiment["spec"]
     metric, mode = spec_objectives(spec)
@@ -266,15 +289,11 @@ def build_pod(
     reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
     if reserved:
         raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
+    if any(v.get("name") == ATTEMPT_VOLUME for v in template.get("volumes") or ()):
+        raise ValueError(f"template.volumes may not name a volume {ATTEMPT_VOLUME}: it belongs to kubetune")
+    secret_name = token_secret_name(name, trial["metadata"]["uid"])
     env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
-    env.append(
-        {
-            "name": TOKEN,
-            "valueFrom": {
-                "secretKeyRef": {"name": token_secret_name(name, trial["metadata"]["uid"]), "key": TOKEN_SECRET_KEY}
-            },
-        }
-    )
+    env.append({"name": TOKEN, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": TOKEN_SECRET_KEY}}})
     container = {
         "name": TRIAL_CONTAINER,
         "image": spec.get("image") or settings.trials.default_image,
@@ -289,8 +308,10 @@ def build_pod(
     env_from = ([{"secretRef": {"name": secret}}] if secret else []) + (template.get("envFrom") or [])
     if env_from:
         container["envFrom"] = env_from
-    if template.get("volumeMounts"):
-        container["volumeMounts"] = template["volumeMounts"]
+    container["volumeMounts"] = [
+        {"name": ATTEMPT_VOLUME, "mountPath": ATTEMPT_DIR, "readOnly": True},
+        *(template.get("volumeMounts") or []),
+    ]
     labels = {
         **(template.get("labels") or {}),
         LABEL_EXPERIMENT: label_value(exp_name),
@@ -314,6 +335,8 @@ def build_pod(
         "containers": [container],
     }
     pod_spec.update({k: template[k] for k in _POD_SPEC_FIELDS if template.get(k)})
+    attempt_volume = {"name": ATTEMPT_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
+    pod_spec["volumes"] = [attempt_volume, *(pod_spec.get("volumes") or [])]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
@@ -324,12 +347,14 @@ def token_secret_name(pod: str, trial_uid: str) -> str:
 
 
 def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
-    """Return the Secret holding the collector token of the attempt ``pod`` runs (named by
-    :func:`token_secret_name`, owned by ``trial``, the pod's labels); the pod reads it as ``KUBETUNE_TOKEN``.
+    """Return the Secret of the attempt ``pod`` runs (named by :func:`token_secret_name`, owned by ``trial``,
+    the pod's labels): its collector token (key ``token``, the pod's ``KUBETUNE_TOKEN``) and the trial's
+    config (key ``kubetune.env.CONFIG_KEY``, the pod's config file). A Secret holds at most 1 MiB: the
+    CRD's limits on the config (:mod:`kubetune.limits`) keep it far below that.
 
     Args:
         pod: the attempt's pod manifest (:func:`build_pod`).
-        trial: the Trial object (with ``metadata.uid``).
+        trial: the Trial object the pod was built from (with ``metadata.uid`` and ``spec.config``).
         token: the attempt's collector token (:func:`kubetune_operator.tokens.mint_token`).
 
     Raises:
@@ -346,7 +371,10 @@ def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
             "labels": dict(meta["labels"]),
             "ownerReferences": [owner_reference(trial)],
         },
-        "stringData": {TOKEN_SECRET_KEY: token},
+        "stringData": {
+            TOKEN_SECRET_KEY: token,
+            CONFIG_KEY: encode_trial_config(trial["spec"].get("config") or {}),
+        },
     }
 
 

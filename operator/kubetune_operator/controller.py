@@ -27,6 +27,7 @@ from typing import Any, Iterator, Mapping
 
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import STALL_REASONS
+from kubetune.limits import check_spec_sizes
 from kubetune.resultkeys import goal_reached, is_number, missing_metrics
 from kubetune.search import parse_space, space_warnings
 from kubetune.stopping import should_stop
@@ -223,6 +224,12 @@ class TrialState:
         }
 
 
+def created_event(names: list[str]) -> tuple[None, str, str, str]:
+    """The Experiment's ``TrialsCreated`` event for the Trials ``names`` (in creation order) of one pass."""
+    span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+    return (None, "Normal", "TrialsCreated", f"created {len(names)} trial{'s' * (len(names) > 1)}: {span}")
+
+
 def _now_iso(now: float) -> str:
     return st.format_time(datetime.fromtimestamp(now, timezone.utc))
 
@@ -237,7 +244,7 @@ class ExperimentController:
 
     Raises:
         InvalidSpec: the spec cannot be run (bad parameter space, searcher or scheduler
-            parameters, missing storage, bad timeBudget).
+            parameters, missing storage, bad timeBudget, a field over :mod:`kubetune.limits`).
     """
 
     def __init__(self, experiment: Mapping, settings: Settings, key: bytes):
@@ -259,6 +266,8 @@ class ExperimentController:
         self.exp_written_at = 0.0
         self.exp_write_failed = False
         self.exp_status: dict = dict(experiment.get("status") or {})
+        self.deleting = False  # the Experiment is being deleted: the daemon creates nothing more
+        self.names_taken: dict[str, str] = {}  # Trial or pod name -> why it is not ours (Ready=False TrialNameTaken)
         self.invalid: str | None = None  # why the latest spec was refused (it keeps Ready=False)
         # why the experiment fails: a result lacked its metric (kept in the status's MetricMissing condition)
         self.metric_missing: str | None = next(
@@ -297,6 +306,7 @@ class ExperimentController:
             InvalidSpec: as for the constructor; the previous spec stays in force.
         """
         try:
+            check_spec_sizes(experiment.get("spec") or {})  # the CRD's limits, for a CRD installed without them
             model = ExperimentSpec.parse(experiment.get("spec") or {})
             metric, mode = model.metric, model.mode
             parse_space(model.config)
@@ -609,8 +619,10 @@ class ExperimentController:
         trial.dirty = True
 
     def trial_created(self, name: str, uid: str | None) -> None:
-        """The daemon created (or found) Trial ``name``; None ``uid`` means the create failed: it is asked
+        """The daemon created (or found, ours) Trial ``name``; None ``uid`` means the create failed: it is asked
         for again next pass (with the same config: suggestions are journaled and idempotent)."""
+        if uid is not None:
+            self.names_taken.pop(name, None)
         if uid is None:
             trial = self.trials.pop(name, None)
             if trial is not None:
@@ -626,9 +638,18 @@ class ExperimentController:
         accepted (say, the namespace's Pod Security level was relaxed)."""
         self.pod_refused = message
 
-    def pod_accepted(self) -> None:
-        """A trial pod was created: what refused the earlier one no longer does."""
+    def name_taken(self, name: str, message: str) -> None:
+        """Trial or pod ``name`` exists and is not this Experiment's (``message`` says whose and what to do): it
+        is never used; the Experiment is ``Ready=False`` (``TrialNameTaken``), with a Warning event the first
+        time, until the name is free and the create succeeds (asked for again every pass, with back-off)."""
+        if name not in self.names_taken:
+            self.notices.append((None, "Warning", "TrialNameTaken", message))
+        self.names_taken[name] = message
+
+    def pod_accepted(self, name: str | None = None) -> None:
+        """A trial pod (``name``) was created: what refused the earlier one, or held its name, no longer does."""
         self.pod_refused = None
+        self.names_taken.pop(name, None)
 
     def plan_not_carried_out(self, plan: "Plan") -> None:
         """The journal could not be committed, so nothing of ``plan`` was sent: ask for it all again."""
@@ -1280,11 +1301,7 @@ class ExperimentController:
             self._do("add", name)
             next_index = max(next_index, index + 1)
         if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial
-            names = [m["metadata"]["name"] for m in plan.create_trials]
-            span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
-            plan.events.append(
-                (None, "Normal", "TrialsCreated", f"created {len(names)} trial{'s' * (len(names) > 1)}: {span}")
-            )
+            plan.events.append(created_event([m["metadata"]["name"] for m in plan.create_trials]))
 
     def _statuses(self, plan: Plan, now: float) -> None:
         interval = self.settings.status.write_interval_s
@@ -1354,6 +1371,9 @@ class ExperimentController:
         why = self.invalid or self.pod_refused
         if why:
             conditions = st.set_condition(conditions, "Ready", False, "InvalidSpec", why, gen, now)
+        elif self.names_taken:
+            taken = self.names_taken[min(self.names_taken)]
+            conditions = st.set_condition(conditions, "Ready", False, "TrialNameTaken", taken, gen, now)
         else:
             conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", gen, now)
         unwritable = [t for t in self._open.values() if t.write_failures >= STATUS_WRITE_ATTEMPTS]

@@ -35,6 +35,7 @@ from .labels import (
     label_value,
 )
 from .metricsauth import MetricsAuth
+from .persistence import BoundedProgressStorage, DigestDiffBaseStorage
 from .podwatch import PodWatch
 from .registry import Registry
 from .settings import Settings
@@ -66,8 +67,9 @@ DAEMON_GRACE_S = 5.0
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     cfg = Settings.from_env()
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_ANNOTATION_PREFIX)
+    # kopf's own state stays a few hundred bytes per Experiment, whatever its size (persistence.py)
+    settings.persistence.progress_storage = BoundedProgressStorage(prefix=KOPF_ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix=KOPF_ANNOTATION_PREFIX)
     settings.posting.level = logging.WARNING  # our own events are posted explicitly
     settings.posting.reporting_component = EVENT_COMPONENT  # as the end event's (Kube.announce_end)
     settings.watching.server_timeout = 300
@@ -163,7 +165,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
     wake, slot_freed = registry.event(namespace, name), registry.slot_freed(namespace, name)
     failures, api_failures, warned_at = 0, 0, -API_EVENT_INTERVAL_S
     try:
-        while not stopped:
+        while not stopped and not body.metadata.get("deletionTimestamp"):  # a deleting Experiment creates nothing
             ctl = registry.get(namespace, name)
             started = time.monotonic()
             try:
@@ -303,7 +305,12 @@ async def _sleep(wake: asyncio.Event, timeout: float, clear: bool = True) -> Non
 
 @kopf.on.delete(GROUP, VERSION, EXPERIMENT_PLURAL, id="forget", optional=True)
 def forget(namespace, name, memo: kopf.Memo, **_) -> None:
-    """Drop the in-memory controller; trials and pods go with their owner (garbage collector)."""
+    """Drop the in-memory controller; trials and pods go with their owner (garbage collector). A pass still
+    under way creates nothing more (``ExperimentController.deleting``); nothing here writes to the API, so
+    the finalizer goes even when the Experiment's status cannot be written."""
+    ctl = memo.registry.get(namespace, name)
+    if ctl is not None:
+        ctl.deleting = True
     memo.registry.forget(namespace, name)
     metrics.forget(namespace, name)
     explorer.forget(namespace, name)

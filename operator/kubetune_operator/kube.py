@@ -3,7 +3,8 @@
 Called by the Experiment daemon (``handlers.py``) to carry out a
 :class:`kubetune_operator.controller.Plan`, and at startup for the collector's
 key Secret. Creates treat 409 AlreadyExists as success (names are
-deterministic); responses are read as plain JSON, not client models.
+deterministic) when the object found is ours (:class:`NameTaken` otherwise: an object of another owner is
+never used); responses are read as plain JSON, not client models.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from datetime import datetime, timezone
 
 from kubernetes import client, config
 
-from .controller import Plan
+from .builders import controller_uid
+from .controller import Plan, created_event
 from .journal import LABEL_STATE, Write
 from .labels import (
     API_VERSION,
@@ -58,6 +60,25 @@ def end_event_name(experiment_uid: str) -> str:
     """The name of the Event that announces the end of the Experiment with ``experiment_uid``: one name per
     Experiment, so a second post (after a restart, or a retried pass) is refused as AlreadyExists."""
     return f"{experiment_uid}.experiment-end"
+
+
+class NameTaken(Exception):
+    """A Trial or pod to create exists under its name and is not ours: another controller owns it, or none
+    does (an earlier Experiment of the same name deleted with ``--cascade=orphan`` left it). It is never
+    used; the message says what to do."""
+
+
+def _check_ours(kind: str, existing: dict, manifest: dict) -> None:
+    """Raise :class:`NameTaken` unless ``existing`` (found under ``manifest``'s name) has ``manifest``'s controller."""
+    theirs, ours = controller_uid(existing), controller_uid(manifest)
+    if theirs != ours:
+        meta = manifest["metadata"]
+        owner = f"the {kind} is controlled by uid {theirs}" if theirs else f"the {kind} has no owner (orphaned)"
+        raise NameTaken(
+            f"{kind} {meta['name']} already exists and is not this Experiment's ({owner}; kubetune never adopts "
+            f"it): delete it (kubectl delete {kind.lower()} {meta['name']} -n {meta['namespace']}; an earlier "
+            f"Experiment of this name deleted with --cascade=orphan leaves its Trials) or use another name"
+        )
 
 
 def api_message(exc: Exception) -> str:
@@ -109,6 +130,7 @@ class Kube:
             resp = self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, ns, TRIAL_PLURAL, name, _preload_content=False
             )
+            _check_ours("Trial", json.loads(resp.data), manifest)
         return json.loads(resp.data)["metadata"]["uid"]
 
     def list_trials(
@@ -176,11 +198,14 @@ class Kube:
         await self.call(self.write_journal_sync, namespace, write)
 
     def _create_pod(self, manifest: dict) -> None:
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         try:
-            _drain(self.core.create_namespaced_pod(manifest["metadata"]["namespace"], manifest, _preload_content=False))
+            _drain(self.core.create_namespaced_pod(ns, manifest, _preload_content=False))
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
+            existing = json.loads(self.core.read_namespaced_pod(name, ns, _preload_content=False).data)
+            _check_ours("Pod", existing, manifest)  # an earlier Trial's pod of that name, not yet collected
 
     def _create_secret(self, manifest: dict) -> None:
         try:
@@ -276,12 +301,16 @@ class Kube:
             Error messages of calls that failed (the next pass retries them); never raises for API errors.
         """
         ns, errors = ctl.namespace, []
+        if ctl.deleting:  # deleted while this pass planned: nothing more is created
+            plan.create_trials, plan.create_pods = [], []
 
         async def attempt(what, fn, *args):
             try:
                 return await self.call(fn, *args)
             except Exception as exc:  # noqa: BLE001 - reported, then retried by the next pass
                 errors.append(f"{what}: {api_message(exc)}")
+                if isinstance(exc, NameTaken):
+                    ctl.name_taken(args[0]["metadata"]["name"], str(exc))
                 if fn == self._create_pod and getattr(exc, "status", None) in _INVALID:
                     ctl.pod_rejected(
                         f"the API server refused trial pod {args[0]['metadata']['name']}: {api_message(exc)}"
@@ -293,6 +322,11 @@ class Kube:
         )
         for manifest, uid in zip(plan.create_trials, uids):
             ctl.trial_created(manifest["metadata"]["name"], None if uid is _FAILED else uid)
+        if _FAILED in uids:  # the plan's TrialsCreated event names only the Trials now created
+            created = [m["metadata"]["name"] for m, uid in zip(plan.create_trials, uids) if uid is not _FAILED]
+            plan.events = [e for e in plan.events if e[2] != "TrialsCreated"]
+            if created:
+                plan.events.append(created_event(created))
 
         # pods, deletions and statuses are independent of one another: one round of calls
         async def create_attempt(manifest):  # the token Secret first: the pod reads it when it starts
@@ -301,7 +335,7 @@ class Kube:
                 return _FAILED
             created = await attempt(f"create pod {name}", self._create_pod, manifest)
             if created is not _FAILED:
-                ctl.pod_accepted()
+                ctl.pod_accepted(name)
             return created
 
         async def status_attempt(name, patch):  # its failure is the trial's, and may stop counting as an error

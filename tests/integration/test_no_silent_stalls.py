@@ -89,6 +89,13 @@ def test_storage_without_its_endpoint_is_reported_as_unreachable(
     assert (trial["status"]["phase"], trial["status"]["reason"]) == ("Running", "StorageUnreachable")
     header, row = kubetune_get(cluster, namespace)[:2]
     assert "REASON" in header.split() and "StorageUnreachable" in row.split()
+
+    # SIGKILL the operator: the stall is in the Trial's status, the condition stays and is not announced again
+    operator.kill()
+    operator.start()
+    time.sleep(10)  # the restarted operator's first passes
+    assert stalled()["reason"] == "StorageUnreachable"
+    assert sum(e.count or 1 for e in warnings(core, namespace, "StorageUnreachable")) == 1
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "nostore")
 
 
@@ -166,3 +173,30 @@ def test_the_sdk_pre_flight_check_costs_one_request(cluster, monkeypatch):
         f"(max {max(warm) * 1000:.1f})"
     )
     assert statistics.median(warm) < 0.1
+
+
+def test_a_missing_metric_still_fails_the_experiment_after_a_sigkill(
+    cluster, operator, custom, core, namespace, storage_secret
+):
+    body = experiment(
+        "nometric2",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": [1, 2, 3, 4]}, "sleep": 4},  # slow steps: the trials take a while to stop
+        metric="accuracy",
+        maxConcurrentTrials=2,
+    )
+    create(custom, namespace, body)
+    wait_for(lambda: warnings(core, namespace, "MetricMissing"), timeout=120, interval=0.2, what="MetricMissing")
+    operator.kill()
+    operator.start()
+
+    def failed():
+        cond = condition(custom, namespace, "nometric2", "Failed")
+        return cond if cond and cond["status"] == "True" else None
+
+    wait_for(failed, timeout=180, interval=0.5, what="Failed=True after the restart")
+    cond = failed()
+    assert cond["reason"] == "MetricMissing" and "did not include the specified metric(s) accuracy" in cond["message"]
+    exp = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "nometric2")
+    assert exp["status"]["phase"] == "Failed"

@@ -21,7 +21,7 @@ from typing import Callable
 
 from conftest_storage import AWS_TEST_ENV
 
-from kubetune.env import COLLECTOR_RESULTS_PATH, CheckpointPolicy, TrialEnv, encode_trial_env
+from kubetune.env import COLLECTOR_RESULTS_PATH, CheckpointPolicy, TrialEnv, encode_trial_config, encode_trial_env
 
 TOKEN = "test-token-not-a-secret"
 
@@ -148,7 +148,9 @@ def runtime_env(
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBETUNE_", "AWS_"))}
     env.update(AWS_TEST_ENV)
-    env.update(encode_trial_env(trial))
+    config_file = tmp_path / "config.json"  # the operator mounts it from the attempt's Secret
+    config_file.write_text(encode_trial_config(config))
+    env.update(encode_trial_env(trial, str(config_file)))
     env["KUBETUNE_TERMINATION_MESSAGE_PATH"] = str(tmp_path / "termination-log")
     env["KUBETUNE_WORKDIR"] = str(tmp_path / "work")
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "modules"), env.get("PYTHONPATH", "")])

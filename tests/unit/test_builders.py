@@ -216,9 +216,17 @@ def test_pod_env_is_the_runtime_contract():
     )
     settings = Settings(collector=CollectorSettings(url="http://collector.kubetune-system.svc:8080"))
     p = build_pod(exp, trial(exp), 1, settings)
-    env = read_trial_env(env_of(p))
+    secret = build_token_secret(p, trial(exp), "secret-token")
+    env = read_trial_env(env_of(p), secret["stringData"]["config.json"])
     assert (env.namespace, env.experiment, env.trial, env.attempt) == ("team-a", "mnist", "mnist-00003", 1)
     assert env.config == {"lr": 0.01, "layers": 2}
+    assert env_of(p)["KUBETUNE_CONFIG_FILE"] == "/var/run/kubetune/config.json"
+    assert {"name": "kubetune-attempt", "mountPath": "/var/run/kubetune", "readOnly": True} in container(p)[
+        "volumeMounts"
+    ]
+    assert {"name": "kubetune-attempt", "secret": {"secretName": "mnist-00003-1-trial-ui", "defaultMode": 0o444}} in p[
+        "spec"
+    ]["volumes"]
     assert env.trial_dir_uri == "s3://bucket/runs/team-a/mnist/exp-uid-/mnist-00003"  # the uid's first 8
     assert env.entrypoint == "mytrain:Trainable" and env.source is None and env.pickle_uri is None
     assert env.stop == {"training_iteration": 10}
@@ -232,37 +240,36 @@ def test_pod_env_is_the_runtime_contract():
         "name": "KUBETUNE_TOKEN",
         "valueFrom": {"secretKeyRef": {"name": "mnist-00003-1-trial-ui", "key": "token"}},
     }  # <pod>-<the Trial uid's first 8>
-    secret = build_token_secret(p, trial(exp), "secret-token")
-    assert secret["metadata"]["name"] == "mnist-00003-1-trial-ui" and secret["stringData"] == {"token": "secret-token"}
+    assert secret["metadata"]["name"] == "mnist-00003-1-trial-ui" and secret["stringData"]["token"] == "secret-token"
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "Trial"
     assert "secret-token" not in json.dumps(p)
     assert env.restore_from is None
 
 
 def test_trials_wait_for_the_answer_to_each_result_when_the_operator_may_stop_them_there():
-    assert read_trial_env(env_of(pod())).decision_wait_s == 0  # fifo, no stoppers: nothing to wait for
+    assert read_trial_env(env_of(pod()), "{}").decision_wait_s == 0  # fifo, no stoppers: nothing to wait for
     for spec in (
         {"scheduler": {"name": "asha"}},
         {"stoppers": [{"name": "maximum_iteration", "params": {"max_iter": 3}}]},
     ):
-        assert read_trial_env(env_of(pod(experiment(**spec)))).decision_wait_s == DECISION_WAIT_S
+        assert read_trial_env(env_of(pod(experiment(**spec))), "{}").decision_wait_s == DECISION_WAIT_S
 
 
 def test_pod_env_for_inline_source_and_pickled_trainables():
     src = experiment(trainable={"source": "def train(config): pass", "name": "train"})
-    env = read_trial_env(env_of(pod(src)))
+    env = read_trial_env(env_of(pod(src)), "{}")
     assert (env.source, env.name, env.entrypoint) == ("def train(config): pass", "train", None)
     pickled = experiment(trainable={"pickleURI": "s3://bucket/fn.pkl"})
-    assert read_trial_env(env_of(pod(pickled))).pickle_uri == "s3://bucket/fn.pkl"
+    assert read_trial_env(env_of(pod(pickled)), "{}").pickle_uri == "s3://bucket/fn.pkl"
 
 
 def test_checkpoint_policy_defaults_when_the_spec_has_none():
-    assert read_trial_env(env_of(pod())).checkpoint == CheckpointPolicy()
+    assert read_trial_env(env_of(pod()), "{}").checkpoint == CheckpointPolicy()
 
 
 def test_collector_url_defaults_to_loopback_on_the_bind_port():
     settings = Settings(collector=CollectorSettings(bind_port=9123))
-    assert read_trial_env(env_of(pod(settings=settings))).collector_url == "http://127.0.0.1:9123"
+    assert read_trial_env(env_of(pod(settings=settings)), "{}").collector_url == "http://127.0.0.1:9123"
 
 
 def test_storage_falls_back_to_the_operator_default_and_is_required():
@@ -271,7 +278,7 @@ def test_storage_falls_back_to_the_operator_default_and_is_required():
     settings = Settings(
         storage=StorageSettings(default_uri="file:///data/", default_endpoint=None, default_region="local")
     )
-    env = read_trial_env(env_of(pod(exp, settings=settings)))
+    env = read_trial_env(env_of(pod(exp, settings=settings)), "{}")
     assert env.trial_dir_uri == "file:///data/team-a/mnist/exp-uid-/mnist-00003" and env.storage_region == "local"
     with pytest.raises(ValueError, match="storage"):
         pod(exp)
@@ -298,7 +305,7 @@ def test_restore_from(status, restore_from, expected):
     exp = experiment()
     tr = trial(exp, **status)
     tr["spec"]["restoreFrom"] = "s3://bucket/other/checkpoint_000004"
-    assert read_trial_env(env_of(build_pod(exp, tr, 1, Settings(), restore_from))).restore_from == expected
+    assert read_trial_env(env_of(build_pod(exp, tr, 1, Settings(), restore_from)), "{}").restore_from == expected
 
 
 # ------------------------------------------------------------------ Pod: security and lifecycle
@@ -410,13 +417,29 @@ def test_template_overlay_reaches_every_field():
         "runtimeClassName",
         "serviceAccountName",
         "imagePullSecrets",
-        "volumes",
     ):
         assert spec[field] == TEMPLATE[field], field
-    assert c["volumeMounts"] == TEMPLATE["volumeMounts"]
+    assert spec["volumes"][1:] == TEMPLATE["volumes"] and spec["volumes"][0]["name"] == "kubetune-attempt"
+    assert c["volumeMounts"][1:] == TEMPLATE["volumeMounts"] and c["volumeMounts"][0]["name"] == "kubetune-attempt"
     assert p["metadata"]["annotations"] == {"cost-center": "42"}
     assert c["envFrom"] == [{"secretRef": {"name": "creds"}}, {"configMapRef": {"name": "settings"}}]
     assert spec["automountServiceAccountToken"] is False  # even with a service account
+
+
+def test_the_attempt_volume_name_is_reserved():
+    with pytest.raises(ValueError, match="kubetune-attempt"):
+        pod(experiment(template={"volumes": [{"name": "kubetune-attempt", "emptyDir": {}}]}))
+
+
+def test_a_config_larger_than_an_environment_string_travels_in_the_attempt_secret():
+    exp = experiment()
+    big = {"table": "x" * (200 * 1024)}  # over Linux's 128 KiB per environment string (MAX_ARG_STRLEN)
+    tr = trial(exp)
+    tr["spec"]["config"] = big
+    p = build_pod(exp, tr, 0, Settings())
+    assert max(len(e.get("value") or "") for e in container(p)["env"]) < 4096
+    secret = build_token_secret(p, tr, "t")
+    assert read_trial_env(env_of(p), secret["stringData"]["config.json"]).config == big
 
 
 def test_template_env_comes_after_ours():
@@ -447,9 +470,11 @@ def test_empty_template_adds_nothing():
         "terminationGracePeriodSeconds",
         "securityContext",
         "containers",
+        "volumes",
     }
     assert "annotations" not in p["metadata"]
-    assert "volumeMounts" not in container(p)
+    assert [v["name"] for v in p["spec"]["volumes"]] == ["kubetune-attempt"]  # the attempt's Secret only
+    assert [m["name"] for m in container(p)["volumeMounts"]] == ["kubetune-attempt"]
 
 
 def test_build_pod_does_not_change_or_alias_its_inputs():
@@ -471,4 +496,4 @@ def test_pod_names_and_labels_stay_valid_for_long_experiment_names():
     assert DNS_LABEL.match(p["metadata"]["name"]) and p["metadata"]["name"].endswith("-00012-5")
     for value in p["metadata"]["labels"].values():
         assert len(value) <= 63 and LABEL_VALUE.match(value)
-    assert read_trial_env(env_of(p)).experiment == exp["metadata"]["name"]
+    assert read_trial_env(env_of(p), "{}").experiment == exp["metadata"]["name"]

@@ -95,7 +95,7 @@ class World:
         self.runs: dict[str, int] = {}  # running pod -> iterations done
         self.checkpoint: dict[str, int] = {}  # trial -> iteration of its latest checkpoint
         self.lineage: dict[str, str | None] = {}  # trial -> the restoreFrom its latest checkpoint descends from
-        self.pod_env: dict[str, dict] = {}  # pod -> its KUBETUNE_ variables
+        self.pod_env: dict[str, dict] = {}  # pod -> its KUBETUNE_ variables and its config file ("config")
         self.store = ConfigMaps()
         self.kill_at, self.step, self.kills = sorted(kill_at), 0, 0
         self.decisions: dict[tuple[str, int], str] = {}  # (trial, iteration) -> decision the pod acted on
@@ -160,6 +160,7 @@ class World:
                     name, trial, int(labels["kubetune.io/attempt"]), "Running", owner_uid=f"uid-{trial}"
                 )
                 env = {e["name"]: e.get("value") for e in manifest["spec"]["containers"][0]["env"]}
+                env["config"] = plan.token_secrets[name]["stringData"]["config.json"]  # the pod's config file
                 self.pod_env[name] = env
                 restore_from = env.get("KUBETUNE_RESTORE_FROM")  # a PBT exploit: the donor's checkpoint
                 own = self.checkpoint.get(trial, 0) if self.lineage.get(trial) == restore_from else 0
@@ -171,7 +172,7 @@ class World:
     def train(self, pod: PodView):
         """One step of a running trial pod: report, obey, end as the runtime does."""
         env = self.pod_env[pod.name]
-        config, lineage = json.loads(env["KUBETUNE_CONFIG"]), env.get("KUBETUNE_RESTORE_FROM")
+        config, lineage = json.loads(env["config"]), env.get("KUBETUNE_RESTORE_FROM")
         iteration = self.runs[pod.name] + 1
         result = {"training_iteration": iteration, "score": score(config, iteration), "cost": cost(config, iteration)}
         decision = self.send(pod, result)

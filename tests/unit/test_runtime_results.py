@@ -131,9 +131,9 @@ def test_the_objectives_of_a_multi_objective_experiment_travel_to_the_pod_and_le
     )
     variables = trial_env.encode_trial_env(sent)
     assert variables[trial_env.METRIC] == '["loss", "gain"]'
-    got = trial_env.read_trial_env(variables)
+    got = trial_env.read_trial_env(variables, "{}")
     assert got.metric == ["loss", "gain"] and got.mode == ["min", "max"]
-    one = trial_env.read_trial_env({**variables, trial_env.METRIC: "[not json", trial_env.MODE: "max"})
+    one = trial_env.read_trial_env({**variables, trial_env.METRIC: "[not json", trial_env.MODE: "max"}, "{}")
     assert one.metric == "[not json" and one.mode == "max"
     result = {"a": 1, "gain": 2.0, "loss": 1.0, **{f"k{i}": i for i in range(100)}}
     assert list(trial_env.compact_result(result, ["loss", "gain"], 40))[:2] == ["loss", "gain"]

@@ -233,7 +233,8 @@ def test_the_operator_waits_for_the_explore_step_then_restarts_the_trial_with_it
     assert (trial.phase, trial.attempt, trial.status["reason"]) == ("Pending", 1, "Perturbed")
     assert [trial.config["lr"], trial.config["momentum"]] == outcome["values"]
     (pod,) = [p for p in plan.create_pods if p["metadata"]["name"] == f"{worst}-1"]
-    env = read_trial_env({e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"] if "value" in e})
+    variables = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    env = read_trial_env(variables, plan.token_secrets[pod["metadata"]["name"]]["stringData"]["config.json"])
     (record,) = trial.status["perturbations"]
     assert env.config == trial.config and env.restore_from.endswith(f"{record['donor']}/checkpoint_000004")
     assert record["operations"] == {} and record["newConfig"] == {

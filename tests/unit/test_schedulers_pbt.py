@@ -210,7 +210,8 @@ def test_the_operator_restarts_an_exploited_trial_from_the_donors_checkpoint_wit
     assert record["donor"] == "exp-00003" and record["iteration"] == 2 and trial.status["restoreFrom"] == donor_uri
     assert trial.status["config"] == trial.config and trial.config["lr"] in (0.1, 1.0)
     (pod,) = [p for p in plan.create_pods if p["metadata"]["name"] == f"{worst}-1"]
-    env = read_trial_env({e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"] if "value" in e})
+    variables = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    env = read_trial_env(variables, plan.token_secrets[pod["metadata"]["name"]]["stringData"]["config.json"])
     assert env.config == trial.config and env.restore_from == donor_uri
     assert any(e[2] == "TrialPerturbed" and "restoring exp-00003 at iteration 2" in e[3] for e in plan.events)
     # the new attempt reports again from the donor's iteration: results 3, 4 count anew

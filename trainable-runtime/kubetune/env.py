@@ -5,7 +5,11 @@ variables into every trial pod; the runtime (``kubetune.runtime``) reads them
 back with :func:`read_trial_env`. This module is the single place their names
 and encodings are defined, so the two sides cannot drift apart.
 
-Values are plain strings; structured values are JSON. Storage credentials are
+Values are plain strings; structured values are JSON. The trial's config is not a variable: Linux
+refuses any single environment string over 128 KiB (``MAX_ARG_STRLEN``), and a config may be larger
+(:data:`kubetune.limits.MAX_FIELD_BYTES`). It is the JSON file :data:`CONFIG_PATH` (key
+:data:`CONFIG_KEY` of the attempt's Secret, which also holds the collector token, mounted read-only at
+:data:`ATTEMPT_DIR`), named by ``KUBETUNE_CONFIG_FILE``. Storage credentials are
 not part of the contract: they reach the pod through ``envFrom`` of the
 experiment's ``storage.credentialsSecret`` (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ...) or boto3's default chain (IRSA, workload
@@ -24,7 +28,8 @@ NAMESPACE = "KUBETUNE_NAMESPACE"
 EXPERIMENT = "KUBETUNE_EXPERIMENT"
 TRIAL = "KUBETUNE_TRIAL"
 ATTEMPT = "KUBETUNE_ATTEMPT"
-CONFIG = "KUBETUNE_CONFIG"
+#: Path of the file holding the trial's config as JSON (:func:`encode_trial_config`).
+CONFIG_FILE = "KUBETUNE_CONFIG_FILE"
 TRAINABLE_ENTRYPOINT = "KUBETUNE_TRAINABLE_ENTRYPOINT"
 TRAINABLE_SOURCE = "KUBETUNE_TRAINABLE_SOURCE"
 TRAINABLE_NAME = "KUBETUNE_TRAINABLE_NAME"
@@ -45,6 +50,12 @@ POD_NAME = "KUBETUNE_POD_NAME"
 GRACE_PERIOD = "KUBETUNE_GRACE_PERIOD_S"
 DECISION_WAIT = "KUBETUNE_DECISION_WAIT_S"
 
+#: Where the operator mounts the attempt's Secret (read-only) in the trial container.
+ATTEMPT_DIR = "/var/run/kubetune"
+#: Key of the trial's config in the attempt's Secret, and so the config file's name in :data:`ATTEMPT_DIR`.
+CONFIG_KEY = "config.json"
+#: The config file the operator names in ``KUBETUNE_CONFIG_FILE``.
+CONFIG_PATH = f"{ATTEMPT_DIR}/{CONFIG_KEY}"
 #: Where the runtime writes its termination message (Kubernetes' default path).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: Path of the results endpoint on the operator's collector. The runtime POSTs
@@ -137,14 +148,15 @@ class TrialEnv:
     decision_wait_s: float = 0.0
 
 
-def encode_trial_env(env: TrialEnv) -> dict[str, str]:
-    """Return the variables for ``env`` (None fields are left out), as the pod builder writes them."""
+def encode_trial_env(env: TrialEnv, config_file: str = CONFIG_PATH) -> dict[str, str]:
+    """Return the variables for ``env`` (None fields are left out), as the pod builder writes them; the
+    config is not one of them: it is the file ``config_file`` (:func:`encode_trial_config`)."""
     pairs: dict[str, Any] = {
         NAMESPACE: env.namespace,
         EXPERIMENT: env.experiment,
         TRIAL: env.trial,
         ATTEMPT: str(env.attempt),
-        CONFIG: json.dumps(env.config, sort_keys=True),
+        CONFIG_FILE: config_file,
         STORAGE_URI: env.trial_dir_uri,
         TRAINABLE_ENTRYPOINT: env.entrypoint,
         TRAINABLE_SOURCE: env.source,
@@ -167,6 +179,11 @@ def encode_trial_env(env: TrialEnv) -> dict[str, str]:
     return {k: v for k, v in pairs.items() if v is not None}
 
 
+def encode_trial_config(config: Mapping) -> str:
+    """The content of a trial's config file (``TrialEnv.config``): JSON, UTF-8, keys sorted."""
+    return json.dumps(config, sort_keys=True, ensure_ascii=False)
+
+
 def _encode_objective(value: str | Sequence[str] | None) -> str | None:
     """``spec.metric``/``spec.mode`` as a variable: a string as is, a multi-objective list as JSON."""
     return json.dumps(list(value)) if isinstance(value, (list, tuple)) else value
@@ -184,20 +201,32 @@ def _decode_objective(text: str | None) -> str | list[str] | None:
     return text
 
 
-def read_trial_env(environ: Mapping[str, str] | None = None) -> TrialEnv:
-    """Parse the trial variables from ``environ`` (default ``os.environ``).
+def read_trial_env(environ: Mapping[str, str] | None = None, config_text: str | None = None) -> TrialEnv:
+    """Parse the trial variables from ``environ`` (default ``os.environ``) and the config file they name.
+
+    Args:
+        config_text: the config file's content, when it is not to be read from ``KUBETUNE_CONFIG_FILE``.
 
     Raises:
-        KeyError: a required variable (namespace, experiment, trial, storage URI) is missing.
-        ValueError: a JSON variable does not parse.
+        KeyError: a required variable (namespace, experiment, trial, storage URI, config file) is missing.
+        ValueError: a JSON variable or the config file does not parse, or the config file cannot be read.
     """
     e = os.environ if environ is None else environ
+    if config_text is None:
+        try:
+            with open(e[CONFIG_FILE], encoding="utf-8") as file:
+                config_text = file.read()
+        except OSError as exc:
+            raise ValueError(f"cannot read the trial's config file {e[CONFIG_FILE]}: {exc}") from exc
+    config = json.loads(config_text)
+    if not isinstance(config, dict):
+        raise ValueError(f"the trial's config is a JSON {type(config).__name__}, not an object")
     return TrialEnv(
         namespace=e[NAMESPACE],
         experiment=e[EXPERIMENT],
         trial=e[TRIAL],
         attempt=int(e.get(ATTEMPT, "0")),
-        config=json.loads(e.get(CONFIG, "{}")),
+        config=config,
         trial_dir_uri=e[STORAGE_URI],
         entrypoint=e.get(TRAINABLE_ENTRYPOINT),
         source=e.get(TRAINABLE_SOURCE),

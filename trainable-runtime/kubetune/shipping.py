@@ -24,6 +24,7 @@ import functools
 import hashlib
 import importlib.metadata
 import inspect
+import os
 import sys
 from typing import Any, Callable
 
@@ -161,14 +162,14 @@ class Parameters:
         """
         if self._values is not None:
             return dict(self._values)
-        from kubetune.env import read_trial_env
+        from kubetune.env import STORAGE_ENDPOINT, STORAGE_REGION
         from kubetune.storage import open_storage
 
-        env = read_trial_env()
         storage = None
         for uri in self.uris.values():
             if uri not in Parameters._loaded:
-                storage = storage or open_storage(uri, env.storage_endpoint, env.storage_region)
+                endpoint, region = os.environ.get(STORAGE_ENDPOINT), os.environ.get(STORAGE_REGION)
+                storage = storage or open_storage(uri, endpoint, region)
                 Parameters._loaded[uri] = loads(storage.get_bytes(uri))
         return {name: Parameters._loaded[uri] for name, uri in self.uris.items()}
 

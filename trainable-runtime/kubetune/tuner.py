@@ -450,9 +450,11 @@ def create_experiment(
         experiment: the other keyword arguments of :func:`build_experiment`.
 
     Raises:
-        ValueError: an argument kubetune cannot honour (before anything is uploaded or created).
+        ValueError: an argument kubetune cannot honour (before anything is uploaded or created), such as a
+            ``config`` over the CRD's limit (:class:`kubetune.limits.SpecTooLarge`).
         kubernetes.client.ApiException: the API server refused the Experiment.
     """
+    from kubetune.limits import check_spec_sizes
     from kubetune.shipping import FunctionPickles, ship_trainable, with_stopper
     from kubetune.storage import open_storage
 
@@ -472,6 +474,7 @@ def create_experiment(
         sample_from=functions.marker,
         **experiment,
     )  # every check before any upload
+    check_spec_sizes(manifest["spec"])  # the CRD's limits, before anything is uploaded
     functions.upload(store)
     if user_stop is not None:
         trainable = with_stopper(trainable, user_stop)

@@ -1,0 +1,122 @@
+"""Size limits of an Experiment's free-form fields, as the CRD states and enforces them.
+
+``spec.config``, ``spec.searchAlgorithm.params`` and ``spec.scheduler.params`` hold any JSON, so nothing
+in the schema bounds them but these limits. The CRD refuses a larger field at admission (a CEL rule
+measures ``'%s'.format([self])``, CEL's rendering of the value, which is within a few percent of its
+compact JSON); the SDK (:mod:`kubetune.tuner`) measures the compact JSON before it uploads anything; the
+operator (:mod:`kubetune_operator.controller`) measures it again before it creates anything, for a CRD
+installed without the rule. Everything downstream is sized for these limits: a trial's config travels in
+its attempt's Secret (at most 1 MiB), and a Trial holds its config twice at most (``spec.config`` and a
+PBT exploit's ``status.config``) within etcd's 1.5 MiB per object.
+
+192 KiB also keeps ``kubectl apply``, which copies the whole object into an annotation (at most 256 KiB
+for all of them), working. Larger objects (datasets, models, lookup tables) belong in
+``tune.with_parameters``, which puts them in object storage once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+#: Largest ``spec.config``, ``spec.searchAlgorithm.params`` or ``spec.scheduler.params``, in bytes of
+#: compact JSON (UTF-8). The CRD's CEL rules use the same number.
+MAX_FIELD_BYTES = 192 * 1024
+#: The fields bounded by :data:`MAX_FIELD_BYTES`, as paths in ``spec``.
+BOUNDED_FIELDS = (("config",), ("searchAlgorithm", "params"), ("scheduler", "params"))
+
+
+class SpecTooLarge(ValueError):
+    """A bounded field of an Experiment spec is over :data:`MAX_FIELD_BYTES` (the message names it)."""
+
+
+def json_size(value: Any, limit: int | None = None) -> int:
+    """Bytes of ``value`` as compact JSON (UTF-8, as :func:`json.dumps` with ``separators=(",", ":")`` and
+    ``ensure_ascii=False`` writes it).
+
+    Args:
+        limit: once the size is known to be over ``limit``, stop and return a number over it (not the
+            size): a 10 MB value costs about what one of ``limit`` bytes costs.
+
+    Raises:
+        TypeError: ``value`` holds something JSON cannot encode.
+    """
+    return len(_dumps(value).encode()) if limit is None else _size(value, limit)
+
+
+#: Elements of a list encoded at once when each is small (:func:`_shallow`): C speed, not one call each.
+_CHUNK = 512
+_SCALARS = (int, float, bool, type(None))
+
+
+def _leaf(value: Any) -> bool:
+    return isinstance(value, _SCALARS) or (isinstance(value, str) and len(value) <= 64)
+
+
+def _shallow(value: Any, depth: int = 2) -> bool:
+    """A scalar or short string, or a list or object of at most 64 of them, nested ``depth`` levels at most:
+    a chunk of such values is small to encode."""
+    if isinstance(value, dict):
+        return depth > 0 and len(value) <= 64 and all(_shallow(v, depth - 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return depth > 0 and len(value) <= 64 and all(_shallow(v, depth - 1) for v in value)
+    return _leaf(value)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _size(value: Any, budget: int) -> int:
+    """:func:`json_size` of ``value``, or a number over ``budget`` once it is over."""
+    if isinstance(value, dict):
+        total = 1 + 2 * len(value)  # braces and commas: 2 + (n - 1), and n colons
+        for key, item in value.items():
+            total += len(_dumps(str(key)).encode())
+            if total > budget:
+                return total
+            total += _size(item, budget - total)
+            if total > budget:
+                return total
+        return max(total, 2)
+    if isinstance(value, (list, tuple)):
+        total = 1 + len(value)  # brackets and commas: 2 + (n - 1)
+        for start in range(0, len(value), _CHUNK):
+            chunk = value[start : start + _CHUNK]
+            if all(map(_shallow, chunk)):
+                total += len(_dumps(list(chunk)).encode()) - len(chunk) - 1
+            else:
+                for item in chunk:
+                    total += _size(item, budget - total)
+                    if total > budget:
+                        return total
+            if total > budget:
+                return total
+        return max(total, 2)
+    if isinstance(value, str) and len(value) > budget:
+        return len(value) + 2  # at least one byte per character, and the quotes
+    return len(_dumps(value).encode())
+
+
+def check_spec_sizes(spec: Mapping) -> None:
+    """Check each field of :data:`BOUNDED_FIELDS` in ``spec`` (an Experiment's ``spec``) against
+    :data:`MAX_FIELD_BYTES`.
+
+    Raises:
+        SpecTooLarge: a field is larger; the message names it, its size and the limit, and points to
+            ``tune.with_parameters``.
+    """
+    for path in BOUNDED_FIELDS:
+        value: Any = spec
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is None:
+            continue
+        size = json_size(value, MAX_FIELD_BYTES)
+        if size > MAX_FIELD_BYTES:
+            field = "spec." + ".".join(path)
+            raise SpecTooLarge(
+                f"{field} is over {MAX_FIELD_BYTES // 1024} KiB as JSON (the limit kubetune states in its CRD): "
+                f"large objects (data, models, tables) go to the trainable through tune.with_parameters, "
+                f"which puts them in object storage once, not in {field}"
+            )
