@@ -30,7 +30,8 @@ SERVED = {
 
 
 class ApiServer:
-    """``routes``: path → JSON body (200), or None (404 with a Status, as the API server answers)."""
+    """``routes``: path → JSON body (200), an int (that status), a list of those (answered in turn, the last one
+    from then on), or None (404 with a Status, as the API server answers)."""
 
     def __init__(self):
         self.routes: dict[str, object] = {}
@@ -42,7 +43,11 @@ class ApiServer:
                 path = self.path.split("?")[0]
                 server.requests.append(path)
                 body = server.routes.get(path)
-                status = 200 if body is not None else 404
+                if isinstance(body, list):  # a list of statuses to answer first, then the last item's body
+                    body = body.pop(0) if len(body) > 1 else body[0]
+                status = body if isinstance(body, int) else 200 if body is not None else 404
+                if isinstance(body, int):
+                    body = {"kind": "Status", "status": "Failure", "message": f"status {body}", "code": body}
                 if body is None:
                     body = {
                         "kind": "Status",
@@ -227,3 +232,14 @@ def test_get_shows_why_an_experiment_needs_a_look(api, capsys):
     assert row.split() == ["exp", "Running", "0", "0", "0", "-", "StorageUnreachable", "-"]
     assert cli.main(["get", "exp"]) == cli.OK
     assert capsys.readouterr().out.splitlines()[2] == "TrialsStalled (StorageUnreachable): 1 trial(s) stalled"
+
+
+def test_follow_polls_through_server_errors_but_not_through_a_refusal(api):
+    api.routes["/apis/kubetune.io/v1alpha1/namespaces/team/trials"] = {"items": []}
+    exp_path = "/apis/kubetune.io/v1alpha1/namespaces/team/experiments/exp"
+    api.routes[exp_path] = [503, 503, experiment(phase="Succeeded")]
+    final, trials = follow(Cluster.connect(), "exp", poll_interval_s=0.01)
+    assert final["status"]["phase"] == "Succeeded" and trials == []
+    api.routes[exp_path] = 403
+    with pytest.raises(ClusterUnavailable, match=r"refused the request: status 403$"):
+        follow(Cluster.connect(), "exp", poll_interval_s=0.01)

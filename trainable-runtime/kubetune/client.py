@@ -235,7 +235,8 @@ def follow(
         InvalidExperiment: the operator refused the spec.
         TimeoutError: ``timeout_s`` passed first.
         ExperimentNotFound: the Experiment was deleted (or never was).
-        ClusterUnavailable: the API server did not answer, or refused, for :data:`FOLLOW_OUTAGE_S`.
+        ClusterUnavailable: the API server refused a request (401, 403...), or did not answer or answered 5xx
+            or 429 for :data:`FOLLOW_OUTAGE_S`.
     """
     from kubernetes.client import ApiException
     from urllib3.exceptions import HTTPError
@@ -254,8 +255,9 @@ def follow(
                     "stay in storage"
                 ) from None
             failing_since = failing_since or time.monotonic()
-            if time.monotonic() - failing_since > FOLLOW_OUTAGE_S:
-                raise ClusterUnavailable(f"the API server {cluster.server} keeps failing: {api_message(exc)}") from None
+            if (exc.status or 0) < 500 and exc.status != 429 or time.monotonic() - failing_since > FOLLOW_OUTAGE_S:
+                refused = f"the API server {cluster.server} refused the request: {api_message(exc)}"
+                raise ClusterUnavailable(refused) from None
             time.sleep(poll_interval_s)
             continue
         except (HTTPError, OSError) as exc:  # no answer
