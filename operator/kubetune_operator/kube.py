@@ -204,8 +204,10 @@ class Kube:
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
-            existing = json.loads(self.core.read_namespaced_pod(name, ns, _preload_content=False).data)
-            _check_ours("Pod", existing, manifest)  # an earlier Trial's pod of that name, not yet collected
+            # an earlier Trial's pod of that name, not yet collected? (a list by name: the operator may not get pods)
+            found = self.core.list_namespaced_pod(ns, field_selector=f"metadata.name={name}", _preload_content=False)
+            for existing in json.loads(found.data)["items"]:
+                _check_ours("Pod", existing, manifest)
 
     def _create_secret(self, manifest: dict) -> None:
         try:

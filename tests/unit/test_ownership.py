@@ -50,8 +50,9 @@ class ApiWithLeftovers:
     def create_namespaced_pod(self, ns, body, **_):
         return self._create(body)
 
-    def read_namespaced_pod(self, name, ns, **_):
-        return Response(self.objects[name])
+    def list_namespaced_pod(self, ns, field_selector, **_):
+        name = field_selector.removeprefix("metadata.name=")
+        return Response({"items": [self.objects[name]] if name in self.objects else []})
 
     def create_namespaced_secret(self, ns, body, **_):
         return Response({})
