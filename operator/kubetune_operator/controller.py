@@ -269,6 +269,7 @@ class ExperimentController:
         self.deleting = False  # the Experiment is being deleted: the daemon creates nothing more
         self.names_taken: dict[str, str] = {}  # Trial or pod name -> why it is not ours (Ready=False TrialNameTaken)
         self.invalid: str | None = None  # why the latest spec was refused (it keeps Ready=False)
+        self.refused_generation: int | None = None  # metadata.generation of the latest refused spec, if any
         # why the experiment fails: a result lacked its metric (kept in the status's MetricMissing condition)
         self.metric_missing: str | None = next(
             (
@@ -1321,11 +1322,14 @@ class ExperimentController:
                 trial.dirty = trial.phase_changed = False
                 trial.written_at = now
         decision = self._phase_decision(now)
-        obs_gen = self.experiment["metadata"].get("generation")
+        obs_gen = self.observed_generation
         conditions = st.experiment_conditions(
             self.exp_status.get("conditions"), decision, obs_gen, datetime.fromtimestamp(now, timezone.utc)
         )
         conditions = self.health_conditions(conditions, datetime.fromtimestamp(now, timezone.utc))
+        conditions = st.kstatus_conditions(
+            conditions, decision.phase, obs_gen, datetime.fromtimestamp(now, timezone.utc)
+        )
         stalled = st.get_condition(conditions, "TrialsStalled") or {}
         told = stalled.get("reason") if stalled.get("status") == "True" else None
         if told != self.stall_told:  # a Warning event when trials become stalled, or for another reason
@@ -1367,7 +1371,7 @@ class ExperimentController:
         pass failed, and why, or trials whose status cannot be written: :meth:`unwritable`) and
         ``TrialsWaiting`` (trial pods that cannot start, and why: unschedulable,
         a missing Secret, an image that cannot be pulled) as this controller knows them."""
-        gen = self.experiment["metadata"].get("generation")
+        gen = self.observed_generation
         why = self.invalid or self.pod_refused
         if why:
             conditions = st.set_condition(conditions, "Ready", False, "InvalidSpec", why, gen, now)
@@ -1406,6 +1410,15 @@ class ExperimentController:
         if st.get_condition(conditions, "TrialsWaiting"):
             conditions = st.set_condition(conditions, "TrialsWaiting", False, "NoTrialWaiting", "", gen, now)
         return conditions
+
+    @property
+    def observed_generation(self) -> int | None:
+        """The Experiment's latest ``metadata.generation`` this controller has seen: the spec in force, or a
+        later one it refused (``Ready=False``), so kstatus reads the refusal, not a spec still to be taken."""
+        gen = self.experiment["metadata"].get("generation")
+        if gen is None or self.refused_generation is None:
+            return gen
+        return max(gen, self.refused_generation)
 
     @property
     def search_finished(self) -> bool:

@@ -102,6 +102,7 @@ def _mark(kube: Kube, body, type_: str, reason: str, message: str) -> None:
     now = datetime.now(timezone.utc)
     gen = body.metadata.get("generation")
     conditions = st.set_condition(body.status.get("conditions"), type_, type_ != "Ready", reason, message, gen, now)
+    conditions = st.kstatus_conditions(conditions, body.status.get("phase") or "Pending", gen, now)
     patch = st.status_patch(
         dict(body.status),
         {

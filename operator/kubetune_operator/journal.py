@@ -17,7 +17,9 @@ dash and the first 8 characters of its uid; every ConfigMap is labelled with the
 
 - ``<base>-journal-<first seq>``: entries; each data key ``<seq:012d>`` holds one
   committed batch (a JSON list of entries numbered from that seq). A ConfigMap
-  takes batches until it holds :data:`SEGMENT_BYTES`; then a new one starts.
+  takes batches until it holds :data:`SEGMENT_BYTES`; then a new one starts. A commit's entries are
+  cut into batches of at most :data:`SEGMENT_BYTES` (one entry alone may be larger), so no write ever
+  carries a ConfigMap past the API server's 1 MiB, however many entries a commit gathers.
 - ``<base>-snapshot-<seq>-<k>``: chunk ``k`` of a snapshot of the state after
   entries ``0 .. seq-1``; written only once those entries are committed, so any
   snapshot whose chunks are all present can be used. Entries and snapshots it
@@ -30,7 +32,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Iterator
 
 from .labels import LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, label_value
 
@@ -80,6 +82,19 @@ def _dumps(value: Any) -> str:
     # NaN and infinities are legitimate metric values; a ConfigMap value is a string, so JSON's
     # NaN/Infinity extension round-trips through it untouched.
     return json.dumps(value, separators=(",", ":"))
+
+
+def _batches(first: int, entries: list[list]) -> Iterator[tuple[int, int, str]]:
+    """``entries`` (numbered from ``first``) as ``(first seq, count, JSON list)`` batches of at most
+    :data:`SEGMENT_BYTES` each, in order (an entry larger than that is a batch alone)."""
+    texts = [_dumps(entry) for entry in entries]
+    start, size = 0, 2
+    for i, text in enumerate(texts):
+        if i > start and size + 1 + len(text) > SEGMENT_BYTES:
+            yield first + start, i - start, "[" + ",".join(texts[start:i]) + "]"
+            start, size = i, 2
+        size += len(text) + (i > start)
+    yield first + start, len(texts) - start, "[" + ",".join(texts[start:]) + "]"
 
 
 async def _dumps_in_steps(value: Any, clock: list[float]) -> str:
@@ -160,14 +175,20 @@ class Journal:
             meta["annotations"] = annotations
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
-    def _batch_write(self, first: int, text: str) -> tuple[Write, tuple[str, int]]:
-        key, write = f"{first:012d}", Write()
-        if self.segment is not None and self.segment_bytes + len(text) <= SEGMENT_BYTES:
-            write.patches.append((self.segment, {key: text}))
-            return write, (self.segment, self.segment_bytes + len(text))
+    def _batch_write(self, first: int, text: str, segment: tuple[str | None, int], write: Write) -> tuple[str, int]:
+        """Add the batch ``text`` (entries from ``first``) to ``write``: into ``segment`` (``(name, bytes)``)
+        when it fits, else into a new one; return the segment that took it, with its bytes."""
+        key, (name, size) = f"{first:012d}", segment
+        if name is not None and size + len(text) <= SEGMENT_BYTES:
+            created = next((m for m in write.creates if m["metadata"]["name"] == name), None)
+            if created is not None:  # a segment this write creates: one create with all its batches
+                created["data"][key] = text
+            else:
+                write.patches.append((name, {key: text}))
+            return name, size + len(text)
         name = f"{self.base}-journal-{first}"
         write.creates.append(self._manifest(name, "journal", {key: text}))
-        return write, (name, len(text))
+        return name, len(text)
 
     async def _snapshot_write(self, seq: int, state: dict) -> tuple[Write, list[str], int]:
         text = await _dumps_in_steps(state, [time.monotonic()])
@@ -198,14 +219,17 @@ class Journal:
         :meth:`_write_snapshot`, which runs without the lock."""
         first, entries = self.durable_seq, list(self.pending)
         if entries:
-            text = _dumps(entries)
-            batch, segment = self._batch_write(first, text)
+            batch, segment, lasts, size = Write(), (self.segment, self.segment_bytes), {}, 0
+            for start, count, text in _batches(first, entries):
+                segment = self._batch_write(start, text, segment, batch)
+                lasts[segment[0]] = start + count - 1
+                size += len(text)
             await write(batch)
             self.pending = self.pending[len(entries) :]
             self.durable_seq = first + len(entries)
             self.segment, self.segment_bytes = segment
-            self.segments[segment[0]] = self.durable_seq - 1
-            self.bytes_since_snapshot += len(text)
+            self.segments.update(lasts)
+            self.bytes_since_snapshot += size
         due = self.snapshot_due or self.bytes_since_snapshot >= max(
             MIN_SNAPSHOT_INTERVAL_BYTES, self.last_snapshot_bytes
         )

@@ -59,6 +59,7 @@ class Registry:
             ctl.update(experiment)
         except InvalidSpec as exc:
             ctl.invalid = str(exc)  # the previous spec stays in force; Ready stays False until fixed
+            ctl.refused_generation = experiment["metadata"].get("generation")
             raise
         ctl.invalid = ctl.pod_refused = None
         return ctl

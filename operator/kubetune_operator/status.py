@@ -29,7 +29,18 @@ EXPERIMENT_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 TRIAL_PHASES = ("Pending", "Running", "Paused", "Succeeded", "Failed")
 #: Condition types of an Experiment. ``Ready`` (spec accepted) is set by validation, the others by
 #: :func:`experiment_conditions`.
-CONDITION_TYPES = ("Ready", "Running", "Complete", "Failed", "Suspended", "Degraded", "TrialsWaiting", "TrialsStalled")
+CONDITION_TYPES = (
+    "Ready",
+    "Running",
+    "Complete",
+    "Failed",
+    "Suspended",
+    "Degraded",
+    "TrialsWaiting",
+    "TrialsStalled",
+    "Reconciling",
+    "Stalled",
+)
 
 #: Longest condition message, in UTF-8 bytes.
 MAX_MESSAGE_BYTES = 512
@@ -385,6 +396,39 @@ def experiment_conditions(
         if decision.phase == phase:
             result = set_condition(result, type_, True, decision.reason, decision.message, observed_generation, now)
     return result
+
+
+def kstatus_conditions(
+    conditions: Iterable[Mapping] | None, phase: str, observed_generation: int | None, now: datetime
+) -> list[dict]:
+    """Return ``conditions`` with the two that kstatus reads (``sigs.k8s.io/cli-utils/pkg/kstatus``, which
+    Flux, kpt and cli-utils' appliers wait on), set from the others and ``phase``.
+
+    ``Stalled`` is True while the latest spec is refused (``Ready=False``, its reason: ``InvalidSpec``...) or
+    the Experiment Failed (the ``Failed`` condition's reason): kstatus' Failed. Otherwise ``Reconciling`` is
+    True while it is Pending or Running, with the ``Running`` condition's reason: kstatus' InProgress, as a
+    Job's until it completes. Both False otherwise (Succeeded, Suspended): kstatus' Current. kstatus also
+    compares ``status.observedGeneration`` with ``metadata.generation`` (InProgress while they differ).
+    """
+    ready, failed = get_condition(conditions, "Ready"), get_condition(conditions, "Failed")
+    if ready is not None and ready.get("status") == "False":
+        stalled = ready
+    elif phase == "Failed" and failed is not None:
+        stalled = failed
+    else:
+        stalled = None
+    gen = observed_generation
+    if stalled is not None:
+        result = set_condition(conditions, "Stalled", True, stalled["reason"], stalled.get("message") or "", gen, now)
+    else:
+        result = set_condition(conditions, "Stalled", False, "NotStalled", "", gen, now)
+    running = get_condition(result, "Running")
+    if stalled is None and phase in ("Pending", "Running"):
+        reason = running["reason"] if running else f"Experiment{phase}"
+        message = (running or {}).get("message") or phase
+        return set_condition(result, "Reconciling", True, reason, message, gen, now)
+    reason = "Stalled" if stalled is not None else f"Experiment{phase}"
+    return set_condition(result, "Reconciling", False, reason, "", gen, now)
 
 
 def experiment_status(

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from kubernetes import client
 
-from kubetune.limits import MAX_FIELD_BYTES
+import kubetune as tune
+from devcluster.cluster import S3_BUCKET
+from kubetune.limits import MAX_FIELD_BYTES, SpecTooLarge
 from tests.integration.support import wait_for
 from tests.integration.test_operator import (
     GROUP,
@@ -73,6 +76,30 @@ def test_an_oversized_config_is_refused_before_anything_is_created_and_its_exper
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
     wait_for(lambda: not get(custom, namespace, "experiments", "big"), timeout=30, what="big to be deleted")
     wait_for(lambda: not get(custom, namespace, "experiments", "grid"), timeout=30, what="grid to be deleted")
+
+
+def quadratic(config):
+    return {"score": -((config["x"] - 3) ** 2)}
+
+
+def test_a_10_mb_config_through_tune_run_is_refused_before_anything_is_uploaded(
+    cluster, operator, custom, namespace, storage_secret, s3, monkeypatch
+):
+    for key, value in cluster.env().items():  # the user's shell after `eval $(python -m devcluster up)`
+        monkeypatch.setenv(key, value)
+    started = time.perf_counter()
+    with pytest.raises(SpecTooLarge, match=r"^spec.config is over 192 KiB .*tune.with_parameters"):
+        tune.run(
+            quadratic,
+            name="tenmb",
+            namespace=namespace,
+            storage={"uri": f"s3://{S3_BUCKET}/sized", "credentialsSecret": storage_secret},
+            config={"x": tune.uniform(0, 5), "table": ["r" * 1000] * 10_000},
+            verbose=0,
+        )
+    assert time.perf_counter() - started < 5  # one line at once, not an SSLEOFError after 10 s
+    assert "Contents" not in s3.list_objects_v2(Bucket=S3_BUCKET, Prefix=f"sized/{namespace}/")  # nothing left
+    assert not get(custom, namespace, "experiments", "tenmb")
 
 
 def deny_status_writes(cluster, namespace: str) -> str:

@@ -1,18 +1,21 @@
 """Experiments as the operator writes them in each phase and condition, for the checks of what GitOps tools
 read from them (``test_argocd_health.py``, ``test_kstatus.py``): each status comes from a real
 :class:`kubetune_operator.controller.ExperimentController` driven through its phases with pod views, or from
-the validation handler's own condition for a spec it refuses."""
+the validation handler's own patch for a spec it refuses."""
 
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+
+import kopf
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_TERMINATED
-from kubetune_operator import status as st
 from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView
+from kubetune_operator.handlers import _mark
 from kubetune_operator.labels import pod_name
+from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
+from tests.unit.journal_store import ConfigMaps
 
 KEY = b"k" * 32
 T0 = 1_800_000_000.0
@@ -81,15 +84,18 @@ def states() -> dict[str, dict]:
     ctl.plan(_running(ctl), T0 + 3)
     out["degraded"] = _object(ctl)
 
-    ctl = _started()
+    registry = Registry(Settings(), KEY, ConfigMaps().write)
+    ctl = registry.load(_experiment())
+    for manifest in ctl.plan({}, T0).create_trials:
+        ctl.trial_created(manifest["metadata"]["name"], "uid-" + manifest["metadata"]["name"])
     ctl.plan(_running(ctl), T0 + 2)
+    edit = _experiment(generation=2, scheduler={"name": "no-such-scheduler"})
     try:
-        ctl.update(_experiment(generation=2, scheduler={"name": "no-such-scheduler"}))
-    except InvalidSpec as exc:
-        ctl.invalid = str(exc)  # as Registry.load does
+        registry.load(edit)
+    except InvalidSpec:
+        pass  # the previous spec stays in force
     ctl.plan(_running(ctl), T0 + 3)
-    out["invalid-edit"] = _object(ctl)
-    out["invalid-edit"]["metadata"]["generation"] = 2
+    out["invalid-edit"] = {**_object(ctl), "metadata": edit["metadata"], "spec": edit["spec"]}
 
     ctl = _started()
     ctl.plan({pod_name(n, 0): _pod(pod_name(n, 0), "Succeeded", OUTCOME_COMPLETED) for n in ctl.trials}, T0 + 2)
@@ -108,13 +114,19 @@ def states() -> dict[str, dict]:
 
     invalid = _experiment(scheduler={"name": "no-such-scheduler"})
     try:
-        ExperimentController(invalid, Settings(), KEY)
-    except InvalidSpec as exc:  # what handlers._mark writes for it
-        now = datetime.fromtimestamp(T0, timezone.utc)
-        invalid["status"] = {
-            "phase": "Pending",
-            "observedGeneration": 1,
-            "conditions": st.set_condition(None, "Ready", False, "InvalidSpec", str(exc), 1, now),
-        }
+        registry.load(invalid)
+    except InvalidSpec as exc:  # the validation handler marks it, as it does on the cluster
+        written = _Written()
+        _mark(written, kopf.Body(invalid), "Ready", "InvalidSpec", str(exc))
+        invalid["status"] = written.status
     out["invalid-spec"] = invalid
     return out
+
+
+class _Written:
+    """Takes the status patch ``handlers._mark`` sends (in place of :class:`kubetune_operator.kube.Kube`)."""
+
+    status: dict = {}
+
+    def patch_experiment_status(self, namespace: str, name: str, patch: dict) -> None:
+        self.status = patch
