@@ -44,7 +44,7 @@ def json_size(value: Any, limit: int | None = None) -> int:
     return len(_dumps(value).encode()) if limit is None else _size(value, limit)
 
 
-#: Elements of a list encoded at once when each is small (:func:`_shallow`): C speed, not one call each.
+#: Elements of a list encoded at once when each is small (:func:`_small`): C speed, not one call each.
 _CHUNK = 512
 _SCALARS = (int, float, bool, type(None))
 
@@ -53,13 +53,16 @@ def _leaf(value: Any) -> bool:
     return isinstance(value, _SCALARS) or (isinstance(value, str) and len(value) <= 64)
 
 
-def _shallow(value: Any, depth: int = 2) -> bool:
-    """A scalar or short string, or a list or object of at most 64 of them, nested ``depth`` levels at most:
-    a chunk of such values is small to encode."""
+def _small(value: Any, nodes: list[int]) -> bool:
+    """``value`` has at most ``nodes[0]`` values in all (at any depth), each a scalar or a short string (it
+    uses them up from ``nodes[0]``): a chunk of such values is small to encode at once."""
+    nodes[0] -= 1
+    if nodes[0] < 0:
+        return False
     if isinstance(value, dict):
-        return depth > 0 and len(value) <= 64 and all(_shallow(v, depth - 1) for v in value.values())
+        return all(_small(v, nodes) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return depth > 0 and len(value) <= 64 and all(_shallow(v, depth - 1) for v in value)
+        return all(_small(v, nodes) for v in value)
     return _leaf(value)
 
 
@@ -83,7 +86,7 @@ def _size(value: Any, budget: int) -> int:
         total = 1 + len(value)  # brackets and commas: 2 + (n - 1)
         for start in range(0, len(value), _CHUNK):
             chunk = value[start : start + _CHUNK]
-            if all(map(_shallow, chunk)):
+            if all(_small(x, [64]) for x in chunk):
                 total += len(_dumps(list(chunk)).encode()) - len(chunk) - 1
             else:
                 for item in chunk:
