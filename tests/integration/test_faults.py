@@ -381,6 +381,11 @@ def test_an_invalid_edit_keeps_ready_false_while_the_last_valid_spec_runs(
     time.sleep(4)  # several reconcile passes and status writes later
     ready = condition(custom, namespace, "edited", "Ready")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "loguniform" in ready["message"]
+    # what kstatus reads (docs/operations.md, "GitOps health"): the refused generation observed, Stalled
+    exp = get(custom, namespace, "experiments", "edited")
+    assert exp["status"]["observedGeneration"] == exp["metadata"]["generation"] == 2
+    assert condition(custom, namespace, "edited", "Stalled")["reason"] == "InvalidSpec"
+    assert condition(custom, namespace, "edited", "Reconciling")["status"] == "False"
     wait_for(lambda: phase_is(custom, namespace, "edited", "Succeeded", "Failed"), what="the last valid spec to end")
     assert get(custom, namespace, "experiments", "edited")["status"]["phase"] == "Succeeded"
 

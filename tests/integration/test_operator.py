@@ -91,6 +91,7 @@ def test_happy_path_runs_every_trial_and_reports_the_best(
     conditions = {c["type"]: c for c in exp["status"]["conditions"]}
     assert conditions["Complete"]["status"] == "True"
     assert conditions["Ready"]["observedGeneration"] == exp["metadata"]["generation"]
+    assert (conditions["Reconciling"]["status"], conditions["Stalled"]["status"]) == ("False", "False")  # kstatus
     created = events(core, namespace, "TrialsCreated")
     assert sum(int(e.message.split()[1]) for e in created) == 3, [(e.message, e.count) for e in created]
     assert events(core, namespace, "TrialSucceeded")
