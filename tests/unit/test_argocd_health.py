@@ -1,8 +1,11 @@
 """The Argo CD health check the chart ships (helm/kubetune/argocd/experiment-health.lua), run as Argo CD runs
-it: Lua 5.1 (Argo CD's gopher-lua implements 5.1; here the reference interpreter through lupa), the object
-as the global ``obj`` decoded from its JSON (objects and arrays become tables, null nil), no ``io``, ``os`` or
-``debug``, and the returned table's ``status`` one of Argo CD's health codes. The Experiments come from the
-operator's own status code in each phase and condition (``experiment_states.py``)."""
+it (``util/lua/lua.go``, ``VM.runLua``): Lua 5.1 (Argo CD's gopher-lua implements 5.1; here the reference
+interpreter through lupa) with only the package, base, table and (safe) os libraries, so no ``string``,
+``math``, ``io`` or ``debug``; the object as the global ``obj`` decoded from its JSON (objects and arrays
+become tables, null nil); the returned table's ``status`` one of Argo CD's health codes. The Experiments
+come from the operator's own status code in each phase and condition (``experiment_states.py``); gopher-lua
+v1.1.1 itself, set up as ``runLua`` does, gave the same answers on the same objects (a Go program outside
+the repository, reported with the change)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def health(obj: dict) -> dict:
     """Run the script on ``obj`` in a fresh Lua 5.1 state; the returned table as a dict."""
     lua = lua51.LuaRuntime(register_eval=False, register_builtins=False)
     assert lua.eval("_VERSION") == "Lua 5.1"
-    for name in ("io", "os", "debug", "dofile", "loadfile"):  # Argo CD's state has none of these
+    for name in ("string", "math", "io", "os", "debug", "dofile", "loadfile"):  # not opened by Argo CD, or unsafe
         lua.globals()[name] = None
 
     def table(value):

@@ -1,7 +1,8 @@
 -- Argo CD health check of kubetune Experiments (kubetune.io/v1alpha1). Paste this file into the
 -- argocd-cm ConfigMap as resource.customizations.health.kubetune.io_Experiment (docs/operations.md,
--- "GitOps"). Lua 5.1 with the base, string and table libraries only, as Argo CD's gopher-lua runs it;
--- tests/unit/test_argocd_health.py runs it on an Experiment in each phase and condition.
+-- "GitOps health"). Lua 5.1 with the base and table libraries only (Argo CD opens no string or math
+-- library for a configured check); tests/unit/test_argocd_health.py runs it on an Experiment in each
+-- phase and condition.
 --
 -- Healthy: Succeeded. Degraded: Failed; the spec refused (Ready=False, e.g. InvalidSpec); reconcile
 -- passes failing (Degraded=True). Suspended: spec.suspend. Progressing: Pending or Running, being
