@@ -251,3 +251,33 @@ def test_an_experiment_created_again_after_an_orphaning_delete_never_adopts_the_
     assert sorted(t["spec"]["config"]["x"] for t in mine.values()) == [10, 20, 30]
     assert all(t["status"]["iteration"] == 3 for t in mine.values())
     assert condition(custom, namespace, "same", "Ready")["status"] == "True"
+
+
+def test_an_experiment_deleted_while_the_operator_is_down_goes_when_it_is_back_and_gets_no_new_trial(
+    cluster, operator, custom, namespace, storage_secret
+):
+    spec = experiment(
+        "downdel",
+        cluster,
+        storage_secret,
+        config={"x": {"uniform": [0, 1]}},
+        numSamples=500,
+        maxConcurrentTrials=4,
+        stop={"training_iteration": 1},
+    )
+    create(custom, namespace, spec)
+    wait_for(lambda: len(trials(custom, namespace)) >= 6, timeout=120, what="trials to come and go")
+    operator.kill()  # SIGKILL: nothing of its memory survives
+    try:
+        custom.delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, "experiments", "downdel", propagation_policy="Orphan"
+        )
+        deletion = get(custom, namespace, "experiments", "downdel")["metadata"]["deletionTimestamp"]
+        count = len(trials(custom, namespace))
+    finally:
+        operator.start()
+    wait_for(lambda: not get(custom, namespace, "experiments", "downdel"), timeout=60, what="the finalizer to go")
+    time.sleep(3)
+    after = trials(custom, namespace)
+    assert len(after) == count
+    assert not [n for n, t in after.items() if t["metadata"]["creationTimestamp"] > deletion]
