@@ -173,8 +173,8 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                 if ctl is None:
                     try:
                         ctl = registry.load(dict(body))
-                    except InvalidSpec:  # marked by validate(); wait for a spec change
-                        await _sleep(wake, 30)
+                    except InvalidSpec:  # marked by validate(); wait for a spec change, or the deletion
+                        await _sleep(wake, 30, stopped=stopped)
                         continue
                 plan, errors, planned_s = await _pass(ctl, kube, registry, memo.pods)
             except Exception as exc:  # noqa: BLE001 - any failure: a condition, an event, back-off; never a crash loop
@@ -294,24 +294,33 @@ async def _report_degraded(kube: Kube, body, ctl, message: str) -> None:
         )
 
 
-async def _sleep(wake: asyncio.Event, timeout: float, clear: bool = True) -> None:
-    """Wait until ``wake`` is set or ``timeout`` seconds pass, then clear it (unless ``clear`` is False)."""
+async def _sleep(
+    wake: asyncio.Event, timeout: float, clear: bool = True, stopped: kopf.DaemonStopped | None = None
+) -> None:
+    """Wait until ``wake`` is set, ``stopped`` (if given) is set or ``timeout`` seconds pass, then clear
+    ``wake`` (unless ``clear`` is False)."""
+    waits = [asyncio.ensure_future(wake.wait())]
+    if stopped is not None:
+        waits.append(asyncio.ensure_future(stopped.wait()))
     try:
-        await asyncio.wait_for(wake.wait(), timeout=timeout)
-    except asyncio.TimeoutError:
-        pass
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
     if clear:
         wake.clear()
 
 
 @kopf.on.delete(GROUP, VERSION, EXPERIMENT_PLURAL, id="forget", optional=True)
-def forget(namespace, name, memo: kopf.Memo, **_) -> None:
+async def forget(namespace, name, memo: kopf.Memo, **_) -> None:
     """Drop the in-memory controller; trials and pods go with their owner (garbage collector). A pass still
     under way creates nothing more (``ExperimentController.deleting``); nothing here writes to the API, so
-    the finalizer goes even when the Experiment's status cannot be written."""
+    the finalizer goes even when the Experiment's status cannot be written. A coroutine: it runs on the event
+    loop, with the registry and the daemons, not in kopf's thread pool."""
     ctl = memo.registry.get(namespace, name)
     if ctl is not None:
         ctl.deleting = True
+    memo.registry.wake(namespace, name)  # a daemon waiting for its next pass sees the deletion now
     memo.registry.forget(namespace, name)
     metrics.forget(namespace, name)
     explorer.forget(namespace, name)

@@ -29,14 +29,25 @@ def _digest(value: Any) -> dict:
 
 class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
     """kopf's annotation diff-base, with each top-level stanza of the essence (``spec``, ...) and the
-    labels and annotations replaced by ``{"sha256": <hex>}``: a few hundred bytes whatever the object's size."""
+    labels and annotations replaced by ``{"sha256": <hex>}``: a few hundred bytes whatever the object's size.
+    The essence is what kopf's own takes (no status, no system metadata, no kubectl last-applied
+    annotation, no kopf storage annotations), without kopf's deep copy of the whole object."""
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
-        essence = dict(super().build(body=body, extra_fields=extra_fields))
-        metadata = essence.pop("metadata", None) or {}
+        if extra_fields:  # a handler on a field outside the essence (none of ours): kopf's essence, digested
+            essence = dict(super().build(body=body, extra_fields=extra_fields))
+            metadata = essence.pop("metadata", None) or {}
+        else:
+            essence = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+            metadata = body.get("metadata") or {}
+        annotations = dict(metadata.get("annotations") or {})
+        ignored = {*self._detect_marked_prefixes(annotations), self.prefix}
         annotations = {
-            k: v for k, v in (metadata.get("annotations") or {}).items() if not k.startswith(f"{self.prefix}/")
-        }  # our own progress annotations change at every handling: never part of what is compared
+            k: v
+            for k, v in annotations.items()
+            if k != "kubectl.kubernetes.io/last-applied-configuration"
+            and not any(k.startswith(f"{prefix}/") for prefix in ignored)
+        }  # kopf's progress annotations change at every handling: never part of what is compared
         compact: dict[str, Any] = {key: _digest(value) for key, value in essence.items()}
         parts = {"labels": metadata.get("labels"), "annotations": annotations}
         parts = {key: _digest(value) for key, value in parts.items() if value}

@@ -52,3 +52,17 @@ def test_a_progress_message_is_cut():
     storage.store(key="validate", record={"retries": 1, "message": "m" * 100_000}, body=body({}), patch=patch)
     record = json.loads(patch["metadata"]["annotations"][f"{PREFIX}/validate"])
     assert len(record["message"]) == MAX_PROGRESS_MESSAGE and record["retries"] == 1
+
+
+def test_labels_and_user_annotations_count_kubectl_and_kopf_annotations_do_not():
+    storage = DigestDiffBaseStorage(prefix=PREFIX)
+    base = storage.build(body=body({"x": 1}, annotations={"team/owner": "a"}))
+    applied = {"team/owner": "a", "kubectl.kubernetes.io/last-applied-configuration": "{...}", f"{PREFIX}/x": "1"}
+    assert storage.build(body=body({"x": 1}, annotations=applied)) == base
+    assert storage.build(body=body({"x": 1}, annotations={"team/owner": "b"})) != base
+    relabelled = body({"x": 1}, annotations={"team/owner": "a"})
+    relabelled["metadata"]["labels"] = {"team": "b"}
+    assert storage.build(body=kopf.Body(dict(relabelled))) != base
+    with_phase = body({"x": 1}, annotations={"team/owner": "a"}, status={"phase": "Running"})
+    assert storage.build(body=with_phase) == base  # status is not part of it...
+    assert storage.build(body=with_phase, extra_fields=["status.phase"]) != base  # ...unless a handler asks
