@@ -19,10 +19,6 @@
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 FROM ${PYTHON_IMAGE} AS build-base
-# A CA bundle for pip inside the build where the network to the package index needs one (a TLS-
-# intercepting proxy): mount the file into the build and pass its path. Build stages only: it is in
-# no image. devcluster/images.py passes the host's bundle this way.
-ARG PIP_CERT
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -30,14 +26,20 @@ WORKDIR /src
 COPY docker/ docker/
 COPY trainable-runtime/ trainable-runtime/
 
+# PIP_CERT: a CA bundle for pip where the network to the package index needs one (a TLS-intercepting
+# proxy): mount the file into the build and pass its path (devcluster/images.py passes the host's).
+# An ARG of the install stages only: it is in no image.
 FROM build-base AS build-runtime
+ARG PIP_CERT
 RUN docker/install.sh runtime /opt/kubetune
 
 FROM build-base AS build-operator
+ARG PIP_CERT
 COPY operator/ operator/
 RUN docker/install.sh operator /opt/kubetune
 
 FROM build-base AS build-examples
+ARG PIP_CERT
 RUN docker/install.sh examples /opt/kubetune
 
 # The base users extend: `python -m kubetune.runtime` runs a trial from the operator's environment.

@@ -5,7 +5,10 @@ PY ?= python3
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: venv binaries test unit demo docs clean
+# Debian packages of the real node (devcluster/realnode.py) and of its images (devcluster/images.py).
+NODE_PACKAGES := runc containernetworking-plugins conntrack iptables iproute2 buildah mmdebstrap gcc libc6-dev
+
+.PHONY: venv binaries host-packages node test unit demo docs clean
 
 venv: $(VENV)/.installed
 
@@ -19,8 +22,23 @@ $(VENV)/.installed: requirements-dev.txt trainable-runtime/pyproject.toml operat
 binaries: venv
 	$(PYTHON) -m devcluster build
 
-test: binaries
-	$(PYTHON) -m pytest
+# Installs the real node's Debian packages that are missing (as root; otherwise says which to install).
+host-packages:
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+		else echo "the real node needs these Debian packages (install them as root): $$missing" >&2; exit 1; fi; \
+	fi
+
+# The real node's binaries and the images it runs (kubelet, containerd, CoreDNS; Dockerfile targets).
+node: binaries host-packages
+	$(PYTHON) -m devcluster build --node
+	$(PYTHON) -m devcluster images
+
+# Two runs, one cluster each: the process-kubelet suite, then the real node's (pytest -m realnode).
+test: node
+	$(PYTHON) -m pytest -m "not realnode"
+	$(PYTHON) -m pytest -m realnode
 
 unit: venv
 	$(PYTHON) -m pytest tests/unit

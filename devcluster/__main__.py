@@ -1,4 +1,4 @@
-"""Command line of the local cluster: ``python -m devcluster build|up|down|status|logs``.
+"""Command line of the local cluster: ``python -m devcluster build|images|up|down|status|logs``.
 
 ``up`` starts a detached cluster in ``$KUBETUNE_DEVCLUSTER_DIR`` (default
 ``~/.cache/kubetune/devcluster``) and prints the shell exports to reach it;
@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import build
+from . import build, images, nodebuild
 from .cluster import Cluster, ClusterConfig, default_state_dir
 
 
@@ -37,6 +37,7 @@ def cmd_up(args) -> int:
         node_memory=args.memory,
         crds=args.crd or [],
         detach=True,
+        real_node=args.real_node,
     )
     cluster = Cluster(cfg, workdir)
     try:
@@ -87,20 +88,36 @@ def cmd_logs(args) -> int:
 
 
 def cmd_build(args) -> int:
-    return build.main([])
+    code = build.main([])
+    if args.node:
+        for name, path in nodebuild.ensure_node_binaries().items():
+            print(f"{name}\t{path}")
+    return code
+
+
+def cmd_images(args) -> int:
+    return images.main()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devcluster", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=str(default_state_dir()), help="cluster state directory")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build or reuse the control-plane binaries").set_defaults(func=cmd_build)
+    build_cmd = sub.add_parser("build", help="build or reuse the control-plane binaries")
+    build_cmd.add_argument("--node", action="store_true", help="also the real node's (kubelet, containerd, CoreDNS...)")
+    build_cmd.set_defaults(func=cmd_build)
+    sub.add_parser("images", help="build or reuse the container images for the real node").set_defaults(func=cmd_images)
     up = sub.add_parser("up", help="start a cluster and print its shell exports")
     up.add_argument("--nodes", type=int, default=1)
     up.add_argument("--gpus-per-node", type=int, default=4)
     up.add_argument("--cpu", default="32")
     up.add_argument("--memory", default="128Gi")
     up.add_argument("--crd", action="append", help="CRD manifest to install before the controllers start")
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="run pods in containers on a real kubelet with containerd (root; --gpus-per-node fake GPUs)",
+    )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the cluster").set_defaults(func=cmd_down)
     sub.add_parser("status", help="say what runs").set_defaults(func=cmd_status)

@@ -37,7 +37,10 @@ def _pem_key(key) -> bytes:
 class CertificateAuthority:
     """A self-signed CA that issues server and client certificates."""
 
-    def __init__(self, common_name: str = "kubetune-devcluster-ca"):
+    def __init__(self, common_name: str = "kubetune-devcluster-ca", *, key=None, cert: x509.Certificate | None = None):
+        if key is not None and cert is not None:  # an existing CA (see load)
+            self.key, self.cert = key, cert
+            return
         self.key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
         ski = x509.SubjectKeyIdentifier.from_public_key(self.key.public_key())
@@ -69,13 +72,29 @@ class CertificateAuthority:
             .sign(self.key, hashes.SHA256())
         )
 
-    def issue(self, common_name: str, *, org: str | None = None, server: bool = False) -> tuple[bytes, bytes]:
+    @classmethod
+    def load(cls, cert_path: Path, key_path: Path) -> "CertificateAuthority":
+        """The CA whose PEM certificate and key :func:`write_pki` wrote."""
+        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+        return cls(key=key, cert=x509.load_pem_x509_certificate(Path(cert_path).read_bytes()))
+
+    def issue(
+        self,
+        common_name: str,
+        *,
+        org: str | None = None,
+        server: bool = False,
+        ips: tuple[str, ...] = (),
+        dns: tuple[str, ...] = (),
+    ) -> tuple[bytes, bytes]:
         """Issue a leaf certificate.
 
         Args:
             common_name: the subject CN (the user name for client certificates).
             org: the subject O (the group for client certificates, e.g. ``system:masters``).
             server: a serving certificate with SANs 127.0.0.1, localhost and kubernetes.default names.
+            ips: more IP address SANs of a serving certificate (the real node's bridge address).
+            dns: more DNS name SANs of a serving certificate.
 
         Returns:
             ``(certificate PEM, private key PEM)``.
@@ -119,9 +138,10 @@ class CertificateAuthority:
                     "kubernetes.default",
                     "kubernetes.default.svc",
                     "kubernetes.default.svc.cluster.local",
+                    *dns,
                 )
             ]
-            names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "10.0.0.1")]
+            names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "10.0.0.1", *ips)]
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
@@ -132,8 +152,12 @@ class CertificateAuthority:
         return self.cert.public_bytes(serialization.Encoding.PEM)
 
 
-def write_pki(directory: Path) -> dict[str, Path]:
+def write_pki(directory: Path, server_ips: tuple[str, ...] = ()) -> dict[str, Path]:
     """Write every file the control plane needs into ``directory``.
+
+    Args:
+        directory: created if missing; files are mode 0600.
+        server_ips: more IP addresses the API server's certificate names (the real node's gateway).
 
     Returns:
         Paths keyed ``ca.crt``, ``ca.key``, ``apiserver.crt``, ``apiserver.key``, ``admin.crt``,
@@ -144,7 +168,7 @@ def write_pki(directory: Path) -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     ca = CertificateAuthority()
     files: dict[str, bytes] = {"ca.crt": ca.cert_pem, "ca.key": _pem_key(ca.key)}
-    files["apiserver.crt"], files["apiserver.key"] = ca.issue("kube-apiserver", server=True)
+    files["apiserver.crt"], files["apiserver.key"] = ca.issue("kube-apiserver", server=True, ips=server_ips)
     files["admin.crt"], files["admin.key"] = ca.issue("kubetune-admin", org="system:masters")
     files["kubelet.crt"], files["kubelet.key"] = ca.issue("devcluster-kubelet", server=True)
     files["apiserver-kubelet-client.crt"], files["apiserver-kubelet-client.key"] = ca.issue(

@@ -1,5 +1,8 @@
 """Starts and stops a local Kubernetes control plane with fake GPU nodes, a
-process kubelet and an S3 endpoint, all as local processes on loopback.
+process kubelet and an S3 endpoint, all as local processes on loopback; or,
+with ``ClusterConfig.real_node``, the same control plane with a real node
+(:mod:`devcluster.realnode`: kubelet, containerd, kube-proxy, CoreDNS) instead
+of the process kubelet, listening on the node's bridge address.
 
 Called by the CLI (``python -m devcluster up|down|status``), by the pytest
 session fixture in ``tests/integration/conftest.py`` and by the demo. Start
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from . import build, certs, procs
+from . import build, certs, procs, realnode
 
 S3_ACCESS_KEY = "devcluster"
 S3_SECRET_KEY = "devcluster-secret"
@@ -34,6 +37,8 @@ CONTROLLERS = (
     "garbage-collector-controller,namespace-controller,deployment-controller,replicaset-controller,"
     "serviceaccount-controller,root-ca-certificate-publisher-controller,resourcequota-controller"
 )
+#: What Services need on the real node (kube-proxy and CoreDNS read EndpointSlices).
+REAL_NODE_CONTROLLERS = ",endpointslice-controller"
 
 
 @dataclass
@@ -51,6 +56,9 @@ class ClusterConfig:
         s3: whether to start moto's S3 server with bucket ``S3_BUCKET``.
         detach: children outlive this process (the CLI's ``up``); otherwise they die with it.
         node_gpus: GPUs of each node, one entry per node; overrides ``nodes`` and ``gpus_per_node``.
+        real_node: run pods on one real node (kubelet, containerd, runc) with ``gpus_per_node`` fake
+            GPUs from a device plugin, instead of the process kubelet's fake nodes; needs root and
+            the Debian packages :func:`devcluster.realnode.unavailable_reason` names.
     """
 
     nodes: int = 1
@@ -62,6 +70,7 @@ class ClusterConfig:
     s3: bool = True
     detach: bool = False
     node_gpus: list[int] | None = None
+    real_node: bool = False
 
     def gpus_by_node(self) -> list[int]:
         """GPU capacity of each node, in node order."""
@@ -92,6 +101,7 @@ class Cluster:
             "workdir": str(self.workdir),
         }
         self._procs: dict[str, subprocess.Popen] = {}
+        self.node: realnode.RealNode | None = None
 
     # ----- paths and exports -------------------------------------------------------------
     @property
@@ -100,13 +110,18 @@ class Cluster:
         return self.workdir / "kubeconfig"
 
     @property
+    def host(self) -> str:
+        """The address the API server and S3 listen on: loopback, or the real node's gateway (pods reach it)."""
+        return realnode.GATEWAY if self.config.real_node else "127.0.0.1"
+
+    @property
     def api_url(self) -> str:
-        return f"https://127.0.0.1:{self.state['ports']['apiserver']}"
+        return f"https://{self.host}:{self.state['ports']['apiserver']}"
 
     @property
     def s3_endpoint(self) -> str | None:
         port = self.state["ports"].get("s3")
-        return f"http://127.0.0.1:{port}" if port else None
+        return f"http://{self.host}:{port}" if port else None
 
     def env(self) -> dict[str, str]:
         """The variables a user (or test) needs to talk to this cluster and its S3 endpoint."""
@@ -150,7 +165,13 @@ class Cluster:
         started = time.monotonic()
         bins = build.ensure_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.pki = certs.write_pki(self.workdir / "pki")
+        if self.config.real_node:
+            reason = realnode.unavailable_reason()
+            if reason:
+                raise RuntimeError(f"cannot start the real node: {reason}")
+            self.node = realnode.RealNode(self, self.config.gpus_per_node)  # builds what is missing first
+            realnode.prepare_network()
+        self.pki = certs.write_pki(self.workdir / "pki", (self.host,) if self.config.real_node else ())
         self._write_kubeconfig()
         if self.config.s3:
             self._start_s3()
@@ -162,7 +183,10 @@ class Cluster:
             self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
         self._start_scheduler(bins["kube-scheduler"])
         self._start_controller_manager(bins["kube-controller-manager"])
-        self._start_kubelet()
+        if self.node is not None:
+            self.node.start(self.api_url)
+        else:
+            self._start_kubelet()
         self.state["startSeconds"] = round(time.monotonic() - started, 2)
         self._save_state()
 
@@ -177,6 +201,9 @@ class Cluster:
                 proc.poll()
         self.state["pids"] = {}
         self._save_state()
+        if self.config.real_node:
+            realnode.cleanup(self.workdir / "node")
+            realnode.release(self.workdir)
         if self._own_workdir and not self.config.detach:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -268,7 +295,7 @@ class Cluster:
 
     def _start_s3(self) -> None:
         port = self.state["ports"]["s3"] = procs.free_port()
-        proc, log = self._spawn("s3", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)])
+        proc, log = self._spawn("s3", [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(port)])
         procs.wait_until(
             lambda: procs.http_ok(f"{self.s3_endpoint}/moto-api/"), timeout=60, what="S3 (moto)", proc=proc, log=log
         )
@@ -321,10 +348,11 @@ class Cluster:
             [
                 str(binary),
                 f"--etcd-servers=http://127.0.0.1:{self.state['ports']['etcd']}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={self.host}",
                 f"--secure-port={self.state['ports']['apiserver']}",
-                "--advertise-address=127.0.0.1",
-                "--endpoint-reconciler-type=none",
+                f"--advertise-address={self.host}",
+                # the real node's pods reach the API through the `kubernetes` Service, whose endpoint is the host
+                f"--endpoint-reconciler-type={'lease' if self.config.real_node else 'none'}",
                 f"--tls-cert-file={p['apiserver.crt']}",
                 f"--tls-private-key-file={p['apiserver.key']}",
                 f"--client-ca-file={p['ca.crt']}",
@@ -393,7 +421,7 @@ class Cluster:
                 str(binary),
                 *self._component_flags("controller-manager"),
                 "--leader-elect=false",
-                f"--controllers={CONTROLLERS}",
+                f"--controllers={CONTROLLERS}{REAL_NODE_CONTROLLERS if self.config.real_node else ''}",
                 f"--root-ca-file={self.pki['ca.crt']}",
                 f"--service-account-private-key-file={self.pki['sa.key']}",
                 "--kube-api-qps=200",

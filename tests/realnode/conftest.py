@@ -1,0 +1,151 @@
+"""Session fixtures of the real-node tests (``pytest -m realnode``): kubetune as users run it.
+
+One cluster whose only node is a real kubelet with containerd (``ClusterConfig.real_node``: images
+built from this repository's Dockerfile, Service networking, CoreDNS, two fake GPUs from a device
+plugin), and the Helm chart installed on it with those images and no ``collector.url``: the operator
+runs as the chart's Deployment and trial pods report through its Service. Trial namespaces enforce
+the ``restricted`` Pod Security Standard. ``make test`` runs these after the other tests, in a
+second pytest run, so that only one cluster runs at a time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from kubernetes import client
+
+from devcluster import Cluster, ClusterConfig
+from devcluster.cluster import S3_BUCKET
+from tests.integration.support import Helm, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "kubetune"
+RELEASE, SYSTEM = "kubetune", "kubetune-system"
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "/realnode/" in str(item.fspath):
+            item.add_marker(pytest.mark.realnode)
+
+
+@pytest.fixture(scope="session")
+def node_cluster():
+    crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
+    with Cluster(ClusterConfig(real_node=True, gpus_per_node=2, crds=crds)) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def api(node_cluster):
+    return node_cluster.api_client()
+
+
+@pytest.fixture(scope="session")
+def core(api):
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="session")
+def custom(api):
+    return client.CustomObjectsApi(api)
+
+
+@pytest.fixture(scope="session")
+def s3(node_cluster):
+    env = node_cluster.env()
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
+
+
+@pytest.fixture(scope="session")
+def helm(node_cluster, tmp_path_factory):
+    return Helm(node_cluster, tmp_path_factory.mktemp("helm"))
+
+
+def chart_values(cluster: Cluster, operator_image: str) -> dict:
+    """Values for the real node: the images built here, the cluster's S3 endpoint, fast status writes."""
+    repo, tag = operator_image.rsplit(":", 1)
+    trial_repo, trial_tag = cluster.node.image("examples").rsplit(":", 1)
+    return {
+        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
+        "trials": {"image": {"repository": trial_repo, "tag": trial_tag}, "terminationGracePeriodSeconds": 20},
+        "storage": {"uri": f"s3://{S3_BUCKET}/realnode", "endpoint": cluster.s3_endpoint, "region": "us-east-1"},
+        "statusWriteIntervalSeconds": 0.5,
+    }
+
+
+@pytest.fixture(scope="session")
+def values_file(node_cluster, tmp_path_factory):
+    path = tmp_path_factory.mktemp("values") / "realnode.yaml"
+    path.write_text(yaml.safe_dump(chart_values(node_cluster, node_cluster.node.image("operator"))))
+    return path
+
+
+@pytest.fixture(scope="session")
+def release(node_cluster, core, helm, values_file):
+    """The chart installed as a user would (``helm install --wait``), the operator's pod Ready."""
+    helm.run(
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        SYSTEM,
+        "--create-namespace",
+        "-f",
+        str(values_file),
+        "--wait",
+        "--timeout",
+        "180s",
+    )
+    yield RELEASE
+
+
+@pytest.fixture
+def team(core, node_cluster, release):
+    """A namespace enforcing ``restricted`` with the S3 credentials Secret trials read."""
+    name = f"team-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name, "labels": RESTRICTED}})
+    env = node_cluster.env()
+    core.create_namespaced_secret(
+        name,
+        {
+            "metadata": {"name": "s3-creds"},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+                "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+            },
+        },
+    )
+    yield name
+    core.delete_namespace(name)
+
+
+def experiment_status(custom, namespace: str, name: str) -> dict:
+    return (
+        custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "experiments", name).get("status")
+        or {}
+    )
+
+
+def wait_finished(custom, namespace: str, name: str, timeout: float) -> dict:
+    """Wait for the Experiment to end (Succeeded or Failed) and return its status."""
+    return wait_for(
+        lambda: (s := experiment_status(custom, namespace, name)).get("phase") in ("Succeeded", "Failed") and s,
+        timeout=timeout,
+        interval=1,
+        what=f"Experiment {namespace}/{name} to finish",
+    )

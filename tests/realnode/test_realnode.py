@@ -1,0 +1,255 @@
+"""kubetune on a real node: the chart's operator pod and trial containers from images built here.
+
+What the process kubelet cannot show: images and their users, ``restricted`` Pod Security enforced
+by the kubelet, read-only root filesystems, the memory limit's OOM kill, image pulls that fail,
+Service networking and DNS between trial pods and the operator, and ``kubectl logs`` from the
+kubelet. The digits example runs through both user paths: ``kubectl apply`` of its manifest and
+``tune.run`` with a cloudpickled trainable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from devcluster.cluster import S3_BUCKET
+from devcluster.realnode import NODE_NAME
+from tests.integration.support import trial_prefix, wait_for
+from tests.realnode.conftest import SYSTEM, experiment_status, wait_finished
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "kubetune.io", "v1alpha1"
+
+
+def trials_of(custom, namespace: str, experiment: str) -> dict[str, dict]:
+    items = custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trials", label_selector=f"kubetune.io/experiment={experiment}"
+    )["items"]
+    return {t["metadata"]["name"]: t.get("status") or {} for t in items}
+
+
+def keys(s3, prefix: str) -> list[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def test_the_node_runs_the_charts_operator_in_its_image_under_restricted_settings(node_cluster, core, release):
+    node = core.read_node(NODE_NAME)
+    assert node.status.allocatable["nvidia.com/gpu"] == "2"  # from the device plugin, through the device manager
+    assert node.status.node_info.container_runtime_version.startswith("containerd://2.")
+    (pod,) = [p for p in core.list_namespaced_pod(SYSTEM).items if p.status.phase == "Running"]
+    (container,) = pod.status.container_statuses
+    assert container.ready and container.image.endswith(node_cluster.node.image("operator").split("/", 1)[1])
+    assert (
+        pod.spec.security_context.run_as_non_root and pod.spec.containers[0].security_context.read_only_root_filesystem
+    )
+    # the kubelet serves the operator's log to kubectl
+    logs = node_cluster.kubectl("logs", "-n", SYSTEM, pod.metadata.name).stdout
+    assert "collector listening on 0.0.0.0:8080" in logs, logs[-2000:]
+
+
+def test_the_digits_manifest_runs_to_succeeded_in_containers_reporting_through_the_service(
+    node_cluster, core, custom, s3, team
+):
+    manifest = yaml.safe_load((ROOT / "examples" / "digits" / "experiment.yaml").read_text())
+    spec = manifest["spec"]
+    spec.update(numSamples=4, maxConcurrentTrials=2, stop={"training_iteration": 4})
+    spec["checkpoint"]["frequency"] = 2
+    spec["resourcesPerTrial"] = {"cpu": "500m", "memory": "512Mi", "gpu": 1}
+    spec["storage"]["endpoint"] = node_cluster.s3_endpoint
+    node_cluster.kubectl("apply", "-n", team, "-f", "-", input=yaml.safe_dump(manifest))
+
+    # a running trial's log comes from the kubelet, as for any pod
+    pod = wait_for(
+        lambda: next((p for p in core.list_namespaced_pod(team).items if p.status.phase == "Running"), None),
+        timeout=180,
+        interval=0.5,
+        what="a running trial pod",
+    )
+    assert pod.spec.containers[0].image == node_cluster.node.image("examples")
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    status = wait_finished(custom, team, "digits", timeout=420)
+    assert status["phase"] == "Succeeded", status
+    trials = trials_of(custom, team, "digits")
+    assert len(trials) == 4 and all(t["phase"] == "Succeeded" for t in trials.values()), trials
+    assert all(t["lastResult"]["training_iteration"] == 4 for t in trials.values())
+    assert 0.5 < status["bestTrial"]["metricValue"] <= 1.0, status["bestTrial"]
+    stored = keys(s3, f"experiments/{team}/digits/")
+    assert any("/checkpoint_" in k for k in stored), stored[:20]
+    assert any("events.out.tfevents" in k for k in stored), stored[:20]
+
+
+def _allocate(config):
+    """Allocates ``config["mib"]`` MiB, reporting after each 16 MiB (runs in the trial's container)."""
+    import kubetune
+
+    held = []
+    for i in range(config["mib"] // 16):
+        held.append(bytearray(16 * 2**20))
+        kubetune.report({"score": float(i)})
+
+
+def _writes(config):
+    """Writes where a program may on a read-only root: /tmp and $HOME; reports whether / refused."""
+    import kubetune
+
+    Path("/tmp/scratch.txt").write_text("ok")
+    home = Path(os.environ["HOME"])
+    (home / ".cache").mkdir(parents=True, exist_ok=True)
+    (home / ".cache" / "x").write_text("ok")
+    try:
+        Path("/app/not-allowed").write_text("x")
+        refused = 0.0
+    except OSError:
+        refused = 1.0
+    kubetune.report({"score": 1.0, "root_refused": refused, "uid": float(os.getuid())})
+
+
+@pytest.fixture
+def sdk_env(node_cluster, monkeypatch):
+    for key, value in node_cluster.env().items():
+        monkeypatch.setenv(key, value)
+
+
+def _run(fn, namespace: str, name: str, cluster, **kwargs):
+    import kubetune as tune
+
+    return tune.run(
+        fn,
+        name=name,
+        namespace=namespace,
+        storage={
+            "uri": f"s3://{S3_BUCKET}/sdk",
+            "endpoint": cluster.s3_endpoint,
+            "region": "us-east-1",
+            "credentialsSecret": "s3-creds",
+        },
+        verbose=0,
+        raise_on_failed_trial=False,
+        **kwargs,
+    )
+
+
+def test_a_trial_over_its_memory_limit_is_oomkilled_and_retried(node_cluster, custom, team, sdk_env):
+    started = time.monotonic()
+    _run(
+        _allocate,
+        team,
+        "oom",
+        node_cluster,
+        config={"mib": 512},
+        resources_per_trial={"cpu": "500m", "memory": "160Mi"},
+        max_failures=1,
+    )
+    print(f"\n[realnode] OOM experiment to its end: {time.monotonic() - started:.1f} s")
+    (trial,) = trials_of(custom, team, "oom").values()
+    assert trial["phase"] == "Failed" and trial["reason"] == "OOMKilled", trial
+    assert trial["failures"] == 2 and trial["attempt"] == 1, trial  # retried once, per max_failures=1
+    assert "OOMKilled" in trial.get("message", "") or "memory" in trial.get("message", "").lower(), trial
+
+
+def test_a_trial_on_a_read_only_root_writes_to_tmp_and_home(node_cluster, custom, team, sdk_env):
+    _run(_writes, team, "rootfs", node_cluster, config={})
+    (trial,) = trials_of(custom, team, "rootfs").values()
+    assert trial["phase"] == "Succeeded", trial
+    result = trial["lastResult"]
+    assert result["root_refused"] == 1.0 and result["uid"] == 1000.0, result
+
+
+def test_an_image_that_does_not_exist_is_the_trials_pending_cause(node_cluster, custom, core, team):
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Experiment",
+        "metadata": {"name": "noimage"},
+        "spec": {
+            "trainable": {"entrypoint": "examples.digits.trainable:DigitsTrainable"},
+            "image": "docker.io/kubetune/does-not-exist:0",
+            "config": {"lr": 0.01},
+            "metric": "mean_accuracy",
+            "mode": "max",
+            "storage": {"uri": f"s3://{S3_BUCKET}/noimage", "endpoint": node_cluster.s3_endpoint},
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, team, "experiments", body)
+
+    def waiting():
+        conditions = {c["type"]: c for c in experiment_status(custom, team, "noimage").get("conditions", [])}
+        cond = conditions.get("TrialsWaiting")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = wait_for(waiting, timeout=120, interval=1, what="TrialsWaiting on the Experiment")
+    assert cond["reason"] in ("ErrImagePull", "ImagePullBackOff"), cond
+    (trial,) = trials_of(custom, team, "noimage").values()
+    assert trial["phase"] == "Pending" and trial["reason"] in ("ErrImagePull", "ImagePullBackOff"), trial
+    assert "does-not-exist" in trial["message"], trial
+    events = core.list_namespaced_event(team).items
+    assert any(e.reason == "TrialWaiting" and "does-not-exist" in e.message for e in events)
+
+
+def result_iterations(s3, namespace: str, experiment: str, trial: str) -> list[int]:
+    key = f"{trial_prefix(s3, S3_BUCKET, 'experiments', namespace, experiment, trial)}/result.json"
+    body = s3.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read().decode()
+    return [json.loads(line)["training_iteration"] for line in body.splitlines() if line.strip()]
+
+
+def operator_pod(core):
+    pods = [
+        p
+        for p in core.list_namespaced_pod(SYSTEM).items
+        if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+    ]
+    return pods[0] if len(pods) == 1 and all(c.ready for c in pods[0].status.container_statuses or []) else None
+
+
+def test_trials_end_once_across_kubelet_and_containerd_restarts_a_new_operator_pod_and_a_drain(
+    node_cluster, core, custom, s3, team
+):
+    manifest = yaml.safe_load((ROOT / "examples" / "digits" / "experiment.yaml").read_text())
+    manifest["metadata"]["name"] = "faults"
+    spec = manifest["spec"]
+    spec.update(numSamples=2, maxConcurrentTrials=2, stop={"training_iteration": 40})
+    spec["checkpoint"]["frequency"] = 2
+    spec["resourcesPerTrial"] = {"cpu": "500m", "memory": "512Mi", "gpu": 1}
+    spec["storage"]["endpoint"] = node_cluster.s3_endpoint
+    node_cluster.kubectl("apply", "-n", team, "-f", "-", input=yaml.safe_dump(manifest))
+
+    def progressed(at_least: int):
+        trials = trials_of(custom, team, "faults")
+        its = [(t.get("lastResult") or {}).get("training_iteration", 0) for t in trials.values()]
+        return len(its) == 2 and min(its) >= at_least and its
+
+    base = wait_for(lambda: progressed(2), timeout=240, interval=1, what="both trials past iteration 2")
+    node_cluster.node.restart("kubelet")  # containers keep running; the kubelet finds them again
+    node_cluster.node.restart("containerd")  # shims keep the containers; containerd reconnects
+    wait_for(lambda: progressed(max(base) + 2), timeout=120, interval=1, what="trials reporting after the restarts")
+
+    old = operator_pod(core)
+    core.delete_namespaced_pod(old.metadata.name, SYSTEM)  # the Deployment makes a new one
+    wait_for(
+        lambda: (p := operator_pod(core)) is not None and p.metadata.uid != old.metadata.uid,
+        timeout=180,
+        interval=1,
+        what="a new operator pod, Ready",
+    )
+    mid = wait_for(
+        lambda: progressed(max(base) + 4), timeout=180, interval=1, what="trials reporting to the new operator"
+    )
+
+    # a drain evicts everything on the only node, the operator too; uncordoned, all comes back
+    node_cluster.kubectl(
+        "drain", NODE_NAME, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s", "--grace-period=20"
+    )
+    node_cluster.kubectl("uncordon", NODE_NAME)
+    status = wait_finished(custom, team, "faults", timeout=600)
+    assert status["phase"] == "Succeeded", status
+    trials = trials_of(custom, team, "faults")
+    for name, trial in trials.items():
+        assert trial["phase"] == "Succeeded" and trial.get("failures", 0) == 0, trial  # disruptions are not failures
+        assert trial["attempt"] >= 1, trial  # the drain evicted it: resumed from its checkpoint in a new pod
+        assert result_iterations(s3, team, "faults", name) == list(range(1, 41)), name  # none lost or repeated
+    assert max(mid) < 40
