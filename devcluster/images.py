@@ -60,17 +60,10 @@ def images_dir() -> Path:
 
 
 def _buildah_argv(*args: str) -> list[str]:
-    storage = images_dir() / "buildah"
-    return [
-        "buildah",
-        "--root",
-        str(storage / "root"),
-        "--runroot",
-        str(storage / "run"),
-        "--storage-driver",
-        "vfs",
-        *args,
-    ]
+    """buildah with kubetune's own image storage (overlay: layers are shared, not copied as vfs does)."""
+    storage = images_dir() / "buildah-overlay"
+    argv = ["buildah", "--root", str(storage / "root"), "--runroot", str(storage / "run")]
+    return [*argv, "--storage-driver", "overlay", *args]
 
 
 def _buildah(*args: str, **kwargs) -> subprocess.CompletedProcess:

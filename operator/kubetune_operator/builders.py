@@ -73,6 +73,11 @@ TOKEN_SECRET_KEY = "token"
 #: Name of the pod volume of the attempt's Secret (mounted read-only at ``kubetune.env.ATTEMPT_DIR``);
 #: ``template.volumes`` may not use it.
 ATTEMPT_VOLUME = "kubetune-attempt"
+#: Name of the pod's scratch volume (an emptyDir at :data:`SCRATCH_DIR`): the trial container's root
+#: filesystem is read-only, so ``/tmp`` and ``$HOME`` live there; ``template.volumes`` may not use it.
+SCRATCH_VOLUME = "kubetune-scratch"
+#: Where the scratch volume is mounted; also the trial's ``HOME`` unless ``template.env`` sets one.
+SCRATCH_DIR = "/tmp"
 #: Ray's default CPUs per trial, used when ``resourcesPerTrial.cpu`` is absent (the CRD defaults it too).
 DEFAULT_CPU = "1"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -224,7 +229,9 @@ def build_pod(
     It meets the *restricted* Pod Security Standard (non-root, UID
     ``settings.trials.run_as_user`` unless ``template.securityContext`` says
     otherwise, RuntimeDefault seccomp, no privilege escalation, all capabilities
-    dropped), has no service-account token (trial pods never call the API),
+    dropped), has a read-only root filesystem with a writable emptyDir at
+    :data:`SCRATCH_DIR` that is also ``HOME`` (unless ``template.env`` sets it,
+    or ``template.volumeMounts`` mounts its own ``/tmp``), has no service-account token (trial pods never call the API),
     never restarts (a retry is a new attempt), and takes its termination message
     from the runtime's capped file only (``terminationMessagePolicy: File``: what
     the program printed, credentials included, never reaches the Trial's status).
@@ -289,18 +296,25 @@ def build_pod(
     reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
     if reserved:
         raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
-    if any(v.get("name") == ATTEMPT_VOLUME for v in template.get("volumes") or ()):
-        raise ValueError(f"template.volumes may not name a volume {ATTEMPT_VOLUME}: it belongs to kubetune")
+    taken = {v.get("name") for v in template.get("volumes") or ()} & {ATTEMPT_VOLUME, SCRATCH_VOLUME}
+    if taken:
+        raise ValueError(f"template.volumes may not name a volume {', '.join(sorted(taken))}: it belongs to kubetune")
     secret_name = token_secret_name(name, trial["metadata"]["uid"])
     env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
     env.append({"name": TOKEN, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": TOKEN_SECRET_KEY}}})
+    if not any(e.get("name") == "HOME" for e in user_env):
+        env.append({"name": "HOME", "value": SCRATCH_DIR})
     container = {
         "name": TRIAL_CONTAINER,
         "image": spec.get("image") or settings.trials.default_image,
         "command": list(RUNTIME_COMMAND),
         "env": env + user_env,
         "resources": pod_resources(spec.get("resourcesPerTrial")),
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+        },
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "File",
     }
@@ -308,9 +322,12 @@ def build_pod(
     env_from = ([{"secretRef": {"name": secret}}] if secret else []) + (template.get("envFrom") or [])
     if env_from:
         container["envFrom"] = env_from
+    user_mounts = template.get("volumeMounts") or []
+    scratch = not any(m.get("mountPath", "").rstrip("/") == SCRATCH_DIR for m in user_mounts)
     container["volumeMounts"] = [
         {"name": ATTEMPT_VOLUME, "mountPath": ATTEMPT_DIR, "readOnly": True},
-        *(template.get("volumeMounts") or []),
+        *([{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}] if scratch else []),
+        *user_mounts,
     ]
     labels = {
         **(template.get("labels") or {}),
@@ -336,7 +353,8 @@ def build_pod(
     }
     pod_spec.update({k: template[k] for k in _POD_SPEC_FIELDS if template.get(k)})
     attempt_volume = {"name": ATTEMPT_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
-    pod_spec["volumes"] = [attempt_volume, *(pod_spec.get("volumes") or [])]
+    scratch_volume = [{"name": SCRATCH_VOLUME, "emptyDir": {}}] if scratch else []
+    pod_spec["volumes"] = [attempt_volume, *scratch_volume, *(pod_spec.get("volumes") or [])]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 

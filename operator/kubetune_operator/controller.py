@@ -84,6 +84,11 @@ _RETRY_MESSAGES = {
     "Terminated": "the trial was terminated before it finished, after a final checkpoint",
     "Fenced": "the collector refused the attempt's token; it stopped at once",
 }
+#: Why a container ended, by the kubelet's termination reason, when the runtime could not say (it was killed).
+_KILLED_MESSAGES = {
+    "OOMKilled": "the container went over its memory limit and the kernel killed it (OOMKilled, exit code 137); "
+    "give trials more memory (spec.resourcesPerTrial.memory)",
+}
 #: Status writes of one Trial that fail in a row before the Experiment stops waiting for it: it may finish
 #: without that Trial's last status, which is tried again at ``status.write_interval_s`` and shown in the
 #: ``Degraded`` condition (reason ``TrialStatusNotWritten``) and a Warning event on the Experiment.
@@ -1017,6 +1022,7 @@ class ExperimentController:
                 trial,
                 reason,
                 pod.message
+                or _KILLED_MESSAGES.get(reason)
                 or f"exit code {pod.exit_code} without the runtime's message; `kubectl logs {pod.name}` "
                 "shows what the program printed",
                 now,

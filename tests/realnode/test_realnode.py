@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import yaml
 from devcluster.cluster import S3_BUCKET
 from devcluster.realnode import NODE_NAME
 from tests.integration.support import trial_prefix, wait_for
+from tests.integration.trainables import Counter
 from tests.realnode.conftest import SYSTEM, experiment_status, wait_finished
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,8 +194,8 @@ def test_an_image_that_does_not_exist_is_the_trials_pending_cause(node_cluster, 
     assert any(e.reason == "TrialWaiting" and "does-not-exist" in e.message for e in events)
 
 
-def result_iterations(s3, namespace: str, experiment: str, trial: str) -> list[int]:
-    key = f"{trial_prefix(s3, S3_BUCKET, 'experiments', namespace, experiment, trial)}/result.json"
+def result_iterations(s3, root: str, namespace: str, experiment: str, trial: str) -> list[int]:
+    key = f"{trial_prefix(s3, S3_BUCKET, root, namespace, experiment, trial)}/result.json"
     body = s3.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read().decode()
     return [json.loads(line)["training_iteration"] for line in body.splitlines() if line.strip()]
 
@@ -206,17 +209,34 @@ def operator_pod(core):
     return pods[0] if len(pods) == 1 and all(c.ready for c in pods[0].status.container_statuses or []) else None
 
 
+STEPS = 45
+
+
 def test_trials_end_once_across_kubelet_and_containerd_restarts_a_new_operator_pod_and_a_drain(
-    node_cluster, core, custom, s3, team
+    node_cluster, core, custom, s3, team, sdk_env
 ):
-    manifest = yaml.safe_load((ROOT / "examples" / "digits" / "experiment.yaml").read_text())
-    manifest["metadata"]["name"] = "faults"
-    spec = manifest["spec"]
-    spec.update(numSamples=2, maxConcurrentTrials=2, stop={"training_iteration": 40})
-    spec["checkpoint"]["frequency"] = 2
-    spec["resourcesPerTrial"] = {"cpu": "500m", "memory": "512Mi", "gpu": 1}
-    spec["storage"]["endpoint"] = node_cluster.s3_endpoint
-    node_cluster.kubectl("apply", "-n", team, "-f", "-", input=yaml.safe_dump(manifest))
+    """A cloudpickled class trainable (1 s a step, a checkpoint each step) through ``tune.run``, while the
+    node's kubelet and containerd restart, the operator's pod is deleted, and the node is drained."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["analysis"] = _run(
+                Counter,
+                team,
+                "faults",
+                node_cluster,
+                config={"x": 1, "sleep": 1.0},
+                num_samples=2,
+                stop={"training_iteration": STEPS},
+                checkpoint_freq=1,
+                resources_per_trial={"cpu": "250m", "memory": "256Mi", "gpu": 1},
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
 
     def progressed(at_least: int):
         trials = trials_of(custom, team, "faults")
@@ -239,17 +259,109 @@ def test_trials_end_once_across_kubelet_and_containerd_restarts_a_new_operator_p
     mid = wait_for(
         lambda: progressed(max(base) + 4), timeout=180, interval=1, what="trials reporting to the new operator"
     )
+    assert max(mid) < STEPS - 5, mid  # the drain below still finds both trials running
 
     # a drain evicts everything on the only node, the operator too; uncordoned, all comes back
     node_cluster.kubectl(
         "drain", NODE_NAME, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s", "--grace-period=20"
     )
     node_cluster.kubectl("uncordon", NODE_NAME)
-    status = wait_finished(custom, team, "faults", timeout=600)
+    runner.join(timeout=600)
+    assert not runner.is_alive() and "error" not in outcome, outcome
+    status = experiment_status(custom, team, "faults")
     assert status["phase"] == "Succeeded", status
-    trials = trials_of(custom, team, "faults")
-    for name, trial in trials.items():
+    for name, trial in trials_of(custom, team, "faults").items():
         assert trial["phase"] == "Succeeded" and trial.get("failures", 0) == 0, trial  # disruptions are not failures
         assert trial["attempt"] >= 1, trial  # the drain evicted it: resumed from its checkpoint in a new pod
-        assert result_iterations(s3, team, "faults", name) == list(range(1, 41)), name  # none lost or repeated
-    assert max(mid) < 40
+        assert result_iterations(s3, "sdk", team, "faults", name) == list(range(1, STEPS + 1)), name
+
+
+def test_the_digits_example_runs_through_tune_run_and_its_best_checkpoint_reproduces(
+    node_cluster, custom, team, sdk_env
+):
+    from examples.digits.tune_digits import report, tune_digits
+
+    storage = {
+        "uri": f"s3://{S3_BUCKET}/sdk",
+        "endpoint": node_cluster.s3_endpoint,
+        "region": "us-east-1",
+        "credentialsSecret": "s3-creds",
+    }
+    started = time.monotonic()
+    analysis = tune_digits(namespace=team, storage=storage, name="tune-digits")
+    print(f"\n[realnode] the digits example through tune.run: {time.monotonic() - started:.1f} s")
+    assert experiment_status(custom, team, "tune-digits")["phase"] == "Succeeded"
+    assert report(analysis) > 0.9  # the best checkpoint, downloaded and restored here, scores as reported
+
+
+def test_helm_upgrade_to_a_new_operator_image_while_trials_run_then_uninstall(
+    node_cluster, core, custom, helm, values_file, team, sdk_env, tmp_path
+):
+    """The running trials keep reporting across the operator's replacement (its collector key survives);
+    ``helm uninstall`` then removes every operator object and leaves the Experiment and its Trials."""
+    from tests.realnode.conftest import CHART, RELEASE, chart_values
+
+    ref = node_cluster.node.image("operator")
+    upgraded = ref.rsplit(":", 1)[0] + ":upgraded"
+    node = node_cluster.node
+    subprocess.run(
+        [
+            str(node.bins["ctr"]),
+            "--address",
+            str(node.socket),
+            "-n",
+            "k8s.io",
+            "images",
+            "tag",
+            "--force",
+            ref,
+            upgraded,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    outcome = {}
+    runner = threading.Thread(
+        target=lambda: outcome.update(
+            analysis=_run(
+                Counter,
+                team,
+                "upgrade",
+                node_cluster,
+                config={"x": 1, "sleep": 1.0},
+                stop={"training_iteration": 30},
+                checkpoint_freq=5,
+                resources_per_trial={"cpu": "250m", "memory": "256Mi"},
+            )
+        ),
+        daemon=True,
+    )
+    runner.start()
+    wait_for(
+        lambda: [
+            t
+            for t in trials_of(custom, team, "upgrade").values()
+            if (t.get("lastResult") or {}).get("training_iteration", 0) >= 3
+        ],
+        timeout=180,
+        interval=1,
+        what="the trial running",
+    )
+    values = tmp_path / "upgrade.yaml"
+    values.write_text(yaml.safe_dump(chart_values(node_cluster, upgraded)))
+    helm.run("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(values), "--wait", "--timeout", "180s")
+    pod = wait_for(lambda: operator_pod(core), timeout=120, interval=1, what="the upgraded operator pod")
+    assert pod.spec.containers[0].image == upgraded
+    runner.join(timeout=300)
+    assert not runner.is_alive() and "analysis" in outcome
+    (trial,) = trials_of(custom, team, "upgrade").values()
+    assert trial["phase"] == "Succeeded" and trial["attempt"] == 0 and not trial.get("failures"), trial
+
+    helm.run("uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "120s")
+    assert wait_for(lambda: not core.list_namespaced_pod(SYSTEM).items, timeout=120, what="no operator pod")
+    for kind in ("services", "secrets", "serviceaccounts"):
+        left = node_cluster.kubectl(
+            "get", kind, "-n", SYSTEM, "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name"
+        )
+        assert not left.stdout.strip(), (kind, left.stdout)
+    assert experiment_status(custom, team, "upgrade")["phase"] == "Succeeded"  # the CRDs and Experiments stay

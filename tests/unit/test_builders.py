@@ -319,7 +319,11 @@ def test_pod_meets_the_restricted_pod_security_standard():
         "runAsUser": 1000,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    assert container(p)["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert container(p)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
     assert spec["automountServiceAccountToken"] is False
     for forbidden in ("hostNetwork", "hostPID", "hostIPC"):
         assert forbidden not in spec
@@ -419,16 +423,37 @@ def test_template_overlay_reaches_every_field():
         "imagePullSecrets",
     ):
         assert spec[field] == TEMPLATE[field], field
-    assert spec["volumes"][1:] == TEMPLATE["volumes"] and spec["volumes"][0]["name"] == "kubetune-attempt"
-    assert c["volumeMounts"][1:] == TEMPLATE["volumeMounts"] and c["volumeMounts"][0]["name"] == "kubetune-attempt"
+    assert spec["volumes"][2:] == TEMPLATE["volumes"]
+    assert [v["name"] for v in spec["volumes"][:2]] == ["kubetune-attempt", "kubetune-scratch"]
+    assert c["volumeMounts"][2:] == TEMPLATE["volumeMounts"]
+    assert [m["name"] for m in c["volumeMounts"][:2]] == ["kubetune-attempt", "kubetune-scratch"]
     assert p["metadata"]["annotations"] == {"cost-center": "42"}
     assert c["envFrom"] == [{"secretRef": {"name": "creds"}}, {"configMapRef": {"name": "settings"}}]
     assert spec["automountServiceAccountToken"] is False  # even with a service account
 
 
-def test_the_attempt_volume_name_is_reserved():
-    with pytest.raises(ValueError, match="kubetune-attempt"):
-        pod(experiment(template={"volumes": [{"name": "kubetune-attempt", "emptyDir": {}}]}))
+def test_the_attempt_and_scratch_volume_names_are_reserved():
+    for name in ("kubetune-attempt", "kubetune-scratch"):
+        with pytest.raises(ValueError, match=name):
+            pod(experiment(template={"volumes": [{"name": name, "emptyDir": {}}]}))
+
+
+def test_the_read_only_root_gets_a_writable_tmp_that_is_also_home():
+    p = pod()
+    env = {e["name"]: e.get("value") for e in container(p)["env"]}
+    assert {"name": "kubetune-scratch", "mountPath": "/tmp"} in container(p)["volumeMounts"]
+    assert {"name": "kubetune-scratch", "emptyDir": {}} in p["spec"]["volumes"] and env["HOME"] == "/tmp"
+    own = pod(
+        experiment(
+            template={
+                "env": [{"name": "HOME", "value": "/work"}],
+                "volumes": [{"name": "fast", "emptyDir": {"medium": "Memory"}}],
+                "volumeMounts": [{"name": "fast", "mountPath": "/tmp/"}],
+            }
+        )
+    )
+    assert [e["value"] for e in container(own)["env"] if e["name"] == "HOME"] == ["/work"]  # theirs, not ours too
+    assert "kubetune-scratch" not in [v["name"] for v in own["spec"]["volumes"]]  # their own /tmp instead
 
 
 def test_a_config_larger_than_an_environment_string_travels_in_the_attempt_secret():
@@ -446,7 +471,7 @@ def test_template_env_comes_after_ours():
     p = pod(experiment(template={"env": copy.deepcopy(TEMPLATE["env"])}))
     names = [e["name"] for e in container(p)["env"]]
     assert names[-2:] == ["OMP_NUM_THREADS", "WANDB_KEY"]
-    assert all(n.startswith("KUBETUNE_") for n in names[:-2])
+    assert all(n.startswith("KUBETUNE_") for n in names[:-3]) and names[-3] == "HOME"
     assert container(p)["env"][-1] == TEMPLATE["env"][1]
 
 
@@ -473,8 +498,8 @@ def test_empty_template_adds_nothing():
         "volumes",
     }
     assert "annotations" not in p["metadata"]
-    assert [v["name"] for v in p["spec"]["volumes"]] == ["kubetune-attempt"]  # the attempt's Secret only
-    assert [m["name"] for m in container(p)["volumeMounts"]] == ["kubetune-attempt"]
+    assert [v["name"] for v in p["spec"]["volumes"]] == ["kubetune-attempt", "kubetune-scratch"]  # ours only
+    assert [m["name"] for m in container(p)["volumeMounts"]] == ["kubetune-attempt", "kubetune-scratch"]
 
 
 def test_build_pod_does_not_change_or_alias_its_inputs():

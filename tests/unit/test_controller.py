@@ -112,6 +112,16 @@ def test_failed_attempt_retries_then_fails_the_trial(ctl):
     assert trial.phase == "Failed" and trial.status["message"] == "Traceback: boom again"
 
 
+def test_an_oom_killed_attempt_says_it_went_over_its_memory_limit(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    oom = PodView("exp-00000-0", "exp-00000", 0, "Failed", reason="OOMKilled", exit_code=137)
+    ctl.plan({"exp-00000-0": oom}, T0 + 2)
+    trial = ctl.trials["exp-00000"]
+    assert trial.status["failures"] == 1 and trial.status["reason"] == "Retrying"
+    assert "over its memory limit" in trial.status["message"] and "resourcesPerTrial.memory" in trial.status["message"]
+
+
 def test_running_pod_that_vanishes_is_retried_without_counting_a_failure(ctl):
     adopt_created(ctl, ctl.plan({}, T0))
     ctl.plan({}, T0 + 1)
