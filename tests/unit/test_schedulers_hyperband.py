@@ -21,7 +21,7 @@ def report(scheduler, trial_id: str, t: int, value: float) -> str:
 
 def small(n: int = 5, **params):
     """max_t=9, eta=3: Ray's brackets (3, 9), (5, 3), (9, 1). Three placeholders fill the first, so the
-    ``n`` trials ``t0``.. join the (5 trials, rung 3) bracket, whose rungs are 3 and then min(9, 9 - 3) = 6."""
+    ``n`` trials ``t0``.. join the (5 trials, rung 3) bracket, whose rungs are 3 and then min(9, 9) = 9."""
     scheduler = hyperband(max_t=9, reduction_factor=3, **params)
     for i in range(3):
         scheduler.on_trial_add(f"f{i}")
@@ -47,14 +47,15 @@ def test_brackets_are_rays_in_rays_order(params, expected):
 
 
 def test_rungs_follow_rays_rule_up_to_its_last_one():
-    # The (81 trials, r=1) bracket: rungs 1, 3, 9, 27, then min(81, 81 - 27) = 54, where its trials stop.
+    # The (81 trials, r=1) bracket: rungs 1, 3, 9, 27, then min(81, 81) = 81 (Ray 2.x; 0.8.7's
+    # min(81, 81 - 27) = 54 left its survivors short of max_t), where its trials stop.
     scheduler = hyperband()
     for i in range(5 + 8 + 15 + 34):
         scheduler.on_trial_add(f"f{i}")
     scheduler.on_trial_add("x")  # alone in its bracket: promoted at every rung once the search is finished
     scheduler.choose_trial_to_run([], search_finished=True)
-    decisions = [report(scheduler, "x", t, 1.0) for t in range(1, 55)]
-    assert decisions == [CONTINUE] * 53 + [STOP]
+    decisions = [report(scheduler, "x", t, 1.0) for t in range(1, 82)]
+    assert decisions == [CONTINUE] * 80 + [STOP]
 
 
 def test_trials_pause_at_the_rung_until_all_arrive_then_the_best_third_goes_on():
@@ -76,9 +77,9 @@ def test_the_reporting_trial_continues_when_promoted_and_stops_at_the_last_rung(
     for i in range(4):
         report(scheduler, f"t{i}", 3, 0.1)
     assert report(scheduler, "t4", 3, 1.0) == CONTINUE
-    assert [report(scheduler, "t4", t, 1.0) for t in (4, 5, 6)] == [CONTINUE, CONTINUE, PAUSE]  # rung 6
+    assert [report(scheduler, "t4", t, 1.0) for t in range(4, 10)] == [CONTINUE] * 5 + [PAUSE]  # rung 9
     report(scheduler, "t3", 4, 0.1)  # t3 was promoted too (of equal values, the later arrival ranks higher)
-    assert report(scheduler, "t3", 6, 0.1) == STOP  # the bracket is finished: everyone stops
+    assert report(scheduler, "t3", 9, 0.1) == STOP  # the bracket is finished: everyone stops
     assert scheduler.trials_to_stop(["t4"]) == ["t4"]
 
 
@@ -87,7 +88,8 @@ def test_an_unfilled_bracket_waits_until_the_search_is_finished():
     assert report(scheduler, "t0", 3, 1.0) == PAUSE and report(scheduler, "t1", 3, 2.0) == PAUSE
     assert scheduler.choose_trial_to_run(["t0", "t1"]) is None  # three more trials would join in Ray
     # the searcher is finished: both of ceil(5 / 3) = 2 go on
-    assert sorted(scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True) for _ in range(2)) == ["t0", "t1"]
+    assert scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True) == "t0"
+    assert scheduler.choose_trial_to_run(["t1"], search_finished=True) == "t1"  # t0 runs now
 
 
 def test_ranking_follows_the_mode():
@@ -114,13 +116,15 @@ def test_a_bracket_takes_its_n0_trials_in_creation_order_even_when_some_ended():
     assert scheduler.brackets() == [(3, 9), (5, 3), (9, 1)]
 
 
-def test_late_result_of_a_judged_out_trial_gets_stop_and_removal_clears_it():
+def test_late_result_of_a_judged_out_trial_gets_stop_and_its_removal_keeps_it_stopped():
     scheduler = small()
     for i in range(5):
         report(scheduler, f"t{i}", 3, i)
     assert report(scheduler, "t0", 4, 100.0) == STOP
     scheduler.on_trial_remove("t0")
-    assert "t0" not in scheduler.trials_to_stop(["t0"])
+    # an operator killed after journaling the end, before the Trial showed it, finds t0 paused: ended again
+    assert scheduler.trials_to_stop(["t0", "t3"]) == ["t0"]
+    assert scheduler.choose_trial_to_run(["t0"]) is None
 
 
 def test_stop_last_trials_false_lets_the_last_rung_run_on():
@@ -166,8 +170,8 @@ def test_a_winner_that_paused_on_an_earlier_answer_is_resumed():
     assert report(scheduler, "t0", 3, 1.0) == PAUSE and report(scheduler, "t1", 3, 2.0) == PAUSE
     assert scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True) == "t0"
     assert scheduler.choose_trial_to_run(["t1"], search_finished=True) == "t1"
-    assert report(scheduler, "t1", 6, 4.0) == PAUSE  # at the last rung first: t1's runtime will pause
-    assert report(scheduler, "t0", 6, 2.0) == STOP  # the bracket is finished
+    assert report(scheduler, "t1", 9, 4.0) == PAUSE  # at the last rung first: t1's runtime will pause
+    assert report(scheduler, "t0", 9, 2.0) == STOP  # the bracket is finished
     assert scheduler.trials_to_stop(["t1"]) == ["t1"]  # the paused one is ended too, not forgotten
 
 
@@ -177,4 +181,27 @@ def test_the_trial_whose_result_decides_a_rung_is_listed_too():
     report(scheduler, "t0", 3, 1.0), report(scheduler, "t1", 3, 2.0)
     assert report(scheduler, "t2", 3, 0.5) == STOP  # answered directly, and listed: were it pausing, it ends
     assert scheduler.trials_to_stop(["t0", "t1", "t2"]) == ["t2"]
-    assert sorted(scheduler.choose_trial_to_run(["t0", "t1"]) for _ in range(2)) == ["t0", "t1"]
+    assert scheduler.choose_trial_to_run(["t0", "t1"]) == "t0" and scheduler.choose_trial_to_run(["t1"]) == "t1"
+
+
+@pytest.mark.parametrize("first", range(5))
+def test_every_brackets_survivors_reach_max_t(first):
+    # Ray 2.x's fix of 0.8.7's rule: the survivors of every bracket of max_t 81 run to 81, not 54.
+    scheduler = hyperband()
+    for i in range(sum((5, 8, 15, 34, 81)[:first])):
+        scheduler.on_trial_add(f"f{i}")
+    scheduler.on_trial_add("x")  # alone in bracket `first`: promoted at every rung once the search is finished
+    scheduler.choose_trial_to_run([], search_finished=True)
+    decisions = [report(scheduler, "x", t, 1.0) for t in range(1, 82)]
+    assert decisions == [CONTINUE] * 80 + [STOP]
+
+
+def test_a_chosen_trial_whose_resume_was_lost_is_chosen_again():
+    # The operator journals the choice, then dies before the Trial shows the resume: still paused, it is
+    # chosen again (it would otherwise wait for good), and once past its rung it is not.
+    scheduler = small(n=2)
+    report(scheduler, "t0", 3, 1.0), report(scheduler, "t1", 3, 2.0)
+    assert scheduler.choose_trial_to_run(["t0", "t1"], search_finished=True) == "t0"
+    assert scheduler.choose_trial_to_run(["t0", "t1"]) == "t0"
+    assert report(scheduler, "t0", 9, 1.0) == PAUSE
+    assert scheduler.choose_trial_to_run(["t0", "t1"]) == "t1"

@@ -68,9 +68,9 @@ class _Bracket:
         """Advance one rung; return the trials that did not make it (removed from ``live``)."""
         self.halves -= 1
         self.n = math.ceil(self.n / self.eta)
-        # Ray's rule, to the letter: the next rung is r * eta, capped at max_t - (this rung), so with
-        # max_t 81 and eta 3 the 1-iteration bracket's rungs are 1, 3, 9, 27 and then 54
-        self.r = int(min(self.r * self.eta, self.max_t - self.cumul_r))
+        # Ray 2.x's rule: the next rung is r * eta, capped at max_t (Ray 0.8.7 capped it at
+        # max_t - r, which left the 1-iteration bracket of max_t 81 at 54; Ray fixed that)
+        self.r = int(min(self.r * self.eta, self.max_t))
         self.cumul_r = self.r
 
         def score(trial_id: str) -> float:
@@ -115,7 +115,7 @@ class HyperBandScheduler(TrialScheduler):
     trials run for ``r = int(max_t * reduction_factor**-s)`` first (defaults: (5, 81),
     (8, 27), (15, 9), (34, 3), (81, 1)); a bracket whose ``r`` would be 0 is skipped.
     At each rung the best ``ceil(n / reduction_factor)`` continue to the next rung,
-    ``min(r * reduction_factor, max_t - r)`` (Ray's rule); after the last rung the
+    ``min(r * reduction_factor, max_t)`` (Ray 2.x's rule); after the last rung the
     bracket's trials stop (``stop_last_trials``).
 
     Args:
@@ -128,6 +128,9 @@ class HyperBandScheduler(TrialScheduler):
     Raises:
         ValueError: missing metric/mode, ``max_t < 1`` or ``reduction_factor <= 1``.
     """
+
+    #: Fill a band's brackets from the largest (most halvings) down, as Ray's ``HyperBandForBOHB``.
+    largest_first = False
 
     @checked
     def __init__(
@@ -156,7 +159,7 @@ class HyperBandScheduler(TrialScheduler):
             if not self._bands or len(self._bands[-1]) == self._s_max_1:
                 self._bands.append([])
             band = self._bands[-1]
-            s = len(band)
+            s = self._s_max_1 - 1 - len(band) if self.largest_first else len(band)
             r0 = int(self.max_t * self.eta**-s)
             if r0 == 0:  # bracket too small for this max_t: skipped, as in Ray
                 band.append(None)
@@ -221,9 +224,10 @@ class HyperBandScheduler(TrialScheduler):
             return
         bracket = self._bracket(where)
         bracket.live.pop(trial_id, None)
-        for ids in (bracket.promoted, bracket.stopped):
-            if trial_id in ids:
-                ids.remove(trial_id)
+        if trial_id in bracket.promoted:
+            bracket.promoted.remove(trial_id)
+        # a judged-out trial stays in ``stopped``: an operator killed after journaling its end but before
+        # the Trial showed it finds it paused still, and ends it again (``trials_to_stop`` lists paused ones)
         self._process(bracket)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None) -> None:
@@ -233,7 +237,7 @@ class HyperBandScheduler(TrialScheduler):
         self._forget(trial_id)
 
     def choose_trial_to_run(self, paused_ids: Sequence[str], search_finished: bool = False) -> str | None:
-        """A paused trial promoted to the next rung (it leaves the promoted list), or None;
+        """A paused trial promoted to the next rung and still short of it, or None;
         ``search_finished`` closes unfilled brackets (no more trials will join them)."""
         brackets = [b for band in self._bands for b in band if b is not None]
         if search_finished:
@@ -244,9 +248,10 @@ class HyperBandScheduler(TrialScheduler):
         paused = set(paused_ids)
         for bracket in brackets:
             for trial_id in bracket.promoted:
-                # still short of its next rung: a trial that paused there again waits for that rung
+                # still short of its next rung: a trial that paused there again waits for that rung.
+                # A chosen trial stays listed (it is no longer paused once resumed): an operator killed
+                # after journaling this call but before the Trial showed the resume chooses it again.
                 if trial_id in paused and bracket.continue_trial(trial_id):
-                    bracket.promoted.remove(trial_id)  # resumed now
                     return trial_id
         return None
 
