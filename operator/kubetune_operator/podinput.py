@@ -41,7 +41,8 @@ def result_problem(result: Any) -> str | None:
     :data:`PROGRESS_NUMBERS` (when present and not null) finite numbers >= 0, and ``done`` (when present) a
     boolean. Other values may be NaN or infinite, as Ray allows in results: the schedulers read them as Ray's
     do, and a status only ever shows finite values (``status.compact_result``, ``status.metric_value``).
-    About 1.6 us per result of ten keys: the collector checks every result it is sent.
+    The collector checks every result it is sent: about 1.5 us for a result of 8 flat keys, 3.7 us for one
+    as the runtime fills it in (20 keys, one nested).
 
     Returns:
         A line naming the key and what it must be, without the value sent, e.g.
