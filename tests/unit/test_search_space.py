@@ -32,6 +32,7 @@ from kubetune.search import (
     space_warnings,
     uniform,
 )
+from kubetune.search.variants import generate_variants
 
 N = 4000
 
@@ -417,7 +418,42 @@ def test_a_distribution_kubetune_has_not_is_refused_with_the_known_domains():
     assert parse_space(space) == space
 
 
-def test_the_sdk_refuses_such_a_constant_before_the_operator_would():
-    with pytest.raises(ValueError, match=r"^config\.init: 'normal' is not a domain kubetune knows \(use randn"):
-        space_spec({"init": {"normal": [0, 0.02]}})
+def test_the_sdk_writes_an_object_named_like_a_domain_as_the_object_it_is():
+    # issue 23: SDK values are what they are under any key; a one-key object named like a domain (known
+    # or not) travels as {"kubetune/object": ...}, which the operator reads back as that object
+    assert space_spec({"init": {"normal": [0, 0.02]}}) == {"init": {"kubetune/object": {"normal": [0, 0.02]}}}
     assert space_spec({"init": {"normal": 0.02}}) == {"init": {"normal": 0.02}}
+    assert parse_space(space_spec({"init": {"normal": [0, 0.02]}})) == {"init": {"normal": [0, 0.02]}}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"choice": "adam"},
+        {"choice": ["a", "b"]},
+        {"uniform": 0.5, "grid_search": 3},
+        {"opt": {"choice": ["a", "b"]}},
+        {"opt": {"grid_search": 2, "x": 1}},
+        {"opt": {"uniform": [1, 2], "choice": 3}},
+        {"opt": {"kubetune/object": {"x": 1}}},
+        {"opt": {"normal": [0, 1]}},
+    ],
+)
+def test_constants_under_any_key_reach_the_trial_as_they_are(config):
+    (variant, _), *rest = generate_variants(space_spec(config))
+    assert variant == config and rest == []
+
+
+def test_a_domain_under_a_key_named_like_a_domain_stays_a_domain():
+    variants = generate_variants(space_spec({"uniform": uniform(-5, -1)}), num_samples=3, seed=1)
+    assert all(-5 <= config["uniform"] < -1 for config, _ in variants)
+    nested = generate_variants(space_spec({"o": {"choice": choice(["a", "b"])}}), num_samples=4, seed=1)
+    assert {config["o"]["choice"] for config, _ in nested} <= {"a", "b"}
+
+
+def test_a_manifest_config_root_is_never_a_domain_and_below_it_the_json_form_is():
+    assert parse_space({"choice": ["a", "b"]}) == {"choice": ["a", "b"]}
+    assert parse_space({"uniform": [0, 1]}) == {"uniform": [0, 1]}
+    assert isinstance(parse_space({"lr": {"uniform": [0, 1]}})["lr"], Domain)
+    grid = {"a": {"kubetune/object": {"grid_search": [1, 2]}}}  # the SDK never writes it: tune.grid_search is a grid
+    assert generate_variants(grid) == [({"a": {"grid_search": [1, 2]}}, "0")]

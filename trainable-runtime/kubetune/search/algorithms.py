@@ -74,7 +74,7 @@ class BasicVariantGenerator(Searcher):
                     f"BasicVariantGenerator: points_to_evaluate[{i}] must be a dict of values "
                     f"(no domains), got {point!r}"
                 )
-            points.append(space_spec(point, f"points_to_evaluate[{i}]"))
+            points.append(space_spec(point, f"points_to_evaluate[{i}]", values=True))
         if not isinstance(constant_grid_search, bool):
             raise ValueError(
                 f"BasicVariantGenerator: constant_grid_search must be a bool, got {constant_grid_search!r}"

@@ -669,9 +669,32 @@ def unknown_domain(name: Any, args: Any) -> str | None:
 # --------------------------------------------------------------------------- JSON -> domains
 
 
+#: The JSON form of an object that is not a domain though it has one key named like one
+#: (``{"kubetune/object": {"choice": "adam"}}`` is the object ``{"choice": "adam"}``): what the SDK
+#: writes for such an object of the user's, so the operator reads it as the user meant it.
+OBJECT = "kubetune/object"
+
+
+class PlainObject(dict):
+    """An object of the user's in a parsed space (from :data:`OBJECT`): never a domain nor a grid,
+    whatever its keys; its values are spaces."""
+
+
+def _reads_as_domain(value: dict) -> bool:
+    """Whether :func:`parse_space` would take the object ``value`` for a domain (or refuse it as one)."""
+    if sum(1 for k in value if k in DOMAIN_NAMES) > 1:
+        return True
+    if len(value) != 1:
+        return False
+    ((name, args),) = value.items()
+    if name == GRID_SEARCH:  # what tune.grid_search gives: a grid in Ray's SDK too
+        return False
+    return name in DOMAIN_NAMES or name == OBJECT or unknown_domain(name, args) is not None
+
+
 def is_grid(value: Any) -> bool:
     """Whether ``value`` is a grid-search marker ``{"grid_search": [...]}``."""
-    return isinstance(value, dict) and len(value) == 1 and GRID_SEARCH in value
+    return isinstance(value, dict) and not isinstance(value, PlainObject) and len(value) == 1 and GRID_SEARCH in value
 
 
 def _domain_from_spec(name: str, args: Any) -> Any:
@@ -716,13 +739,16 @@ def space_warnings(spec: Any, path: str = "config") -> list[str]:
 def parse_space(spec: Any, path: str = "config") -> Any:
     """Turn a JSON parameter space (``spec.config``) into one holding :class:`Domain` objects.
 
-    A one-key dict whose key is in :data:`DOMAIN_NAMES` is a domain; its value is
+    The root (``path`` ``"config"``, the default) is an object of parameters, never a domain. Below
+    it, a one-key dict whose key is in :data:`DOMAIN_NAMES` is a domain; its value is
     Ray's positional arguments as a list (``{"quniform": [0, 1, 0.1]}``) or its
     keyword arguments as an object (``{"uniform": {"lower": 0, "upper": 1}}``);
     ``choice`` takes the categories list itself. ``grid_search`` stays a
     ``{"grid_search": [...]}`` dict whose values are parsed as spaces in turn (a value may be
     a domain or a nested ``grid_search``, as in Ray). Other dicts and
-    lists are walked recursively; anything else is a constant. Domain objects
+    lists are walked recursively; ``{"kubetune/object": {...}}`` (:data:`OBJECT`) is the object it
+    holds (a :class:`PlainObject`), walked the same way but never a domain or grid itself; anything
+    else is a constant. Domain objects
     already present (SDK input) are kept as they are. The input is not modified.
 
     Args:
@@ -738,11 +764,16 @@ def parse_space(spec: Any, path: str = "config") -> Any:
             has not (:func:`unknown_domain`: ``{"gaussian": [0, 1]}``); the message starts with its path,
             e.g. ``"config.optimizer.lr: loguniform: log scale needs lower > 0, ..."``.
     """
+    if isinstance(spec, PlainObject) or (
+        isinstance(spec, dict) and len(spec) == 1 and isinstance(spec.get(OBJECT), dict)
+    ):
+        fields = spec if isinstance(spec, PlainObject) else spec[OBJECT]
+        return PlainObject({k: parse_space(v, f"{path}.{k}") for k, v in fields.items()})
     if isinstance(spec, dict):
         domains = sorted(k for k in spec if k in DOMAIN_NAMES)
-        if len(domains) > 1:
+        if len(domains) > 1 and path != "config":
             raise ValueError(f"{path}: one object holds several domains ({', '.join(domains)}); give each its own key")
-        if len(spec) == 1:
+        if len(spec) == 1 and path != "config":
             name, args = next(iter(spec.items()))
             problem = unknown_domain(name, args)
             if problem:
@@ -765,22 +796,28 @@ def parse_space(spec: Any, path: str = "config") -> Any:
     return spec
 
 
-def space_spec(space: Any, path: str = "config", on_function: Callable[[Function], Any] | None = None) -> Any:
+def space_spec(
+    space: Any, path: str = "config", on_function: Callable[[Function], Any] | None = None, values: bool = False
+) -> Any:
     """Turn an SDK parameter space (with :class:`Domain` objects) into its JSON form, ``spec.config``.
 
     The inverse of :func:`parse_space`: domains become ``{name: [args]}``, tuples lists, NumPy
-    scalars Python numbers; dict keys must be strings.
+    scalars Python numbers; dict keys must be strings. ``{"grid_search": [...]}`` is a grid, as in Ray.
+    Any other dict below the root with one key named like a domain (``{"choice": "adam"}``,
+    ``{"uniform": tune.uniform(-5, -1)}``, ``{"normal": [0, 1]}``), or with several, is the user's object, written as ``{"kubetune/object": {...}}`` (:data:`OBJECT`) so that the operator
+    does not read it as a domain.
 
     Args:
         space: the parameter space.
         path: name of the root in error messages.
         on_function: gives the JSON that stands for a ``sample_from`` function (the SDK pickles it
             for the trial pod, :class:`kubetune.shipping.FunctionPickles`).
+        values: ``space`` holds values only (a point of ``points_to_evaluate``, which the operator
+            reads as values): objects are written as they are.
 
     Raises:
         ValueError: a ``sample_from`` function without ``on_function`` (user code the operator does not
-            run), a non-string key, a one-key dict the operator would refuse (:func:`unknown_domain`), or
-            a value JSON cannot hold (the message gives its path and suggests ``with_parameters`` for
+            run), a non-string key, or a value JSON cannot hold (the message gives its path and suggests ``with_parameters`` for
             large objects).
     """
     if isinstance(space, Function):
@@ -796,12 +833,10 @@ def space_spec(space: Any, path: str = "config", on_function: Callable[[Function
         bad = [k for k in space if not isinstance(k, str)]
         if bad:
             raise ValueError(f"{path}: keys must be strings, got {bad[0]!r}")
-        problem = unknown_domain(*next(iter(space.items()))) if len(space) == 1 else None
-        if problem:  # the operator would refuse this constant: refused before anything is uploaded
-            raise ValueError(f"{path}: {problem}")
-        return {k: space_spec(v, f"{path}.{k}", on_function) for k, v in space.items()}
+        encoded = {k: space_spec(v, f"{path}.{k}", on_function, values) for k, v in space.items()}
+        return {OBJECT: encoded} if not values and path != "config" and _reads_as_domain(space) else encoded
     if isinstance(space, (list, tuple)):
-        return [space_spec(v, f"{path}[{i}]", on_function) for i, v in enumerate(space)]
+        return [space_spec(v, f"{path}[{i}]", on_function, values) for i, v in enumerate(space)]
     if space is None or isinstance(space, str):
         return space
     for kind in (bool, int, float):  # subclasses too (numpy.float64): plain Python numbers
