@@ -219,6 +219,7 @@ def test_nan_and_inf_are_filtered(file_root, tmp_path):
 
     only_nan = join_uri(file_root, "team", "allnan", UID)
     write_trial(only_nan, "allnan-00000", series([math.nan, math.nan]), workdir=tmp_path)
+    write_trial(only_nan, "allnan-00001", series([math.nan]), workdir=tmp_path)
     grid = ResultGrid(ExperimentAnalysis(only_nan, "score", "max"))
     with pytest.raises(RuntimeError, match="all values reported for this metric are NaN"):
         grid.get_best_result()
@@ -440,3 +441,18 @@ def test_a_multi_objective_experiment_has_no_single_best_but_a_pareto_front(file
         ExperimentAnalysis(exp, "loss", "min").pareto_front  # noqa: B018 - the property raises
     with pytest.raises(ValueError, match="mode must give one of max/min per metric"):
         ExperimentAnalysis(exp, ["loss", "latency"], ["min"])
+
+
+def test_a_single_trial_is_the_best_result_whatever_the_metric_and_repr_hides_auto_filled_keys(file_root, tmp_path):
+    # issue 23: Ray's ResultGrid returns the only trial without asking for a metric, and Result's repr
+    # shows what the trainable reported, not the fields every result gets
+    exp = join_uri(file_root, "team", "single", UID)
+    write_trial(exp, "single-00000", series([math.nan, 2.0]), workdir=tmp_path)
+    grid = ResultGrid(ExperimentAnalysis(exp))
+    best = grid.get_best_result()
+    assert best.metrics["score"] == 2.0 and grid.get_best_result("missing", "min").metrics["score"] == 2.0
+    text = repr(best)
+    assert text.startswith("Result(\n  metrics={") and "'score': 2.0" in text and "'loss': -2.0" in text
+    for hidden in ("training_iteration", "time_total_s", "date", "pid", "hostname", "config", "trial_id"):
+        assert f"'{hidden}'" not in text, hidden
+    assert f"path={best.path!r}" in text and "error" not in text

@@ -361,3 +361,20 @@ def test_as_trainable_class():
         wrap_function(lambda: None)
     with pytest.raises(TypeError, match="must accept"):
         wrap_function(lambda config, a, b: None)
+
+
+def test_a_function_that_checkpoints_and_returns_without_reporting_keeps_both(tmp_path):
+    # issue 23: Ray keeps the checkpoint and a final result; the checkpoint rode on nothing here before
+    def fn(config):
+        with kubetune.checkpoint_dir(step=0) as d:
+            with open(os.path.join(d, "state.txt"), "w") as f:
+                f.write("saved")
+
+    t = wrap_function(fn)({}, logdir=str(tmp_path))
+    final = t.train()
+    assert RESULT_DUPLICATE not in final and final["done"] is True and final["should_checkpoint"] is True
+    assert final["training_iteration"] == 1 and final["trial_id"] == "default"
+    path = t.save()
+    assert open(os.path.join(path, "state.txt")).read() == "saved"
+    assert t.train()[RESULT_DUPLICATE] is True  # finished: the final result is not logged twice
+    t.stop()

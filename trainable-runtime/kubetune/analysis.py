@@ -721,6 +721,15 @@ class ExperimentAnalysis:
         return self._frame_by_trial([(trial.trial_id, trial.last_result)])
 
 
+#: What ``repr(Result)`` leaves out of the metrics, as Ray 2.x's (``AUTO_RESULT_KEYS`` and the
+#: reporter's ``BLACKLISTED_KEYS``): the fields a trainable's results get without the user's code.
+HIDDEN_RESULT_KEYS = frozenset(
+    "training_iteration time_total_s episodes_total timesteps_total node_ip hostname pid time_this_iter_s "
+    "timestamp experiment_id date time_since_restore iterations_since_restore timesteps_since_restore config "
+    "warmup_time done trial_id experiment_tag should_checkpoint".split()
+)
+
+
 class Result:
     """One trial's outcome (Ray 2.x's ``Result``); made by :class:`ResultGrid`.
 
@@ -762,7 +771,12 @@ class Result:
         return self._analysis._trial_dataframe(self._trial)
 
     def __repr__(self) -> str:
-        return f"Result(path={self.path!r}, metrics={self.metrics!r}, error={self.error!r})"
+        """Ray 2.x's form: the error's type (when failed), the metrics without the auto-filled keys, the path."""
+        shown = {"error": type(self.error).__name__} if self.error is not None else {}
+        shown["metrics"] = {k: v for k, v in self.metrics.items() if k not in HIDDEN_RESULT_KEYS}
+        shown["path"] = self.path
+        fields = ",\n".join(f"  {key}={value!r}" for key, value in shown.items())
+        return f"Result(\n{fields}\n)"
 
 
 class ResultGrid:
@@ -785,13 +799,16 @@ class ResultGrid:
     def get_best_result(
         self, metric: str | None = None, mode: str | None = None, scope: str = "last", filter_nan_and_inf: bool = True
     ) -> Result:
-        """The Result of :meth:`ExperimentAnalysis.get_best_trial` (same arguments).
+        """The Result of :meth:`ExperimentAnalysis.get_best_trial` (same arguments); of an experiment of
+        one trial, that trial's, whatever the metric (as Ray).
 
         Raises:
             ValueError: no metric or mode here nor in the experiment, a bad mode or scope; for an
                 experiment with several objectives, no ``metric`` and ``mode`` for one of them.
             RuntimeError: no trial reported a (finite, with ``filter_nan_and_inf``) value of the metric.
         """
+        if len(self._analysis.trials) == 1:
+            return Result(self._analysis, self._analysis.trials[0])
         if not metric or not mode:
             self._analysis._several_objectives()
         if not metric and not self._analysis.default_metric:

@@ -102,6 +102,10 @@ class FunctionTrainable(Trainable):
         if kind == "error":
             raise payload
         self._incoming = new_checkpoint
+        if kind == "done" and not self._last_result and new_checkpoint is not None:
+            # the function checkpointed but never reported: as Ray, the checkpoint is kept, with a final
+            # result (the auto-filled fields) that it belongs to
+            return {DONE: True, SHOULD_CHECKPOINT: True}
         if kind == "done":
             return {
                 **self._last_result,
