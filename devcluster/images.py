@@ -234,7 +234,17 @@ def build_images(targets=TARGETS) -> dict[str, Image]:
             _save(ref, target, archive)
             _record(target, time.monotonic() - started, ref=ref, bytes=archive.stat().st_size)
         out[target] = Image(target, ref, archive)
+        _prune(target, keep=archive)
     return out
+
+
+def _prune(target: str, keep: Path, newest: int = 2) -> None:
+    """Delete all but the ``newest`` archives of ``target`` (``keep`` always stays) and their buildah images."""
+    archives = sorted(images_dir().glob(f"{target}-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in [a for a in archives[newest:] if a != keep]:
+        old.unlink(missing_ok=True)
+        tag = old.stem.split("-", 1)[1]
+        subprocess.run(_buildah_argv("rmi", f"docker.io/kubetune/{target}:{tag}"), capture_output=True)
 
 
 def load_images(images: dict[str, Image], ctr: Path, address: Path) -> None:

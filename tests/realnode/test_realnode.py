@@ -87,6 +87,25 @@ def test_the_digits_manifest_runs_to_succeeded_in_containers_reporting_through_t
     assert any("events.out.tfevents" in k for k in stored), stored[:20]
 
 
+def test_a_150_kb_config_reaches_the_trial_container_whole(node_cluster, custom, s3, team):
+    """Over Linux's 128 KiB for one environment string: the config travels in the attempt's Secret volume."""
+    manifest = yaml.safe_load((ROOT / "examples" / "digits" / "experiment.yaml").read_text())
+    manifest["metadata"]["name"] = "bigconfig"
+    spec = manifest["spec"]
+    blob = "x" * 150_000
+    spec["config"]["blob"] = blob  # DigitsTrainable ignores keys it does not know
+    spec.update(numSamples=1, stop={"training_iteration": 1})
+    spec["resourcesPerTrial"] = {"cpu": "250m", "memory": "512Mi"}
+    spec["storage"]["endpoint"] = node_cluster.s3_endpoint
+    node_cluster.kubectl("apply", "--server-side", "-n", team, "-f", "-", input=yaml.safe_dump(manifest))
+    status = wait_finished(custom, team, "bigconfig", timeout=240)
+    assert status["phase"] == "Succeeded", status
+    (name,) = trials_of(custom, team, "bigconfig")
+    key = f"{trial_prefix(s3, S3_BUCKET, 'experiments', team, 'bigconfig', name)}/result.json"
+    first = json.loads(s3.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read().decode().splitlines()[0])
+    assert first["config"]["blob"] == blob
+
+
 def _allocate(config):
     """Allocates ``config["mib"]`` MiB, reporting after each 16 MiB (runs in the trial's container)."""
     import kubetune
