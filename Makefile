@@ -31,9 +31,10 @@ host-packages:
 	fi
 
 # The real node's binaries and the images it runs (kubelet, containerd, CoreDNS; Dockerfile targets).
+# Both at once: Go compiles while buildah mostly waits on the package index (images take pause last).
 node: binaries host-packages
-	$(PYTHON) -m devcluster build --node
-	$(PYTHON) -m devcluster images
+	$(PYTHON) -m devcluster build --node & build=$$!; \
+	$(PYTHON) -m devcluster images; images=$$?; wait $$build && exit $$images
 
 # Two runs, one cluster each: the process-kubelet suite, then the real node's (pytest -m realnode).
 test: node

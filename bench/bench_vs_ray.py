@@ -23,8 +23,13 @@ Ray Tune lives in a benchmark-only virtual environment that this script creates 
 (``~/.cache/kubetune/bench-ray-venv``: ``pip install "ray[tune]" scikit-learn``) or that
 ``--ray-python`` names; it is never a dependency of kubetune or of ``make test``.
 
+``--real-node`` (as root) runs kubetune's side on the real node instead (``devcluster.realnode``:
+trials are containers of the ``examples`` image; the operator stays a local process, its collector on
+the node's gateway), so the same case run with and without it gives the real node's cost beside the
+process kubelet's, each against Ray in its own invocation.
+
 Run: ``.venv/bin/python bench/bench_vs_ray.py [--rounds 3] [--cases fifo,asha,digits,onestep,slots8]
-[--ray-python PATH]`` (``--cases pbt,pb2,random32`` for the PBT and PB2 comparison).
+[--ray-python PATH] [--real-node]`` (``--cases pbt,pb2,random32`` for the PBT and PB2 comparison).
 """
 
 from __future__ import annotations
@@ -248,6 +253,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cases", default="fifo,asha,digits,onestep,slots8")
     parser.add_argument("--ray-python", default=None, help="a Python with ray[tune] (default: create the bench venv)")
+    parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="kubetune's trials in containers on the real node (root; images from devcluster.images) "
+        "instead of the process kubelet",
+    )
     args = parser.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     unknown = set(cases) - set(CASES) - set(DIGITS_CASES)
@@ -258,7 +269,8 @@ def main() -> int:
     best: dict[tuple[str, str], list[float]] = {}
     workdir = Path(tempfile.mkdtemp(prefix="bench-vs-ray-"))
     crds = [str(p) for p in sorted((ROOT / "crds").glob("*.yaml"))]
-    with Cluster(ClusterConfig(nodes=1, gpus_per_node=0, node_pods=24, crds=crds)) as cluster:
+    config = ClusterConfig(nodes=1, gpus_per_node=0, node_pods=24, crds=crds, real_node=args.real_node)
+    with Cluster(config) as cluster:
         env = cluster.env()
         os.environ.update(env)  # the user's shell after `eval $(python -m devcluster up)`
         core = client.CoreV1Api(cluster.api_client())
@@ -266,7 +278,9 @@ def main() -> int:
         core.create_namespace({"metadata": {"name": namespace}})
         secret = {"AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}
         core.create_namespaced_secret(namespace, {"metadata": {"name": "s3"}, "stringData": secret})
-        operator = OperatorProcess(cluster, workdir / "operator.log")
+        # on the real node trials run in the examples image (kubetune, scikit-learn, examples/)
+        image = {"KUBETUNE_OPERATOR_TRIALS_DEFAULT_IMAGE": cluster.node.image("examples")} if args.real_node else {}
+        operator = OperatorProcess(cluster, workdir / "operator.log", **image)
         operator.start()
         try:
             for rnd in range(args.rounds):

@@ -180,24 +180,8 @@ def build_images(targets=TARGETS) -> dict[str, Image]:
     lacking = missing_tools()
     if lacking:
         raise RuntimeError("building images needs: " + ", ".join(lacking))
-    from .nodebuild import ensure_node_binaries
-
     images_dir().mkdir(parents=True, exist_ok=True)
     out: dict[str, Image] = {}
-    pause = ensure_node_binaries()["pause"]
-    tag = _digest([pause.read_bytes()])
-    ref = f"docker.io/kubetune/pause:{tag}"
-    archive = images_dir() / f"pause-{tag}.tar"
-    if not archive.is_file():
-        with tempfile.TemporaryDirectory(dir=images_dir()) as tmp:
-            shutil.copy(pause, Path(tmp) / "pause")
-            (Path(tmp) / "Containerfile").write_text(
-                'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n'
-            )
-            _buildah("bud", "--isolation", "chroot", "-t", ref, str(tmp))
-        _save(ref, "pause", archive)
-    out["pause"] = Image("pause", ref, archive)
-
     base = _base_image()
     context = [str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() for p in _context_files()]
     reuse = os.environ.get("KUBETUNE_DEVCLUSTER_IMAGES") == "latest"
@@ -235,7 +219,27 @@ def build_images(targets=TARGETS) -> dict[str, Image]:
             _record(target, time.monotonic() - started, ref=ref, bytes=archive.stat().st_size)
         out[target] = Image(target, ref, archive)
         _prune(target, keep=archive)
+    out["pause"] = _pause_image()  # last: `make node` builds the node's binaries meanwhile
     return out
+
+
+def _pause_image() -> Image:
+    """Kubernetes' pause program (:mod:`devcluster.nodebuild`) alone in an image: the pod sandbox."""
+    from .nodebuild import ensure_node_binaries
+
+    pause = ensure_node_binaries()["pause"]
+    tag = _digest([pause.read_bytes()])
+    ref = f"docker.io/kubetune/pause:{tag}"
+    archive = images_dir() / f"pause-{tag}.tar"
+    if not archive.is_file():
+        with tempfile.TemporaryDirectory(dir=images_dir()) as tmp:
+            shutil.copy(pause, Path(tmp) / "pause")
+            (Path(tmp) / "Containerfile").write_text(
+                'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n'
+            )
+            _buildah("bud", "--isolation", "chroot", "-t", ref, str(tmp))
+        _save(ref, "pause", archive)
+    return Image("pause", ref, archive)
 
 
 def _prune(target: str, keep: Path, newest: int = 2) -> None:

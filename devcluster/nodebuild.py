@@ -11,6 +11,7 @@ runc and the CNI plugins come from Debian's packages (``runc``, ``containernetwo
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -134,6 +135,14 @@ def ensure_node_binaries() -> dict[str, Path]:
     lacking = missing_host_programs()
     if lacking:
         raise RuntimeError("the real node needs these host programs: " + ", ".join(lacking))
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with open(cache_root() / "node-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # `make node` builds images beside the binaries: one builder at a time
+        _build_missing()
+    return {n: node_bin_dir() / n for n in NODE_BINARIES}
+
+
+def _build_missing() -> None:
     missing = missing_node_binaries()
     if missing:
         if shutil.which("go") is None:
@@ -155,4 +164,3 @@ def ensure_node_binaries() -> dict[str, Path]:
         if "pause" in missing:
             _build_pause(out)
         _log(f"node built in {time.monotonic() - started:.0f} s")
-    return {n: node_bin_dir() / n for n in NODE_BINARIES}

@@ -1,9 +1,10 @@
 """Runs the kubetune operator (``python -m kubetune_operator``) as a local process
 against a :class:`devcluster.Cluster`, as the integration tests and the demo need it.
 
-Called by ``tests/integration/conftest.py`` and the demo runner. The collector
-listens on a free loopback port, which is also the URL trial pods report to
-(trial processes run on this host); the collector's key Secret lives in
+Called by ``tests/integration/conftest.py``, the benchmarks and the demo runner. The
+collector listens on a free port of the cluster's host address (loopback, where the
+process kubelet's trial processes run; the real node's gateway, which its pods reach),
+which is also the URL trial pods report to; the collector's key Secret lives in
 ``OPERATOR_NAMESPACE``, created here if missing.
 """
 
@@ -37,8 +38,9 @@ class OperatorProcess:
         self.env = {
             **os.environ,
             **cluster.env(),
-            "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "127.0.0.1",
+            "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": cluster.host,
             "KUBETUNE_OPERATOR_COLLECTOR_BIND_PORT": str(self.port),
+            "KUBETUNE_OPERATOR_COLLECTOR_URL": f"http://{cluster.host}:{self.port}",
             "KUBETUNE_OPERATOR_COLLECTOR_KEY_SECRET_NAMESPACE": OPERATOR_NAMESPACE,
             **settings,
         }
@@ -46,7 +48,7 @@ class OperatorProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.cluster.host}:{self.port}"
 
     def start(self) -> None:
         """Start the operator and wait until its collector answers.

@@ -76,6 +76,15 @@ def test_the_digits_manifest_runs_to_succeeded_in_containers_reporting_through_t
     )
     assert pod.spec.containers[0].image == node_cluster.node.image("examples")
     assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+
+    def logged():  # the runtime's first line, read from the kubelet as for any pod
+        for p in core.list_namespaced_pod(team).items:
+            out = node_cluster.kubectl("logs", "-n", team, p.metadata.name, check=False).stdout
+            if f"trial {team}/digits/" in out:
+                return out
+        return None
+
+    wait_for(logged, timeout=120, interval=0.5, what="a trial pod's log through kubectl logs")
     status = wait_finished(custom, team, "digits", timeout=420)
     assert status["phase"] == "Succeeded", status
     trials = trials_of(custom, team, "digits")
