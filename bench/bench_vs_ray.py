@@ -18,9 +18,12 @@ prints both figures, the ratio kubetune / Ray and the load average before and af
   it (FIFO): seconds and best accuracy, so PBT's gain is measured at the same budget on both sides.
 * ``pb2``: the same 32 trials under PB2 (the same interval and quantile, ``lr`` chosen by the GP bandit
   within 1e-5..0.5): seconds and best accuracy.
+* ``bohb``: the digits example under ``TuneBOHB`` with ``HyperBandForBOHB`` (max_t 9, reduction_factor 3:
+  one band, 17 trials), ``lr`` loguniform(1e-5, 0.5) and ``alpha`` loguniform(1e-6, 1e-1), 4 at a time, seed 0:
+  seconds and best accuracy. Ray's side needs ``hpbandster`` and ``ConfigSpace`` in its venv.
 
 Ray Tune lives in a benchmark-only virtual environment that this script creates on first use
-(``~/.cache/kubetune/bench-ray-venv``: ``pip install "ray[tune]" scikit-learn``) or that
+(``~/.cache/kubetune/bench-ray-venv``: ``pip install "ray[tune]" scikit-learn hpbandster ConfigSpace``) or that
 ``--ray-python`` names; it is never a dependency of kubetune or of ``make test``.
 
 ``--real-node`` (as root) runs kubetune's side on the real node instead (``devcluster.realnode``:
@@ -55,7 +58,8 @@ import kubetune as tune  # noqa: E402
 from devcluster import Cluster, ClusterConfig  # noqa: E402
 from devcluster.cluster import S3_BUCKET  # noqa: E402
 from devcluster.operator import OperatorProcess  # noqa: E402
-from kubetune.schedulers import PB2, ASHAScheduler, PopulationBasedTraining  # noqa: E402
+from kubetune.schedulers import PB2, ASHAScheduler, HyperBandForBOHB, PopulationBasedTraining  # noqa: E402
+from kubetune.search.bohb import TuneBOHB  # noqa: E402
 
 RAY_VENV = Path.home() / ".cache" / "kubetune" / "bench-ray-venv"
 #: name -> (trials, steps, seconds per step, trials at a time, ASHA); digits is its own case.
@@ -67,7 +71,11 @@ CASES = {
 }
 DIGITS_LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
 #: The digits cases (``digits``, ``pbt``, ``random32``), which report the best accuracy too.
-DIGITS_CASES = ("digits", "pbt", "pb2", "random32")
+DIGITS_CASES = ("digits", "pbt", "pb2", "random32", "bohb")
+#: The ``bohb`` case: HyperBandForBOHB's arguments, its one band's trials and the searched domains (loguniform).
+BOHB = {"max_t": 9, "reduction_factor": 3}
+BOHB_SAMPLES = 17
+BOHB_SPACE = {"lr": (1e-5, 0.5), "alpha": (1e-6, 1e-1)}
 #: The PBT cases' 32 learning rates: log-evenly from 1e-5 to 0.5 (most too small to learn in 20 epochs).
 PBT_LRS = [round(1e-5 * (0.5 / 1e-5) ** (i / 31), 8) for i in range(32)]
 PBT_LR_RANGE = (1e-5, 0.5)
@@ -125,6 +133,11 @@ RAY_SCRIPT = textwrap.dedent(
         kwargs["scheduler"] = PopulationBasedTraining(**args["pbt"], hyperparam_mutations=mutations)
     if args.get("pb2"):
         kwargs["scheduler"] = PB2(**args["pb2"])
+    if args.get("bohb"):
+        from ray.tune.schedulers import HyperBandForBOHB
+        from ray.tune.search.bohb import TuneBOHB
+        kwargs["config"].update({{k: tune.loguniform(*v) for k, v in args["bohb"].pop("space").items()}})
+        kwargs["search_alg"], kwargs["scheduler"] = TuneBOHB(seed=0), HyperBandForBOHB(**args["bohb"])
     started = time.monotonic()
     analysis = tune.run(Digits if args["digits"] else Sleeper, verbose=0, storage_path={storage!r}, **kwargs)
     wall = time.monotonic() - started
@@ -143,12 +156,22 @@ def ray_python(path: str | None) -> str:
     if not python.exists():
         print(f"creating the benchmark-only Ray Tune environment in {RAY_VENV} (once)", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(RAY_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "ray[tune]", "scikit-learn"], check=True)
+        packages = ["ray[tune]", "scikit-learn", "hpbandster", "ConfigSpace"]  # the last two: Ray's TuneBOHB
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
     return str(python)
 
 
 def _case(
-    config: dict, metric: str, iterations: int, concurrent: int, digits: bool, asha=None, pbt=None, pb2=None, **kwargs
+    config: dict,
+    metric: str,
+    iterations: int,
+    concurrent: int,
+    digits: bool,
+    asha=None,
+    pbt=None,
+    pb2=None,
+    bohb=None,
+    **kwargs,
 ) -> dict:
     """One case: ``tune.run`` arguments (``config``, ``metric`` maximized, ``iterations`` each, ``concurrent`` at a
     time, further ``kwargs``), whether the trainable is the digits example (else the sleeper), and the ASHA or PBT
@@ -166,6 +189,7 @@ def _case(
         "asha": asha,
         "pbt": pbt,
         "pb2": pb2,
+        "bohb": bohb,
         "concurrent": concurrent,
         "digits": digits,
         "metric": metric,
@@ -174,6 +198,10 @@ def _case(
 
 def case_arguments(case: str) -> dict:
     """The arguments both sides pass to ``tune.run`` (configs as explicit grids: the same trials on both)."""
+    if case == "bohb":
+        config = {"hidden_units": 64, "batch_size": 32, "seed": 0}
+        bohb = {**BOHB, "space": {k: list(v) for k, v in BOHB_SPACE.items()}}
+        return _case(config, "mean_accuracy", BOHB["max_t"], 4, True, bohb=bohb, num_samples=BOHB_SAMPLES)
     if case in DIGITS_CASES:
         lrs = DIGITS_LRS if case == "digits" else PBT_LRS
         config = {"lr": tune.grid_search(lrs), "alpha": 1e-4, "hidden_units": 64, "batch_size": 32, "seed": 0}
@@ -226,6 +254,9 @@ def run_kubetune(case: str, namespace: str) -> dict:
         kwargs["scheduler"] = PopulationBasedTraining(**pbt, hyperparam_mutations=mutations)
     if args.get("pb2"):
         kwargs["scheduler"] = PB2(**args["pb2"])
+    if args.get("bohb"):
+        kwargs["config"] = {**kwargs["config"], **{k: tune.loguniform(*v) for k, v in BOHB_SPACE.items()}}
+        kwargs["search_alg"], kwargs["scheduler"] = TuneBOHB(seed=0), HyperBandForBOHB(**BOHB)
     trainable = "examples.digits.trainable:DigitsTrainable" if args["digits"] else Sleeper
     started = time.monotonic()
     analysis = tune.run(

@@ -36,6 +36,7 @@ SEARCH_ALGORITHMS: dict[str, str] = {
     "basic": "kubetune_operator.searchers.basic:BasicVariantSearcher",
     "random": "kubetune_operator.searchers.basic:BasicVariantSearcher",
     "optuna": "kubetune_operator.searchers.optuna_search:OptunaSearch",
+    "bohb": "kubetune_operator.searchers.bohb:TuneBOHB",
 }
 
 #: Scheduler name → ``"module:Class"``. Parameters use Ray Tune's snake_case names (``grace_period``,
@@ -45,6 +46,7 @@ SCHEDULERS: dict[str, str] = {
     "asha": "kubetune_operator.schedulers.asha:AsyncHyperBandScheduler",
     "median_stopping_rule": "kubetune_operator.schedulers.median_stopping:MedianStoppingRule",
     "hyperband": "kubetune_operator.schedulers.hyperband:HyperBandScheduler",
+    "hyperband_bohb": "kubetune_operator.schedulers.hyperband_bohb:HyperBandForBOHB",
     "pbt": "kubetune_operator.schedulers.pbt:PopulationBasedTraining",
     "pbt_replay": "kubetune_operator.schedulers.pbt:PopulationBasedTrainingReplay",
     "pb2": "kubetune_operator.schedulers.pb2:PB2",

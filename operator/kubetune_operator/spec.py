@@ -124,6 +124,14 @@ class ExperimentSpec:
             )
 
         metric, mode = _objectives(spec)
+        if (
+            algorithm("searchAlgorithm", "basic").name == "bohb"
+            and algorithm("scheduler", "fifo").name != "hyperband_bohb"
+        ):
+            # Ray's TuneBOHB warns at each result and draws every config at random: it learns from rung results only
+            raise ValueError(
+                "searchAlgorithm bohb learns from the rungs of scheduler hyperband_bohb: set that scheduler"
+            )
         failure, retention = obj("failure"), obj("podRetentionPolicy")
         for key in ("whenSucceeded", "whenFailed"):
             if retention.get(key, "Retain") not in RETENTION:

@@ -119,12 +119,13 @@ def test_enums():
     spec = _spec("Experiment")["properties"]
     assert spec["mode"]["enum"] == ["max", "min"]
     assert spec["objectives"]["items"]["properties"]["mode"]["enum"] == ["max", "min"]
-    assert spec["searchAlgorithm"]["properties"]["name"]["enum"] == ["basic", "random", "optuna"]
+    assert spec["searchAlgorithm"]["properties"]["name"]["enum"] == ["basic", "random", "optuna", "bohb"]
     assert spec["scheduler"]["properties"]["name"]["enum"] == [
         "fifo",
         "asha",
         "median_stopping_rule",
         "hyperband",
+        "hyperband_bohb",
         "pbt",
         "pb2",
         "pbt_replay",

@@ -150,7 +150,10 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
     assert runtime.get("kubetune") == "local" and "kubetune-operator" not in runtime and "kopf" not in runtime
     assert operator.get("kubetune-operator") == "local"
     # every registered search algorithm and scheduler imported in the operator image's environment
-    assert "imports: basic, optuna, random | asha, fifo, hyperband, median_stopping_rule" in outputs["operator"]
+    assert (
+        "imports: basic, bohb, optuna, random | asha, fifo, hyperband, hyperband_bohb, median_stopping_rule"
+        in outputs["operator"]
+    )
     assert "optuna" in operator and "optuna" not in runtime
     assert _name("tensorboardX") in runtime  # trials write TensorBoard event files
     help_text = subprocess.run(

@@ -23,6 +23,7 @@ CONFIGS = {
     "asha": {"max_t": MAX_T, "grace_period": 1, "reduction_factor": 3},
     "median_stopping_rule": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
     "hyperband": {"max_t": MAX_T, "reduction_factor": 3},
+    "hyperband_bohb": {"max_t": MAX_T, "reduction_factor": 3},
     "pbt": {
         "time_attr": "training_iteration",
         "perturbation_interval": 2,
@@ -94,7 +95,7 @@ def test_all_trials_end_and_the_best_one_is_never_cut_early(name):
     log, fate = simulate(name)
     assert all(status in ("completed", "stopped") for _, status in fate.values())
     best_t, best_status = fate["t1"]
-    assert best_t >= (MAX_T if name in ("asha", "hyperband") else END)
+    assert best_t >= (MAX_T if name in ("asha", "hyperband", "hyperband_bohb") else END)
     assert all(decision != STOP for trial_id, t, decision in log if trial_id == "t1" and t < MAX_T)
 
 

@@ -28,7 +28,17 @@ SPACE = {
 }
 NUM_SAMPLES = 12
 #: Algorithm names; ``optuna:<sampler>`` is the optuna searcher with that sampler (and its arguments below).
-SEARCHERS = ["basic", "random", "optuna", "optuna:random", "optuna:cmaes", "optuna:qmc", "optuna:nsga2", "optuna:nsga3"]
+SEARCHERS = [
+    "basic",
+    "random",
+    "bohb",
+    "optuna",
+    "optuna:random",
+    "optuna:cmaes",
+    "optuna:qmc",
+    "optuna:nsga2",
+    "optuna:nsga3",
+]
 SAMPLER_ARGS = {
     "optuna": {"multivariate": True, "group": True, "n_startup_trials": 4},
     "optuna:cmaes": {"n_startup_trials": 3, "popsize": 4},
@@ -62,7 +72,9 @@ def run(searcher: Searcher, ids: range) -> list[dict]:
         config = searcher.suggest(f"trial-{i}")
         assert config != FINISHED
         configs.append(config)
-        searcher.on_trial_result(f"trial-{i}", {"score": score(config), "training_iteration": 1})
+        # a rung result as HyperBandForBOHB hands it (bohb learns from these; the others ignore intermediate results)
+        rung = {"score": score(config), "training_iteration": 1, "hyperband_info": {"budget": 1}}
+        searcher.on_trial_result(f"trial-{i}", rung)
         searcher.on_trial_complete(f"trial-{i}", {"score": score(config), "training_iteration": 2})
     return configs
 

@@ -74,11 +74,10 @@ __all__ = [
     "Searcher",
 ]
 
-_OTHER = "the operator runs only the basic and optuna searchers"
+_OTHER = "the operator runs only the basic, optuna and bohb searchers"
 __getattr__ = unsupported_names(
     __name__,
     {
-        "TuneBOHB": (_OTHER, "OptunaSearch(prune_early_stopped=True) with ASHAScheduler or HyperBandScheduler"),
         **{
             name: (_OTHER, "OptunaSearch (its TPE sampler is Bayesian optimization)")
             for name in (
