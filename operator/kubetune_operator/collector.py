@@ -20,6 +20,7 @@ refusal is reported on the Trial in a Warning event. Tokens and bodies are never
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Annotated, Any, Literal
 
@@ -36,6 +37,7 @@ from pydantic import (
 )
 
 from kubetune.env import COLLECTOR_RESULTS_PATH, MAX_STALL_MESSAGE, STALL_REASONS
+from kubetune.limits import MAX_FIELD_BYTES
 
 from . import metrics
 from .controller import DECISION_RANK
@@ -103,6 +105,9 @@ class ResultBatch(BaseModel):
     stalled: Stall | None = None
     """What stalls the attempt now; absent: nothing does (:meth:`ExperimentController.trial_stalled`)."""
 
+    explored: dict[str, Any] | None = None
+    """The config the attempt chose by calling its PBT exploit's user functions (``kubetune.env.PBT_EXPLORE``)."""
+
     @field_validator("results")
     @classmethod
     def _at_most(cls, results: list[dict[str, Any]], info: ValidationInfo) -> list[dict[str, Any]]:
@@ -112,12 +117,21 @@ class ResultBatch(BaseModel):
         return results
 
 
-def _problem(ctl, trial: str, results: list[dict[str, Any]], checkpoint: dict | None) -> str | None:
+def _problem(
+    ctl, trial: str, results: list[dict[str, Any]], checkpoint: dict | None, explored: dict | None = None
+) -> str | None:
     """Why the operator cannot take a batch's values (:mod:`kubetune_operator.podinput`), or None."""
     for index, result in enumerate(results):
         problem = result_problem(result)
         if problem is not None:
             return f"results[{index}]: {problem}"
+    if explored is not None:
+        try:  # it becomes the Trial's status.config: strict JSON under the CRD's field limit
+            size = len(json.dumps(explored, allow_nan=False, separators=(",", ":")).encode())
+        except ValueError:
+            return "explored: the config holds NaN or an infinity, which a Trial's status cannot"
+        if size > MAX_FIELD_BYTES:
+            return f"explored: the config is over {MAX_FIELD_BYTES} bytes of JSON"
     if checkpoint is not None and ctl.trials.get(trial) is not None:
         return checkpoint_problem(checkpoint["uri"], checkpoint["iteration"], ctl.trial_dir(trial))
     return None
@@ -162,7 +176,7 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
                 return _error(503, "experiment not loaded yet; retry")
             results, decision = batch.results, "continue"
             checkpoint = batch.checkpoint.model_dump() if batch.checkpoint else None
-            problem = _problem(ctl, trial, results, checkpoint)
+            problem = _problem(ctl, trial, results, checkpoint, batch.explored)
             if problem is not None:  # nothing of the batch is taken; the Trial shows why
                 ctl.results_refused(trial, attempt, problem)
                 registry.wake(ns, experiment)
@@ -178,6 +192,7 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
                         results[start : start + RESULTS_PER_STEP],
                         checkpoint if last else None,
                         uid=claims[3],
+                        explored=batch.explored if not start else None,
                     )
                 except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
                     log.exception("experiment %s/%s: results of %s could not be taken", ns, experiment, trial)

@@ -298,6 +298,8 @@ class ExperimentController:
         self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
         self.finish_told = False  # the scheduler was told the searcher is finished
         self.exploits: dict[str, dict] = {}  # trial -> PBT exploit decided at "attempt", not yet carried out
+        # trial -> the user functions of its carried-out PBT exploit its pods call until one reports the config
+        self.pod_explores: dict[str, dict] = {}
         self.refused: dict[str, list] = {}  # trial -> [batches refused since the last event, reason, time of it]
         self.notices: list[tuple[str | None, str, str, str]] = []  # events found between passes, for the next plan
         meta = experiment["metadata"]
@@ -460,6 +462,7 @@ class ExperimentController:
             "ended": sorted(self.ended),
             "finishTold": self.finish_told,
             "exploits": {name: dict(value) for name, value in self.exploits.items()},
+            "podExplores": {name: dict(value) for name, value in self.pod_explores.items()},
             "lastResult": {name: result for name, result in last.items() if result},
         }
 
@@ -489,6 +492,7 @@ class ExperimentController:
         self.applied = {name: list(value) for name, value in snapshot["applied"].items()}
         self.ended, self.finish_told = set(snapshot["ended"]), snapshot["finishTold"]
         self.exploits = {name: dict(value) for name, value in (snapshot.get("exploits") or {}).items()}
+        self.pod_explores = {name: dict(value) for name, value in (snapshot.get("podExplores") or {}).items()}
         for name, result in snapshot["lastResult"].items():
             trial = self.trials.get(name)
             if trial is not None and (trial.status.get("iteration") or 0) < (result.get("training_iteration") or 0):
@@ -519,9 +523,12 @@ class ExperimentController:
             return self._apply_results(entry[1], entry[2], entry[3])
         elif kind == "end":
             self._apply_end(entry[1], entry[2], entry[3])
+            self._take_exploits()
         elif kind == "choose":
             self.finish_told |= entry[2]
-            return self.scheduler.choose_trial_to_run(entry[1], entry[2])
+            chosen = self.scheduler.choose_trial_to_run(entry[1], entry[2])
+            self._take_exploits()
+            return chosen
         elif kind == "explored":
             self._apply_explored(entry[1], entry[2])
         else:
@@ -547,6 +554,7 @@ class ExperimentController:
             if exploit is not None:  # the rest of the batch belongs to the lineage the trial leaves
                 self.exploits[trial] = {**exploit, "attempt": attempt}
                 break
+        self._take_exploits(skip=trial)
         if results:
             self.searcher.on_trial_result(trial, results[-1])
             before = self.applied.get(trial, [0, "continue", attempt])
@@ -567,7 +575,21 @@ class ExperimentController:
                 self._show_result(self.trials[trial], results[-1])
         return decision
 
+    def _take_exploits(self, skip: str | None = None) -> None:
+        """Take the exploits synchronous PBT decided for trials other than ``skip`` (they wait, paused, at their
+        last applied attempt); the next attempt of each reports again from its donor's checkpoint."""
+        take = getattr(self.scheduler, "take_exploits", None)
+        for name, exploit in (take() if take is not None else {}).items():
+            if name == skip or name not in self.applied:
+                continue
+            self.exploits[name] = {**exploit, "attempt": self.applied[name][2]}
+            self.applied[name] = [*self.applied[name][:3], exploit["iteration"]]
+
     def _apply_explored(self, trial: str, outcome: dict) -> None:
+        exploit = self.exploits.get(trial)
+        if trial in self.pod_explores or (exploit is not None and exploit.get("explore")):
+            self._apply_pod_explored(trial, outcome["config"])
+            return
         try:
             chosen = self.scheduler.explored(trial, outcome)
         except (AttributeError, ValueError) as exc:
@@ -577,6 +599,26 @@ class ExperimentController:
             exploit.update(chosen)
             if outcome.get("error"):
                 exploit["error"] = outcome["error"]
+
+    def _apply_pod_explored(self, trial: str, config: dict) -> None:
+        """The config ``trial``'s pod chose by calling the user functions of its PBT exploit: the trial's config
+        from now on (its status, its last perturbation record, the scheduler's donor config); its later pods
+        call nothing."""
+        self.pod_explores.pop(trial, None)
+        exploit = self.exploits.get(trial)
+        if exploit is not None and exploit.get("explore"):  # replayed before the exploit is known carried out
+            exploit.update(explore=None, config=dict(config))
+        self.scheduler.explored(trial, {"config": config})
+        state = self.trials.get(trial)
+        if state is None:
+            return
+        state.config = dict(config)
+        state.status["config"] = state.config
+        records = state.status.get("perturbations") or []
+        if records:
+            record = records[-1]
+            record["newConfig"] = {k: config.get(k) for k in record.get("newConfig") or {}}
+        state.dirty = True
 
     # ----- PB2's explore steps, computed off the event loop (kubetune_operator.explorer) -------------
     def exploration(self) -> dict | None:
@@ -766,11 +808,19 @@ class ExperimentController:
 
     # ----- results from the collector ----------------------------------------------------
     def record_results(
-        self, trial: str, attempt: int, results: list[dict], checkpoint: dict | None, uid: str | None = None
+        self,
+        trial: str,
+        attempt: int,
+        results: list[dict],
+        checkpoint: dict | None,
+        uid: str | None = None,
+        explored: dict | None = None,
     ) -> str | None:
         """Take a batch of results of ``trial``'s ``attempt``; return the decision for the runtime.
 
         Args:
+            explored: the config the attempt chose by calling its PBT exploit's user functions, journaled
+                (an ``explored`` entry) once, before the batch's results; ignored when none is awaited.
             uid: the Trial uid the reporting pod's token names; another than this Trial's is stale (a
                 pod of an earlier Experiment of the same name). None: not checked.
 
@@ -783,6 +833,8 @@ class ExperimentController:
             return None
         if state.phase in TERMINAL or self.stop_reason or self.spec.suspend:
             return "pause" if self.spec.suspend and state.phase not in TERMINAL else "stop"
+        if explored is not None and trial in self.pod_explores:  # before any result of the attempt
+            self._do("explored", trial, {"config": explored})
         applied = self.applied.get(trial, [0, "continue", attempt])
         _, decision, decided_by = applied[:3]
         if len(applied) > 3 and decided_by == attempt:
@@ -1158,6 +1210,7 @@ class ExperimentController:
             self.settings,
             restore_from=trial.restore_from,
             pbt_policy=trial.pbt_policy,
+            pbt_explore=self.pod_explores.get(trial.name),
         )
 
     def _perturb(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
@@ -1167,6 +1220,8 @@ class ExperimentController:
             trial = self.trials.get(name)
             if trial is None or trial.phase in TERMINAL or trial.attempt > exploit["attempt"]:
                 del self.exploits[name]  # ended, or carried out before a restart
+                if trial is not None and trial.phase not in TERMINAL and exploit.get("explore"):
+                    self.pod_explores[name] = exploit["explore"]  # its pods call the user functions still
                 continue
             if exploit["config"] is None:  # PB2 has yet to choose it
                 if trial.phase == "Paused" and trial.status.get("reason") != "Exploring":
@@ -1178,10 +1233,13 @@ class ExperimentController:
             uri = checkpoint_uri(
                 experiment_trial_dir(self.experiment, self.settings, exploit["donor"]), exploit["iteration"]
             )
+            in_pod = exploit.get("explore") or {}
+            by_pod = set(exploit["config"]) if in_pod.get("customExploreFn") else set()
+            by_pod |= {r["path"][0] for r in in_pod.get("resample") or ()}  # chosen by the pod: shown once reported
             changed = sorted(
                 k
                 for k in set(exploit["config"]) | set(exploit["oldConfig"])
-                if exploit["config"].get(k) != exploit["oldConfig"].get(k)
+                if exploit["config"].get(k) != exploit["oldConfig"].get(k) or k in by_pod
             )
             record = {
                 "donor": exploit["donor"],
@@ -1192,9 +1250,11 @@ class ExperimentController:
                 "newConfig": {k: exploit["config"].get(k) for k in changed},
             }
             trial.config, trial.restore_from = dict(exploit["config"]), uri
+            if exploit.get("explore"):
+                self.pod_explores[name] = exploit["explore"]
             trial.pbt_policy = (
                 None
-                if exploit["donor"] == trial.name
+                if exploit["donor"] == trial.name or not exploit.get("logConfig", True)
                 else [  # a replay's own steps: no policy
                     trial.name,
                     exploit["donor"],
@@ -1218,7 +1278,8 @@ class ExperimentController:
                 iteration=exploit["iteration"],
                 checkpoint={"uri": uri, "iteration": exploit["iteration"]},
             )
-            explored = ", ".join(f"{k} {record['oldConfig'][k]!r} -> {record['newConfig'][k]!r}" for k in changed)
+            shown = {k: "(chosen in the pod)" if k in by_pod else repr(record["newConfig"][k]) for k in changed}
+            explored = ", ".join(f"{k} {record['oldConfig'][k]!r} -> {shown[k]}" for k in changed)
             if exploit.get("error"):
                 plan.events.append(
                     (

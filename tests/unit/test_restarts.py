@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import json
 import math
 
@@ -73,6 +74,19 @@ def merge(target, patch):
             target[key] = copy.deepcopy(value)
 
 
+def pod_explore(config: dict, explore: dict, pod: str) -> dict:
+    """What a trial pod's PBT explore step does with the user functions of ``tests`` below (a function of the
+    pod's name, as a user function's value would differ from pod to pod): each resampled key, then
+    ``custom_explore_fn``, which keeps ``x`` within [0, 1]."""
+    config = copy.deepcopy(config)
+    for step in explore["resample"]:
+        assert step["function"] == "s3://b/p/ns/exp/sdk/functions/x.pkl"
+        config[step["path"][-1]] = int(hashlib.sha256(pod.encode()).hexdigest()[:6], 16) / 0xFFFFFF
+    if explore["customExploreFn"]:
+        config["x"] = min(max(config["x"], 0.0), 1.0)
+    return config
+
+
 class Killed(Exception):
     """The operator process died here."""
 
@@ -96,6 +110,7 @@ class World:
         self.checkpoint: dict[str, int] = {}  # trial -> iteration of its latest checkpoint
         self.lineage: dict[str, str | None] = {}  # trial -> the restoreFrom its latest checkpoint descends from
         self.pod_env: dict[str, dict] = {}  # pod -> its KUBETUNE_ variables and its config file ("config")
+        self.pod_configs: dict[str, dict] = {}  # pod -> the config its PBT explore step chose
         self.store = ConfigMaps()
         self.kill_at, self.step, self.kills = sorted(kill_at), 0, 0
         self.decisions: dict[tuple[str, int], str] = {}  # (trial, iteration) -> decision the pod acted on
@@ -117,11 +132,11 @@ class World:
     def commit(self):
         asyncio.run(self.registry.commit(self.ctl))
 
-    def send(self, pod: PodView, result: dict) -> str:
+    def send(self, pod: PodView, result: dict, explored: dict | None = None) -> str:
         """The runtime's POST, retried until it gets an answer (from whichever operator is up)."""
         while True:
             try:
-                decision = self.ctl.record_results(pod.trial, pod.attempt, [result], None)
+                decision = self.ctl.record_results(pod.trial, pod.attempt, [result], None, explored=explored)
                 self.maybe_kill(0)
                 self.commit()
                 self.maybe_kill(1)
@@ -173,9 +188,12 @@ class World:
         """One step of a running trial pod: report, obey, end as the runtime does."""
         env = self.pod_env[pod.name]
         config, lineage = json.loads(env["config"]), env.get("KUBETUNE_RESTORE_FROM")
+        explore = json.loads(env["KUBETUNE_PBT_EXPLORE"]) if env.get("KUBETUNE_PBT_EXPLORE") else None
+        if explore:  # the pod calls the PBT exploit's user functions once, and reports the config with its results
+            config = self.pod_configs.setdefault(pod.name, pod_explore(config, explore, pod.name))
         iteration = self.runs[pod.name] + 1
         result = {"training_iteration": iteration, "score": score(config, iteration), "cost": cost(config, iteration)}
-        decision = self.send(pod, result)
+        decision = self.send(pod, result, explored=config if explore else None)
         previous = self.decisions.setdefault((pod.trial, lineage, iteration), decision)
         assert previous == decision, (pod.trial, iteration, previous, decision)
         self.runs[pod.name] = self.checkpoint[pod.trial] = iteration
@@ -235,6 +253,25 @@ SCHEDULERS = {
             "time_attr": "training_iteration",
             "perturbation_interval": 2,
             "hyperparam_mutations": {"x": {"uniform": [0, 1]}, "y": [1, 2, 3]},
+        },
+    },
+    "pbt_functions": {
+        "name": "pbt",
+        "params": {
+            "time_attr": "training_iteration",
+            "perturbation_interval": 2,
+            "resample_probability": 0.5,
+            "hyperparam_mutations": {"x": {"kubetune/pickled_function": "s3://b/p/ns/exp/sdk/functions/x.pkl"}},
+            "custom_explore_fn": {"kubetune/pickled_function": "s3://b/p/ns/exp/sdk/functions/c.pkl"},
+        },
+    },
+    "pbt_synch": {
+        "name": "pbt",
+        "params": {
+            "time_attr": "training_iteration",
+            "perturbation_interval": 2,
+            "hyperparam_mutations": {"x": {"uniform": [0, 1]}, "y": [1, 2, 3]},
+            "synch": True,
         },
     },
     "pbt_replay": {"name": "pbt_replay", "params": {"policy": [[2, {"x": 0.25, "y": 2}], [4, {"x": 0.75, "y": 3}]]}},

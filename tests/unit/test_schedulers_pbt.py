@@ -117,8 +117,6 @@ def test_no_exploit_while_the_donor_has_no_checkpoint_and_finished_trials_do_not
 
 
 def test_parameters_are_checked():
-    with pytest.raises(ValueError, match="synch=True"):
-        make_pbt(synch=True)
     with pytest.raises(ValueError, match="hyperparam_mutations"):
         make_pbt(hyperparam_mutations={})
     with pytest.raises(ValueError, match="quantile_fraction"):

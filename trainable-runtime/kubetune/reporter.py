@@ -160,6 +160,7 @@ class Reporter:
         self._stall: dict | None = None
         self._stall_version = 0
         self._stall_sent = 0
+        self._explored: str | None = None  # JSON of the config this attempt's PBT explore step chose, until answered
         self._closing = False
         self._done_sent = False
         self._final_decision: str | None = None
@@ -225,6 +226,13 @@ class Reporter:
                 self._stall_version += 1
                 self._cond.notify()
 
+    def set_explored(self, config: dict) -> None:
+        """Report the config this attempt's PBT explore step chose (its user functions called): it rides on
+        every batch until the collector answers one, so the operator journals it before any result."""
+        with self._cond:
+            self._explored = json.dumps(config, default=json_default, sort_keys=True)
+            self._cond.notify()
+
     def take_decision(self) -> str | None:
         """Return the pending decision other than ``continue``, or None.
 
@@ -275,6 +283,7 @@ class Reporter:
             bool(self._buffer)
             or self._checkpoint_version != self._checkpoint_sent
             or self._stall_version != self._stall_sent
+            or self._explored is not None
             or (self._closing and not self._done_sent)
         )
 
@@ -291,8 +300,9 @@ class Reporter:
                 version = self._checkpoint_version
                 checkpoint = self._checkpoint if version != self._checkpoint_sent else None
                 stall_version, stall = self._stall_version, self._stall
+                explored = self._explored
                 final = self._closing and len(entries) == len(self._buffer)
-            body, covered, sent = self._encode(entries, checkpoint, final, stall)
+            body, covered, sent = self._encode(entries, checkpoint, final, stall, explored)
             try:
                 decision = self._post(body)
             except _TooLarge:
@@ -343,6 +353,8 @@ class Reporter:
                 if checkpoint is not None:
                     self._checkpoint_sent = version
                 self._stall_sent = stall_version
+                if explored is not None and self._explored == explored:
+                    self._explored = None
                 if final and covered == len(entries) and not self._buffer:
                     self._done_sent = True
                 self._apply(decision)  # before the waiting step sees its result answered
@@ -351,7 +363,12 @@ class Reporter:
                 self._cond.notify_all()
 
     def _encode(
-        self, entries: list[tuple[int, dict]], checkpoint: dict | None, final: bool, stall: dict | None = None
+        self,
+        entries: list[tuple[int, dict]],
+        checkpoint: dict | None,
+        final: bool,
+        stall: dict | None = None,
+        explored: str | None = None,
     ) -> tuple[bytes, int, int]:
         """Return the batch body, how many ``entries`` it covers, and how many results it holds.
 
@@ -360,6 +377,7 @@ class Reporter:
         """
         head = (self._envelope + ',"results":[').encode()
         stalled = f',"stalled":{json.dumps(stall)}' if stall else ""
+        stalled += f',"explored":{explored}' if explored is not None else ""
         budget = MAX_BATCH_BYTES - len(head) - 200 - len(json.dumps(checkpoint)) - len(stalled.encode())
         parts: list[bytes] = []
         covered = 0

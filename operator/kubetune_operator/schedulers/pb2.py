@@ -76,7 +76,7 @@ class PB2(PopulationBasedTraining):
             trial is created (:meth:`fill_config`, as Ray's ``on_trial_add``).
         quantile_fraction: top and bottom fraction, 0..0.5.
         require_attrs: as PBT's (a result without ``time_attr`` or the metric is skipped either way).
-        synch: must be False (as PBT's).
+        synch: must be False (kubetune runs PB2 asynchronously).
         seed: seeds the donor choices, the filled values and the acquisition's random starts.
 
     Raises:
@@ -97,6 +97,8 @@ class PB2(PopulationBasedTraining):
         synch: Flag = False,
         seed: StrictInt = 0,
     ):
+        if synch:
+            raise ValueError("synch=True is not supported by PB2: kubetune runs PB2 asynchronously")
         if importlib.util.find_spec("sklearn") is None:
             raise ImportError("PB2 needs scikit-learn (install kubetune-operator[pb2])")
         self.bounds = _flat_bounds(hyperparam_bounds)
@@ -109,7 +111,6 @@ class PB2(PopulationBasedTraining):
             quantile_fraction=quantile_fraction,
             resample_probability=0.0,
             require_attrs=require_attrs,
-            synch=synch,
             seed=seed,
         )
         # The data, in order: ["row", trial, time, [values], reward] per perturbation-time result, and
@@ -153,7 +154,9 @@ class PB2(PopulationBasedTraining):
         if values is not None:  # a config without a number for every bound cannot be fitted (docs/ray-tune.md)
             self._log.append(["row", trial_id, float(time), values, score])
 
-    def _new_config(self, trial_id: str, donor: str, donor_config: dict, rng: random.Random) -> tuple[None, dict]:
+    def _new_config(
+        self, trial_id: str, donor: str, donor_config: dict, rng: random.Random, in_pod: list
+    ) -> tuple[None, dict]:
         digest = hashlib.sha256(f"{self.seed}:{trial_id}:{self._state[trial_id][4]}".encode()).digest()
         self._log.append(["explore", trial_id, donor, int.from_bytes(digest[:4], "big"), None])
         return None, {}

@@ -1,9 +1,10 @@
 """The ``pbt`` scheduler: Population Based Training (Ray's ``PopulationBasedTraining``, asynchronous), and
 ``pbt_replay``, which replays one trial's policy.
 
-Owns :class:`PopulationBasedTraining`, :func:`explore` and :class:`PopulationBasedTrainingReplay`.
-Algorithm: Jaderberg et al., "Population Based Training of Neural Networks" (2017); parameters,
-quantiles, exploit and explore rules as Ray Tune 2.x ``schedulers/pbt.py`` with ``synch=False``. Created through
+Owns :class:`PopulationBasedTraining`, :func:`explore`, :class:`PodFunction` and
+:class:`PopulationBasedTrainingReplay`. Algorithm: Jaderberg et al., "Population Based Training of Neural
+Networks" (2017); parameters, quantiles, exploit and explore rules as Ray Tune 2.x ``schedulers/pbt.py``,
+asynchronous or synchronous (``synch``). Created through
 ``kubetune_operator.algorithms.create_scheduler``; the collector calls ``on_trial_result`` for every
 result, and the controller takes each exploit (:meth:`PopulationBasedTraining.take_exploit`) to
 restart the trial from the donor's checkpoint with the explored config (docs/ray-tune.md, PBT).
@@ -14,6 +15,12 @@ is told to checkpoint (``checkpoint``, Ray saves it then), one in the bottom qua
 random top trial: it is paused, and its next attempt restores that trial's checkpoint with the
 donor's config explored. Random choices use an RNG seeded by ``(seed, trial, its perturbation
 number)``, never a shared stream, so a restarted operator that replays its journal decides the same.
+
+User code never runs here: a function in ``hyperparam_mutations`` or a ``custom_explore_fn`` is a pickle in
+storage (:class:`PodFunction`). The operator decides which keys are resampled and which perturbed; the
+exploit then carries an ``explore`` instruction that the exploited trial's pod carries out before it restores
+the donor's checkpoint, and the config the pod reports comes back through the controller's journaled
+``explored`` entry (:meth:`PopulationBasedTraining.explored`).
 """
 
 from __future__ import annotations
@@ -28,23 +35,57 @@ from pydantic import Field, StrictInt
 
 from kubetune.resultkeys import check_mode, is_number
 from kubetune.search import Domain, parse_space
+from kubetune.shipping import FUNCTION_KEY
 from kubetune_operator.params import Flag, NonNegative, Number, Positive, checked
 from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, TrialScheduler
 from kubetune_operator.searchers.base import decode_number, encode_number
 
-__all__ = ["PopulationBasedTraining", "PopulationBasedTrainingReplay", "explore"]
+__all__ = ["PodFunction", "PopulationBasedTraining", "PopulationBasedTrainingReplay", "explore", "pod_function"]
+
+
+class PodFunction:
+    """A user function of ``hyperparam_mutations`` or ``custom_explore_fn``: the SDK pickled it to storage
+    (``{"kubetune/pickled_function": uri}``); only the exploited trial's pod calls it.
+
+    Attributes:
+        uri: where the pickle is.
+    """
+
+    def __init__(self, uri: str):
+        self.uri = uri
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PodFunction) and other.uri == self.uri
+
+    def __repr__(self) -> str:
+        return f"PodFunction({self.uri!r})"
+
+
+def pod_function(value: Any) -> PodFunction | None:
+    """The :class:`PodFunction` ``value`` stands for (``{FUNCTION_KEY: uri}``), or None."""
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(FUNCTION_KEY), str):
+        return PodFunction(value[FUNCTION_KEY])
+    return None
 
 
 def explore(
-    config: dict, mutations: dict, resample_probability: float, perturbation_factors: list[float], rng: random.Random
+    config: dict,
+    mutations: dict,
+    resample_probability: float,
+    perturbation_factors: list[float],
+    rng: random.Random,
+    in_pod: list | None = None,
+    path: tuple = (),
 ) -> tuple[dict, dict]:
     """Ray's explore step: return ``(new config, operations)`` from ``config`` and ``mutations``.
 
     Per key of ``mutations``: a nested dict recurses; a list resamples (probability
     ``resample_probability``, or when the current value is not in it) or moves one step left or
-    right, clamped at the ends; a domain resamples (same probability) or multiplies the value by a
-    factor of ``perturbation_factors``, keeping ``int`` values ``int``. A key the config lacks is
-    sampled.
+    right, clamped at the ends; a domain or a :class:`PodFunction` resamples (same probability) or
+    multiplies the value by a factor of ``perturbation_factors``, keeping ``int`` values ``int``. A key the
+    config lacks is sampled. A :class:`PodFunction` to resample keeps the key's value here and is
+    appended to ``in_pod`` as ``{"path": [key, ...], "function": uri, "int": bool}``: the exploited
+    trial's pod calls it (:mod:`kubetune.runtime.explore`).
 
     Args:
         config: the donor's config (not modified).
@@ -52,6 +93,8 @@ def explore(
         resample_probability: 0..1.
         perturbation_factors: factors, e.g. ``[1.2, 0.8]``.
         rng: the random source.
+        in_pod: collects the resamples left to the pod; None: ``mutations`` has no :class:`PodFunction`.
+        path: the keys of ``config`` within the trial's config (nested mutations).
 
     Returns:
         The new config and ``{key: "resample" | "shift left" | "shift right (noop)" | "* 1.2" ...}``.
@@ -60,7 +103,13 @@ def explore(
     for key, distribution in mutations.items():
         if isinstance(distribution, dict):
             new[key], operations[key] = explore(
-                config.get(key) or {}, distribution, resample_probability, perturbation_factors, rng
+                config.get(key) or {},
+                distribution,
+                resample_probability,
+                perturbation_factors,
+                rng,
+                in_pod,
+                (*path, key),
             )
         elif isinstance(distribution, list):
             if key not in config or rng.random() < resample_probability or config[key] not in distribution:
@@ -73,7 +122,13 @@ def explore(
                 operations[key] = f"shift {'left' if shift == -1 else 'right'}{' (noop)' if index == old else ''}"
         else:
             if key not in config or not is_number(config[key]) or rng.random() < resample_probability:
-                new[key], operations[key] = distribution.sample(random_state=rng), "resample"
+                operations[key] = "resample"
+                if isinstance(distribution, PodFunction):
+                    in_pod.append(
+                        {"path": [*path, key], "function": distribution.uri, "int": type(config.get(key)) is int}
+                    )
+                else:
+                    new[key] = distribution.sample(random_state=rng)
             else:
                 factor = rng.choice(perturbation_factors)
                 value = config[key] * factor
@@ -88,6 +143,10 @@ def _parse_mutations(mutations: Any, path: str = "hyperparam_mutations") -> dict
     parsed = {}
     for key, value in mutations.items():
         where = f"{path}.{key}"
+        function = pod_function(value)
+        if function is not None:
+            parsed[key] = function
+            continue
         domain = parse_space(value, where)
         if isinstance(domain, Domain) and domain.name != "sample_from":
             parsed[key] = domain
@@ -97,13 +156,15 @@ def _parse_mutations(mutations: Any, path: str = "hyperparam_mutations") -> dict
             parsed[key] = _parse_mutations(value, where)
         else:
             raise ValueError(
-                f'{where}: give a list of values, a domain such as {{"uniform": [0, 1]}} or a nested object'
+                f'{where}: give a list of values, a domain such as {{"uniform": [0, 1]}}, a function (the SDK '
+                "ships it to the trial pods) or a nested object"
             )
     return parsed
 
 
 class PopulationBasedTraining(TrialScheduler):
-    """Ray's asynchronous ``PopulationBasedTraining`` as a restart-safe operator scheduler.
+    """Ray's ``PopulationBasedTraining`` (asynchronous, or synchronous with ``synch``) as a restart-safe
+    operator scheduler.
 
     Args:
         metric: result key to optimize.
@@ -111,15 +172,20 @@ class PopulationBasedTraining(TrialScheduler):
         time_attr: result key of progress, e.g. ``"training_iteration"``.
         perturbation_interval: perturb at most every this much ``time_attr``, > 0.
         burn_in_period: no perturbation before this ``time_attr``.
-        hyperparam_mutations: key → list of values, a domain (``{"uniform": [a, b]}``) or a nested
+        hyperparam_mutations: key → list of values, a domain (``{"uniform": [a, b]}``), a user function
+            (``{"kubetune/pickled_function": uri}``, which the exploited trial's pod calls) or a nested
             object of those.
         quantile_fraction: top and bottom fraction, 0..0.5.
         resample_probability: 0..1.
         perturbation_factors: two or more positive factors (Ray's ``(1.2, 0.8)``).
-        require_attrs: as Ray's; a result without ``time_attr`` or the metric is skipped either way
-            (Ray raises when True; the operator never fails on a result).
-        synch: must be False (synchronous PBT waits for the whole population, which kubetune's
-            one-pod-per-trial scheduling does not do yet).
+        custom_explore_fn: a user function (``{"kubetune/pickled_function": uri}``) the exploited trial's
+            pod applies to the explored config, or None.
+        log_config: whether exploited trials write ``pbt_policy_<trial>.txt`` and ``pbt_global.txt``.
+        require_attrs: as Ray's: with True, a result without ``time_attr`` or the metric fails the
+            experiment (the controller reads :attr:`required_attrs`); with False it is skipped.
+        synch: Ray's synchronous PBT: every trial pauses at each perturbation interval until every trial
+            still live (and, unlike Ray's, every trial the searcher will create) has reached it, then all
+            are ranked and exploit together.
         seed: seeds the random choices (donor, explore), with the trial and its perturbation number.
 
     Raises:
@@ -138,19 +204,25 @@ class PopulationBasedTraining(TrialScheduler):
         quantile_fraction: Annotated[Number, Field(ge=0, le=0.5)] = 0.25,
         resample_probability: Annotated[Number, Field(ge=0, le=1)] = 0.25,
         perturbation_factors: Annotated[tuple[Positive, ...], Field(min_length=2)] = (1.2, 0.8),
+        custom_explore_fn: dict | None = None,
+        log_config: Flag = True,
         require_attrs: Flag = True,
         synch: Flag = False,
         seed: StrictInt = 0,
     ):
         check_mode(metric, mode, required=True)
         super().__init__(metric, mode)
-        factors = list(perturbation_factors)
-        if synch:
-            raise ValueError("synch=True is not supported: kubetune runs PBT asynchronously (synch=False)")
+        self.custom_explore_fn = pod_function(custom_explore_fn) if custom_explore_fn is not None else None
+        if custom_explore_fn is not None and self.custom_explore_fn is None:
+            raise ValueError('custom_explore_fn: give {"kubetune/pickled_function": uri} (the SDK ships the function)')
         self.time_attr, self.interval, self.burn_in = time_attr, perturbation_interval, burn_in_period
-        self.mutations = _parse_mutations(hyperparam_mutations)
+        if hyperparam_mutations or self.custom_explore_fn is None:  # Ray: at least one of the two
+            self.mutations = _parse_mutations(hyperparam_mutations)
+        else:
+            self.mutations = {}
         self.quantile_fraction, self.resample_probability = quantile_fraction, resample_probability
-        self.factors, self.require_attrs, self.seed = factors, require_attrs, seed
+        self.factors, self.require_attrs, self.seed = list(perturbation_factors), require_attrs, seed
+        self.log_config, self.synch = log_config, synch
         # trial -> [last_perturbation_time, last_train_time, last_score, last_checkpoint iteration, perturbations]
         self._state: dict[str, list] = {}
         self._finished: set[str] = set()
@@ -159,6 +231,14 @@ class PopulationBasedTraining(TrialScheduler):
         self._order: dict[str, int] = {}  # trial -> when it was added: ties rank in that order, as Ray's stable sort
         self._ranked: list[tuple[float, int, str]] = []  # (score, order, trial) of live trials with a score
         self.num_perturbations = 0
+        # synch: the time every live trial must reach before the next perturbation (Ray's _next_perturbation_sync),
+        # each trial's iteration at its last perturbation-time result, and whether the searcher has finished
+        self._next_sync, self._iterations, self._search_finished = float(perturbation_interval), {}, False
+
+    @property
+    def required_attrs(self) -> tuple[str, ...]:
+        """Result keys every result must have (Ray's ``require_attrs``): ``time_attr`` and the metric, or none."""
+        return (self.time_attr, self.metric) if self.require_attrs else ()
 
     def on_trial_add(self, trial_id: str) -> None:
         if trial_id not in self._state:
@@ -199,58 +279,118 @@ class PopulationBasedTraining(TrialScheduler):
         if time < self.burn_in or time - state[0] < self.interval:
             return CONTINUE
         self._unrank(trial_id)
-        state[1], state[2], state[0] = time, self._metric_op * value, time
+        state[1], state[2] = time, self._metric_op * value
         self._record(trial_id, time, state[2])
         if trial_id not in self._finished:
             bisect.insort(self._ranked, (self._key(state[2]), self._order[trial_id], trial_id))
+        iteration = result.get("training_iteration")
+        if self.synch:  # Ray: every trial pauses here; the last one to arrive perturbs them all
+            self._iterations[trial_id] = iteration
+            self._sync(time, trial_id)
+            return PAUSE
+        state[0] = time
         lower, upper = self._quantiles()
-        decision = CONTINUE
+        return self._perturb(trial_id, lower, upper, iteration)
+
+    def _perturb(self, trial_id: str, lower: list[str], upper: list[str], iteration: Any) -> str:
+        """Ray's ``_checkpoint_or_exploit`` for ``trial_id`` at its result of ``iteration``: a top trial
+        checkpoints (``checkpoint``), a bottom one exploits a random top one that has a checkpoint (``pause``)."""
+        state, decision = self._state[trial_id], CONTINUE
         if trial_id in upper:
-            state[3] = result.get("training_iteration")
+            state[3] = iteration
             decision = CHECKPOINT
         else:
             state[3] = None
-        if trial_id in lower:
-            rng = random.Random(f"{self.seed}:{trial_id}:{state[4]}")
-            donor = rng.choice(upper)
-            donor_state = self._state[donor]
-            if donor_state[3] is None:
-                return decision  # Ray: no checkpoint of the donor yet, no exploit
-            config = self._configs.get(trial_id, {})
-            donor_config = self._configs.get(donor, {})
-            new_config, operations = self._new_config(trial_id, donor, donor_config, rng)
-            self._exploits[trial_id] = {
-                "donor": donor,
-                "iteration": donor_state[3],
-                "config": new_config,
-                "oldConfig": config,
-                "donorConfig": donor_config,
-                "operations": operations,
-                "trialIteration": result.get("training_iteration", 0),
-            }
-            state[0], state[1], state[4] = donor_state[0], donor_state[1], state[4] + 1
-            if new_config is not None:
-                self._configs[trial_id] = new_config
-            self.num_perturbations += 1
-            return PAUSE
-        return decision
+        if trial_id not in lower:
+            return decision
+        rng = random.Random(f"{self.seed}:{trial_id}:{state[4]}")
+        donor = rng.choice(upper)
+        donor_state = self._state[donor]
+        if donor_state[3] is None:
+            return decision  # Ray: no checkpoint of the donor yet, no exploit
+        config = self._configs.get(trial_id, {})
+        donor_config = self._configs.get(donor, {})
+        in_pod: list[dict] = []
+        new_config, operations = self._new_config(trial_id, donor, donor_config, rng, in_pod)
+        self._exploits[trial_id] = {
+            "donor": donor,
+            "iteration": donor_state[3],
+            "config": new_config,
+            "oldConfig": config,
+            "donorConfig": donor_config,
+            "operations": operations,
+            "trialIteration": iteration or 0,
+            "logConfig": self.log_config,
+        }
+        if in_pod or self.custom_explore_fn is not None:  # the trial's pod calls the user's functions
+            custom = self.custom_explore_fn.uri if self.custom_explore_fn is not None else None
+            self._exploits[trial_id]["explore"] = {"resample": in_pod, "customExploreFn": custom}
+        state[0], state[1], state[4] = donor_state[0], donor_state[1], state[4] + 1
+        if new_config is not None:
+            self._configs[trial_id] = new_config
+        self.num_perturbations += 1
+        return PAUSE
+
+    def _sync(self, time: float | None, arrived: str | None = None) -> None:
+        """Synchronous PBT: once every live trial but ``arrived`` has reached the next sync time and the
+        searcher has finished, perturb them all (top, then middle, then bottom, as Ray) at ``time`` (None:
+        the latest time reached) and move the next sync time on."""
+        live = [t for t in self._state if t not in self._finished]
+        if not live or not self._search_finished:
+            return
+        if any(self._state[t][1] < self._next_sync for t in live if t != arrived):
+            return
+        if time is None:
+            time = max(self._state[t][1] for t in live)
+        lower, upper = self._quantiles()
+        middle = [t for t in live if t not in lower and t not in upper]
+        for trial_id in upper + middle + lower:
+            self._state[trial_id][0] = time
+            self._perturb(trial_id, lower, upper, self._iterations.get(trial_id))
+        self._next_sync = max(self._next_sync + self.interval, max(self._state[t][1] for t in live))
+
+    def choose_trial_to_run(self, paused_ids, search_finished: bool = False) -> str | None:
+        """Ray's choice: the paused trial with the least ``time_attr`` (under ``synch``, among those behind the
+        next sync time, once all were synchronized); a trial just exploited is resumed by its exploit."""
+        if not self.synch:
+            return super().choose_trial_to_run(paused_ids, search_finished)
+        if search_finished and not self._search_finished:
+            self._search_finished = True
+            self._sync(None)
+        candidates = [
+            t for t in paused_ids if t not in self._exploits and self._state.get(t, [0.0, 0.0])[1] < self._next_sync
+        ]
+        return min(candidates, key=lambda t: self._state.get(t, [0.0, 0.0])[1], default=None)
 
     def _record(self, trial_id: str, time: float, score: float) -> None:
         """A perturbation-time result of ``trial_id`` (``score``: the metric, higher is better); PB2 keeps them."""
 
     def _new_config(
-        self, trial_id: str, donor: str, donor_config: dict, rng: random.Random
+        self, trial_id: str, donor: str, donor_config: dict, rng: random.Random, in_pod: list
     ) -> tuple[dict | None, dict]:
-        """The config ``trial_id`` continues with after exploiting ``donor``, and the explore operations;
-        a None config is chosen later (PB2, :meth:`kubetune_operator.schedulers.pb2.PB2.explored`)."""
-        return explore(donor_config, self.mutations, self.resample_probability, self.factors, rng)
+        """The config ``trial_id`` continues with after exploiting ``donor``, and the explore operations
+        (resamples by a user function appended to ``in_pod``); a None config is chosen later (PB2,
+        :meth:`kubetune_operator.schedulers.pb2.PB2.explored`)."""
+        return explore(donor_config, self.mutations, self.resample_probability, self.factors, rng, in_pod)
+
+    def explored(self, trial_id: str, outcome: dict) -> dict:
+        """The config ``trial_id``'s pod chose for its last exploit (``outcome["config"]``, its user functions
+        called): the trial's config from now on, which later exploits of it as a donor explore."""
+        self._configs[trial_id] = copy.deepcopy(outcome["config"])
+        return {"config": copy.deepcopy(outcome["config"])}
 
     def take_exploit(self, trial_id: str) -> dict | None:
         """The exploit decided for ``trial_id`` by its last result, once (then forgotten): ``{"donor",
         "iteration" (of the donor's checkpoint), "config" (explored; None while PB2 has yet to choose it),
-        "oldConfig", "donorConfig", "operations", "trialIteration" (of the exploited trial's result)}``; None
-        when that result did not exploit."""
+        "oldConfig", "donorConfig", "operations", "trialIteration" (of the exploited trial's result),
+        "logConfig", and "explore" when the trial's pod must call user functions: ``{"resample": [{"path",
+        "function", "int"}], "customExploreFn": uri | None}``}``; None when that result did not exploit."""
         return self._exploits.pop(trial_id, None)
+
+    def take_exploits(self) -> dict[str, dict]:
+        """Every exploit decided and not taken yet (synchronous PBT decides those of waiting trials), by trial."""
+        exploits, self._exploits = self._exploits, {}
+        return exploits
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None) -> None:
         self.on_trial_remove(trial_id)
@@ -259,9 +399,12 @@ class PopulationBasedTraining(TrialScheduler):
         if trial_id in self._state:
             self._unrank(trial_id)
         self._finished.add(trial_id)
+        if self.synch:  # the trials waiting for this one go on without it
+            self._sync(None)
 
     def get_state(self) -> dict:
-        """``{"trials": {trial: [...]}, "configs", "finished", "num_perturbations"}`` (scores encoded)."""
+        """``{"trials": {trial: [...]}, "configs", "finished", "num_perturbations", "sync": [next sync time,
+        {trial: iteration}, searcher finished]}`` (scores encoded)."""
         return {
             "trials": {
                 t: [s[0], s[1], None if s[2] is None else encode_number(s[2]), s[3], s[4]]
@@ -270,6 +413,7 @@ class PopulationBasedTraining(TrialScheduler):
             "configs": copy.deepcopy(self._configs),
             "finished": sorted(self._finished),
             "num_perturbations": self.num_perturbations,
+            "sync": [self._next_sync, dict(self._iterations), self._search_finished],
         }
 
     def set_state(self, state: dict) -> None:
@@ -287,6 +431,9 @@ class PopulationBasedTraining(TrialScheduler):
             if s[2] is not None and t not in self._finished
         )
         self.num_perturbations = state["num_perturbations"]
+        if "sync" in state:
+            self._next_sync, iterations, self._search_finished = state["sync"]
+            self._iterations = dict(iterations)
 
 
 class PopulationBasedTrainingReplay(TrialScheduler):

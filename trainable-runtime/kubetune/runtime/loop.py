@@ -51,6 +51,7 @@ from kubetune.checkpoint_store import (
 from kubetune.env import TrialEnv
 from kubetune.reporter import FENCED, Reporter, json_default
 from kubetune.resultkeys import flatten, lookup
+from kubetune.runtime.explore import explore_in_pod
 from kubetune.runtime.loader import load_trainable_class
 from kubetune.runtime.results import ResultLog
 from kubetune.shipping import resolve_config
@@ -116,7 +117,8 @@ class TrialRunner:
     # -- setup -----------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Load the trainable, resolve the config's ``sample_from`` values, construct and restore the trainable,
+        """Load the trainable, resolve the config's ``sample_from`` values, call a PBT exploit's user functions
+        (:mod:`kubetune.runtime.explore`, reported to the operator), construct and restore the trainable,
         resume the result log, write ``params.json`` (the resolved config).
 
         Raises:
@@ -127,6 +129,12 @@ class TrialRunner:
             self.reporter.start()  # first, so that even a failing setup ends with a done batch
         cls = load_trainable_class(env, self.storage)
         config = resolve_config(env.config, self.storage)  # sample_from values, computed here
+        if env.pbt_explore:  # a PBT exploit's user functions, called here before the donor's checkpoint is loaded
+            config = explore_in_pod(config, env.pbt_explore, self.storage)
+            if self.reporter is not None:
+                self.reporter.set_explored(config)  # the operator journals it before any result of this attempt
+            if env.pbt_policy:
+                env.pbt_policy[5] = config
         self.trainable = cls(
             config=config, trial_id=env.trial, trial_name=env.trial, logdir=str(self.workdir / "logdir")
         )
