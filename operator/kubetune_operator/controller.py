@@ -856,13 +856,17 @@ class ExperimentController:
         """Whether a result of ``trial`` lacks the experiment's metric (:func:`kubetune.resultkeys.missing_metrics`,
         Ray's strict metric check); the first such result makes the experiment fail (``MetricMissing``)."""
         metrics = self.metric if isinstance(self.metric, tuple) else (self.metric,) if self.metric else ()
-        for result in results if metrics else ():
-            missing = missing_metrics(result, metrics)
+        required = tuple(a for a in getattr(self.scheduler, "required_attrs", ()) if a not in metrics)
+        for result in results if metrics or required else ():
+            missing = missing_metrics(result, metrics + required)
             if missing:
                 if self.metric_missing is None:
+                    expects = f"spec.{'objectives' if self.spec.multi_objective else 'metric'}"
+                    if set(missing) & set(required):  # PBT's require_attrs (Ray raises at such a result)
+                        expects += " and the scheduler's require_attrs (set it to false to skip such results)"
                     self.metric_missing = (
                         f"trial {trial} returned a result which did not include the specified metric(s) "
-                        f"{', '.join(missing)} that spec.{'objectives' if self.spec.multi_objective else 'metric'} "
+                        f"{', '.join(missing)} that {expects} "
                         f"expects: make the trainable report it (the result has {', '.join(sorted(result)[:20])})"
                     )
                 return True

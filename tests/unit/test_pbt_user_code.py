@@ -328,3 +328,22 @@ def test_synchronous_pbt_waits_for_the_whole_population_and_for_the_searcher():
     again = make_pbt(hyperparam_mutations={"lr": [0.01, 0.1]}, quantile_fraction=0.25, synch=True)
     again.set_state(state)
     assert again.get_state() == pbt.get_state()
+
+
+def test_require_attrs_fails_the_experiment_at_a_result_without_time_attr_as_ray_raises():
+    ctl = ExperimentController(experiment(time_attr="step"), Settings(), b"k" * 32)
+    ctl.restore([])
+    plan = ctl.plan({}, 1000.0)
+    for m in plan.create_trials:
+        ctl.trial_created(m["metadata"]["name"], "uid-" + m["metadata"]["name"])
+    ctl.plan({}, 1001.0)
+    name = sorted(ctl.trials)[0]
+    assert ctl.record_results(name, 0, [{"training_iteration": 1, "acc": 0.5}], None) == "stop"
+    assert "step" in ctl.metric_missing and "require_attrs" in ctl.metric_missing
+    lenient = ExperimentController(experiment(time_attr="step", require_attrs=False), Settings(), b"k" * 32)
+    lenient.restore([])
+    plan = lenient.plan({}, 1000.0)
+    for m in plan.create_trials:
+        lenient.trial_created(m["metadata"]["name"], "uid-" + m["metadata"]["name"])
+    lenient.plan({}, 1001.0)
+    assert lenient.record_results(name, 0, [{"training_iteration": 1, "acc": 0.5}], None) == "continue"
