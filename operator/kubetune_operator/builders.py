@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from typing import Mapping
 
 from kubetune.env import (
     ATTEMPT_DIR,
     CONFIG_KEY,
+    RESOURCES,
     TERMINATION_MESSAGE_PATH,
     TOKEN,
     CheckpointPolicy,
@@ -212,7 +214,6 @@ def build_pod(
     settings: Settings,
     restore_from: str | None = None,
     pbt_policy: list | None = None,
-    pbt_explore: dict | None = None,
 ) -> dict:
     """Return the manifest of the pod running ``attempt`` of ``trial``.
 
@@ -247,8 +248,6 @@ def build_pod(
             nothing (the runtime restores the trial's latest committed checkpoint).
         pbt_policy: the PBT policy line of the exploit this attempt carries out (the runtime writes
             it to the trial's ``pbt_policy_<trial>.txt``).
-        pbt_explore: the user functions of that exploit the attempt calls before restoring
-            (``kubetune.env.PBT_EXPLORE``), or None.
 
     Raises:
         ValueError: no storage URI (neither ``spec.storage.uri`` nor a default in settings),
@@ -288,7 +287,6 @@ def build_pod(
         storage_region=region,
         restore_from=restore_from,
         pbt_policy=pbt_policy,
-        pbt_explore=pbt_explore,
         collector_url=settings.collector.base_url(),
         pod_name=name,
         grace_period_s=settings.trials.termination_grace_period_s,
@@ -305,6 +303,8 @@ def build_pod(
         raise ValueError(f"template.volumes may not name a volume {', '.join(sorted(taken))}: it belongs to kubetune")
     secret_name = token_secret_name(name, trial["metadata"]["uid"])
     env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
+    resources = spec.get("resourcesPerTrial") or {"cpu": DEFAULT_CPU}
+    env.append({"name": RESOURCES, "value": json.dumps(resources, sort_keys=True)})  # tune.get_context()
     env.append({"name": TOKEN, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": TOKEN_SECRET_KEY}}})
     if not any(e.get("name") == "HOME" for e in user_env):
         env.append({"name": "HOME", "value": SCRATCH_DIR})

@@ -456,3 +456,24 @@ def test_a_single_trial_is_the_best_result_whatever_the_metric_and_repr_hides_au
     for hidden in ("training_iteration", "time_total_s", "date", "pid", "hostname", "config", "trial_id"):
         assert f"'{hidden}'" not in text, hidden
     assert f"path={best.path!r}" in text and "error" not in text
+
+
+def test_last_checkpoint_and_evaluated_params(file_root, tmp_path):
+    # issue 23: Ray 2.x's get_last_checkpoint (highest iteration; without a trial, the trial that ran
+    # longest) and Trial.evaluated_params (the searched values, keyed by path)
+    exp = join_uri(file_root, "team", "last", UID)
+    config = {"lr": 0.1, "net": {"width": 64, "act": "relu"}, "epochs": 3}
+    write_trial(exp, "last-00000", series([1, 9, 2]), config=config, checkpoints=(1, 3), workdir=tmp_path / "a")
+    write_trial(exp, "last-00001", series([5, 6]), config=config, checkpoints=(1, 2), workdir=tmp_path / "b")
+    space = {"lr": {"loguniform": [1e-4, 1]}, "net": {"width": {"grid_search": [64, 128]}, "act": "relu"}, "epochs": 3}
+    analysis = ExperimentAnalysis(exp, param_space=space)
+    assert analysis.get_last_checkpoint().uri.endswith("last-00000/checkpoint_000003")
+    assert analysis.get_last_checkpoint("last-00001").uri.endswith("last-00001/checkpoint_000002")
+    assert analysis.get_last_checkpoint(metric="score", mode="max").uri.endswith("last-00001/checkpoint_000002")
+    assert analysis.trials[0].evaluated_params == {"lr": 0.1, "net/width": 64}
+    assert ExperimentAnalysis(exp).trials[0].evaluated_params == {
+        "lr": 0.1,
+        "net/width": 64,
+        "net/act": "relu",
+        "epochs": 3,
+    }

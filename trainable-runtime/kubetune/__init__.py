@@ -53,9 +53,14 @@ _LAZY = {
     "CLIReporter": "kubetune.progress",
     "JupyterNotebookReporter": "kubetune.progress",
     "ProgressReporter": "kubetune.progress",
+    "get_context": "kubetune.context",
+    "TuneContext": "kubetune.context",
+    "ResumeConfig": "kubetune.resume",
+    "create_scheduler": "kubetune.factories",
+    "create_searcher": "kubetune.factories",
 }
-#: Submodules reached as attributes, as ``tune.schedulers.ASHAScheduler``.
-_SUBMODULES = ("schedulers", "stopper", "analysis", "tuner", "progress")
+#: Submodules reached as attributes, as ``tune.schedulers.ASHAScheduler`` (``suggest``: Ray 1.x's ``search``).
+_SUBMODULES = ("schedulers", "stopper", "analysis", "tuner", "progress", "suggest")
 #: Ray names kubetune cannot honour: name → (why, what to use).
 _UNSUPPORTED = {
     "Callback": ("callbacks are user code run by Ray's driver", "the returned ExperimentAnalysis"),

@@ -47,6 +47,8 @@ from kubetune.checkpoint_layout import Checkpoint
 from kubetune.checkpoint_store import list_checkpoints, restore_checkpoint
 from kubetune.resultkeys import finite_number, flatten, is_multi_objective, is_number, non_dominated, objectives
 from kubetune.runtime.results import PROGRESS_FILE, RESULT_FILE
+from kubetune.search.sample import parse_space
+from kubetune.search.variants import find_domains
 from kubetune.storage import FileStorage, S3Storage, Storage, file_uri_path, join_uri, open_storage, split_s3_uri
 
 __all__ = ["ExperimentAnalysis", "Result", "ResultGrid", "StoredCheckpoint", "TrialRecord"]
@@ -117,6 +119,20 @@ def _last_result(data: bytes, uri: str) -> dict:
     return rows[-1] if rows else {}
 
 
+def _values_at(config: dict, paths: list[tuple]) -> dict[str, Any]:
+    """``{"a/b": config["a"]["b"], ...}`` for each path that ``config`` has."""
+    out = {}
+    for path in paths:
+        node: Any = config
+        try:
+            for part in path:
+                node = node[part]
+        except (KeyError, IndexError, TypeError):
+            continue
+        out["/".join(str(part) for part in path)] = node
+    return out
+
+
 class TrialRecord:
     """One trial as read from storage: what Ray's ``Trial`` offers to analysis code.
 
@@ -127,9 +143,12 @@ class TrialRecord:
         last_result: the last line of ``result.json``; {} before the first result.
         error: the failure message (``error.txt`` or the SDK's ``trial_errors``), or None.
         status: ``"ERROR"`` when ``error`` is set, else ``"TERMINATED"``.
+        evaluated_params: the searched values of ``config`` keyed by path joined with ``/`` (Ray's
+            ``Trial.evaluated_params``): those at the domains and grids of the parameter space; every
+            value of ``config`` when the space is not known (``ExperimentAnalysis`` without ``param_space``).
     """
 
-    __slots__ = ("trial_id", "path", "config", "last_result", "error")
+    __slots__ = ("trial_id", "path", "config", "last_result", "error", "evaluated_params")
 
     def __init__(self, trial_id: str, path: str, config: dict, last_result: dict, error: str | None):
         self.trial_id = trial_id
@@ -137,6 +156,7 @@ class TrialRecord:
         self.config = config
         self.last_result = last_result
         self.error = error
+        self.evaluated_params = flatten(config)
 
     @property
     def logdir(self) -> str:
@@ -275,6 +295,8 @@ class ExperimentAnalysis:
             failed Trials). When given, it alone says which trials failed (an ``error.txt`` stays behind
             when a retry then succeeded), and its trials are listed even if they wrote nothing. When
             None, a trial failed if it has an ``error.txt``, whose text is the error.
+        param_space: the Experiment's ``spec.config`` (or an SDK space): which config values each
+            trial's ``evaluated_params`` holds (the SDK passes it).
 
     Attributes:
         experiment_path: URI of the ``<uid8>`` folder read.
@@ -298,6 +320,7 @@ class ExperimentAnalysis:
         storage_endpoint: str | None = None,
         storage_region: str | None = None,
         trial_errors: Mapping[str, str] | None = None,
+        param_space: Any = None,
     ):
         self.objectives = None
         if is_multi_objective(default_metric) or is_multi_objective(default_mode):
@@ -340,6 +363,10 @@ class ExperimentAnalysis:
             loaded = list(pool.map(load, names))
         self.trials: list[TrialRecord] = [trial for trial, _ in loaded]
         self._raw: dict[str, bytes] = {trial.trial_id: data for trial, data in loaded}
+        if param_space is not None:
+            paths = [path for path, _ in find_domains(parse_space(param_space))]
+            for trial in self.trials:
+                trial.evaluated_params = _values_at(trial.config, paths)
 
     # -- validation (Ray's messages) ---------------------------------------------------------------
 
@@ -624,6 +651,21 @@ class ExperimentAnalysis:
                 value = _lookup(row, metric)
                 out.append((ref.uri, math.nan if value is _MISSING else value))
         return out
+
+    def get_last_checkpoint(
+        self, trial: TrialRecord | str | None = None, metric: str = TRAINING_ITERATION, mode: str = "max"
+    ) -> StoredCheckpoint | None:
+        """The newest committed checkpoint (highest ``training_iteration``) of ``trial``, downloaded now;
+        without ``trial``, of the best trial by ``metric`` and ``mode`` (Ray 2.x's defaults: the trial
+        that ran longest).
+
+        Raises:
+            As :meth:`get_best_checkpoint`.
+        """
+        trial = trial if trial is not None else self.get_best_trial(metric, mode)
+        if trial is None:
+            return None
+        return self.get_best_checkpoint(trial, TRAINING_ITERATION, "max")
 
     def get_best_checkpoint(
         self, trial: TrialRecord | str, metric: str | None = None, mode: str | None = None

@@ -30,6 +30,10 @@ DICT_CHECKPOINT_FILE = "checkpoint"
 _OBJECT_FORMAT = "kubetune.checkpoint/1"  # a stored format name: kept through the module rename
 
 
+#: The file of a :meth:`Checkpoint.from_dict` checkpoint (Ray AIR's name for it).
+FROM_DICT_FILE = "dict_checkpoint.pkl"
+
+
 class Checkpoint:
     """A checkpoint directory, as the modern function API passes it around.
 
@@ -55,6 +59,33 @@ class Checkpoint:
         if not os.path.isdir(path):
             raise NotADirectoryError(f"checkpoint directory {os.fspath(path)!r} does not exist")
         return cls(path)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Checkpoint":
+        """Return a checkpoint holding ``data`` (Ray 2.0-2.6 AIR's ``Checkpoint.from_dict``): a new
+        temporary directory with the dict pickled to :data:`FROM_DICT_FILE` (Ray's file name).
+
+        Raises:
+            TypeError: ``data`` is not a dict.
+        """
+        if not isinstance(data, dict):
+            raise TypeError(f"Checkpoint.from_dict takes a dict, got {type(data).__name__}")
+        path = tempfile.mkdtemp(prefix="checkpoint_")
+        with open(os.path.join(path, FROM_DICT_FILE), "wb") as f:
+            pickle.dump(data, f)
+        return cls(path)
+
+    def to_dict(self) -> dict:
+        """The dict a :meth:`from_dict` checkpoint holds.
+
+        Raises:
+            ValueError: the checkpoint is a directory of other files (read it with :meth:`to_directory`).
+        """
+        file = os.path.join(self.path, FROM_DICT_FILE)
+        if not os.path.isfile(file):
+            raise ValueError(f"{self!r} holds files, not a dict from Checkpoint.from_dict: use to_directory()")
+        with open(file, "rb") as f:
+            return pickle.load(f)
 
     def to_directory(self, path: str | os.PathLike | None = None) -> str:
         """Copy the checkpoint's files into ``path`` (created if missing; default a new temp dir).

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kubetune.resultkeys import check_mode, is_multi_objective, is_number, objectives, objectives_spec, spec_objectives
-from kubetune.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay, TrialScheduler
+from kubetune.schedulers import PopulationBasedTrainingReplay, TrialScheduler
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 from kubetune.search.sample import space_spec
 from kubetune.stopper import CombinedStopper, Stopper, TimeoutStopper
@@ -94,6 +94,15 @@ class CheckpointConfig:
     checkpoint_score_order: str = "max"
     checkpoint_frequency: int = 0
     checkpoint_at_end: bool | None = None
+
+
+def _checkpoint_args(cc: CheckpointConfig) -> tuple[int, bool, int | None, str | None]:
+    """``(checkpoint_freq, checkpoint_at_end, keep_checkpoints_num, checkpoint_score_attr)`` of a
+    :class:`CheckpointConfig` (Ray 1.x's ``min-`` prefix for a ``min`` score order)."""
+    score = cc.checkpoint_score_attribute
+    if score and cc.checkpoint_score_order == "min":
+        score = f"min-{score}"
+    return cc.checkpoint_frequency, bool(cc.checkpoint_at_end), cc.num_to_keep, score
 
 
 @dataclass
@@ -232,9 +241,19 @@ def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
     )
 
 
+#: Ray's anonymous metric (``ray.tune.result.DEFAULT_METRIC``): what ``report(value)`` or a returned number reports.
+DEFAULT_METRIC = "_metric"
+
+
 def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tuple[Any, Any]:
     """The experiment's metric and mode: the run's, else the scheduler's or searcher's (Ray's rule:
-    both set differently is an error); lists for several objectives."""
+    both set differently is an error); lists for several objectives. A mode without a metric ranks
+    the anonymous metric ``_metric``, as Ray's schedulers and searchers fill it.
+
+    Raises:
+        ValueError: a metric without a mode: Ray's message when a scheduler needs the mode; with FIFO,
+            kubetune's (the operator ranks trials by them together).
+    """
     for algorithm in algorithms:
         for attr, value in (("metric", metric), ("mode", mode)):
             theirs = getattr(algorithm, attr, None)
@@ -247,8 +266,22 @@ def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tupl
         mode = mode or getattr(algorithm, "mode", None)
     if is_multi_objective(metric) or is_multi_objective(mode):
         objectives(metric, mode)  # several objectives (OptunaSearch(metric=[...])): the operator checks the rest
-    else:
-        check_mode(metric, mode, required=False)
+        return metric, mode
+    check_mode(metric, mode, required=False)
+    if mode is not None and metric is None:
+        metric = DEFAULT_METRIC
+    if metric is not None and mode is None:
+        scheduler = next((a for a in algorithms if isinstance(a, TrialScheduler) and a.name != "fifo"), None)
+        if scheduler is not None:  # Ray raises this at the first trial; nothing is created here
+            raise ValueError(
+                f"{type(scheduler).__name__} has been instantiated without a valid `metric` ({metric}) or "
+                "`mode` (None) parameter. Either pass these parameters when instantiating the scheduler, "
+                "or pass them as parameters to `tune.run()`"
+            )
+        raise ValueError(
+            f"metric={metric!r} without a mode: kubetune ranks trials by the metric in the operator "
+            "(status.bestTrial), which needs the direction; pass mode='max' or mode='min'"
+        )
     return metric, mode
 
 
@@ -377,7 +410,7 @@ def build_experiment(
         "stop": stop_dict or None,
         "stoppers": stoppers or None,
         "maxConcurrentTrials": limit,
-        "scheduler": _scheduler_spec(scheduler, sample_from) if scheduler is not None else None,
+        "scheduler": scheduler.to_spec() if scheduler is not None else None,
         "resourcesPerTrial": _resources(resources_per_trial) or None,
         "timeBudget": _duration(min(budgets, key=_seconds)) if budgets else None,
     }
@@ -389,13 +422,6 @@ def build_experiment(
     if fail_fast:
         spec["failure"]["maxFailedTrials"] = 0
     return {"apiVersion": API_VERSION, "kind": "Experiment", "metadata": {"name": name}, "spec": spec}
-
-
-def _scheduler_spec(scheduler: TrialScheduler, sample_from: Any) -> dict:
-    """``spec.scheduler``; PBT's functions are shipped by ``sample_from`` as ``sample_from`` functions are."""
-    if isinstance(scheduler, PopulationBasedTraining):
-        return scheduler.to_spec(on_function=sample_from)
-    return scheduler.to_spec()
 
 
 def _seconds(value: float | datetime.timedelta) -> float:
@@ -542,6 +568,10 @@ def _launch(
         extra = f", namespace={ns!r}" if namespace else ""
         reattach = f"Tuner.restore({name!r}{extra})" if entry == "Tuner" else f"tune.run(..., restore={name!r}{extra})"
         raise Detached(name, ns, reattach) from None
+    searcher = experiment.get("search_alg")
+    searcher = getattr(searcher, "searcher", searcher)  # inside a ConcurrencyLimiter
+    if isinstance(searcher, Searcher):
+        searcher.total_samples = len(trials)  # Ray's BasicVariantGenerator.total_samples after a run
     return experiment_analysis(final, trials), final, trials
 
 
@@ -569,6 +599,7 @@ def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
         storage_endpoint=storage.get("endpoint"),
         storage_region=storage.get("region"),
         trial_errors={name: message or "failed" for name, message in failed_trials(trials).items()},
+        param_space=spec.get("config"),
     )
 
 
@@ -614,6 +645,7 @@ def run(
     template: dict | None = None,
     context: str | None = None,
     poll_interval_s: float = 1.0,
+    checkpoint_config: CheckpointConfig | None = None,
     **ray_kwargs: Any,
 ) -> Any:
     """Run a tuning experiment on the cluster, as Ray's ``tune.run`` does locally.
@@ -623,6 +655,9 @@ def run(
     default: the operator's), ``storage`` (the storage URI or a dict of ``spec.storage``;
     ``storage_path`` is the same URI), ``template`` (``spec.template``), ``context`` (kubeconfig
     context). ``restore`` names an existing Experiment to attach to instead of creating one.
+    ``checkpoint_config`` (Ray 2.x's :class:`CheckpointConfig`) takes the place of ``checkpoint_freq``,
+    ``checkpoint_at_end``, ``keep_checkpoints_num`` and ``checkpoint_score_attr``. After the run, the
+    searcher's ``total_samples`` is the number of trials.
 
     Returns:
         A :class:`kubetune.analysis.ExperimentAnalysis` of the ended Experiment.
@@ -640,6 +675,15 @@ def run(
         kubernetes.client.ApiException: the API refused the Experiment (e.g. 409, the name is taken).
     """
     _check_ray_kwargs(ray_kwargs)
+    if checkpoint_config is not None:
+        if checkpoint_freq or checkpoint_at_end or keep_checkpoints_num or checkpoint_score_attr:
+            raise ValueError(
+                "checkpoint_config and checkpoint_freq, checkpoint_at_end, keep_checkpoints_num or "
+                "checkpoint_score_attr were both given; set them in checkpoint_config only"
+            )
+        checkpoint_freq, checkpoint_at_end, keep_checkpoints_num, checkpoint_score_attr = _checkpoint_args(
+            checkpoint_config
+        )
     analysis, _, trials = _launch(
         run_or_experiment,
         name=name,
@@ -735,8 +779,27 @@ class Tuner:
         self._result_grid: Any = None
 
     @classmethod
-    def restore(cls, path: str, trainable: Any = None, **kwargs: Any) -> "Tuner":
-        """Attach to the Experiment named ``path`` (Ray takes a directory; here the Experiment's name)."""
+    def restore(
+        cls,
+        path: str,
+        trainable: Any = None,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        resume_config: Any = None,
+        **kwargs: Any,
+    ) -> "Tuner":
+        """Attach to the Experiment named ``path`` (Ray takes a directory; here the Experiment's name).
+
+        ``resume_config`` (:class:`kubetune.resume.ResumeConfig`) or Ray 2.x's flags say what becomes of
+        the trials; only Ray's default is possible (unfinished trials go on, ended ones keep their outcome).
+
+        Raises:
+            NotImplementedError: another choice (why and what to use instead).
+        """
+        from kubetune.resume import ResumeConfig
+
+        (resume_config or ResumeConfig.from_flags(resume_unfinished, resume_errored, restart_errored)).check()
         tuner = cls(trainable, **kwargs)
         tuner._restore = path
         return tuner
@@ -757,9 +820,7 @@ class Tuner:
             raise ValueError(f"callbacks is not supported by kubetune: {REFUSED['callbacks']}")
         cc = rc.checkpoint_config or CheckpointConfig()
         fc = rc.failure_config or FailureConfig()
-        score = cc.checkpoint_score_attribute
-        if score and cc.checkpoint_score_order == "min":
-            score = f"min-{score}"
+        checkpoint_freq, checkpoint_at_end, keep, score = _checkpoint_args(cc)
         from kubetune.analysis import ResultGrid
 
         analysis, _, _ = _launch(
@@ -782,9 +843,9 @@ class Tuner:
             search_alg=tc.search_alg,
             scheduler=tc.scheduler,
             max_concurrent_trials=tc.max_concurrent_trials,
-            checkpoint_freq=cc.checkpoint_frequency,
-            checkpoint_at_end=bool(cc.checkpoint_at_end),
-            keep_checkpoints_num=cc.num_to_keep,
+            checkpoint_freq=checkpoint_freq,
+            checkpoint_at_end=checkpoint_at_end,
+            keep_checkpoints_num=keep,
             checkpoint_score_attr=score,
             max_failures=fc.max_failures,
             fail_fast=fc.fail_fast,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubetune.resultkeys import is_multi_objective, objectives
+from kubetune.search.optuna_space import convert_search_space
 from kubetune.search.sample import space_spec
 from kubetune.search.variants import find_domains
 from kubetune.specs import AlgorithmSpec
@@ -157,6 +158,9 @@ class OptunaSearch(Searcher):
         )
         self.metric, self.mode = metric, mode
         self.seed = seed
+
+
+OptunaSearch.convert_search_space = staticmethod(convert_search_space)  # Ray 2.x's static method
 
 
 class ConcurrencyLimiter:

@@ -372,6 +372,10 @@ class Categorical(Domain):
         """Whether ``value`` is one of the categories (``==``), as Ray."""
         return value in self.categories
 
+    def uniform(self) -> Categorical:
+        """This domain with its (only) sampler, uniform: Ray's ``Categorical(categories).uniform()``."""
+        return Categorical(self.categories)
+
     def _draw(self, rng: Any) -> Any:
         return self.categories[rng.randrange(len(self.categories))]
 
@@ -804,8 +808,9 @@ def space_spec(
     The inverse of :func:`parse_space`: domains become ``{name: [args]}``, tuples lists, NumPy
     scalars Python numbers; dict keys must be strings. ``{"grid_search": [...]}`` is a grid, as in Ray.
     Any other dict below the root with one key named like a domain (``{"choice": "adam"}``,
-    ``{"uniform": tune.uniform(-5, -1)}``, ``{"normal": [0, 1]}``), or with several, is the user's object, written as ``{"kubetune/object": {...}}`` (:data:`OBJECT`) so that the operator
-    does not read it as a domain.
+    ``{"uniform": tune.uniform(-5, -1)}``, ``{"normal": [0, 1]}``), or with several, is the user's
+    object, written as ``{"kubetune/object": {...}}`` (:data:`OBJECT`) so that the operator does not
+    read it as a domain.
 
     Args:
         space: the parameter space.
@@ -817,8 +822,8 @@ def space_spec(
 
     Raises:
         ValueError: a ``sample_from`` function without ``on_function`` (user code the operator does not
-            run), a non-string key, or a value JSON cannot hold (the message gives its path and suggests ``with_parameters`` for
-            large objects).
+            run), a non-string key, or a value JSON cannot hold (the message gives its path and
+            suggests ``with_parameters`` for large objects).
     """
     if isinstance(space, Function):
         if on_function is None:

@@ -1,0 +1,56 @@
+"""``tune.get_context()``: what a running trial knows about itself (Ray 2.x's ``TuneContext``).
+
+Owns :class:`TuneContext` and :func:`get_context`, called by user code in a trial pod (function or
+class trainable). The trial's id and name come from the function session when there is one, else
+from the pod's ``KUBETUNE_*`` variables (:mod:`kubetune.env`), which the operator sets; the
+resources are the Experiment's ``spec.resourcesPerTrial`` as the pod was given them
+(``KUBETUNE_RESOURCES``). Outside a trial every getter returns None, as Ray's do outside a session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from kubetune import session
+from kubetune.env import EXPERIMENT, RESOURCES, STORAGE_URI, TRIAL
+
+__all__ = ["TuneContext", "get_context"]
+
+
+class TuneContext:
+    """The running trial's identity, resources and storage (Ray 2.x's ``ray.tune.TuneContext``)."""
+
+    def get_trial_id(self) -> str | None:
+        """The trial's id: its Trial's name (Ray's ``trial_id`` of the results)."""
+        return session.get_trial_id() or os.environ.get(TRIAL)
+
+    def get_trial_name(self) -> str | None:
+        """The trial's name: its Trial's name."""
+        return session.get_trial_name() or os.environ.get(TRIAL)
+
+    def get_trial_dir(self) -> str | None:
+        """The trainable's local directory (the function's; the runtime's folder for a class), or None."""
+        return session.get_trial_dir()
+
+    def get_experiment_name(self) -> str | None:
+        """The Experiment's name."""
+        return os.environ.get(EXPERIMENT)
+
+    def get_storage(self) -> str | None:
+        """The trial's folder in storage (``<storage.uri>/<namespace>/<experiment>/<uid8>/<trial>``)."""
+        return os.environ.get(STORAGE_URI)
+
+    def get_trial_resources(self) -> dict | None:
+        """``spec.resourcesPerTrial`` as the pod was given it: ``{"cpu": ..., "gpu": ..., "memory": ...}``
+        (Ray returns a ``PlacementGroupFactory``; each trial is one pod of that shape)."""
+        text = os.environ.get(RESOURCES)
+        return json.loads(text) if text else None
+
+    def __repr__(self) -> str:
+        return f"TuneContext(trial_id={self.get_trial_id()!r}, experiment={self.get_experiment_name()!r})"
+
+
+def get_context() -> TuneContext:
+    """The running trial's :class:`TuneContext` (Ray 2.x's ``tune.get_context()``)."""
+    return TuneContext()
