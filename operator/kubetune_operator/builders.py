@@ -214,6 +214,7 @@ def build_pod(
     settings: Settings,
     restore_from: str | None = None,
     pbt_policy: list | None = None,
+    pbt_explore: dict | None = None,
 ) -> dict:
     """Return the manifest of the pod running ``attempt`` of ``trial``.
 
@@ -248,6 +249,8 @@ def build_pod(
             nothing (the runtime restores the trial's latest committed checkpoint).
         pbt_policy: the PBT policy line of the exploit this attempt carries out (the runtime writes
             it to the trial's ``pbt_policy_<trial>.txt``).
+        pbt_explore: the user functions of that exploit the attempt calls before restoring
+            (``kubetune.env.PBT_EXPLORE``), or None.
 
     Raises:
         ValueError: no storage URI (neither ``spec.storage.uri`` nor a default in settings),
@@ -287,6 +290,7 @@ def build_pod(
         storage_region=region,
         restore_from=restore_from,
         pbt_policy=pbt_policy,
+        pbt_explore=pbt_explore,
         collector_url=settings.collector.base_url(),
         pod_name=name,
         grace_period_s=settings.trials.termination_grace_period_s,

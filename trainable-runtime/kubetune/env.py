@@ -44,6 +44,9 @@ STORAGE_REGION = "KUBETUNE_STORAGE_REGION"
 RESTORE_FROM = "KUBETUNE_RESTORE_FROM"
 #: JSON: the PBT policy line of the exploit this attempt carries out (Ray's ``pbt_policy_<trial>.txt``).
 PBT_POLICY = "KUBETUNE_PBT_POLICY"
+#: JSON: the user functions this attempt calls before it restores a PBT donor's checkpoint
+#: (``{"resample": [{"path": [key, ...], "function": uri, "int": bool}], "customExploreFn": uri | null}``).
+PBT_EXPLORE = "KUBETUNE_PBT_EXPLORE"
 COLLECTOR_URL = "KUBETUNE_COLLECTOR_URL"
 TOKEN = "KUBETUNE_TOKEN"
 POD_NAME = "KUBETUNE_POD_NAME"
@@ -62,11 +65,12 @@ CONFIG_PATH = f"{ATTEMPT_DIR}/{CONFIG_KEY}"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: Path of the results endpoint on the operator's collector. The runtime POSTs
 #: JSON ``{"namespace", "experiment", "trial", "attempt": int, "results": [result, ...],
-#: "checkpoint": {"uri", "iteration"} | null, "done": bool, "stalled": {"reason", "message"}}`` with
+#: "checkpoint": {"uri", "iteration"} | null, "done": bool, "stalled": {"reason", "message"}, "explored": config}`` with
 #: header ``Authorization: Bearer <KUBETUNE_TOKEN>``; the reply is ``{"decision": one of DECISIONS}``
 #: (200), or 400 malformed, 401 bad token, 413 body over ``MAX_BATCH_BYTES``. ``stalled`` is there
 #: while something outside the trainable stalls the attempt (a reason of :data:`STALL_REASONS`, and a
-#: message of at most :data:`MAX_STALL_MESSAGE` characters), and left out once nothing does.
+#: message of at most :data:`MAX_STALL_MESSAGE` characters), and left out once nothing does. ``explored`` is the
+#: config an attempt started with ``KUBETUNE_PBT_EXPLORE`` chose, on every batch until one is answered.
 COLLECTOR_RESULTS_PATH = "/v1alpha1/results"
 #: What may stall an attempt: its object storage has not answered for ``UNREACHABLE_AFTER_S`` seconds.
 STALL_REASONS = ("StorageUnreachable",)
@@ -118,6 +122,8 @@ class TrialEnv:
             or a PBT donor's checkpoint); the trial's own checkpoints taken since win over it.
         pbt_policy: the PBT exploit this attempt carries out, as Ray's policy line ``[trial, donor,
             trial iteration, donor iteration, donor config, new config]``; None for other attempts.
+        pbt_explore: the user functions of a PBT exploit this attempt calls before restoring
+            (:data:`PBT_EXPLORE`); None when the operator chose the whole config.
         collector_url: base URL of the operator's collector, or None to run without one.
         grace_period_s: the pod's ``terminationGracePeriodSeconds``: time between SIGTERM and SIGKILL.
         decision_wait_s: longest the runtime waits, after each result, for the collector's answer to
@@ -143,6 +149,7 @@ class TrialEnv:
     storage_region: str | None = None
     restore_from: str | None = None
     pbt_policy: list | None = None
+    pbt_explore: dict | None = None
     collector_url: str | None = None
     token: str | None = None
     pod_name: str | None = None
@@ -172,6 +179,7 @@ def encode_trial_env(env: TrialEnv, config_file: str = CONFIG_PATH) -> dict[str,
         STORAGE_REGION: env.storage_region,
         RESTORE_FROM: env.restore_from,
         PBT_POLICY: json.dumps(env.pbt_policy) if env.pbt_policy is not None else None,
+        PBT_EXPLORE: json.dumps(env.pbt_explore) if env.pbt_explore is not None else None,
         COLLECTOR_URL: env.collector_url,
         TOKEN: env.token,
         POD_NAME: env.pod_name,
@@ -242,6 +250,7 @@ def read_trial_env(environ: Mapping[str, str] | None = None, config_text: str | 
         storage_region=e.get(STORAGE_REGION),
         restore_from=e.get(RESTORE_FROM),
         pbt_policy=json.loads(e[PBT_POLICY]) if e.get(PBT_POLICY) else None,
+        pbt_explore=json.loads(e[PBT_EXPLORE]) if e.get(PBT_EXPLORE) else None,
         collector_url=e.get(COLLECTOR_URL),
         token=e.get(TOKEN),
         pod_name=e.get(POD_NAME),

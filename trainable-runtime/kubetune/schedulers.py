@@ -164,10 +164,12 @@ class MedianStoppingRule(TrialScheduler):
 
 
 class PopulationBasedTraining(TrialScheduler):
-    """Population Based Training (Jaderberg et al. 2017), Ray's asynchronous ``PopulationBasedTraining``.
+    """Population Based Training (Jaderberg et al. 2017), Ray's ``PopulationBasedTraining``.
 
     The worst trials restart from the best ones' checkpoints with explored configs (the operator's
-    ``pbt`` scheduler; see ``docs/ray-tune.md`` for where it differs from Ray).
+    ``pbt`` scheduler; see ``docs/ray-tune.md`` for where it differs from Ray). Functions (in
+    ``hyperparam_mutations`` or ``custom_explore_fn``) are user code: :func:`kubetune.run` and ``Tuner``
+    pickle them to the experiment's storage, and the exploited trial's pod calls them.
 
     Args:
         time_attr: result key of progress.
@@ -175,20 +177,20 @@ class PopulationBasedTraining(TrialScheduler):
         mode: ``"min"`` or ``"max"``; None uses the experiment's.
         perturbation_interval: perturb at most every this much ``time_attr``.
         burn_in_period: no perturbation before this ``time_attr``.
-        hyperparam_mutations: key → list of values, a domain (``tune.uniform(...)``) or a nested dict
-            of those. Functions are user code the operator does not run: refused.
+        hyperparam_mutations: key → list of values, a domain (``tune.uniform(...)``), a function of no
+            argument (``lambda: random.uniform(1e-4, 1e-1)``) or a nested dict of those.
         quantile_fraction: top and bottom fraction, 0..0.5.
         resample_probability: 0..1.
         perturbation_factors: factors of a perturbed number.
-        custom_explore_fn: must be None (user code).
-        log_config: accepted; each exploit is in the Trial's ``status.perturbations`` and a
-            ``TrialPerturbed`` event.
-        require_attrs: as Ray's.
-        synch: must be False.
+        custom_explore_fn: ``f(config) -> config``, applied after the built-in perturbations, or None.
+        log_config: whether exploited trials write ``pbt_policy_<trial>.txt`` and ``pbt_global.txt``.
+        require_attrs: as Ray's: a result without ``time_attr`` or the metric fails the run.
+        synch: Ray's synchronous PBT: trials wait at each perturbation interval for the whole population.
         seed: kubetune's: seeds the donor and explore choices (a restarted operator decides the same).
 
     Raises:
-        ValueError: a function among the mutations, ``custom_explore_fn`` or ``synch``.
+        ValueError: a ``tune.sample_from`` among the mutations (as Ray), neither mutations nor
+            ``custom_explore_fn``, or a value that is not a list, dict, domain or function.
     """
 
     name = "pbt"
@@ -210,36 +212,80 @@ class PopulationBasedTraining(TrialScheduler):
         synch: bool = False,
         seed: int | None = None,
     ):
-        from kubetune.search.sample import space_spec
-
-        if custom_explore_fn is not None:
+        if not hyperparam_mutations and custom_explore_fn is None:
             raise ValueError(
-                "PopulationBasedTraining: custom_explore_fn is user code, which the operator does not "
-                "run; express the mutations in hyperparam_mutations"
+                "You must specify at least one of `hyperparam_mutations` or `custom_explore_fn` to use PBT."
             )
-        if synch:
-            raise ValueError("PopulationBasedTraining: synch=True is not supported (kubetune runs PBT asynchronously)")
-        if callable(hyperparam_mutations) or any(
-            callable(v) and not hasattr(v, "to_spec") for v in (hyperparam_mutations or {}).values()
-        ):
-            raise ValueError(
-                "PopulationBasedTraining: functions in hyperparam_mutations are user code, which the "
-                "operator does not run; use a list or a domain such as tune.uniform(0, 1)"
-            )
+        if custom_explore_fn is not None and not callable(custom_explore_fn):
+            raise ValueError("PopulationBasedTraining: custom_explore_fn must be a function f(config) -> config")
+        self._mutations, self._custom_explore_fn = hyperparam_mutations or {}, custom_explore_fn
+        _mutations_spec(self._mutations, "hyperparam_mutations", lambda function: {})  # checked now
         super().__init__(
             metric,
             mode,
             time_attr=time_attr,
             perturbation_interval=perturbation_interval,
             burn_in_period=burn_in_period,
-            hyperparam_mutations=space_spec(hyperparam_mutations or {}, "hyperparam_mutations"),
             quantile_fraction=quantile_fraction,
             resample_probability=resample_probability,
             perturbation_factors=list(perturbation_factors),
+            log_config=None if log_config else False,
             require_attrs=require_attrs,
+            synch=True if synch else None,
             seed=seed,
         )
         self.log_config = log_config
+
+    def to_spec(self, on_function=None) -> dict:
+        """Return ``spec.scheduler``; ``on_function`` gives the JSON standing for a function
+        (:meth:`kubetune.shipping.FunctionPickles.marker`).
+
+        Raises:
+            ValueError: a function without ``on_function`` (it must be shipped to the trial pods).
+        """
+        from kubetune.search.sample import Function
+
+        def ship(function: Function) -> dict:
+            if on_function is None:
+                raise ValueError(
+                    "PopulationBasedTraining: its functions run in the trial pods; give the scheduler to "
+                    "kubetune.run or Tuner, which ship them to the experiment's storage"
+                )
+            return on_function(function)
+
+        spec = super().to_spec()
+        if self._mutations:
+            spec["params"]["hyperparam_mutations"] = _mutations_spec(self._mutations, "hyperparam_mutations", ship)
+        if self._custom_explore_fn is not None:
+            spec["params"]["custom_explore_fn"] = ship(Function(self._custom_explore_fn))
+        return spec
+
+
+def _mutations_spec(mutations: dict, path: str, ship) -> dict:
+    """``hyperparam_mutations`` in its JSON form: lists and domains as :func:`kubetune.search.sample.space_spec`
+    writes them, each function as ``ship(Function(f))`` gives it (Ray's checks and messages)."""
+    from kubetune.search.sample import Domain, Function, space_spec
+
+    spec = {}
+    for key, value in mutations.items():
+        where = f"{path}.{key}"
+        if isinstance(value, Function):
+            raise ValueError(
+                "arbitrary tune.sample_from objects are not supported for `hyperparam_mutation` values."
+                "You must use other built in primitives like tune.uniform, tune.loguniform, etc."
+            )
+        if isinstance(value, dict):
+            spec[key] = _mutations_spec(value, where, ship)
+        elif isinstance(value, (list, tuple, Domain)):
+            spec[key] = space_spec(value, where)
+        elif callable(value):
+            spec[key] = ship(Function(value))
+        else:
+            raise ValueError(
+                "`hyperparam_mutation` values must be either a List, Tuple, Dict, a tune search space object, "
+                f"or a callable; {where} is a {type(value).__name__}"
+            )
+    return spec
 
 
 class PB2(TrialScheduler):

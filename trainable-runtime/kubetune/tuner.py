@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kubetune.resultkeys import check_mode, is_multi_objective, is_number, objectives, objectives_spec, spec_objectives
-from kubetune.schedulers import PopulationBasedTrainingReplay, TrialScheduler
+from kubetune.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay, TrialScheduler
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 from kubetune.search.sample import space_spec
 from kubetune.stopper import CombinedStopper, Stopper, TimeoutStopper
@@ -410,7 +410,7 @@ def build_experiment(
         "stop": stop_dict or None,
         "stoppers": stoppers or None,
         "maxConcurrentTrials": limit,
-        "scheduler": scheduler.to_spec() if scheduler is not None else None,
+        "scheduler": _scheduler_spec(scheduler, sample_from) if scheduler is not None else None,
         "resourcesPerTrial": _resources(resources_per_trial) or None,
         "timeBudget": _duration(min(budgets, key=_seconds)) if budgets else None,
     }
@@ -422,6 +422,13 @@ def build_experiment(
     if fail_fast:
         spec["failure"]["maxFailedTrials"] = 0
     return {"apiVersion": API_VERSION, "kind": "Experiment", "metadata": {"name": name}, "spec": spec}
+
+
+def _scheduler_spec(scheduler: TrialScheduler, sample_from: Any) -> dict:
+    """``spec.scheduler``; PBT's functions are shipped by ``sample_from`` as ``sample_from`` functions are."""
+    if isinstance(scheduler, PopulationBasedTraining):
+        return scheduler.to_spec(on_function=sample_from)
+    return scheduler.to_spec()
 
 
 def _seconds(value: float | datetime.timedelta) -> float:
