@@ -34,6 +34,7 @@ PATHS = [
     ("kubetune.suggest.suggestion", "ConcurrencyLimiter", tune.search.ConcurrencyLimiter),
     ("kubetune.suggest.suggestion", "Searcher", tune.search.Searcher),
     ("kubetune.suggest.variant_generator", "grid_search", tune.grid_search),
+    ("kubetune.suggest.bohb", "TuneBOHB", importlib.import_module("kubetune.search.bohb").TuneBOHB),
     ("kubetune.stopper", "MaximumIterationStopper", tune.stopper.MaximumIterationStopper),
     ("kubetune.stopper", "CombinedStopper", tune.stopper.CombinedStopper),
     ("kubetune.stopper", "TrialPlateauStopper", tune.stopper.TrialPlateauStopper),
