@@ -615,9 +615,10 @@ class ExperimentController:
         state.config = dict(config)
         state.status["config"] = state.config
         records = state.status.get("perturbations") or []
-        if records:
+        if records:  # new objects: the status writer compares them with what it last wrote
             record = records[-1]
-            record["newConfig"] = {k: config.get(k) for k in record.get("newConfig") or {}}
+            new = {**record, "newConfig": {k: config.get(k) for k in record.get("newConfig") or {}}}
+            state.status["perturbations"] = [*records[:-1], new]
         state.dirty = True
 
     # ----- PB2's explore steps, computed off the event loop (kubetune_operator.explorer) -------------
