@@ -538,6 +538,7 @@ class ExperimentController:
     def _apply_results(self, trial: str, attempt: int, results: list[dict]) -> str:
         decision, exploit = "continue", None
         take_exploit = getattr(self.scheduler, "take_exploit", None)
+        take_budget = getattr(self.scheduler, "take_budget", None)  # HyperBandForBOHB
         for result in results:
             stop, _ = should_stop(result, self.spec.stop)
             if self.stoppers(trial, result) or stop or result.get("done"):
@@ -549,6 +550,9 @@ class ExperimentController:
                 d = self.scheduler.on_trial_result(trial, result)
                 if d == "pause" and take_exploit is not None:
                     exploit = take_exploit(trial)
+                budget = take_budget(trial) if take_budget is not None else None
+                if budget is not None:  # a rung result, handed to the searcher with its budget as Ray does
+                    self.searcher.on_trial_result(trial, {**result, "hyperband_info": {"budget": budget}})
             if DECISION_RANK[d] > DECISION_RANK[decision]:
                 decision = d
             if exploit is not None:  # the rest of the batch belongs to the lineage the trial leaves

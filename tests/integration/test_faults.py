@@ -591,3 +591,37 @@ def test_killed_operator_carries_out_pb2_exploits_with_the_configs_its_explore_s
         assert (job["trial"], job["donor"], job["seed"]) == tuple(entry[1:4])
         again.explored(job["trial"], select(job))
     assert again.get_state()["log"] == state["log"] and again.get_state()["current"] == state["current"]
+
+
+def test_killed_operator_runs_bohb_to_the_end_and_its_journal_keeps_what_bohb_learned(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    """TuneBOHB with HyperBandForBOHB, the operator killed every 3 s, one trial at a time: the brackets are
+    HyperBandForBOHB's (the largest, (9 trials, rung 1), first); every observation the rebuilt searcher holds at
+    a rung is the trial's result at that iteration in result.json (a pod that ran on while the operator was down
+    still gives its result at the rung, once), and the rebuilt searcher gives each Trial its config."""
+    space = {"x": {"uniform": [0.5, 3.0]}, "sleep": 1.0}
+    algo = {"name": "bohb", "seed": 5, "params": {"bohb_config": {"random_fraction": 0}}}
+    spec = experiment(
+        "bohb-storm-2",
+        cluster,
+        storage_secret,
+        config=space,
+        numSamples=10,
+        stop={"training_iteration": 9},
+        maxConcurrentTrials=1,
+        scheduler={"name": "hyperband_bohb", "params": {"max_t": 9, "reduction_factor": 3}},
+        searchAlgorithm=algo,
+    )
+    found = run_with_kills(custom, operator, namespace, spec, 10)
+    reasons = {name: t["status"]["reason"] for name, t in found.items()}
+    ctl = operator_controller(custom, core, namespace, "bohb-storm-2")
+    assert ctl.scheduler.brackets()[:2] == [(9, 1), (5, 3)]
+    learned = ctl.searcher.get_state()["observations"]
+    lines = {name: lines_once(s3, namespace, "bohb-storm-2", name) for name in found}
+    for budget, seen in learned.items():
+        for name, loss in seen.items():
+            assert loss == -lines[name][int(budget) - 1]["score"], (budget, name)
+    assert len(learned["1"]) >= 5, (learned, reasons)
+    for name, trial in found.items():
+        assert ctl.searcher.suggest(name) == trial["spec"]["config"], name

@@ -55,7 +55,8 @@ def test_parameters_use_rays_names():
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(
         ValueError,
-        match="unknown scheduler 'pb3'; valid: asha, fifo, hyperband, hyperband_bohb, median_stopping_rule, pb2, pbt, pbt_replay",
+        match="unknown scheduler 'pb3'; valid: asha, fifo, hyperband, hyperband_bohb, median_stopping_rule, pb2, pbt, "
+        "pbt_replay",
     ):
         create_scheduler("pb3")
 

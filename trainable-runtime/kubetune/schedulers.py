@@ -21,6 +21,7 @@ __all__ = [
     "AsyncHyperBandScheduler",
     "ASHAScheduler",
     "HyperBandScheduler",
+    "HyperBandForBOHB",
     "MedianStoppingRule",
     "PopulationBasedTraining",
     "PopulationBasedTrainingReplay",
@@ -117,6 +118,15 @@ class HyperBandScheduler(TrialScheduler):
             reduction_factor=reduction_factor,
             stop_last_trials=stop_last_trials,
         )
+
+
+class HyperBandForBOHB(HyperBandScheduler):
+    """HyperBand as BOHB runs it, Ray's ``HyperBandForBOHB``: a band's brackets fill from the largest down, a
+    trial at its rung pauses until its whole bracket is there, and each rung result teaches ``TuneBOHB``
+    (:class:`kubetune.search.bohb.TuneBOHB`) at that budget. Same arguments as :class:`HyperBandScheduler`.
+    """
+
+    name = "hyperband_bohb"
 
 
 class MedianStoppingRule(TrialScheduler):
@@ -410,10 +420,6 @@ class PopulationBasedTrainingReplay(TrialScheduler):
 __getattr__ = unsupported_names(
     __name__,
     {
-        "HyperBandForBOHB": (
-            "BOHB's searcher is not available",
-            "HyperBandScheduler with OptunaSearch(prune_early_stopped=True)",
-        ),
         "ResourceChangingScheduler": (
             "a trial's pod resources are fixed when the pod is created",
             "resources_per_trial",

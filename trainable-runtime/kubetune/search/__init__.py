@@ -10,6 +10,7 @@ kubetune lacks raise an error that says why and what to use instead.
 """
 
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, Searcher
+from kubetune.search.bohb import TuneBOHB
 from kubetune.search.sample import (
     DOMAIN_NAMES,
     Categorical,
@@ -72,6 +73,7 @@ __all__ = [
     "ConcurrencyLimiter",
     "OptunaSearch",
     "Searcher",
+    "TuneBOHB",
 ]
 
 _OTHER = "the operator runs only the basic, optuna and bohb searchers"
