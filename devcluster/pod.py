@@ -17,6 +17,7 @@ import os
 import queue
 import shlex
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -85,6 +86,14 @@ class GpuAllocator:
         """Give ``ids`` back (an empty list is a no-op)."""
         with self._lock:
             self._free = sorted(set(self._free) | set(ids))
+
+
+def _covers_the_image(mount_path: str) -> bool:
+    """Whether a volume at ``mount_path`` would hide what stands for the pod's image: this interpreter,
+    its environment or the checkout the pods import from."""
+    target = Path(mount_path)
+    image = (Path(sys.prefix), Path(sys.executable).parent, Path(__file__).resolve().parent.parent)
+    return any(path == target or target in path.parents for path in image)
 
 
 def gpu_request(pod: dict) -> int:
@@ -281,6 +290,15 @@ class PodWorker(threading.Thread):
             if m.get("subPath"):
                 src = src / m["subPath"]
                 src.mkdir(parents=True, exist_ok=True)
+            if _covers_the_image(m["mountPath"]):
+                # the "image" is this host's interpreter and checkout: a volume over their folder (an
+                # emptyDir at /tmp with the checkout under /tmp) would hide them, so the process gets the
+                # volume's folder as its TMPDIR (what programs use /tmp through) and HOME where that was it
+                if m["mountPath"].rstrip("/") == "/tmp":
+                    env["TMPDIR"] = str(src)
+                    if env.get("HOME", "").rstrip("/") == "/tmp":
+                        env["HOME"] = str(src)
+                continue
             mounts.append((src, m["mountPath"], bool(m.get("readOnly"))))
         c.start(argv, env, mounts, self.kubelet.isolate_mounts)
         threading.Thread(target=lambda: self.events.put(("exit", c, c.proc.wait())), daemon=True).start()
