@@ -23,14 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client  # noqa: E402
 
+from bench.bench_devcluster import pct  # noqa: E402
 from devcluster import Cluster, ClusterConfig, images  # noqa: E402
 
 COMMAND = ["python", "-c", "import kubetune, time; time.sleep(20)"]
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
 def _watch(core: client.CoreV1Api, namespace: str, count: int, out: dict, ready: threading.Event) -> None:
