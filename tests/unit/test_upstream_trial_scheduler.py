@@ -24,7 +24,7 @@ Ported: 50 of the file's 77 tests (``testPerturbationValues`` without its last a
   counterpart (a kubetune bracket is judged within the call that completes it).
 - ``PopulationBasedTestingSuite::testSearchError``: a custom ``Searcher`` subclass (porting table, SDK: refused).
 - ``testMetricError``, ``testMetricLog``: Ray raises or logs in the scheduler; kubetune fails the Experiment
-  (porting table, PBT ``require_attrs``).
+  (porting table, PBT ``require_attrs`` and "logs a warning").
 - ``testCheckpointMostPromisingTrialsSynch``: counts Ray's saves of the top trials within the sync, which
   kubetune's synchronous PBT records without an answer per trial (they are paused, which checkpoints them;
   porting table, "_num_checkpoints").
@@ -157,15 +157,17 @@ class Runner:
 # ------------------------------------------------------------------------------------------ EarlyStoppingSuite
 
 
-def median_basic_setup(rule):
+def basic_setup(scheduler):
+    """Ray's basicSetup of EarlyStoppingSuite and AsyncHyperBandSuite (the former adds no trial: a no-op for the
+    median rule)."""
     t1 = new_trial()  # mean is 450, max 900, t_max=10
     t2 = new_trial()  # mean is 450, max 450, t_max=5
+    scheduler.on_trial_add(t1)
+    scheduler.on_trial_add(t2)
     for i in range(10):
-        r1 = result(i, i * 100)
-        assert rule.on_trial_result(t1, r1) == CONTINUE
+        assert scheduler.on_trial_result(t1, result(i, i * 100)) == CONTINUE
     for i in range(5):
-        r2 = result(i, 450)
-        assert rule.on_trial_result(t2, r2) == CONTINUE
+        assert scheduler.on_trial_result(t2, result(i, 450)) == CONTINUE
     return t1, t2
 
 
@@ -176,7 +178,7 @@ def median(**kwargs):
 def test_median_stopping_constant_perf():
     """EarlyStoppingSuite::testMedianStoppingConstantPerf."""
     rule = median(grace_period=0, min_samples_required=1)
-    t1, t2 = median_basic_setup(rule)
+    t1, t2 = basic_setup(rule)
     rule.on_trial_complete(t1, result(10, 1000))
     assert rule.on_trial_result(t2, result(5, 450)) == CONTINUE
     assert rule.on_trial_result(t2, result(6, 0)) == CONTINUE
@@ -186,7 +188,7 @@ def test_median_stopping_constant_perf():
 def test_median_stopping_on_complete_only():
     """EarlyStoppingSuite::testMedianStoppingOnCompleteOnly."""
     rule = median(grace_period=0, min_samples_required=1)
-    t1, t2 = median_basic_setup(rule)
+    t1, t2 = basic_setup(rule)
     assert rule.on_trial_result(t2, result(100, 0)) == CONTINUE
     rule.on_trial_complete(t1, result(101, 1000))
     assert rule.on_trial_result(t2, result(101, 0)) == STOP
@@ -195,7 +197,7 @@ def test_median_stopping_on_complete_only():
 def test_median_stopping_grace_period():
     """EarlyStoppingSuite::testMedianStoppingGracePeriod."""
     rule = median(grace_period=2.5, min_samples_required=1)
-    t1, t2 = median_basic_setup(rule)
+    t1, t2 = basic_setup(rule)
     rule.on_trial_complete(t1, result(10, 1000))
     rule.on_trial_complete(t2, result(10, 1000))
     t3 = new_trial()
@@ -207,7 +209,7 @@ def test_median_stopping_grace_period():
 def test_median_stopping_min_samples():
     """EarlyStoppingSuite::testMedianStoppingMinSamples."""
     rule = median(grace_period=0, min_samples_required=2)
-    t1, t2 = median_basic_setup(rule)
+    t1, t2 = basic_setup(rule)
     rule.on_trial_complete(t1, result(10, 1000))
     t3 = new_trial()
     # Insufficient samples to evaluate t3
@@ -220,7 +222,7 @@ def test_median_stopping_min_samples():
 def test_median_stopping_uses_median():
     """EarlyStoppingSuite::testMedianStoppingUsesMedian."""
     rule = median(grace_period=0, min_samples_required=1)
-    t1, t2 = median_basic_setup(rule)
+    t1, t2 = basic_setup(rule)
     rule.on_trial_complete(t1, result(10, 1000))
     rule.on_trial_complete(t2, result(10, 1000))
     t3 = new_trial()
@@ -231,7 +233,7 @@ def test_median_stopping_uses_median():
 def test_median_stopping_soft_stop():
     """EarlyStoppingSuite::testMedianStoppingSoftStop."""
     rule = median(grace_period=0, min_samples_required=1, hard_stop=False)
-    t1, t2 = median_basic_setup(rule)
+    t1, t2 = basic_setup(rule)
     rule.on_trial_complete(t1, result(10, 1000))
     rule.on_trial_complete(t2, result(10, 1000))
     t3 = new_trial()
@@ -239,19 +241,26 @@ def test_median_stopping_soft_stop():
     assert rule.on_trial_result(t3, result(2, 260)) == PAUSE
 
 
+def check_alternate_metrics(scheduler, result_func):
+    """Ray's _test_metrics of EarlyStoppingSuite and AsyncHyperBandSuite, given the scheduler each builds."""
+    t1 = new_trial()  # mean is 450, max 900, t_max=10
+    t2 = new_trial()  # mean is 450, max 450, t_max=5
+    scheduler.on_trial_add(t1)
+    scheduler.on_trial_add(t2)
+    for i in range(10):
+        assert scheduler.on_trial_result(t1, result_func(i, i * 100)) == CONTINUE
+    for i in range(5):
+        assert scheduler.on_trial_result(t2, result_func(i, 450)) == CONTINUE
+    scheduler.on_trial_complete(t1, result_func(10, 1000))
+    assert scheduler.on_trial_result(t2, result_func(5, 450)) == CONTINUE
+    assert scheduler.on_trial_result(t2, result_func(6, 0)) == CONTINUE
+
+
 def median_test_metrics(result_func, metric, mode):
     rule = MedianStoppingRule(
         grace_period=0, min_samples_required=1, time_attr="training_iteration", metric=metric, mode=mode
     )
-    t1 = new_trial()  # mean is 450, max 900, t_max=10
-    t2 = new_trial()  # mean is 450, max 450, t_max=5
-    for i in range(10):
-        assert rule.on_trial_result(t1, result_func(i, i * 100)) == CONTINUE
-    for i in range(5):
-        assert rule.on_trial_result(t2, result_func(i, 450)) == CONTINUE
-    rule.on_trial_complete(t1, result_func(10, 1000))
-    assert rule.on_trial_result(t2, result_func(5, 450)) == CONTINUE
-    assert rule.on_trial_result(t2, result_func(6, 0)) == CONTINUE
+    check_alternate_metrics(rule, result_func)
 
 
 def test_median_alternate_metrics():
@@ -408,9 +417,17 @@ def test_stops_last_one():
     assert action == STOP
 
 
-def test_trial_errored():
-    """HyperbandSuite::testTrialErrored: successive halving goes on after a trial failed (the operator
-    removes a failed trial from its scheduler)."""
+#: How a trial ends before its rung: failed (the operator removes it from its scheduler) or completed early.
+ENDINGS = {
+    "errored": lambda sched, trial, result: sched.on_trial_remove(trial),
+    "ended_early": lambda sched, trial, result: sched.on_trial_complete(trial, result),
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_trial_errored_or_ended_early(ending):
+    """HyperbandSuite::testTrialErrored and ::testTrialEndedEarly: successive halving still happens after a trial
+    failed or ended early."""
     stats = default_statistics()
     trial_count = stats[str(0)]["n"] + 3
     sched, mock_runner = scheduler_setup(trial_count)
@@ -418,13 +435,15 @@ def test_trial_errored():
     for t in [t1, t2, t3]:
         mock_runner._launch_trial(t)
 
-    sched.on_trial_remove(t3)
+    ENDINGS[ending](sched, t3, result(1, 12))
     assert PAUSE == sched.on_trial_result(t1, result(stats[str(1)]["r"], 10))
     assert CONTINUE == sched.on_trial_result(t2, result(stats[str(1)]["r"], 10))
 
 
-def test_trial_errored2():
-    """HyperbandSuite::testTrialErrored2: successive halving happens even when the last trial failed."""
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_trial_errored_or_ended_early2(ending):
+    """HyperbandSuite::testTrialErrored2 and ::testTrialEndedEarly2: successive halving happens even when the
+    last trial failed or ended early."""
     stats = default_statistics()
     trial_count = stats[str(0)]["n"] + stats[str(1)]["n"]
     sched, mock_runner = scheduler_setup(trial_count)
@@ -434,37 +453,7 @@ def test_trial_errored2():
         sched.on_trial_result(t, result(stats[str(1)]["r"], 10))
 
     mock_runner._launch_trial(trials[-1])
-    sched.on_trial_remove(trials[-1])
-    assert len(current_trials(current_bracket(sched))) == downscale(stats[str(1)]["n"], sched)
-
-
-def test_trial_ended_early():
-    """HyperbandSuite::testTrialEndedEarly."""
-    stats = default_statistics()
-    trial_count = stats[str(0)]["n"] + 3
-    sched, mock_runner = scheduler_setup(trial_count)
-
-    t1, t2, t3 = current_trials(current_bracket(sched))
-    for t in [t1, t2, t3]:
-        mock_runner._launch_trial(t)
-
-    sched.on_trial_complete(t3, result(1, 12))
-    assert PAUSE == sched.on_trial_result(t1, result(stats[str(1)]["r"], 10))
-    assert CONTINUE == sched.on_trial_result(t2, result(stats[str(1)]["r"], 10))
-
-
-def test_trial_ended_early2():
-    """HyperbandSuite::testTrialEndedEarly2."""
-    stats = default_statistics()
-    trial_count = stats[str(0)]["n"] + stats[str(1)]["n"]
-    sched, mock_runner = scheduler_setup(trial_count)
-    trials = current_trials(current_bracket(sched))
-    for t in trials[:-1]:
-        mock_runner._launch_trial(t)
-        sched.on_trial_result(t, result(stats[str(1)]["r"], 10))
-
-    mock_runner._launch_trial(trials[-1])
-    sched.on_trial_complete(trials[-1], result(100, 12))
+    ENDINGS[ending](sched, trials[-1], result(100, 12))
     assert len(current_trials(current_bracket(sched))) == downscale(stats[str(1)]["n"], sched)
 
 
@@ -1080,18 +1069,6 @@ def test_postprocessing_hook(tmp_path):
 # ------------------------------------------------------------------------------------------ AsyncHyperBandSuite
 
 
-def asha_basic_setup(scheduler):
-    t1 = new_trial()  # mean is 450, max 900, t_max=10
-    t2 = new_trial()  # mean is 450, max 450, t_max=5
-    scheduler.on_trial_add(t1)
-    scheduler.on_trial_add(t2)
-    for i in range(10):
-        assert scheduler.on_trial_result(t1, result(i, i * 100)) == CONTINUE
-    for i in range(5):
-        assert scheduler.on_trial_result(t2, result(i, 450)) == CONTINUE
-    return t1, t2
-
-
 def nan_setup(scheduler):
     t1 = new_trial()  # mean is 450, max 450, t_max=10
     t2 = new_trial()  # mean is nan, max nan, t_max=10
@@ -1121,7 +1098,7 @@ def nan_inf_setup(scheduler):
 def test_async_hb_on_complete():
     """AsyncHyperBandSuite::testAsyncHBOnComplete."""
     scheduler = AsyncHyperBandScheduler(metric="episode_reward_mean", mode="max", max_t=10, brackets=1)
-    t1, t2 = asha_basic_setup(scheduler)
+    t1, t2 = basic_setup(scheduler)
     t3 = new_trial()
     scheduler.on_trial_add(t3)
     scheduler.on_trial_complete(t3, result(10, 1000))
@@ -1133,7 +1110,7 @@ def test_async_hb_grace_period():
     scheduler = AsyncHyperBandScheduler(
         metric="episode_reward_mean", mode="max", grace_period=2.5, reduction_factor=3, brackets=1
     )
-    t1, t2 = asha_basic_setup(scheduler)
+    t1, t2 = basic_setup(scheduler)
     scheduler.on_trial_complete(t1, result(10, 1000))
     scheduler.on_trial_complete(t2, result(10, 1000))
     t3 = new_trial()
@@ -1159,7 +1136,7 @@ def test_async_hb_uses_percentile():
     scheduler = AsyncHyperBandScheduler(
         metric="episode_reward_mean", mode="max", grace_period=1, max_t=10, reduction_factor=2, brackets=1
     )
-    t1, t2 = asha_basic_setup(scheduler)
+    t1, t2 = basic_setup(scheduler)
     scheduler.on_trial_complete(t1, result(10, 1000))
     scheduler.on_trial_complete(t2, result(10, 1000))
     t3 = new_trial()
@@ -1290,17 +1267,7 @@ def asha_test_metrics(result_func, metric, mode):
     scheduler = AsyncHyperBandScheduler(
         grace_period=1, time_attr="training_iteration", metric=metric, mode=mode, brackets=1
     )
-    t1 = new_trial()  # mean is 450, max 900, t_max=10
-    t2 = new_trial()  # mean is 450, max 450, t_max=5
-    scheduler.on_trial_add(t1)
-    scheduler.on_trial_add(t2)
-    for i in range(10):
-        assert scheduler.on_trial_result(t1, result_func(i, i * 100)) == CONTINUE
-    for i in range(5):
-        assert scheduler.on_trial_result(t2, result_func(i, 450)) == CONTINUE
-    scheduler.on_trial_complete(t1, result_func(10, 1000))
-    assert scheduler.on_trial_result(t2, result_func(5, 450)) == CONTINUE
-    assert scheduler.on_trial_result(t2, result_func(6, 0)) == CONTINUE
+    check_alternate_metrics(scheduler, result_func)
 
 
 def test_async_hb_alternate_metrics():
