@@ -458,6 +458,15 @@ def test_a_single_trial_is_the_best_result_whatever_the_metric_and_repr_hides_au
     assert f"path={best.path!r}" in text and "error" not in text
 
 
+def test_a_trial_has_a_checkpoint_once_one_is_committed(file_root, tmp_path):
+    # Ray's Trial.has_checkpoint(), which Ray's PBT end-to-end tests assert on tune.run's trials
+    exp = join_uri(file_root, "team", "has", UID)
+    write_trial(exp, "has-00000", series([1, 2]), checkpoints=(2,), workdir=tmp_path / "a")
+    write_trial(exp, "has-00001", series([1, 2]), workdir=tmp_path / "b")
+    with_one, without = ExperimentAnalysis(exp).trials
+    assert with_one.has_checkpoint() and not without.has_checkpoint()
+
+
 def test_last_checkpoint_and_evaluated_params(file_root, tmp_path):
     # issue 23: Ray 2.x's get_last_checkpoint (highest iteration; without a trial, the trial that ran
     # longest) and Trial.evaluated_params (the searched values, keyed by path)

@@ -146,17 +146,24 @@ class TrialRecord:
         evaluated_params: the searched values of ``config`` keyed by path joined with ``/`` (Ray's
             ``Trial.evaluated_params``): those at the domains and grids of the parameter space; every
             value of ``config`` when the space is not known (``ExperimentAnalysis`` without ``param_space``).
+        storage: the :class:`kubetune.storage.Storage` the trial directory is read from.
     """
 
-    __slots__ = ("trial_id", "path", "config", "last_result", "error", "evaluated_params")
+    __slots__ = ("trial_id", "path", "config", "last_result", "error", "evaluated_params", "storage")
 
-    def __init__(self, trial_id: str, path: str, config: dict, last_result: dict, error: str | None):
+    def __init__(self, trial_id: str, path: str, config: dict, last_result: dict, error: str | None, storage: Storage):
         self.trial_id = trial_id
         self.path = path
         self.config = config
         self.last_result = last_result
         self.error = error
         self.evaluated_params = flatten(config)
+        self.storage = storage
+
+    def has_checkpoint(self) -> bool:
+        """Whether the trial has a committed checkpoint (Ray's ``Trial.has_checkpoint()``); one listing of storage."""
+        committed, _ = list_checkpoints(self.storage, self.path)
+        return bool(committed)
 
     @property
     def logdir(self) -> str:
@@ -356,7 +363,7 @@ class ExperimentAnalysis:
                 error = self.storage.get_bytes(join_uri(uri, ERROR_FILE)).decode("utf-8", errors="replace")
             else:
                 error = None
-            return TrialRecord(name, uri, config, last, error), data
+            return TrialRecord(name, uri, config, last, error, self.storage), data
 
         names = sorted(set(files) | set(trial_errors or ()))
         with ThreadPoolExecutor(max_workers=FETCH_WORKERS) as pool:
