@@ -10,13 +10,19 @@ NODE_PACKAGES := runc containernetworking-plugins conntrack iptables iproute2 bu
 
 .PHONY: venv binaries host-packages node test unit demo docs clean
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(VENV)/.checkout-path
 
 $(VENV)/.installed: requirements-dev.txt trainable-runtime/pyproject.toml operator/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -r requirements-dev.txt
 	$(PYTHON) -m pip install -q --no-deps -e trainable-runtime -e operator
+	touch $@
+
+# The checkout on the venv's import path (a .pth file): `python -m devcluster` and the examples
+# import from any directory.
+$(VENV)/.checkout-path: $(VENV)/.installed
+	$(PYTHON) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "kubetune-checkout.pth").write_text("$(CURDIR)\n")'
 	touch $@
 
 binaries: venv

@@ -1,18 +1,21 @@
 """Command line of the local cluster: ``python -m devcluster build|images|up|down|status|logs``.
 
 ``up`` starts a detached cluster in ``$KUBETUNE_DEVCLUSTER_DIR`` (default
-``~/.cache/kubetune/devcluster``) and prints the shell exports to reach it;
+``~/.cache/kubetune/devcluster``), installs kubetune on it with the chart
+(:mod:`devcluster.install`) and prints the shell exports to reach both;
 ``down`` stops it by the PIDs in its state file.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 
-from . import build, images, nodebuild
+from . import build, images, install, nodebuild
 from .cluster import Cluster, ClusterConfig, default_state_dir
 
 
@@ -42,12 +45,15 @@ def cmd_up(args) -> int:
     cluster = Cluster(cfg, workdir)
     try:
         cluster.start()
+        started = time.monotonic()
+        exports = install.install(cluster)
     except BaseException:
         cluster.stop()
         raise
-    print(f"# devcluster is up in {cluster.state['startSeconds']} s; paste these into your shell:", file=sys.stderr)
-    for key, value in cluster.env().items():
-        print(f"export {key}={value}")
+    took = f"up in {cluster.state['startSeconds']} s, kubetune installed in {time.monotonic() - started:.1f} s"
+    print(f"# devcluster is {took}; paste these into your shell, or eval them:", file=sys.stderr)
+    for key, value in {**cluster.env(), **exports}.items():
+        print(f"export {key}={shlex.quote(value)}")
     return 0
 
 
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     build_cmd.add_argument("--node", action="store_true", help="also the real node's (kubelet, containerd, CoreDNS...)")
     build_cmd.set_defaults(func=cmd_build)
     sub.add_parser("images", help="build or reuse the container images for the real node").set_defaults(func=cmd_images)
-    up = sub.add_parser("up", help="start a cluster and print its shell exports")
+    up = sub.add_parser("up", help="start a cluster, install kubetune on it and print the shell exports")
     up.add_argument("--nodes", type=int, default=1)
     up.add_argument("--gpus-per-node", type=int, default=4)
     up.add_argument("--cpu", default="32")

@@ -124,11 +124,12 @@ class Cluster:
         return f"http://{self.host}:{port}" if port else None
 
     def env(self) -> dict[str, str]:
-        """The variables a user (or test) needs to talk to this cluster and its S3 endpoint."""
+        """The variables a user (or test) needs to talk to this cluster and its S3 endpoint; ``PATH`` has
+        the built binaries (``kubectl``, ``helm``), then this interpreter's folder (``python``, ``kubetune``)."""
         env = {
             "KUBECONFIG": str(self.kubeconfig),
             "KUBETUNE_DEVCLUSTER_DIR": str(self.workdir),
-            "PATH": f"{build.bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PATH": f"{build.bin_dir()}{os.pathsep}{_image_path()}",
         }
         if self.s3_endpoint:
             env.update(

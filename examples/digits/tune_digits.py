@@ -3,8 +3,12 @@
 Tunes a one-hidden-layer MLP on scikit-learn's bundled handwritten digits (``DigitsTrainable``):
 8 trials, 4 at a time, one GPU each, ASHA stopping the weak ones early. Then it reads the results
 back from storage, prints the best config and reproduces the best trial's accuracy here, from its
-checkpoint. ``make demo`` runs it on the local cluster (``examples/digits/demo.py``); against any
-cluster with the kubetune operator::
+checkpoint. ``make demo`` runs it on the local cluster (``examples/digits/demo.py``); so does, after
+``eval "$(python -m devcluster up)"`` (the SDK's default storage and credentials Secret are exported)::
+
+    python examples/digits/tune_digits.py
+
+and against any cluster with the kubetune operator::
 
     python -m examples.digits.tune_digits --storage s3://bucket/prefix -n NAMESPACE --secret s3-creds
 
@@ -73,11 +77,16 @@ def report(analysis) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m examples.digits.tune_digits --storage URI [-n NAMESPACE] [--secret NAME]``."""
+    """Command line: ``python -m examples.digits.tune_digits [--storage URI] [-n NAMESPACE] [--secret NAME]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--storage", required=True, help="object storage URI, e.g. s3://bucket/prefix")
+    parser.add_argument(
+        "--storage", help="object storage URI, e.g. s3://bucket/prefix (default: $KUBETUNE_STORAGE_URI)"
+    )
     parser.add_argument("-n", "--namespace")
-    parser.add_argument("--secret", help="Secret with the trial pods' storage credentials")
+    parser.add_argument(
+        "--secret",
+        help="Secret with the trial pods' storage credentials (default: $KUBETUNE_STORAGE_CREDENTIALS_SECRET)",
+    )
     args = parser.parse_args(argv)
     report(tune_digits(args.namespace, {"uri": args.storage, "credentialsSecret": args.secret}))
     return 0

@@ -10,12 +10,12 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import boto3
 import pytest
 from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig
 from devcluster.operator import OperatorProcess
+from tests.integration.support import s3_client
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,14 +51,7 @@ def custom(api):
 @pytest.fixture(scope="session")
 def s3(cluster):
     """A plain boto3 client on the cluster's S3 endpoint, to look at what trials wrote."""
-    env = cluster.env()
-    return boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_DEFAULT_REGION"],
-    )
+    return s3_client(cluster.env())
 
 
 @pytest.fixture

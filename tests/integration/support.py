@@ -7,6 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import boto3
+
 from devcluster import Cluster, build
 
 
@@ -19,6 +21,18 @@ def wait_for(fn, timeout=120, interval=0.25, what="condition"):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def s3_client(env: dict):
+    """A plain boto3 client on the S3 endpoint of ``env``: a cluster's ``env()``, or what
+    ``python -m devcluster up`` exports."""
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
 
 
 def trial_prefix(s3, bucket, root, namespace, experiment, trial):

@@ -13,14 +13,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import boto3
 import pytest
 import yaml
 from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig
 from devcluster.cluster import S3_BUCKET
-from tests.integration.support import Helm, wait_for
+from tests.integration.support import Helm, s3_client, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kubetune"
@@ -61,14 +60,7 @@ def custom(api):
 
 @pytest.fixture(scope="session")
 def s3(node_cluster):
-    env = node_cluster.env()
-    return boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_DEFAULT_REGION"],
-    )
+    return s3_client(node_cluster.env())
 
 
 @pytest.fixture(scope="session")

@@ -309,12 +309,27 @@ def test_bad_resources_and_budgets_are_refused():
 
 def test_storage_spec(monkeypatch):
     monkeypatch.delenv("KUBETUNE_STORAGE_URI", raising=False)
+    monkeypatch.delenv("KUBETUNE_STORAGE_CREDENTIALS_SECRET", raising=False)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3.local:9000")
     assert storage_spec("s3://b/p") == {"uri": "s3://b/p", "endpoint": "http://s3.local:9000"}
     assert storage_spec({"uri": "s3://b/p", "endpoint": "http://other"})["endpoint"] == "http://other"
     assert storage_spec("file:///data") == {"uri": "file:///data"}
     with pytest.raises(ValueError, match="storage="):
         storage_spec(None)
+
+
+def test_storage_spec_takes_what_is_left_out_from_the_environment(monkeypatch):
+    """``eval $(python -m devcluster up)`` exports these: ``tune.run`` without ``storage=`` uses them."""
+    monkeypatch.setenv("KUBETUNE_STORAGE_URI", "s3://kubetune/experiments")
+    monkeypatch.setenv("KUBETUNE_STORAGE_CREDENTIALS_SECRET", "s3-creds")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3.local:9000")
+    default = {"uri": "s3://kubetune/experiments", "credentialsSecret": "s3-creds", "endpoint": "http://s3.local:9000"}
+    assert storage_spec(None) == default
+    assert storage_spec({"uri": None, "credentialsSecret": None}) == default  # the CLI's unset flags
+    mine = storage_spec({"uri": "s3://mine/p", "credentialsSecret": "my-creds"})
+    assert mine == {"uri": "s3://mine/p", "credentialsSecret": "my-creds", "endpoint": "http://s3.local:9000"}
+    monkeypatch.setenv("KUBETUNE_STORAGE_CREDENTIALS_SECRET", "")
+    assert "credentialsSecret" not in storage_spec(None)
 
 
 def test_default_name_is_a_kubernetes_name():

@@ -164,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_trainable(args: argparse.Namespace) -> int:
     from kubetune.tuner import run
 
-    storage = {"uri": args.storage, "credentialsSecret": args.secret} if args.storage else None
+    storage = {"uri": args.storage, "credentialsSecret": args.secret}  # None: $KUBETUNE_STORAGE_*
     analysis = run(
         args.target,
         name=args.name,
@@ -298,7 +298,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stop", help="stop criteria as JSON, e.g. '{\"training_iteration\": 10}'")
     p.add_argument("--image")
     p.add_argument("--storage", help="storage URI, e.g. s3://bucket/prefix (default: $KUBETUNE_STORAGE_URI)")
-    p.add_argument("--secret", help="Secret with the trial pods' storage credentials (spec.storage.credentialsSecret)")
+    p.add_argument(
+        "--secret",
+        help="Secret with the trial pods' storage credentials, spec.storage.credentialsSecret "
+        "(default: $KUBETUNE_STORAGE_CREDENTIALS_SECRET)",
+    )
     p = add("get", cmd_get, "list Experiments, or show one with its trials", ("json", "yaml", "wide"))
     p.add_argument("name", nargs="?")
     add("watch", cmd_watch, "show an Experiment's live table until it ends").add_argument("name")

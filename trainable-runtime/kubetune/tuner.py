@@ -144,14 +144,20 @@ class TuneConfig:
 
 
 def storage_spec(storage: str | dict | None) -> dict:
-    """Return ``spec.storage`` from a URI or a dict of its fields; the endpoint defaults to the
-    client's ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` (what boto3 reads) so pods use the same store.
+    """Return ``spec.storage`` from a URI or a dict of its fields (None values count as left out).
+
+    What is left out comes from the environment: the URI from ``$KUBETUNE_STORAGE_URI``, the trial
+    pods' ``credentialsSecret`` from ``$KUBETUNE_STORAGE_CREDENTIALS_SECRET``, and for ``s3://`` the
+    endpoint from the client's ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` (what boto3 reads), so pods
+    use the same store.
 
     Raises:
         ValueError: no URI (``storage=``, ``storage_path=`` or ``$KUBETUNE_STORAGE_URI``).
     """
     spec = {"uri": storage} if isinstance(storage, str) else dict(storage or {})
+    spec = {k: v for k, v in spec.items() if v is not None}
     spec.setdefault("uri", os.environ.get("KUBETUNE_STORAGE_URI"))
+    spec.setdefault("credentialsSecret", os.environ.get("KUBETUNE_STORAGE_CREDENTIALS_SECRET") or None)
     if not spec["uri"]:
         raise ValueError(
             "the SDK needs the experiment's object storage: pass storage='s3://bucket/prefix' "
