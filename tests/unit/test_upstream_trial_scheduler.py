@@ -12,7 +12,11 @@ calling the user functions (``kubetune.runtime.explore``). Ray's private fields 
 (``_hyperbands`` -> ``_bands``, ``bracket._n`` -> ``bracket.n``, ``_num_perturbations`` -> ``num_perturbations``,
 ``last_scores`` -> the scores PBT keeps, ``_num_checkpoints`` -> the ``checkpoint`` answers).
 
-Ported: 50 of the file's 77 tests (``testPerturbationValues`` without its last assertion, see there). Left out:
+Ported: 58 of the file's 77 tests: 50 here (``testPerturbationValues`` without its last assertion, see there)
+and 8 that run ``tune.run`` on the local cluster, in
+``tests/integration/test_upstream_trial_scheduler_on_the_cluster.py`` (``BOHBSuite::testNonstopBOHB``,
+``E2EPopulationBasedTestingSuite::testCheckpointing`` and ``testCheckpointDict``,
+``AsyncHyperBandSuite::testAnonymousMetricEndToEnd{FIFO,ASHA,BOHB,Median,PBT}``). Left out:
 
 - ``HyperbandSuite::testAddAfterHalving``: a rung of kubetune's HyperBand waits for the bracket's ``n0`` trials
   (porting table, HyperBand row).
@@ -35,9 +39,8 @@ Ported: 50 of the file's 77 tests (``testPerturbationValues`` without its last a
 - ``testLogConfig``, ``testLogConfigSynch``: the policy files are written by the exploited trial's pod (porting
   table, PBT ``pbt_policy_<trial>.txt``).
 - ``testFastPerturb``: calls Ray's private ``_exploit``.
-- ``testReplay``, ``BOHBSuite::testNonstopBOHB``, ``E2EPopulationBasedTestingSuite::testCheckpointing``,
-  ``testCheckpointDict``, ``AsyncHyperBandSuite::testAnonymousMetricEndToEnd{FIFO,ASHA,BOHB,Median,PBT}``: they
-  run ``tune.run`` end to end, which needs the local cluster (not ported to tests/integration yet).
+- ``testReplay``: replays policy files that Ray's driver wrote during the test's own PBT run; kubetune's pods
+  write them (above), so the test would need a PBT run on the cluster first (not ported).
 - ``testReplaySynch``, ``testContextExit``: skipped upstream.
 
 The ``*NanInf`` tests assert only that the scheduler takes NaN and infinities; their ports also check that the
