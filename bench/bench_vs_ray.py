@@ -16,6 +16,8 @@ prints both figures, the ratio kubetune / Ray and the load average before and af
   1e-5..0.5), 20 epochs each, 8 at a time, under Population Based Training (``training_iteration``,
   perturbation_interval 4, ``lr`` mutated over loguniform(1e-5, 0.5)) and as the same search without
   it (FIFO): seconds and best accuracy, so PBT's gain is measured at the same budget on both sides.
+* ``pbt_synch``: ``pbt`` with ``synch=True`` (Ray's synchronous PBT: trials wait at each interval for the
+  population): seconds and best accuracy. The PBT cases print each side's number of exploits too.
 * ``pb2``: the same 32 trials under PB2 (the same interval and quantile, ``lr`` chosen by the GP bandit
   within 1e-5..0.5): seconds and best accuracy.
 * ``bohb``: the digits example under ``TuneBOHB`` with ``HyperBandForBOHB`` (max_t 9, reduction_factor 3:
@@ -32,7 +34,7 @@ the node's gateway), so the same case run with and without it gives the real nod
 process kubelet's, each against Ray in its own invocation.
 
 Run: ``.venv/bin/python bench/bench_vs_ray.py [--rounds 3] [--cases fifo,asha,digits,onestep,slots8]
-[--ray-python PATH] [--real-node]`` (``--cases pbt,pb2,random32`` for the PBT and PB2 comparison).
+[--ray-python PATH] [--real-node]`` (``--cases pbt,pbt_synch,pb2,random32`` for the PBT and PB2 comparison).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import kubetune as tune  # noqa: E402
 from devcluster import Cluster, ClusterConfig  # noqa: E402
 from devcluster.cluster import S3_BUCKET  # noqa: E402
 from devcluster.operator import OperatorProcess  # noqa: E402
+from kubetune.client import Cluster as Connection  # noqa: E402
 from kubetune.schedulers import PB2, ASHAScheduler, HyperBandForBOHB, PopulationBasedTraining  # noqa: E402
 from kubetune.search.bohb import TuneBOHB  # noqa: E402
 
@@ -70,8 +73,10 @@ CASES = {
     "slots8": (200, 1, 0.0, 8, False),
 }
 DIGITS_LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
-#: The digits cases (``digits``, ``pbt``, ``random32``), which report the best accuracy too.
-DIGITS_CASES = ("digits", "pbt", "pb2", "random32", "bohb")
+#: The digits cases, which report the best accuracy too.
+DIGITS_CASES = ("digits", "pbt", "pbt_synch", "pb2", "random32", "bohb")
+#: The cases under PopulationBasedTraining (asynchronous, synchronous), which report the number of exploits too.
+PBT_CASES = ("pbt", "pbt_synch")
 #: The ``bohb`` case: HyperBandForBOHB's arguments, its one band's trials and the searched domains (loguniform).
 BOHB = {"max_t": 9, "reduction_factor": 3}
 BOHB_SAMPLES = 17
@@ -143,7 +148,9 @@ RAY_SCRIPT = textwrap.dedent(
     wall = time.monotonic() - started
     last = [t.last_result.get("training_iteration") for t in analysis.trials]
     best = max((t.last_result.get(args["metric"]) or 0) for t in analysis.trials)
-    print("BENCH " + json.dumps({{"wall_s": wall, "iterations": last, "best": best}}), flush=True)
+    exploits = getattr(kwargs.get("scheduler"), "_num_perturbations", None)
+    outcome = {{"wall_s": wall, "iterations": last, "best": best, "exploits": exploits}}
+    print("BENCH " + json.dumps(outcome), flush=True)
     """
 )
 
@@ -215,7 +222,7 @@ def case_arguments(case: str) -> dict:
             20,
             8,
             True,
-            pbt={**pbt, "lr_range": list(PBT_LR_RANGE)} if case == "pbt" else None,
+            pbt={**pbt, "lr_range": list(PBT_LR_RANGE), "synch": case == "pbt_synch"} if case in PBT_CASES else None,
             pb2={**pbt, "hyperparam_bounds": {"lr": list(PBT_LR_RANGE)}} if case == "pb2" else None,
         )
     trials, steps, sleep, concurrent, asha = CASES[case]
@@ -258,10 +265,11 @@ def run_kubetune(case: str, namespace: str) -> dict:
         kwargs["config"] = {**kwargs["config"], **{k: tune.loguniform(*v) for k, v in BOHB_SPACE.items()}}
         kwargs["search_alg"], kwargs["scheduler"] = TuneBOHB(seed=0), HyperBandForBOHB(**BOHB)
     trainable = "examples.digits.trainable:DigitsTrainable" if args["digits"] else Sleeper
+    name = f"{case.replace('_', '-')}-{uuid.uuid4().hex[:6]}"  # a Kubernetes name: no underscore
     started = time.monotonic()
     analysis = tune.run(
         trainable,
-        name=f"{case}-{uuid.uuid4().hex[:6]}",
+        name=name,
         namespace=namespace,
         storage={"uri": f"s3://{S3_BUCKET}/bench-vs-ray", "credentialsSecret": "s3"},
         verbose=0,
@@ -271,7 +279,14 @@ def run_kubetune(case: str, namespace: str) -> dict:
     wall = time.monotonic() - started
     last = [t.last_result.get("training_iteration") for t in analysis.trials]
     best = max((t.last_result.get(args["metric"]) or 0) for t in analysis.trials)
-    return {"wall_s": wall, "iterations": last, "best": best}
+    count = exploits(name, namespace) if case in PBT_CASES else None
+    return {"wall_s": wall, "iterations": last, "best": best, "exploits": count}
+
+
+def exploits(experiment: str, namespace: str) -> int:
+    """How many PBT exploits the Experiment's Trials record (``status.perturbations``; at most 10 a trial)."""
+    api = Connection.connect(namespace=namespace)
+    return sum(len(t.get("status", {}).get("perturbations") or ()) for t in api.trials(api.get(experiment)))
 
 
 def figure(case: str, outcome: dict) -> float:
@@ -332,6 +347,8 @@ def main() -> int:
                         if case in DIGITS_CASES:
                             best.setdefault((case, side), []).append(outcome["best"])
                             extra += f", best {outcome['best']:.4f}"
+                        if case in PBT_CASES:
+                            extra += f", exploits {outcome['exploits']}"
                         print(
                             f"round {rnd + 1} {case:<8} {side:<8} {value:8.2f} {unit}{extra} "
                             f"(load {load_before:.1f} -> {os.getloadavg()[0]:.1f})",
