@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from kubetune.stopper import (
     TrialPlateauStopper,
 )
 from kubetune.storage import open_storage
-from kubetune.tuner import build_experiment, default_name, split_stop, storage_spec
+from kubetune.tuner import build_experiment, default_name, experiment_name, split_stop, storage_spec
 from kubetune_operator.algorithms import create_scheduler, create_searcher
 from kubetune_operator.spec import ExperimentSpec
 from kubetune_operator.stoppers import create_stoppers
@@ -338,6 +339,17 @@ def test_default_name_is_a_kubernetes_name():
 
     name = default_name(My_Train_Fn)
     assert name.startswith("my-train-fn-") and name == name.lower()
+
+
+def test_a_ray_experiment_name_becomes_a_kubernetes_name_with_a_warning():
+    with pytest.warns(UserWarning, match="'PBT_synch' is 'pbt-synch' in Kubernetes"):
+        assert experiment_name("PBT_synch", "m:T") == "pbt-synch"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a name that is already one passes unchanged and silently
+        assert experiment_name("digits-1", "m:T") == "digits-1"
+    assert experiment_name(None, "m:My_T").startswith("my-t-")
+    with pytest.raises(ValueError, match="no letter or digit"):
+        experiment_name("__", "m:T")
 
 
 # ------------------------------------------------------------------ shipping

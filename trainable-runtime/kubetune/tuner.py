@@ -312,11 +312,38 @@ def _resources(resources: dict | None) -> dict:
     return out
 
 
+def kubernetes_name(name: str) -> str:
+    """``name`` as a Kubernetes object name: lowercased, each run of characters other than ``a-z``, ``0-9``
+    and ``-`` made one ``-``, no ``-`` at either end (``"PBT_synch"`` -> ``"pbt-synch"``); ``""`` if nothing
+    is left. Ray takes any experiment name; an Experiment's is an RFC 1123 name (docs/ray-tune.md)."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+
+
 def default_name(trainable: Any) -> str:
     """Ray's default experiment name, ``<trainable>_<date>``, as a Kubernetes name."""
     base = trainable.split(":")[-1] if isinstance(trainable, str) else getattr(trainable, "__name__", "trainable")
-    base = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:40] or "trainable"
+    base = kubernetes_name(base)[:40].strip("-") or "trainable"
     return f"{base}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def experiment_name(name: str | None, trainable: Any) -> str:
+    """The Experiment's name for ``tune.run(name=...)``: :func:`kubernetes_name` of ``name`` (with a warning
+    when that changes it), or :func:`default_name` without one.
+
+    Raises:
+        ValueError: ``name`` holds no letter or digit.
+    """
+    if not name:
+        return default_name(trainable)
+    converted = kubernetes_name(name)
+    if not converted:
+        raise ValueError(f"experiment name {name!r} has no letter or digit to make a Kubernetes name of")
+    if converted != name:
+        warnings.warn(
+            f"experiment name {name!r} is {converted!r} in Kubernetes (lowercase letters, digits and '-')",
+            stacklevel=4,
+        )
+    return converted
 
 
 def build_experiment(
@@ -563,7 +590,7 @@ def _launch(
                 raise
             raise ExperimentNotFound(f"no experiment {cluster.namespace}/{name} to restore") from None
     else:
-        name = name or default_name(trainable)
+        name = experiment_name(name, trainable)
         create_experiment(cluster, trainable, name, storage_fields, resources_per_trial, config, **experiment)
     reporter = _reporter(progress_reporter, verbose)
     try:
