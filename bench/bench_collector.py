@@ -221,7 +221,9 @@ def cpu_seconds(pid: int) -> float:
 
 @dataclass
 class TrialFeed:
-    """One simulated trial's reporter: its identity, token and training progress."""
+    """One simulated trial's reporter: its identity, token and training progress. ``namespace``,
+    ``experiment`` and ``trial_dir`` (its storage folder; default: under :data:`STORAGE_URI`) name the
+    Experiment it reports into, this benchmark's own by default."""
 
     name: str
     attempt: int
@@ -231,6 +233,13 @@ class TrialFeed:
     time_total_s: float = 0.0
     batches: int = 0
     rng: random.Random = field(default_factory=random.Random)
+    namespace: str = NAMESPACE
+    experiment: str = EXPERIMENT
+    trial_dir: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.trial_dir:
+            self.trial_dir = trial_dir_uri(STORAGE_URI, NAMESPACE, EXPERIMENT, EXPERIMENT_UID, self.name)
 
     def next_body(self, batch: int) -> bytes:
         """The next request body: ``batch`` results, and the latest checkpoint every tenth batch."""
@@ -257,15 +266,13 @@ class TrialFeed:
         checkpoint = None
         if self.batches % 10 == 0:
             checkpoint = {
-                "uri": checkpoint_uri(
-                    trial_dir_uri(STORAGE_URI, NAMESPACE, EXPERIMENT, EXPERIMENT_UID, self.name), self.iteration
-                ),
+                "uri": checkpoint_uri(self.trial_dir, self.iteration),
                 "iteration": self.iteration,
             }
         return json.dumps(
             {
-                "namespace": NAMESPACE,
-                "experiment": EXPERIMENT,
+                "namespace": self.namespace,
+                "experiment": self.experiment,
                 "trial": self.name,
                 "attempt": self.attempt,
                 "results": results,

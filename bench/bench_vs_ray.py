@@ -24,6 +24,8 @@ prints both figures, the ratio kubetune / Ray and the load average before and af
   one band, 17 trials), ``lr`` loguniform(1e-5, 0.5) and ``alpha`` loguniform(1e-6, 1e-1), 4 at a time, seed 0:
   seconds and best accuracy. Ray's side needs ``hpbandster`` and ``ConfigSpace`` in its venv.
 
+A Ray side not done within ``CASE_TIMEOUT_S`` (900 s) is killed with its Ray processes and shows as ``-``.
+
 Ray Tune lives in a benchmark-only virtual environment that this script creates on first use
 (``~/.cache/kubetune/bench-ray-venv``: ``pip install "ray[tune]" scikit-learn hpbandster ConfigSpace``) or that
 ``--ray-python`` names; it is never a dependency of kubetune or of ``make test``.
@@ -41,7 +43,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -231,22 +235,33 @@ def case_arguments(case: str) -> dict:
     return _case(config, "score", steps, concurrent, False, asha=asha_args)
 
 
+class CaseTimeout(Exception):
+    """A side's run of a case did not end within :data:`CASE_TIMEOUT_S`."""
+
+
 def run_ray(python: str, case: str, workdir: Path) -> dict:
     args = case_arguments(case)
     script = workdir / "ray_case.py"
     script.write_text(RAY_SCRIPT.format(root=str(ROOT), storage=str(workdir / "ray_results")))
     env = {**os.environ, "RAY_AIR_NEW_OUTPUT": "0", "PYTHONPATH": str(ROOT)}  # Ray workers import examples.digits
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [python, str(script), json.dumps(args)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=CASE_TIMEOUT_S,
         env=env,
         cwd=workdir,
+        start_new_session=True,
     )
-    line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH ")), None)
+    try:
+        stdout, stderr = proc.communicate(timeout=CASE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # Ray's own processes (GCS, raylet, agents) with it
+        proc.communicate()
+        raise CaseTimeout(f"not done within {CASE_TIMEOUT_S} s") from None
+    line = next((x for x in stdout.splitlines() if x.startswith("BENCH ")), None)
     if line is None:
-        raise RuntimeError(f"Ray case {case} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"Ray case {case} failed ({proc.returncode}):\n{stdout[-2000:]}\n{stderr[-3000:]}")
     return json.loads(line[len("BENCH ") :])
 
 
@@ -339,7 +354,11 @@ def main() -> int:
                         sides.reverse()  # alternate which side goes first
                     for side, run in sides:
                         load_before = os.getloadavg()[0]
-                        outcome = run()
+                        try:
+                            outcome = run()
+                        except CaseTimeout as exc:
+                            print(f"round {rnd + 1} {case:<8} {side:<8} {exc}", flush=True)
+                            continue
                         value = figure(case, outcome)
                         figures.setdefault((case, side), []).append(value)
                         unit = "trials/s" if case in ("onestep", "slots8") else "s"
@@ -358,17 +377,17 @@ def main() -> int:
             operator.stop()
     print("\n| case | figure | kubetune (median) | Ray Tune (median) | kubetune / Ray |")
     print("|---|---|---|---|---|")
-    for case in cases:
-        ours, ray = statistics.median(figures[case, "kubetune"]), statistics.median(figures[case, "ray"])
+    for case in cases:  # a side that timed out in every round shows as "-"
+        ours, ray = (statistics.median(figures.get((case, side)) or [math.nan]) for side in ("kubetune", "ray"))
         what = "trials/s (higher is better)" if case in ("onestep", "slots8") else "seconds (lower is better)"
-        print(f"| {case} | {what} | {ours:.2f} | {ray:.2f} | {ours / ray:.2f} |")
+        print(f"| {case} | {what} | {ours:.2f} | {ray:.2f} | {ours / ray:.2f} |".replace("nan", "-"))
     digits = [case for case in cases if case in DIGITS_CASES]
     if digits:
         print("\n| case | best mean_accuracy, kubetune (median) | Ray Tune (median) |")
         print("|---|---|---|")
         for case in digits:
-            ours, ray = statistics.median(best[case, "kubetune"]), statistics.median(best[case, "ray"])
-            print(f"| {case} | {ours:.4f} | {ray:.4f} |")
+            ours, ray = (statistics.median(best.get((case, side)) or [math.nan]) for side in ("kubetune", "ray"))
+            print(f"| {case} | {ours:.4f} | {ray:.4f} |".replace("nan", "-"))
     print(f"({args.rounds} rounds on {os.cpu_count()} CPUs; Ray side: {python})")
     return 0
 
