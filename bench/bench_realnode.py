@@ -131,7 +131,6 @@ def pod_start_latencies(cluster: Cluster, image: str, pods: int, one_at_a_time: 
 
 #: The chart's operator pods (its selector labels).
 OPERATOR_PODS = f"app.kubernetes.io/component=operator,app.kubernetes.io/instance={install.RELEASE}"
-SYSTEM = OPERATOR_NAMESPACE
 #: Settings of the chart's Deployment that a host process takes its own of (where it listens).
 HOST_SETTINGS = {f"KUBETUNE_OPERATOR_COLLECTOR_{k}" for k in ("BIND_HOST", "BIND_PORT", "URL")}
 TEAM, EXPERIMENT = install.NAMESPACE, "load"
@@ -219,7 +218,7 @@ def operator_pod_cgroup(core: client.CoreV1Api) -> tuple[int, Path]:
         lambda: next(
             (
                 p
-                for p in core.list_namespaced_pod(SYSTEM, label_selector=OPERATOR_PODS).items
+                for p in core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_PODS).items
                 if p.metadata.deletion_timestamp is None
                 and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
             ),
@@ -292,15 +291,21 @@ def measure_operator(label: str, pid: int, url: str, feeds: list[TrialFeed], cgr
     return figures
 
 
+def operator_deployment(cluster: Cluster) -> client.V1Deployment:
+    """The chart's operator Deployment."""
+    apps = client.AppsV1Api(cluster.api_client())
+    return apps.list_namespaced_deployment(OPERATOR_NAMESPACE, label_selector=OPERATOR_PODS).items[0]
+
+
 def set_replicas(cluster: Cluster, replicas: int) -> None:
     """Scale the chart's Deployment; at 0, wait until its pods are gone (bounded: 120 s)."""
     apps = client.AppsV1Api(cluster.api_client())
-    name = apps.list_namespaced_deployment(SYSTEM, label_selector=OPERATOR_PODS).items[0].metadata.name
-    apps.patch_namespaced_deployment_scale(name, SYSTEM, {"spec": {"replicas": replicas}})
+    name = operator_deployment(cluster).metadata.name
+    apps.patch_namespaced_deployment_scale(name, OPERATOR_NAMESPACE, {"spec": {"replicas": replicas}})
     if replicas == 0:
         core = client.CoreV1Api(cluster.api_client())
         wait_for(
-            lambda: not core.list_namespaced_pod(SYSTEM, label_selector=OPERATOR_PODS).items,
+            lambda: not core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_PODS).items,
             timeout=120,
             what="the operator pod to go",
         )
@@ -308,11 +313,9 @@ def set_replicas(cluster: Cluster, replicas: int) -> None:
 
 def process_operator(cluster: Cluster, log: Path) -> OperatorProcess:
     """The operator as a host process with the chart Deployment's settings (same key Secret, same intervals)."""
-    apps = client.AppsV1Api(cluster.api_client())
-    deployment = apps.list_namespaced_deployment(SYSTEM, label_selector=OPERATOR_PODS).items[0]
     settings = {
         e.name: e.value
-        for e in deployment.spec.template.spec.containers[0].env
+        for e in operator_deployment(cluster).spec.template.spec.containers[0].env
         if e.name.startswith("KUBETUNE_OPERATOR_") and e.name not in HOST_SETTINGS and e.value is not None
     }
     operator = OperatorProcess(cluster, log, **settings)
@@ -326,7 +329,7 @@ def collector_load(cluster: Cluster, args) -> list[dict]:
     install.install(cluster, timeout_s=300)  # as `python -m devcluster up --real-node` installs it
     pid, cgroup = operator_pod_cgroup(core)
     feeds = feeds_of(cluster, core, args.trials)
-    service = core.read_namespaced_service(f"{install.RELEASE}-operator", SYSTEM)
+    service = core.read_namespaced_service(f"{install.RELEASE}-operator", OPERATOR_NAMESPACE)
     port = next(p.port for p in service.spec.ports if p.name == "collector")
     pod_url = f"http://{service.spec.cluster_ip}:{port}{COLLECTOR_RESULTS_PATH}"
     runs = [measure_operator("pod", pid, pod_url, feeds, cgroup, args)]

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import statistics
@@ -309,6 +308,17 @@ def figure(case: str, outcome: dict) -> float:
     return CASES[case][0] / outcome["wall_s"] if case in ("onestep", "slots8") else outcome["wall_s"]
 
 
+def median(table: dict[tuple[str, str], list[float]], case: str, side: str) -> float | None:
+    """The median of ``side``'s figures of ``case``; None when no round of it ended."""
+    values = table.get((case, side))
+    return statistics.median(values) if values else None
+
+
+def cell(value: float | None, spec: str) -> str:
+    """``value`` in ``spec``'s format, ``-`` for None."""
+    return "-" if value is None else format(value, spec)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -378,16 +388,17 @@ def main() -> int:
     print("\n| case | figure | kubetune (median) | Ray Tune (median) | kubetune / Ray |")
     print("|---|---|---|---|---|")
     for case in cases:  # a side that timed out in every round shows as "-"
-        ours, ray = (statistics.median(figures.get((case, side)) or [math.nan]) for side in ("kubetune", "ray"))
+        ours, ray = (median(figures, case, side) for side in ("kubetune", "ray"))
         what = "trials/s (higher is better)" if case in ("onestep", "slots8") else "seconds (lower is better)"
-        print(f"| {case} | {what} | {ours:.2f} | {ray:.2f} | {ours / ray:.2f} |".replace("nan", "-"))
+        ratio = ours / ray if ours is not None and ray is not None else None
+        print(f"| {case} | {what} | {cell(ours, '.2f')} | {cell(ray, '.2f')} | {cell(ratio, '.2f')} |")
     digits = [case for case in cases if case in DIGITS_CASES]
     if digits:
         print("\n| case | best mean_accuracy, kubetune (median) | Ray Tune (median) |")
         print("|---|---|---|")
         for case in digits:
-            ours, ray = (statistics.median(best.get((case, side)) or [math.nan]) for side in ("kubetune", "ray"))
-            print(f"| {case} | {ours:.4f} | {ray:.4f} |".replace("nan", "-"))
+            ours, ray = (median(best, case, side) for side in ("kubetune", "ray"))
+            print(f"| {case} | {cell(ours, '.4f')} | {cell(ray, '.4f')} |")
     print(f"({args.rounds} rounds on {os.cpu_count()} CPUs; Ray side: {python})")
     return 0
 
