@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from devcluster import Cluster, ClusterConfig
+from devcluster import Cluster, ClusterConfig, install
 from devcluster.cluster import S3_BUCKET
 from tests.integration.support import Helm, s3_client, wait_for
 
@@ -69,15 +69,15 @@ def helm(node_cluster, tmp_path_factory):
 
 
 def chart_values(cluster: Cluster, operator_image: str) -> dict:
-    """Values for the real node: the images built here, the cluster's S3 endpoint, fast status writes."""
+    """:func:`devcluster.install.chart_values` of the real node (the images built here, the cluster's S3)
+    with ``operator_image``, this suite's storage folder, faster status writes and a shorter grace period."""
+    values = install.chart_values(cluster)
     repo, tag = operator_image.rsplit(":", 1)
-    trial_repo, trial_tag = cluster.node.image("examples").rsplit(":", 1)
-    return {
-        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
-        "trials": {"image": {"repository": trial_repo, "tag": trial_tag}, "terminationGracePeriodSeconds": 20},
-        "storage": {"uri": f"s3://{S3_BUCKET}/realnode", "endpoint": cluster.s3_endpoint, "region": "us-east-1"},
-        "statusWriteIntervalSeconds": 0.5,
-    }
+    values["image"].update(repository=repo, tag=tag)
+    values["trials"]["terminationGracePeriodSeconds"] = 20
+    values["storage"]["uri"] = f"s3://{S3_BUCKET}/realnode"
+    values["statusWriteIntervalSeconds"] = 0.5
+    return values
 
 
 @pytest.fixture(scope="session")
