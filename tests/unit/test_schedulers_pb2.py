@@ -176,6 +176,15 @@ def test_bad_bounds_are_refused_with_the_key(bounds, words):
         make(hyperparam_bounds=bounds)
 
 
+def test_log_config_reaches_the_operators_pb2_from_the_sdk():
+    from kubetune.schedulers import PB2
+
+    spec = PB2(time_attr="training_iteration", hyperparam_bounds={"lr": [0.0, 1.0]}, log_config=False).to_spec()
+    assert spec["params"]["log_config"] is False
+    assert make(log_config=False).log_config is False and make().log_config is True
+    assert "log_config" not in PB2(hyperparam_bounds={"lr": [0.0, 1.0]}).to_spec()["params"]  # Ray's default
+
+
 def experiment():
     return {
         "apiVersion": "kubetune.io/v1alpha1",

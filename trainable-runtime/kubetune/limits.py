@@ -1,11 +1,11 @@
-"""Size limits of an Experiment's free-form fields, as the CRD states and enforces them.
+"""Size limits of an Experiment's free-form fields, as the CRD states them and kubetune enforces them.
 
 ``spec.config``, ``spec.searchAlgorithm.params`` and ``spec.scheduler.params`` hold any JSON, so nothing
-in the schema bounds them but these limits. The CRD refuses a larger field at admission (a CEL rule
-measures ``'%s'.format([self])``, CEL's rendering of the value, which is within a few percent of its
-compact JSON); the SDK (:mod:`kubetune.tuner`) measures the compact JSON before it uploads anything; the
-operator (:mod:`kubetune_operator.controller`) measures it again before it creates anything, for a CRD
-installed without the rule. Everything downstream is sized for these limits: a trial's config travels in
+in the schema bounds them but these limits. The API server cannot check them (CEL cannot measure a
+free-form field: docs/operations.md, "Size limits"): the SDK (:mod:`kubetune.tuner`) measures the compact
+JSON before it uploads anything, and the operator (:mod:`kubetune_operator.controller`) measures it before
+it creates anything, refusing a larger field with ``Ready=False``/``InvalidSpec`` and a Warning event that
+name it. Everything downstream is sized for these limits: a trial's config travels in
 its attempt's Secret (at most 1 MiB), and a Trial holds its config twice at most (``spec.config`` and a
 PBT exploit's ``status.config``) within etcd's 1.5 MiB per object.
 
@@ -20,7 +20,7 @@ import json
 from typing import Any, Mapping
 
 #: Largest ``spec.config``, ``spec.searchAlgorithm.params`` or ``spec.scheduler.params``, in bytes of
-#: compact JSON (UTF-8). The CRD's CEL rules use the same number.
+#: compact JSON (UTF-8). The CRD's field descriptions state the same number.
 MAX_FIELD_BYTES = 192 * 1024
 #: The fields bounded by :data:`MAX_FIELD_BYTES`, as paths in ``spec``.
 BOUNDED_FIELDS = (("config",), ("searchAlgorithm", "params"), ("scheduler", "params"))

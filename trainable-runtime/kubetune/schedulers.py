@@ -311,8 +311,8 @@ class PB2(TrialScheduler):
         hyperparam_bounds: key → ``[low, high]``, or a nested dict of those; a key a trial's config lacks
             starts at a value drawn uniformly from its bounds.
         quantile_fraction: top and bottom fraction, 0..0.5.
-        log_config: accepted; each exploit is in the Trial's ``status.perturbations``, a ``TrialPerturbed``
-            event and ``pbt_policy_<trial>.txt``.
+        log_config: whether exploited trials write ``pbt_policy_<trial>.txt`` and ``pbt_global.txt`` (each
+            exploit is in the Trial's ``status.perturbations`` and a ``TrialPerturbed`` event either way).
         require_attrs: as Ray's.
         synch: must be False.
         custom_explore_fn: must be None (user code).
@@ -351,6 +351,7 @@ class PB2(TrialScheduler):
             perturbation_interval=perturbation_interval,
             hyperparam_bounds=hyperparam_bounds,
             quantile_fraction=quantile_fraction,
+            log_config=None if log_config else False,
             require_attrs=require_attrs,
             seed=seed,
         )

@@ -75,6 +75,7 @@ class PB2(PopulationBasedTraining):
             bandit chooses in. A key a trial's config lacks is sampled uniformly from its bounds when the
             trial is created (:meth:`fill_config`, as Ray's ``on_trial_add``).
         quantile_fraction: top and bottom fraction, 0..0.5.
+        log_config: as PBT's: whether exploited trials write ``pbt_policy_<trial>.txt`` and ``pbt_global.txt``.
         require_attrs: as PBT's (a result without ``time_attr`` or the metric is skipped either way).
         synch: must be False (kubetune runs PB2 asynchronously).
         seed: seeds the donor choices, the filled values and the acquisition's random starts.
@@ -93,6 +94,7 @@ class PB2(PopulationBasedTraining):
         perturbation_interval: Positive = 60.0,
         hyperparam_bounds: dict | None = None,
         quantile_fraction: Annotated[Number, Field(ge=0, le=0.5)] = 0.25,
+        log_config: Flag = True,
         require_attrs: Flag = True,
         synch: Flag = False,
         seed: StrictInt = 0,
@@ -110,6 +112,7 @@ class PB2(PopulationBasedTraining):
             hyperparam_mutations={key: list(value) for key, value in self.bounds.items()},
             quantile_fraction=quantile_fraction,
             resample_probability=0.0,
+            log_config=log_config,
             require_attrs=require_attrs,
             seed=seed,
         )

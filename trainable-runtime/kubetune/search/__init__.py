@@ -95,9 +95,13 @@ __getattr__ = unsupported_names(
                 "FLAMLSearch",
                 "BlendSearch",
                 "CFO",
-                "Repeater",
-                "SearchGenerator",
             )
         },
+        "Repeater": (
+            "a searcher cannot be wrapped: the operator runs it",
+            "a grid_search over a seed key of the config (each config once per seed) and average the results "
+            "by config in ExperimentAnalysis.dataframe()",
+        ),
+        "SearchGenerator": ("a searcher cannot be wrapped: the operator runs it", "the searcher itself as search_alg"),
     },
 )
