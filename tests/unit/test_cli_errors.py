@@ -243,3 +243,50 @@ def test_follow_polls_through_server_errors_but_not_through_a_refusal(api):
     api.routes[exp_path] = 403
     with pytest.raises(ClusterUnavailable, match=r"refused the request: status 403$"):
         follow(Cluster.connect(), "exp", poll_interval_s=0.01)
+
+
+def test_storage_that_cannot_be_written_is_one_line_and_exit_5_before_anything_is_created(api, monkeypatch, capsys):
+    api.routes[DISCOVERY] = SERVED
+    monkeypatch.setattr("kubetune.storage.SDK_OUTAGE_TIMEOUT_S", 0.5)  # 30 s for users
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("KUBETUNE_STORAGE_ENDPOINT", "http://127.0.0.1:1")
+    code, err = run_cli(capsys, "run", "m:T", "--config", "{}", "--storage", "s3://bucket/x")
+    assert code == cli.STORAGE and len(err) == 1, err
+    assert err[0].startswith("error: cannot write to storage s3://bucket/x/team/") and "check the storage URI" in err[0]
+    assert api.requests == [DISCOVERY]  # no Experiment was created
+
+
+def test_an_experiment_the_api_server_refuses_takes_back_only_what_its_run_uploaded(api, tmp_path):
+    api.routes[DISCOVERY] = SERVED  # the test's API server answers a create (POST) with 501
+    store = tmp_path / "store"
+    earlier = store / "team" / "refused" / "sdk" / "trainable" / "earlier.pkl"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"an Experiment of this name uploaded it")
+
+    def trainable(config):
+        pass
+
+    with pytest.raises(Exception, match="501"):
+        tuner.run(trainable, name="refused", storage=store.as_uri(), config={"f": tune_sample_from()})
+    assert [p.name for p in store.rglob("*") if p.is_file()] == ["earlier.pkl"]
+
+
+def tune_sample_from():
+    from kubetune.search import sample_from
+
+    return sample_from(lambda spec: 1)
+
+
+def test_an_unexpected_error_is_one_line_and_exit_70_unless_debugging(monkeypatch, capsys):
+    def broken(args):
+        raise RuntimeError("something kubetune did not expect")
+
+    monkeypatch.setattr(cli, "_cluster", broken)
+    code, err = run_cli(capsys, "get")
+    assert code == cli.UNEXPECTED and len(err) == 1
+    assert err[0].startswith("error: unexpected RuntimeError: something kubetune did not expect (a bug")
+    monkeypatch.setenv("KUBETUNE_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        cli.main(["get"])

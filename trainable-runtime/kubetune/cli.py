@@ -9,9 +9,10 @@ Exit codes (:data:`EXIT_CODES`): 0 success (for ``run --watch`` and ``watch``: t
 succeeded); 1 the Experiment failed, or a trial failed where the command reports on trials; 2 bad
 usage or a spec the API server or the operator refused; 3 not found (an Experiment, Trial or pod, or
 an Experiment deleted while watched); 4 the cluster cannot be used (no kubeconfig, an unknown
-context, the API server unreachable or refusing the request, kubetune's CRDs not installed); 130
-interrupted (the Experiment keeps running). Every error is one line on stderr, ``error: ...``, that
-says what to do.
+context, the API server unreachable or refusing the request, kubetune's CRDs not installed); 5 the
+storage cannot be written (``run``: unreachable, refused, no such bucket; nothing is created); 70 an
+unexpected error (a bug; ``KUBETUNE_DEBUG=1`` prints its traceback instead); 130 interrupted (the
+Experiment keeps running). Every error is one line on stderr, ``error: ...``, that says what to do.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 from typing import Any, Sequence
 
@@ -26,7 +28,7 @@ import yaml
 
 from kubetune.resultkeys import is_multi_objective, spec_objectives
 
-OK, FAILED, USAGE, NOT_FOUND, CLUSTER, INTERRUPTED = 0, 1, 2, 3, 4, 130
+OK, FAILED, USAGE, NOT_FOUND, CLUSTER, STORAGE, UNEXPECTED, INTERRUPTED = 0, 1, 2, 3, 4, 5, 70, 130
 #: Exit code → what it means (the module docstring says when each is used).
 EXIT_CODES = {
     OK: "success",
@@ -34,6 +36,8 @@ EXIT_CODES = {
     USAGE: "bad usage, or a spec the API server or the operator refused",
     NOT_FOUND: "not found",
     CLUSTER: "the cluster cannot be used",
+    STORAGE: "the storage cannot be written",
+    UNEXPECTED: "an unexpected error (a bug: KUBETUNE_DEBUG=1 prints its traceback)",
     INTERRUPTED: "interrupted; the Experiment keeps running",
 }
 
@@ -328,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubernetes.client import ApiException
 
     from kubetune.client import ClusterUnavailable, ExperimentNotFound, InvalidExperiment, api_message
+    from kubetune.storage import StorageUnavailable
 
     try:
         return args.func(args)
@@ -336,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(api_message(exc), code)
     except ClusterUnavailable as exc:
         return _error(str(exc), CLUSTER)
+    except StorageUnavailable as exc:
+        return _error(str(exc), STORAGE)
     except ExperimentNotFound as exc:
         return _error(str(exc), NOT_FOUND)
     except (InvalidExperiment, ValueError, FileNotFoundError) as exc:
@@ -354,6 +361,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "interrupted; an Experiment already created keeps running (kubetune get lists them, "
             "kubetune delete NAME stops one)",
             INTERRUPTED,
+        )
+    except Exception as exc:
+        if os.environ.get("KUBETUNE_DEBUG"):
+            raise
+        return _error(
+            f"unexpected {type(exc).__name__}: {exc} (a bug in kubetune: KUBETUNE_DEBUG=1 prints its traceback; "
+            "please report it)",
+            UNEXPECTED,
         )
 
 

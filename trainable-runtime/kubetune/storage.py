@@ -52,6 +52,9 @@ T = TypeVar("T")
 
 #: Default time an operation keeps retrying through an outage before it raises, in seconds.
 DEFAULT_OUTAGE_TIMEOUT_S = 600.0
+#: How long the SDK's uploads (``tune.run``, ``kubetune run``) retry an unreachable store before they say so,
+#: in seconds: a user waits on them, a trial pod does not.
+SDK_OUTAGE_TIMEOUT_S = 30.0
 #: How long requests fail in a row before :meth:`S3Storage.watch_reachability` reports it, in seconds.
 UNREACHABLE_AFTER_S = 20.0
 #: Exception codes S3 (or an S3-compatible store) uses for throttling or a transient server fault.
@@ -275,6 +278,21 @@ class FileStorage(Storage):
         tmp = dst.with_name(f"{dst.name}{_TMP_MARK}{uuid.uuid4().hex}")
         shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
+
+
+class StorageUnavailable(ConnectionError):
+    """The SDK could not write to the experiment's storage (unreachable, refused, no such bucket); the
+    message names the URI and the cause."""
+
+
+def storage_errors() -> tuple[type[BaseException], ...]:
+    """The exception types a :class:`Storage` operation raises when the store cannot be used: boto3's,
+    botocore's and s3transfer's errors, and ``OSError`` (``file://``)."""
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+    from s3transfer.exceptions import RetriesExceededError
+
+    return Boto3Error, BotoCoreError, ClientError, RetriesExceededError, OSError
 
 
 def is_transient(exc: BaseException) -> bool:

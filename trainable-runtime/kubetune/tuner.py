@@ -525,17 +525,25 @@ def create_experiment(
     Raises:
         ValueError: an argument kubetune cannot honour (before anything is uploaded or created), such as a
             ``config`` over the CRD's limit (:class:`kubetune.limits.SpecTooLarge`).
-        kubernetes.client.ApiException: the API server refused the Experiment.
+        kubetune.storage.StorageUnavailable: the storage could not be written within
+            :data:`kubetune.storage.SDK_OUTAGE_TIMEOUT_S` (nothing is created).
+        kubernetes.client.ApiException: the API server refused the Experiment (what this call uploaded is
+            deleted again).
     """
     from kubetune.limits import check_spec_sizes
     from kubetune.shipping import FunctionPickles, ship_trainable, with_stopper
-    from kubetune.storage import open_storage
+    from kubetune.storage import SDK_OUTAGE_TIMEOUT_S, StorageUnavailable, open_storage, storage_errors
 
     resources = (
         resources_per_trial or getattr(trainable, "_kubetune_resources", None) or _resource_request(trainable, config)
     )
     experiment["stop"], user_stop = split_stop(experiment.get("stop"))
-    store = open_storage(storage_fields["uri"], storage_fields.get("endpoint"), storage_fields.get("region"))
+    store = open_storage(
+        storage_fields["uri"],
+        storage_fields.get("endpoint"),
+        storage_fields.get("region"),
+        outage_timeout_s=SDK_OUTAGE_TIMEOUT_S,
+    )
     base = join_uri(storage_fields["uri"], cluster.namespace, name, "sdk")
     functions = FunctionPickles(base)
     manifest = build_experiment(
@@ -548,11 +556,24 @@ def create_experiment(
         **experiment,
     )  # every check before any upload
     check_spec_sizes(manifest["spec"])  # the CRD's limits, before anything is uploaded
-    functions.upload(store)
     if user_stop is not None:
         trainable = with_stopper(trainable, user_stop)
-    manifest["spec"]["trainable"] = ship_trainable(trainable, store, base)
-    return cluster.create(manifest)
+    try:
+        before = set(store.list(base))  # what an Experiment of this name uploaded already stays
+        functions.upload(store)
+        manifest["spec"]["trainable"] = ship_trainable(trainable, store, base)
+    except storage_errors() as exc:
+        where = storage_fields.get("endpoint") or "the default endpoint"
+        raise StorageUnavailable(
+            f"cannot write to storage {base} ({where}): {exc}; check the storage URI, its endpoint "
+            f"(storage endpoint or KUBETUNE_STORAGE_ENDPOINT) and the credentials"
+        ) from None
+    try:
+        return cluster.create(manifest)
+    except BaseException:
+        for uri in set(store.list(base)) - before:
+            store.delete(uri)
+        raise
 
 
 def _launch(
