@@ -31,6 +31,11 @@ RELEASE = "kubetune"
 NAMESPACE = "default"
 #: The Secret with the trial pods' storage credentials (the name ``examples/digits/experiment.yaml`` uses).
 CREDENTIALS_SECRET = "s3-creds"
+#: Labels of a namespace that enforces the ``restricted`` Pod Security Standard.
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 #: Default storage of the SDK and of the operator (Experiments without ``spec.storage``).
 STORAGE_URI = f"s3://{S3_BUCKET}/experiments"
 
@@ -71,13 +76,15 @@ def install(cluster, timeout_s: int = 180) -> dict[str, str]:
     helm = build.ensure_binaries(("helm",))["helm"]
     values = cluster.workdir / "kubetune-values.yaml"
     values.write_text(yaml.safe_dump(chart_values(cluster)))
+    core = client.CoreV1Api(cluster.api_client())
+    # the operator's namespace enforces the "restricted" Pod Security Standard, which the chart's pod meets
+    core.create_namespace({"metadata": {"name": OPERATOR_NAMESPACE, "labels": RESTRICTED}})
     argv = [str(helm), "--kubeconfig", str(cluster.kubeconfig), "install", RELEASE, str(CHART)]
-    argv += ["-n", OPERATOR_NAMESPACE, "--create-namespace", "-f", str(values), "--wait", "--timeout", f"{timeout_s}s"]
+    argv += ["-n", OPERATOR_NAMESPACE, "-f", str(values), "--wait", "--timeout", f"{timeout_s}s"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 60)
     if proc.returncode != 0:
         raise RuntimeError(f"helm install of {CHART} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
     env = cluster.env()
-    core = client.CoreV1Api(cluster.api_client())
     core.create_namespaced_secret(
         NAMESPACE,
         {

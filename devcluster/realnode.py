@@ -261,6 +261,22 @@ class RealNode:
         elif name == "containerd":
             self._wait_containerd(proc, log)
 
+    def kill_container(self, container_id: str) -> None:
+        """SIGKILL a container's main process through containerd, as the kernel's OOM killer or a crash ends
+        it; the kubelet then restarts it as its pod's ``restartPolicy`` says.
+
+        Args:
+            container_id: the ID a pod's ``containerStatuses`` give (``containerd://<id>``, or ``<id>``).
+
+        Raises:
+            subprocess.CalledProcessError: containerd refused (no such running container).
+        """
+        task = container_id.split("://", 1)[-1]
+        ctr = [str(self.bins["ctr"]), "--address", str(self.socket), "--namespace", "k8s.io"]
+        subprocess.run(
+            [*ctr, "tasks", "kill", "--signal", "SIGKILL", task], check=True, capture_output=True, timeout=30
+        )
+
     def image(self, name: str) -> str:
         """The reference of a loaded image: ``runtime``, ``operator``, ``examples`` or ``pause``."""
         return self.images[name].ref

@@ -19,15 +19,12 @@ from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig, install
 from devcluster.cluster import S3_BUCKET
+from devcluster.install import RESTRICTED
 from tests.integration.support import Helm, s3_client, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kubetune"
 RELEASE, SYSTEM = "kubetune", "kubetune-system"
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
 
 
 def pytest_collection_modifyitems(items):
@@ -89,14 +86,15 @@ def values_file(node_cluster, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def release(node_cluster, core, helm, values_file):
-    """The chart installed as a user would (``helm install --wait``), the operator's pod Ready."""
+    """The chart installed as a user would (``helm install --wait``) in a namespace that enforces the
+    ``restricted`` Pod Security Standard, the operator's pod Ready."""
+    core.create_namespace({"metadata": {"name": SYSTEM, "labels": RESTRICTED}})
     helm.run(
         "install",
         RELEASE,
         str(CHART),
         "-n",
         SYSTEM,
-        "--create-namespace",
         "-f",
         str(values_file),
         "--wait",

@@ -51,6 +51,11 @@ def test_the_node_runs_the_charts_operator_in_its_image_under_restricted_setting
     assert (
         pod.spec.security_context.run_as_non_root and pod.spec.containers[0].security_context.read_only_root_filesystem
     )
+    # admitted where "restricted" is enforced: no privilege escalation, no capabilities, RuntimeDefault seccomp
+    assert core.read_namespace(SYSTEM).metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+    context = pod.spec.containers[0].security_context
+    assert context.allow_privilege_escalation is False and context.capabilities.drop == ["ALL"]
     # the kubelet serves the operator's log to kubectl
     logs = node_cluster.kubectl("logs", "-n", SYSTEM, pod.metadata.name).stdout
     assert "collector listening on 0.0.0.0:8080" in logs, logs[-2000:]
@@ -222,10 +227,14 @@ def test_an_image_that_does_not_exist_is_the_trials_pending_cause(node_cluster, 
     assert any(e.reason == "TrialWaiting" and "does-not-exist" in e.message for e in events)
 
 
-def result_iterations(s3, root: str, namespace: str, experiment: str, trial: str) -> list[int]:
+def result_lines(s3, root: str, namespace: str, experiment: str, trial: str) -> list[dict]:
     key = f"{trial_prefix(s3, S3_BUCKET, root, namespace, experiment, trial)}/result.json"
     body = s3.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read().decode()
-    return [json.loads(line)["training_iteration"] for line in body.splitlines() if line.strip()]
+    return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def result_iterations(s3, root: str, namespace: str, experiment: str, trial: str) -> list[int]:
+    return [line["training_iteration"] for line in result_lines(s3, root, namespace, experiment, trial)]
 
 
 def operator_pod(core):
@@ -302,6 +311,92 @@ def test_trials_end_once_across_kubelet_and_containerd_restarts_a_new_operator_p
         assert trial["phase"] == "Succeeded" and trial.get("failures", 0) == 0, trial  # disruptions are not failures
         assert trial["attempt"] >= 1, trial  # the drain evicted it: resumed from its checkpoint in a new pod
         assert result_iterations(s3, "sdk", team, "faults", name) == list(range(1, STEPS + 1)), name
+
+
+MAX_T = 6
+
+
+def test_a_sigkilled_operator_container_stops_the_trials_an_uninterrupted_asha_stops(
+    node_cluster, core, custom, s3, team, sdk_env
+):
+    """The fault suite's rule on the real node: the chart's operator container is SIGKILLed through containerd
+    twice while ASHA runs trials one at a time (a cloudpickled trainable through ``tune.run``), and the kubelet
+    restarts it in its pod. Every trial ends once with every iteration run once, ASHA stops exactly the trials
+    it stops when fed the same results uninterrupted, and the scheduler a restarted operator rebuilds from the
+    journal knows what the uninterrupted one knows."""
+    import kubetune as tune
+    from kubetune_operator.algorithms import create_scheduler
+    from kubetune_operator.status import compact_result
+    from tests.integration.test_faults import operator_scheduler
+
+    params = {"time_attr": "training_iteration", "grace_period": 1, "reduction_factor": 2, "max_t": MAX_T}
+    xs = [3, 1, 4, 2, 6, 5, 0.5]
+    outcome = {}
+
+    def run():
+        try:
+            outcome["analysis"] = _run(
+                Counter,
+                team,
+                "storm",
+                node_cluster,
+                config={"x": tune.grid_search(xs), "sleep": 0.4},
+                metric="score",
+                mode="max",
+                scheduler=tune.schedulers.ASHAScheduler(**params),
+                max_concurrent_trials=1,
+                stop={"training_iteration": MAX_T},
+                resources_per_trial={"cpu": "250m", "memory": "256Mi"},
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    kills = 0
+    for trials_seen in (2, 4):  # once the second trial reports, once the fourth does
+        wait_for(
+            lambda: sum(1 for t in trials_of(custom, team, "storm").values() if t.get("lastResult")) >= trials_seen,
+            timeout=240,
+            interval=0.5,
+            what=f"{trials_seen} trials reporting",
+        )
+        pod = operator_pod(core)
+        assert pod is not None
+        restarts = pod.status.container_statuses[0].restart_count
+        node_cluster.node.kill_container(pod.status.container_statuses[0].container_id)
+        kills += 1
+        wait_for(  # the kubelet restarts it in place (after its crash-loop back-off: 10 s, then 20 s)
+            lambda: (p := operator_pod(core)) is not None and p.status.container_statuses[0].restart_count > restarts,
+            timeout=120,
+            interval=0.5,
+            what="the operator container restarted and Ready",
+        )
+    runner.join(timeout=600)
+    assert not runner.is_alive() and "error" not in outcome, outcome
+    assert kills == 2 and experiment_status(custom, team, "storm")["phase"] == "Succeeded"
+    found = custom.list_namespaced_custom_object(
+        GROUP, VERSION, team, "trials", label_selector="kubetune.io/experiment=storm"
+    )["items"]
+    assert len(found) == len(xs)
+    replay = create_scheduler("asha", "score", "max", **params)
+    stops = 0
+    for trial in sorted(found, key=lambda t: t["spec"]["index"]):
+        name, status = trial["metadata"]["name"], trial["status"]
+        replay.on_trial_add(name)
+        lines = result_lines(s3, "sdk", team, "storm", name)
+        assert [r["training_iteration"] for r in lines] == list(range(1, len(lines) + 1)), name  # each once
+        decisions = [replay.on_trial_result(name, r) for r in lines if r["training_iteration"] < MAX_T]
+        stops += "stop" in decisions
+        if status["reason"] == "EarlyStopped":
+            assert "stop" in decisions, (name, decisions)  # never stopped by a decision ASHA would not make
+            replay.on_trial_remove(name)
+        else:  # a trial may end before a stop reaches it (it trains on while the operator is down)
+            assert status["reason"] == "Completed" and len(lines) == MAX_T, (name, status)
+            replay.on_trial_complete(name, compact_result(lines[-1], "score"))
+    assert stops >= 2  # ASHA had decisions to make
+    rebuilt = operator_scheduler(custom, core, team, "storm")
+    assert json.dumps(rebuilt.get_state(), sort_keys=True) == json.dumps(replay.get_state(), sort_keys=True)
 
 
 def test_the_digits_example_runs_through_tune_run_and_its_best_checkpoint_reproduces(
