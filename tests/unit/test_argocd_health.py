@@ -74,6 +74,16 @@ def test_a_pod_that_cannot_start_is_named_while_progressing():
     assert result["status"] == "Progressing" and "trials waiting, ErrImagePull: 1 trial(s)" in result["message"]
 
 
+def test_trials_that_cannot_go_on_are_degraded_with_the_reason_until_they_can():
+    obj = json.loads(json.dumps(STATES["running"]))
+    stalled = {"type": "TrialsStalled", "status": "True", "reason": "StorageUnreachable", "message": "1 trial(s)"}
+    obj["status"]["conditions"].append(stalled)
+    result = health(obj)
+    assert result["status"] == "Degraded" and result["message"].startswith("StorageUnreachable: 1 trial(s) (2 running")
+    stalled["status"] = "False"
+    assert health(obj)["status"] == "Progressing"
+
+
 def test_a_finished_experiment_stays_healthy_after_an_edit_the_operator_ignores():
     obj = json.loads(json.dumps(STATES["succeeded"]))
     obj["metadata"]["generation"] = 5  # finished Experiments are not loaded again (handlers.validate)

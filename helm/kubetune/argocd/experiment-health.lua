@@ -5,7 +5,8 @@
 -- phase and condition.
 --
 -- Healthy: Succeeded. Degraded: Failed; the spec refused (Ready=False, e.g. InvalidSpec); reconcile
--- passes failing (Degraded=True). Suspended: spec.suspend. Progressing: Pending or Running, being
+-- passes failing (Degraded=True); trials that cannot go on (TrialsStalled=True, e.g. StorageUnreachable:
+-- Healthy or Progressing again once they do). Suspended: spec.suspend. Progressing: Pending or Running, being
 -- deleted, or a spec change the operator has not seen yet.
 local hs = { status = "Progressing", message = "Waiting for the kubetune operator" }
 
@@ -77,6 +78,12 @@ local degraded = condition("Degraded")
 if degraded ~= nil and degraded.status == "True" then
   hs.status = "Degraded"
   hs.message = explain(degraded, "Degraded")
+  return hs
+end
+local stalled = condition("TrialsStalled")
+if stalled ~= nil and stalled.status == "True" then
+  hs.status = "Degraded"
+  hs.message = explain(stalled, "TrialsStalled") .. " (" .. counts() .. ")"
   return hs
 end
 if phase == "Suspended" then
