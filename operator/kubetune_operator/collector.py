@@ -20,7 +20,6 @@ refusal is reported on the Trial in a Warning event. Tokens and bodies are never
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Annotated, Any, Literal
 
@@ -37,13 +36,12 @@ from pydantic import (
 )
 
 from kubetune.env import COLLECTOR_RESULTS_PATH, MAX_STALL_MESSAGE, STALL_REASONS
-from kubetune.limits import MAX_FIELD_BYTES
 
 from . import metrics
 from .controller import DECISION_RANK
 from .metricsauth import MetricsAuth
 from .params import describe
-from .podinput import checkpoint_problem, result_problem
+from .podinput import checkpoint_problem, explored_problem, result_problem
 from .tokens import token_claims
 
 #: Results handed to the scheduler at a time; the event loop (probes, other requests) runs between steps.
@@ -125,13 +123,10 @@ def _problem(
         problem = result_problem(result)
         if problem is not None:
             return f"results[{index}]: {problem}"
-    if explored is not None:
-        try:  # it becomes the Trial's status.config: strict JSON under the CRD's field limit
-            size = len(json.dumps(explored, allow_nan=False, separators=(",", ":")).encode())
-        except ValueError:
-            return "explored: the config holds NaN or an infinity, which a Trial's status cannot"
-        if size > MAX_FIELD_BYTES:
-            return f"explored: the config is over {MAX_FIELD_BYTES} bytes of JSON"
+    if explored is not None:  # it becomes the Trial's status.config
+        problem = explored_problem(explored)
+        if problem is not None:
+            return f"explored: {problem}"
     if checkpoint is not None and ctl.trials.get(trial) is not None:
         return checkpoint_problem(checkpoint["uri"], checkpoint["iteration"], ctl.trial_dir(trial))
     return None

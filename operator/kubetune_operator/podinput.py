@@ -1,13 +1,14 @@
-"""What trial pods tell the operator, checked at the boundary: the results and the checkpoint reference of a
-collector batch, and the runtime's termination message.
+"""What trial pods tell the operator, checked at the boundary: the results, the checkpoint reference and the
+explored config (PBT's step in the pod) of a collector batch, and the runtime's termination message.
 
 Any code in a trial pod can read its attempt's collector token and write its termination message, so neither
 is trusted: each value is checked here (type, finiteness, range, size) before it reaches the controller's
 state, the journal or a status patch. Callers: :mod:`kubetune_operator.collector` (a batch with a refused
-value is answered 400 with :func:`result_problem`'s or :func:`checkpoint_problem`'s reason, and reported on
-the Trial) and :class:`~kubetune_operator.controller.ExperimentController` (:func:`parse_outcome` of an ended
-pod: refused fields are left out and reported). Pure: no I/O. docs/operations.md, "Values from trial pods",
-states the same rules.
+value is answered 400 with :func:`result_problem`'s, :func:`explored_problem`'s or
+:func:`checkpoint_problem`'s reason, and reported on the Trial) and
+:class:`~kubetune_operator.controller.ExperimentController` (:func:`parse_outcome` of an ended pod: refused
+fields are left out and reported). Pure: no I/O. docs/operations.md, "Values from trial pods", states the
+same rules.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+
+from kubetune.limits import MAX_FIELD_BYTES
 
 #: Largest ``training_iteration`` (and checkpoint iteration) taken: 2**53 - 1, exact in every JSON reader.
 MAX_ITERATION = 2**53 - 1
@@ -60,6 +63,28 @@ def result_problem(result: Any) -> str | None:
     if type(result.get("done", False)) is not bool:
         return "done must be true or false"
     return _value_problem(result, "", 0)
+
+
+def explored_problem(config: Any) -> str | None:
+    """Why the operator cannot take ``config``, a config a trial pod chose in PBT's explore step (it becomes
+    the Trial's ``status.config``), or None.
+
+    Taken: a JSON object nested at most :data:`MAX_RESULT_DEPTH` deep whose integers fit in 64 bits, without
+    NaN or an infinity (a status is strict JSON), at most :data:`kubetune.limits.MAX_FIELD_BYTES` as compact
+    JSON (the CRD's limit on a config).
+    """
+    if type(config) is not dict:
+        return "the config must be a JSON object"
+    problem = _value_problem(config, "", 0)
+    if problem is not None:
+        return problem
+    try:
+        size = len(json.dumps(config, allow_nan=False, separators=(",", ":")).encode())
+    except ValueError:
+        return "the config holds NaN or an infinity, which a Trial's status cannot"
+    if size > MAX_FIELD_BYTES:
+        return f"the config is over {MAX_FIELD_BYTES} bytes of JSON"
+    return None
 
 
 def _value_problem(value: Any, where: str, depth: int) -> str | None:

@@ -10,7 +10,13 @@ import pytest
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import OUTCOME_COMPLETED
 from kubetune_operator.controller import ExperimentController, PodView
-from kubetune_operator.podinput import MAX_ITERATION, checkpoint_problem, parse_outcome, result_problem
+from kubetune_operator.podinput import (
+    MAX_ITERATION,
+    checkpoint_problem,
+    explored_problem,
+    parse_outcome,
+    result_problem,
+)
 from kubetune_operator.settings import Settings
 
 KEY = b"k" * 32
@@ -174,3 +180,19 @@ def test_a_journal_written_before_the_checks_cannot_put_an_infinite_iteration_in
     ctl._show_result(ctl.trials["exp-00000"], {"acc": 1.0, "training_iteration": float("inf")})  # as a replay would
     assert ctl.trials["exp-00000"].status.get("iteration") is None
     json.dumps(ctl.plan({}, T0 + 10).trial_status, allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ([1, 2], "must be a JSON object"),
+        ({"lr": float("nan")}, "NaN or an infinity"),
+        ({"lr": float("inf")}, "NaN or an infinity"),
+        ({"deep": json.loads("[" * 20 + "]" * 20)}, "nested more than 16 levels deep"),
+        ({"n": 2**70}, "n: an integer beyond 64 bits"),
+        ({"blob": "x" * (192 * 1024)}, "over 196608 bytes"),
+    ],
+)
+def test_an_explored_config_a_status_cannot_hold_is_refused(config, words):
+    assert words in explored_problem(config)
+    assert explored_problem({"lr": 0.1, "layers": [64, 32], "opt": {"name": "adam", "betas": [0.9, 0.999]}}) is None
