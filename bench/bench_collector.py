@@ -40,8 +40,9 @@ a simulated trial told stop keeps sending, where a real one ends, and the stop s
 and that a forged token and another trial's token both get 401; it exits 1 if a check fails.
 
 Run: ``.venv/bin/python bench/bench_collector.py [--duration S] [--connections N] [--batch B]
-[--trials T] [--rate R] [--rounds K] [--warmup S] [--without-reconcile] [--without-gc-freeze]`` (about 45 s with the
-defaults).
+[--trials T] [--rate R] [--rounds K] [--warmup S] [--without-reconcile] [--without-gc-freeze] [--with-unchecked]``
+(about 45 s with the defaults). ``--with-unchecked`` adds a third server in the same alternating slices: the
+collector without its checks of the values from pods (``kubetune_operator.podinput``), and the ratio to it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.unit.journ
 
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import COLLECTOR_RESULTS_PATH
+from kubetune_operator import collector
 from kubetune_operator.builders import trial_dir_uri
 from kubetune_operator.collector import make_app
 from kubetune_operator.controller import PodView
@@ -173,7 +175,8 @@ def baseline_app() -> web.Application:
 
 
 def serve(kind: str, key: bytes, trials: int, reconcile: bool, freeze: bool, conn) -> None:
-    """Child process: serve ``kind`` ("collector" or "baseline") on 127.0.0.1.
+    """Child process: serve ``kind`` on 127.0.0.1: "collector", "baseline", or "unchecked" (the collector without
+    its checks of the values from pods, ``collector._problem``: what they cost).
 
     Sends ``(port, trials info or None)`` on ``conn``, serves until it receives anything, then
     replies with the scheduler's counters and the reconcile passes' timings (``{}`` for the baseline), exits.
@@ -181,7 +184,9 @@ def serve(kind: str, key: bytes, trials: int, reconcile: bool, freeze: bool, con
 
     async def main() -> None:
         registry, passes, timings = None, None, []
-        if kind == "collector":
+        if kind in ("collector", "unchecked"):
+            if kind == "unchecked":
+                collector._problem = lambda *args, **kwargs: None
             if freeze:
                 gc.freeze()  # as handlers.startup does once the operator is up, before any Experiment is loaded
             registry, pods, info = load_registry(key, trials)
@@ -325,7 +330,7 @@ class Server:
 
 
 def start_server(kind: str, key: bytes, trials: int, reconcile: bool, freeze: bool) -> Server:
-    """Start the ``kind`` server process ("collector" or "baseline") and wait until it listens.
+    """Start the ``kind`` server process (:func:`serve`) and wait until it listens.
 
     Raises:
         RuntimeError: it exited or did not listen within 60 s.
@@ -481,6 +486,10 @@ async def measure(servers: dict[str, Server], args: argparse.Namespace) -> dict[
     return stats
 
 
+def _pair(stats: dict[tuple[str, str], PhaseStats], kind: str) -> tuple[PhaseStats | None, PhaseStats | None]:
+    return stats.get((kind, "saturated")), stats.get((kind, "paced"))
+
+
 def report(
     stats: dict[tuple[str, str], PhaseStats], counters: dict, codes: dict[str, int], args: argparse.Namespace
 ) -> list[str]:
@@ -498,11 +507,13 @@ def report(
         )
     base_sat, base_paced = stats["baseline", "saturated"], stats["baseline", "paced"]
     coll_sat, coll_paced = stats["collector", "saturated"], stats["collector", "paced"]
-    print(
-        f"ratio collector/baseline: saturated throughput {coll_sat.results_per_s / base_sat.results_per_s:.2f}, "
-        f"saturated p99 {coll_sat.percentile(99) / base_sat.percentile(99):.2f}, "
-        f"paced p99 {coll_paced.percentile(99) / base_paced.percentile(99):.2f}"
-    )
+    for other, (sat, paced) in (("baseline", (base_sat, base_paced)), ("unchecked", _pair(stats, "unchecked"))):
+        if sat is not None:
+            print(
+                f"ratio collector/{other}: saturated throughput {coll_sat.results_per_s / sat.results_per_s:.2f}, "
+                f"saturated p99 {coll_sat.percentile(99) / sat.percentile(99):.2f}, "
+                f"paced p99 {coll_paced.percentile(99) / paced.percentile(99):.2f}"
+            )
     capacity = {s.label: args.batch * s.requests / s.server_cpu for s in (base_sat, coll_sat) if s.server_cpu > 0}
     print(
         "server CPU-bound capacity (results per server CPU second, saturated): "
@@ -528,7 +539,7 @@ def report(
         failures.append(f"non-200 replies under load: {dict(errors)}")
     if not decisions["stop"] or not decisions["continue"]:
         failures.append("the collector did not answer both continue and stop: its decisions are not real")
-    told_stop = set().union(*(s.told_stop for s in stats.values()))
+    told_stop = coll_sat.told_stop | coll_paced.told_stop
     if len(told_stop) > counters.get("asha_stops", 0):
         failures.append(
             f"{len(told_stop)} trials told stop, more than ASHA's {counters.get('asha_stops')} stop decisions"
@@ -573,6 +584,11 @@ def main(argv: list[str] | None = None) -> int:
         help="leave the daemon's reconcile passes out of the collector's event loop",
     )
     parser.add_argument(
+        "--with-unchecked",
+        action="store_true",
+        help="also serve the collector without its checks of values from pods, to measure what they cost",
+    )
+    parser.add_argument(
         "--without-gc-freeze",
         action="store_true",
         help="leave out the gc.freeze() the operator does at start-up (to measure what it saves)",
@@ -591,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     servers: dict[str, Server] = {}
     try:
-        for kind in ("baseline", "collector"):
+        for kind in ("baseline", "collector", "unchecked") if args.with_unchecked else ("baseline", "collector"):
             servers[kind] = start_server(kind, key, args.trials, not args.without_reconcile, not args.without_gc_freeze)
         stats = asyncio.run(measure(servers, args))
         codes = asyncio.run(auth_checks(servers["collector"], key))
