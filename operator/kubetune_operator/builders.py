@@ -93,8 +93,11 @@ _POD_SPEC_FIELDS = (
     "runtimeClassName",
     "serviceAccountName",
     "imagePullSecrets",
+    "schedulingGates",
     "volumes",
 )
+#: The label Kueue reads a pod's LocalQueue from (``spec.queueName``).
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 
 
 def owner_reference(obj: Mapping) -> dict:
@@ -339,6 +342,7 @@ def build_pod(
     ]
     labels = {
         **(template.get("labels") or {}),
+        **({LABEL_KUEUE_QUEUE: spec["queueName"]} if spec.get("queueName") else {}),
         LABEL_EXPERIMENT: label_value(exp_name),
         LABEL_TRIAL: label_value(name_of_trial),
         LABEL_ATTEMPT: str(attempt),

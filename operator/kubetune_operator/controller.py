@@ -67,6 +67,7 @@ PERIODIC_STATUS_WRITES_PER_PASS = 100
 #: Why a pod cannot start that a user must act on: the scheduler's verdict, and container waiting reasons.
 WAITING_CAUSES = (
     "Unschedulable",
+    "SchedulingGated",
     "CreateContainerConfigError",
     "CreateContainerError",
     "ErrImagePull",
@@ -150,6 +151,9 @@ def pod_view(pod: Mapping) -> PodView:
     scheduled = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {})
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         view.waiting = ("Unschedulable", scheduled.get("message") or "no node fits the pod")
+    gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or ()]
+    if gates and status.get("phase", "Pending") == "Pending":  # the scheduler sets no condition until it sees it
+        view.waiting = ("SchedulingGated", f"waiting for admission: held by scheduling gates {', '.join(gates)}")
     for cs in status.get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if cs.get("name") == TRIAL_CONTAINER and waiting.get("reason") in WAITING_CAUSES:

@@ -168,6 +168,39 @@ def test_gpu_limited_concurrency_never_exceeds_free_gpus(cluster, operator, cust
     assert most == 1  # the node has one GPU; the other trials' pods waited in Pending
 
 
+def test_a_trial_pod_held_by_a_scheduling_gate_waits_for_admission_then_runs(
+    cluster, operator, custom, core, namespace, storage_secret
+):
+    """A scheduling gate (as Kueue's admission puts on a pod of a LocalQueue, or any admission controller): the
+    Trial shows SchedulingGated and the Experiment TrialsWaiting until the gate is lifted, then the trial runs."""
+    gate = "example.com/admission"
+    spec = experiment(
+        "gated",
+        cluster,
+        storage_secret,
+        config={"x": 1},
+        queueName="team-a",
+        template={"schedulingGates": [{"name": gate}]},
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", spec)
+
+    def waiting():
+        conditions = (get(custom, namespace, "experiments", "gated").get("status") or {}).get("conditions") or []
+        found = next((c for c in conditions if c["type"] == "TrialsWaiting" and c["status"] == "True"), None)
+        return found if found and found["reason"] == "SchedulingGated" else None
+
+    condition = wait_for(waiting, timeout=60, what="TrialsWaiting=True SchedulingGated")
+    assert f"held by scheduling gates {gate}" in condition["message"]
+    (trial,) = trials(custom, namespace).values()
+    assert trial["status"]["phase"] == "Pending" and trial["status"]["reason"] == "SchedulingGated"
+    (pod,) = core.list_namespaced_pod(namespace).items
+    assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "team-a" and pod.spec.node_name is None
+    core.patch_namespaced_pod(pod.metadata.name, namespace, [{"op": "remove", "path": "/spec/schedulingGates"}])
+    wait_for(lambda: phase_is(custom, namespace, "gated", "Succeeded", "Failed"), what="gated to finish")
+    assert get(custom, namespace, "experiments", "gated")["status"]["phase"] == "Succeeded"
+    assert not waiting()
+
+
 def test_retry_after_a_crash_and_failure_after_max_failures(
     cluster, operator, custom, core, s3, namespace, storage_secret
 ):

@@ -467,6 +467,17 @@ def test_a_config_larger_than_an_environment_string_travels_in_the_attempt_secre
     assert read_trial_env(env_of(p), secret["stringData"]["config.json"]).config == big
 
 
+def test_the_queue_name_is_kueues_label_and_scheduling_gates_reach_the_pod():
+    gates = [{"name": "example.com/admission"}]
+    p = pod(experiment(queueName="team-a", template={"schedulingGates": gates, "labels": {"team": "a"}}))
+    assert p["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and p["metadata"]["labels"]["team"] == "a"
+    assert p["spec"]["schedulingGates"] == gates
+    assert "kueue.x-k8s.io/queue-name" not in pod()["metadata"]["labels"] and "schedulingGates" not in pod()["spec"]
+    schema = root_schema("Experiment")["properties"]["spec"]
+    assert validate(experiment(queueName="team-a", template={"schedulingGates": gates})["spec"], schema) == []
+    assert validate(experiment(queueName="no spaces")["spec"], schema)  # not a label value
+
+
 def test_template_env_comes_after_ours():
     p = pod(experiment(template={"env": copy.deepcopy(TEMPLATE["env"])}))
     names = [e["name"] for e in container(p)["env"]]

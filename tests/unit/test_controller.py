@@ -488,6 +488,32 @@ def test_a_pod_that_cannot_start_says_why_in_the_trial_and_the_experiment(ctl):
     assert waiting["status"] == "False"
 
 
+def test_a_pod_held_by_a_scheduling_gate_is_waiting_for_admission_until_it_is_lifted(ctl):
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    labels = {"kubetune.io/trial": "exp-00000", "kubetune.io/attempt": "0"}
+    body = {
+        "metadata": {"name": "exp-00000-0", "labels": labels},
+        "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
+        },
+    }
+    plan = ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 2)
+    trial = ctl.trials["exp-00000"]
+    assert trial.phase == "Pending" and trial.status["reason"] == "SchedulingGated"
+    assert trial.status["message"] == "waiting for admission: held by scheduling gates kueue.x-k8s.io/admission"
+    waiting = next(c for c in plan.experiment_status["conditions"] if c["type"] == "TrialsWaiting")
+    assert waiting["status"] == "True" and waiting["reason"] == "SchedulingGated"
+    body["spec"] = {}  # the admission controller lifted its gate
+    body["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 9)
+    assert trial.status["reason"] == "Starting"
+    waiting = next(c for c in ctl.exp_status["conditions"] if c["type"] == "TrialsWaiting")
+    assert waiting["status"] == "False"
+
+
 def test_a_pod_the_api_server_refuses_makes_the_experiment_not_ready(ctl):
     ctl.pod_rejected('the API server refused trial pod exp-00000-0: Pod "exp-00000-0" is invalid: spec.tolerations')
     plan = ctl.plan({}, T0)

@@ -151,6 +151,7 @@ def test_kubernetes_typed_fields_are_preserved_not_pruned():
         "runtimeClassName",
         "serviceAccountName",
         "imagePullSecrets",
+        "schedulingGates",
         "securityContext",
         "env",
         "envFrom",

@@ -170,6 +170,7 @@ def test_build_experiment_maps_ray_arguments():
         fail_fast=True,
         image="img:1",
         template={"labels": {"team": "a"}},
+        queue_name="team-a",
     )
     spec = body["spec"]
     assert body["metadata"] == {"name": "exp"} and body["kind"] == "Experiment"
@@ -187,6 +188,7 @@ def test_build_experiment_maps_ray_arguments():
     assert spec["checkpoint"] == {"frequency": 2, "atEnd": True, "keep": 2, "scoreAttribute": "min-loss"}
     assert spec["failure"] == {"maxFailures": -1, "maxFailedTrials": 0}
     assert spec["image"] == "img:1" and spec["template"] == {"labels": {"team": "a"}}
+    assert spec["queueName"] == "team-a"
     assert spec["storage"] == {"uri": STORAGE}
     parsed = ExperimentSpec.parse(spec)  # the operator reads it as built
     assert parsed.num_samples == 4 and parsed.max_concurrent_trials == 3
@@ -196,7 +198,7 @@ def test_build_experiment_defaults_follow_ray():
     spec = build()["spec"]
     assert spec["searchAlgorithm"] == {"name": "basic", "params": {}}
     assert spec["checkpoint"] == {"frequency": 0, "atEnd": False}  # Ray's checkpoint_at_end=False
-    assert "scheduler" not in spec and "metric" not in spec and spec["config"] == {}
+    assert "scheduler" not in spec and "metric" not in spec and spec["config"] == {} and "queueName" not in spec
 
 
 def test_metric_and_mode_come_from_the_scheduler_or_clash():

@@ -369,6 +369,7 @@ def build_experiment(
     storage: str | dict | None = None,
     image: str | None = None,
     template: dict | None = None,
+    queue_name: str | None = None,
     sample_from: Any = None,
 ) -> dict:
     """Return the Experiment manifest for Ray's ``tune.run`` arguments.
@@ -394,6 +395,7 @@ def build_experiment(
         storage: see :func:`storage_spec`.
         image: the trial image; None uses the operator's default.
         template: ``spec.template``, the trial pods' overlay.
+        queue_name: ``spec.queueName``, the Kueue LocalQueue that admits the trial pods.
         sample_from: gives the JSON standing for a ``sample_from`` function
             (:meth:`kubetune.shipping.FunctionPickles.marker`); None refuses them.
 
@@ -440,6 +442,7 @@ def build_experiment(
         **objectives_spec(metric, mode),
         "image": image,
         "template": template,
+        "queueName": queue_name,
         "stop": stop_dict or None,
         "stoppers": stoppers or None,
         "maxConcurrentTrials": limit,
@@ -704,6 +707,7 @@ def run(
     image: str | None = None,
     storage: str | dict | None = None,
     template: dict | None = None,
+    queue_name: str | None = None,
     context: str | None = None,
     poll_interval_s: float = 1.0,
     checkpoint_config: CheckpointConfig | None = None,
@@ -714,8 +718,9 @@ def run(
     Ray's arguments keep Ray's names and meanings (see ``docs/sdk.md`` for each); the others
     are Kubernetes': ``namespace`` (default: the kubeconfig context's), ``image`` (the trial image;
     default: the operator's), ``storage`` (the storage URI or a dict of ``spec.storage``;
-    ``storage_path`` is the same URI), ``template`` (``spec.template``), ``context`` (kubeconfig
-    context). ``restore`` names an existing Experiment to attach to instead of creating one.
+    ``storage_path`` is the same URI), ``template`` (``spec.template``), ``queue_name`` (``spec.queueName``:
+    the Kueue LocalQueue that admits the trial pods), ``context`` (kubeconfig context). ``restore`` names an
+    existing Experiment to attach to instead of creating one.
     ``checkpoint_config`` (Ray 2.x's :class:`CheckpointConfig`) takes the place of ``checkpoint_freq``,
     ``checkpoint_at_end``, ``keep_checkpoints_num`` and ``checkpoint_score_attr``. After the run, the
     searcher's ``total_samples`` is the number of trials.
@@ -773,6 +778,7 @@ def run(
         fail_fast=fail_fast,
         image=image,
         template=template,
+        queue_name=queue_name,
     )
     failed = failed_trials(trials)
     if failed and raise_on_failed_trial:
@@ -812,8 +818,8 @@ class Tuner:
         param_space: the parameter space.
         tune_config: what to search and how.
         run_config: name, storage (``storage_path`` is the storage URI), stop, checkpoints, failures.
-        namespace, image, storage, template, context, resources_per_trial: kubetune's Kubernetes
-            arguments, as :func:`run` takes them.
+        namespace, image, storage, template, queue_name, context, resources_per_trial: kubetune's
+            Kubernetes arguments, as :func:`run` takes them.
         poll_interval_s: seconds between two looks at the Experiment.
     """
 
@@ -828,6 +834,7 @@ class Tuner:
         image: str | None = None,
         storage: str | dict | None = None,
         template: dict | None = None,
+        queue_name: str | None = None,
         context: str | None = None,
         resources_per_trial: dict | None = None,
         poll_interval_s: float = 1.0,
@@ -835,6 +842,7 @@ class Tuner:
         self.trainable, self.param_space = trainable, param_space
         self.tune_config, self.run_config = tune_config or TuneConfig(), run_config or RunConfig()
         self.namespace, self.image, self.storage, self.template = namespace, image, storage, template
+        self.queue_name = queue_name
         self.context, self.resources_per_trial, self.poll_interval_s = context, resources_per_trial, poll_interval_s
         self._restore: str | None = None
         self._result_grid: Any = None
@@ -912,6 +920,7 @@ class Tuner:
             fail_fast=fc.fail_fast,
             image=self.image,
             template=self.template,
+            queue_name=self.queue_name,
             entry="Tuner",
         )
         self._result_grid = ResultGrid(analysis)
