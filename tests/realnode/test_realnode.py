@@ -171,6 +171,21 @@ def _run(fn, namespace: str, name: str, cluster, **kwargs):
     )
 
 
+def _run_in_background(fn, namespace: str, name: str, cluster, **kwargs):
+    """:func:`_run` in a thread: return the thread, started, and the dict that gets ``analysis`` or ``error``."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["analysis"] = _run(fn, namespace, name, cluster, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - the caller asserts on it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
 def test_a_trial_over_its_memory_limit_is_oomkilled_and_retried(node_cluster, custom, team, sdk_env):
     started = time.monotonic()
     _run(
@@ -254,26 +269,17 @@ def test_trials_end_once_across_kubelet_and_containerd_restarts_a_new_operator_p
 ):
     """A cloudpickled class trainable (1 s a step, a checkpoint each step) through ``tune.run``, while the
     node's kubelet and containerd restart, the operator's pod is deleted, and the node is drained."""
-    outcome = {}
-
-    def run():
-        try:
-            outcome["analysis"] = _run(
-                Counter,
-                team,
-                "faults",
-                node_cluster,
-                config={"x": 1, "sleep": 1.0},
-                num_samples=2,
-                stop={"training_iteration": STEPS},
-                checkpoint_freq=1,
-                resources_per_trial={"cpu": "250m", "memory": "256Mi", "gpu": 1},
-            )
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            outcome["error"] = exc
-
-    runner = threading.Thread(target=run, daemon=True)
-    runner.start()
+    runner, outcome = _run_in_background(
+        Counter,
+        team,
+        "faults",
+        node_cluster,
+        config={"x": 1, "sleep": 1.0},
+        num_samples=2,
+        stop={"training_iteration": STEPS},
+        checkpoint_freq=1,
+        resources_per_trial={"cpu": "250m", "memory": "256Mi", "gpu": 1},
+    )
 
     def progressed(at_least: int):
         trials = trials_of(custom, team, "faults")
@@ -331,28 +337,19 @@ def test_a_sigkilled_operator_container_stops_the_trials_an_uninterrupted_asha_s
 
     params = {"time_attr": "training_iteration", "grace_period": 1, "reduction_factor": 2, "max_t": MAX_T}
     xs = [3, 1, 4, 2, 6, 5, 0.5]
-    outcome = {}
-
-    def run():
-        try:
-            outcome["analysis"] = _run(
-                Counter,
-                team,
-                "storm",
-                node_cluster,
-                config={"x": tune.grid_search(xs), "sleep": 0.4},
-                metric="score",
-                mode="max",
-                scheduler=tune.schedulers.ASHAScheduler(**params),
-                max_concurrent_trials=1,
-                stop={"training_iteration": MAX_T},
-                resources_per_trial={"cpu": "250m", "memory": "256Mi"},
-            )
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            outcome["error"] = exc
-
-    runner = threading.Thread(target=run, daemon=True)
-    runner.start()
+    runner, outcome = _run_in_background(
+        Counter,
+        team,
+        "storm",
+        node_cluster,
+        config={"x": tune.grid_search(xs), "sleep": 0.4},
+        metric="score",
+        mode="max",
+        scheduler=tune.schedulers.ASHAScheduler(**params),
+        max_concurrent_trials=1,
+        stop={"training_iteration": MAX_T},
+        resources_per_trial={"cpu": "250m", "memory": "256Mi"},
+    )
     kills = 0
     for trials_seen in (2, 4):  # once the second trial reports, once the fourth does
         wait_for(
@@ -443,23 +440,16 @@ def test_helm_upgrade_to_a_new_operator_image_while_trials_run_then_uninstall(
         check=True,
         capture_output=True,
     )
-    outcome = {}
-    runner = threading.Thread(
-        target=lambda: outcome.update(
-            analysis=_run(
-                Counter,
-                team,
-                "upgrade",
-                node_cluster,
-                config={"x": 1, "sleep": 1.0},
-                stop={"training_iteration": 30},
-                checkpoint_freq=5,
-                resources_per_trial={"cpu": "250m", "memory": "256Mi"},
-            )
-        ),
-        daemon=True,
+    runner, outcome = _run_in_background(
+        Counter,
+        team,
+        "upgrade",
+        node_cluster,
+        config={"x": 1, "sleep": 1.0},
+        stop={"training_iteration": 30},
+        checkpoint_freq=5,
+        resources_per_trial={"cpu": "250m", "memory": "256Mi"},
     )
-    runner.start()
     wait_for(
         lambda: [
             t
@@ -476,7 +466,7 @@ def test_helm_upgrade_to_a_new_operator_image_while_trials_run_then_uninstall(
     pod = wait_for(lambda: operator_pod(core), timeout=120, interval=1, what="the upgraded operator pod")
     assert pod.spec.containers[0].image == upgraded
     runner.join(timeout=300)
-    assert not runner.is_alive() and "analysis" in outcome
+    assert not runner.is_alive() and "analysis" in outcome, outcome
     (trial,) = trials_of(custom, team, "upgrade").values()
     assert trial["phase"] == "Succeeded" and trial["attempt"] == 0 and not trial.get("failures"), trial
 
