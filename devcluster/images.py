@@ -223,6 +223,25 @@ def build_images(targets=TARGETS) -> dict[str, Image]:
     return out
 
 
+def rebuild(image: Image, label: str, directory: Path) -> Image:
+    """Build a new image on ``image`` with buildah, adding the label ``io.kubetune.rebuild=<label>`` (a new
+    image ID: to the node, a new release of the same code), saved as an archive in ``directory``.
+
+    Raises:
+        RuntimeError: a buildah step failed (with its output tail).
+    """
+    ref = f"{image.ref.rsplit(':', 1)[0]}:{label}"
+    container = _buildah("from", f"docker-archive:{image.archive}").stdout.strip().splitlines()[-1]
+    _buildah("config", "--label", f"io.kubetune.rebuild={label}", container)
+    _buildah("commit", "--rm", container, ref)
+    archive = Path(directory) / f"{image.name}-{label}.tar"
+    try:
+        _save(ref, image.name, archive)
+    finally:
+        subprocess.run(_buildah_argv("rmi", ref), capture_output=True)
+    return Image(image.name, ref, archive)
+
+
 def _pause_image() -> Image:
     """Kubernetes' pause program (:mod:`devcluster.nodebuild`) alone in an image: the pod sandbox."""
     from .nodebuild import ensure_node_binaries

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -417,29 +417,18 @@ def test_the_digits_example_runs_through_tune_run_and_its_best_checkpoint_reprod
 def test_helm_upgrade_to_a_new_operator_image_while_trials_run_then_uninstall(
     node_cluster, core, custom, helm, values_file, team, sdk_env, tmp_path
 ):
-    """The running trials keep reporting across the operator's replacement (its collector key survives);
+    """The operator image rebuilt by buildah (another image ID) and loaded into the node; ``helm upgrade`` to it
+    while a trial runs: the trial keeps reporting across the operator's replacement (its collector key survives);
     ``helm uninstall`` then removes every operator object and leaves the Experiment and its Trials."""
+    from devcluster import images
     from tests.realnode.conftest import CHART, RELEASE, chart_values
 
-    ref = node_cluster.node.image("operator")
-    upgraded = ref.rsplit(":", 1)[0] + ":upgraded"
     node = node_cluster.node
-    subprocess.run(
-        [
-            str(node.bins["ctr"]),
-            "--address",
-            str(node.socket),
-            "-n",
-            "k8s.io",
-            "images",
-            "tag",
-            "--force",
-            ref,
-            upgraded,
-        ],
-        check=True,
-        capture_output=True,
-    )
+    current = wait_for(lambda: operator_pod(core), timeout=120, interval=1, what="the operator pod Ready")
+    old = current.status.container_statuses[0].image_id
+    rebuilt = images.rebuild(node.images["operator"], f"upgrade-{uuid.uuid4().hex[:8]}", tmp_path)
+    images.load_images({"operator": rebuilt}, node.bins["ctr"], node.socket)
+    upgraded = rebuilt.ref
     runner, outcome = _run_in_background(
         Counter,
         team,
@@ -464,7 +453,7 @@ def test_helm_upgrade_to_a_new_operator_image_while_trials_run_then_uninstall(
     values.write_text(yaml.safe_dump(chart_values(node_cluster, upgraded)))
     helm.run("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(values), "--wait", "--timeout", "180s")
     pod = wait_for(lambda: operator_pod(core), timeout=120, interval=1, what="the upgraded operator pod")
-    assert pod.spec.containers[0].image == upgraded
+    assert pod.spec.containers[0].image == upgraded and pod.status.container_statuses[0].image_id != old
     runner.join(timeout=300)
     assert not runner.is_alive() and "analysis" in outcome, outcome
     (trial,) = trials_of(custom, team, "upgrade").values()
