@@ -279,7 +279,8 @@ class ExperimentController:
         self.names_taken: dict[str, str] = {}  # Trial or pod name -> why it is not ours (Ready=False TrialNameTaken)
         self.invalid: str | None = None  # why the latest spec was refused (it keeps Ready=False)
         self.refused_generation: int | None = None  # metadata.generation of the latest refused spec, if any
-        # why the experiment fails: a result lacked its metric (kept in the status's MetricMissing condition)
+        # why the experiment fails: a result lacked its metric (a journal entry; read from the status's
+        # MetricMissing condition too, for a journal an operator before the entry wrote)
         self.metric_missing: str | None = next(
             (
                 (c.get("message") or "").split("; stopping ")[0]
@@ -468,6 +469,7 @@ class ExperimentController:
             "exploits": {name: dict(value) for name, value in self.exploits.items()},
             "podExplores": {name: dict(value) for name, value in self.pod_explores.items()},
             "lastResult": {name: result for name, result in last.items() if result},
+            "metricMissing": self.metric_missing,
         }
 
     def _check_pod(self, experiment: Mapping) -> None:
@@ -497,6 +499,7 @@ class ExperimentController:
         self.ended, self.finish_told = set(snapshot["ended"]), snapshot["finishTold"]
         self.exploits = {name: dict(value) for name, value in (snapshot.get("exploits") or {}).items()}
         self.pod_explores = {name: dict(value) for name, value in (snapshot.get("podExplores") or {}).items()}
+        self.metric_missing = self.metric_missing or snapshot.get("metricMissing")
         for name, result in snapshot["lastResult"].items():
             trial = self.trials.get(name)
             if trial is not None and (trial.status.get("iteration") or 0) < (result.get("training_iteration") or 0):
@@ -535,6 +538,8 @@ class ExperimentController:
             return chosen
         elif kind == "explored":
             self._apply_explored(entry[1], entry[2])
+        elif kind == "metric_missing":
+            self.metric_missing = self.metric_missing or entry[1]
         else:
             raise JournalCorrupt(f"unknown journal entry {kind!r}")
         return None
@@ -873,10 +878,11 @@ class ExperimentController:
                     expects = f"spec.{'objectives' if self.spec.multi_objective else 'metric'}"
                     if set(missing) & set(required):  # PBT's require_attrs (Ray raises at such a result)
                         expects += " and the scheduler's require_attrs (set it to false to skip such results)"
-                    self.metric_missing = (
+                    self._do(  # journaled: the collector's "stop" goes out only once it is committed
+                        "metric_missing",
                         f"trial {trial} returned a result which did not include the specified metric(s) "
                         f"{', '.join(missing)} that {expects} "
-                        f"expects: make the trainable report it (the result has {', '.join(sorted(result)[:20])})"
+                        f"expects: make the trainable report it (the result has {', '.join(sorted(result)[:20])})",
                     )
                 return True
         return False

@@ -94,6 +94,16 @@ def test_a_result_without_the_metric_fails_the_experiment_with_a_condition_and_a
 
     restarted = ExperimentController({**experiment(), "status": ctl.exp_status}, Settings(), KEY)
     assert restarted.metric_missing == message and restarted.metric_missing_told
+    # killed before that status was written: the verdict is in the journal, committed before the "stop" went out
+    assert ["metric_missing", message] in ctl.journal.pending
+    replayed = ExperimentController(experiment(), Settings(), KEY)
+    for entry in ctl.journal.pending:
+        replayed._apply(entry)
+    assert replayed.metric_missing == message and not replayed.metric_missing_told  # its event is still owed
+    assert ExperimentController(experiment(), Settings(), KEY).snapshot()["metricMissing"] is None
+    restored = ExperimentController(experiment(), Settings(), KEY)
+    restored._load_snapshot(ctl.snapshot())
+    assert restored.metric_missing == message
 
     ended = {n: pod(n, "Succeeded", OUTCOME_TERMINATED) for n in running}
     plan = ctl.plan(ended, T0 + 5)
