@@ -319,7 +319,7 @@ class ExperimentController:
             InvalidSpec: as for the constructor; the previous spec stays in force.
         """
         try:
-            check_spec_sizes(experiment.get("spec") or {})  # the CRD's limits, for a CRD installed without them
+            check_spec_sizes(experiment.get("spec") or {})  # the limits the CRD states; only kubetune enforces them
             model = ExperimentSpec.parse(experiment.get("spec") or {})
             metric, mode = model.metric, model.mode
             parse_space(model.config)

@@ -17,7 +17,7 @@ import json
 import math
 from typing import Any
 
-from kubetune.limits import MAX_FIELD_BYTES
+from kubetune.limits import MAX_FIELD_BYTES, json_size
 
 #: Largest ``training_iteration`` (and checkpoint iteration) taken: 2**53 - 1, exact in every JSON reader.
 MAX_ITERATION = 2**53 - 1
@@ -78,12 +78,12 @@ def explored_problem(config: Any) -> str | None:
     problem = _value_problem(config, "", 0)
     if problem is not None:
         return problem
+    if json_size(config, MAX_FIELD_BYTES) > MAX_FIELD_BYTES:  # measured as the SDK measures spec.config
+        return f"the config is over {MAX_FIELD_BYTES} bytes of JSON"
     try:
-        size = len(json.dumps(config, allow_nan=False, separators=(",", ":")).encode())
+        json.dumps(config, allow_nan=False)
     except ValueError:
         return "the config holds NaN or an infinity, which a Trial's status cannot"
-    if size > MAX_FIELD_BYTES:
-        return f"the config is over {MAX_FIELD_BYTES} bytes of JSON"
     return None
 
 

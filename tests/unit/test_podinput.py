@@ -196,3 +196,4 @@ def test_a_journal_written_before_the_checks_cannot_put_an_infinite_iteration_in
 def test_an_explored_config_a_status_cannot_hold_is_refused(config, words):
     assert words in explored_problem(config)
     assert explored_problem({"lr": 0.1, "layers": [64, 32], "opt": {"name": "adam", "betas": [0.9, 0.999]}}) is None
+    assert explored_problem({"name": "é" * 50_000}) is None  # 100 KB of UTF-8, as the SDK measures a config

@@ -84,7 +84,8 @@ def missing_metrics(result: Mapping[str, Any], metrics: Sequence[str]) -> list[s
         metrics: the experiment's metric, or its objectives.
 
     Returns:
-        The missing ones, in the order given; a key present with the value None counts as reported.
+        The missing ones, in the order given; a top-level key present with the value None counts as
+        reported (a nested one does not).
     """
     if sum(1 for key in result if key not in _NOT_CHECKED) <= 1:
         return []

@@ -76,7 +76,7 @@ class PB2(PopulationBasedTraining):
             trial is created (:meth:`fill_config`, as Ray's ``on_trial_add``).
         quantile_fraction: top and bottom fraction, 0..0.5.
         log_config: as PBT's: whether exploited trials write ``pbt_policy_<trial>.txt`` and ``pbt_global.txt``.
-        require_attrs: as PBT's (a result without ``time_attr`` or the metric is skipped either way).
+        require_attrs: as PBT's.
         synch: must be False (kubetune runs PB2 asynchronously).
         seed: seeds the donor choices, the filled values and the acquisition's random starts.
 

@@ -182,7 +182,8 @@ class PopulationBasedTraining(TrialScheduler):
             pod applies to the explored config, or None.
         log_config: whether exploited trials write ``pbt_policy_<trial>.txt`` and ``pbt_global.txt``.
         require_attrs: as Ray's: with True, a result without ``time_attr`` or the metric fails the
-            experiment (the controller reads :attr:`required_attrs`); with False it is skipped.
+            experiment (the controller reads :attr:`required_attrs`); with False one without ``time_attr``
+            is skipped (one without the metric still fails it: Ray's strict metric check).
         synch: Ray's synchronous PBT: every trial pauses at each perturbation interval until every trial
             still live (and, unlike Ray's, every trial the searcher will create) has reached it, then all
             are ranked and exploit together.
