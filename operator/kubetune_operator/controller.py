@@ -239,6 +239,20 @@ def created_event(names: list[str]) -> tuple[None, str, str, str]:
     return (None, "Normal", "TrialsCreated", f"created {len(names)} trial{'s' * (len(names) > 1)}: {span}")
 
 
+def _trials_condition(
+    conditions: list | None, kind: str, trials: list, what: str, cleared: str, gen: int | None, now: datetime
+) -> list[dict]:
+    """``conditions`` with the condition ``kind`` True, with the first of ``trials``' reason and how many ``what``
+    ("N trial(s) stalled; <first>: <its message>"), or False with reason ``cleared`` once there are none."""
+    if trials:
+        first = min(trials, key=lambda t: t.index)
+        message = f"{len(trials)} trial(s) {what}; {first.name}: {first.status.get('message')}"
+        return st.set_condition(conditions, kind, True, first.status["reason"], message, gen, now)
+    if st.get_condition(conditions, kind):
+        return st.set_condition(conditions, kind, False, cleared, "", gen, now)
+    return conditions
+
+
 def _now_iso(now: float) -> str:
     return st.format_time(datetime.fromtimestamp(now, timezone.utc))
 
@@ -1453,10 +1467,11 @@ class ExperimentController:
             self.exp_written_at = now
 
     def health_conditions(self, conditions: list | None, now: datetime) -> list[dict]:
-        """``conditions`` with ``Ready`` (the latest spec accepted, or why not), ``Degraded`` (the last
-        pass failed, and why, or trials whose status cannot be written: :meth:`unwritable`) and
-        ``TrialsWaiting`` (trial pods that cannot start, and why: unschedulable,
-        a missing Secret, an image that cannot be pulled) as this controller knows them."""
+        """``conditions`` with ``Ready`` (the latest spec accepted, or why not: ``InvalidSpec``,
+        ``TrialNameTaken``), ``Degraded`` (the last pass failed, and why, or trials whose status cannot be
+        written: :meth:`unwritable`), ``TrialsStalled`` (running trials that report a stall, e.g. storage
+        unreachable) and ``TrialsWaiting`` (trial pods that cannot start, and why: unschedulable, waiting for
+        admission, a missing Secret, an image that cannot be pulled) as this controller knows them."""
         gen = self.observed_generation
         why = self.invalid or self.pod_refused
         if why:
@@ -1466,7 +1481,17 @@ class ExperimentController:
             conditions = st.set_condition(conditions, "Ready", False, "TrialNameTaken", taken, gen, now)
         else:
             conditions = st.set_condition(conditions, "Ready", True, "SpecValid", "the spec is valid", gen, now)
-        unwritable = [t for t in self._open.values() if t.write_failures >= STATUS_WRITE_ATTEMPTS]
+        unwritable: list[TrialState] = []
+        stalled: list[TrialState] = []  # an ended trial has an end reason instead
+        waiting: list[TrialState] = []
+        for trial in self._open.values():  # one look at each open trial
+            reason = trial.status.get("reason")
+            if trial.write_failures >= STATUS_WRITE_ATTEMPTS:
+                unwritable.append(trial)
+            if reason in STALL_REASONS:
+                stalled.append(trial)
+            elif trial.phase == "Pending" and reason in WAITING_CAUSES:
+                waiting.append(trial)
         if self.degraded:
             conditions = st.set_condition(conditions, "Degraded", True, "ReconcileError", self.degraded, gen, now)
         elif unwritable:
@@ -1475,27 +1500,11 @@ class ExperimentController:
                 f"the status of {len(unwritable)} trial(s) cannot be written, so the API shows an older one; "
                 f"{first.name}: {first.write_error}"
             )
-            conditions = st.set_condition(
-                conditions, "Degraded", True, "TrialStatusNotWritten", st.truncate_message(message), gen, now
-            )
+            conditions = st.set_condition(conditions, "Degraded", True, "TrialStatusNotWritten", message, gen, now)
         elif st.get_condition(conditions, "Degraded"):
             conditions = st.set_condition(conditions, "Degraded", False, "ReconcileSucceeded", "", gen, now)
-        stalled = [t for t in self._open.values() if t.status.get("reason") in STALL_REASONS]  # ended: an end reason
-        if stalled:
-            first = min(stalled, key=lambda t: t.index)
-            message = f"{len(stalled)} trial(s) stalled; {first.name}: {first.status.get('message')}"
-            message = st.truncate_message(message)
-            conditions = st.set_condition(conditions, "TrialsStalled", True, first.status["reason"], message, gen, now)
-        elif st.get_condition(conditions, "TrialsStalled"):
-            conditions = st.set_condition(conditions, "TrialsStalled", False, "NoTrialStalled", "", gen, now)
-        waiting = [t for t in self._open.values() if t.phase == "Pending" and t.status.get("reason") in WAITING_CAUSES]
-        if waiting:
-            first = min(waiting, key=lambda t: t.index)
-            message = f"{len(waiting)} trial(s) cannot start; {first.name}: {first.status.get('message')}"
-            return st.set_condition(conditions, "TrialsWaiting", True, first.status["reason"], message, gen, now)
-        if st.get_condition(conditions, "TrialsWaiting"):
-            conditions = st.set_condition(conditions, "TrialsWaiting", False, "NoTrialWaiting", "", gen, now)
-        return conditions
+        conditions = _trials_condition(conditions, "TrialsStalled", stalled, "stalled", "NoTrialStalled", gen, now)
+        return _trials_condition(conditions, "TrialsWaiting", waiting, "cannot start", "NoTrialWaiting", gen, now)
 
     @property
     def observed_generation(self) -> int | None:
