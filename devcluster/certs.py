@@ -1,7 +1,8 @@
 """Makes the local cluster's PKI with ``cryptography``: a CA, the API server's
 serving certificate, client certificates, and the service-account key pair.
 
-Called by :mod:`devcluster.cluster` when a cluster starts. Certificates carry
+Called by :mod:`devcluster.cluster` when a cluster starts (and :func:`write_kubeconfig` by it and by
+:mod:`devcluster.realnode`, for each client that authenticates with a certificate). Certificates carry
 the extensions that a strict TLS client (urllib3 2.x with
 ``VERIFY_X509_STRICT``) insists on: a critical CA basic constraint, key usages,
 subject/authority key identifiers, and SANs for 127.0.0.1 and localhost.
@@ -13,6 +14,7 @@ import datetime
 import ipaddress
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -186,3 +188,22 @@ def write_pki(directory: Path, server_ips: tuple[str, ...] = ()) -> dict[str, Pa
         path.chmod(0o600)
         paths[name] = path
     return paths
+
+
+def write_kubeconfig(
+    path: Path, server: str, ca: Path, cert: Path, key: Path, user: str, namespace: str | None = None
+) -> Path:
+    """Write a kubeconfig (mode 0600) whose one context ``devcluster`` reaches ``server``, trusting ``ca``, as
+    ``user`` with the client certificate ``cert`` and its ``key``; return ``path``."""
+    context = {"cluster": "devcluster", "user": user, **({"namespace": namespace} if namespace else {})}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "devcluster",
+        "clusters": [{"name": "devcluster", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "devcluster", "context": context}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path

@@ -268,31 +268,15 @@ class Cluster:
 
     def _write_kubeconfig(self) -> None:
         self.state["ports"]["apiserver"] = procs.free_port()
-        cfg = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "devcluster",
-            "clusters": [
-                {
-                    "name": "devcluster",
-                    "cluster": {"server": self.api_url, "certificate-authority": str(self.pki["ca.crt"])},
-                }
-            ],
-            "users": [
-                {
-                    "name": "admin",
-                    "user": {
-                        "client-certificate": str(self.pki["admin.crt"]),
-                        "client-key": str(self.pki["admin.key"]),
-                    },
-                }
-            ],
-            "contexts": [
-                {"name": "devcluster", "context": {"cluster": "devcluster", "user": "admin", "namespace": "default"}}
-            ],
-        }
-        self.kubeconfig.write_text(yaml.safe_dump(cfg))
-        self.kubeconfig.chmod(0o600)
+        certs.write_kubeconfig(
+            self.kubeconfig,
+            self.api_url,
+            self.pki["ca.crt"],
+            self.pki["admin.crt"],
+            self.pki["admin.key"],
+            user="admin",
+            namespace="default",
+        )
 
     def _start_s3(self) -> None:
         port = self.state["ports"]["s3"] = procs.free_port()

@@ -180,23 +180,6 @@ def prepare_network() -> None:
     _sh("iptables", "-I", "FORWARD", "1", "-j", _FORWARD_CHAIN)
 
 
-def _kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "devcluster",
-                "clusters": [{"name": "devcluster", "cluster": {"server": server, "certificate-authority": str(ca)}}],
-                "users": [{"name": "node", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
-                "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "node"}}],
-            }
-        )
-    )
-    path.chmod(0o600)
-    return path
-
-
 class RealNode:
     """The node's processes beside a :class:`devcluster.cluster.Cluster` (which spawns and stops them).
 
@@ -438,12 +421,13 @@ state = "{root / "state"}"
                 }
             )
         )
-        kubeconfig = _kubeconfig(
+        kubeconfig = certs.write_kubeconfig(
             self.dir / "kubelet.kubeconfig",
             api_url,
             self.cluster.pki["ca.crt"],
             pki["node-client.crt"],
             pki["node-client.key"],
+            user="node",
         )
         proc, log = self._spawn(
             "kubelet",
@@ -471,12 +455,13 @@ state = "{root / "state"}"
         )
 
     def _start_kube_proxy(self, api_url: str, pki: dict[str, Path]) -> None:
-        kubeconfig = _kubeconfig(
+        kubeconfig = certs.write_kubeconfig(
             self.dir / "kube-proxy.kubeconfig",
             api_url,
             self.cluster.pki["ca.crt"],
             pki["kube-proxy.crt"],
             pki["kube-proxy.key"],
+            user="node",
         )
         health = procs.free_port()
         config = self.dir / "kube-proxy.yaml"

@@ -1263,9 +1263,7 @@ class ExperimentController:
             if trial.phase != "Paused" or stop_reason or suspended or self._active() >= self._limit():
                 continue
             del self.exploits[name]
-            uri = checkpoint_uri(
-                experiment_trial_dir(self.experiment, self.settings, exploit["donor"]), exploit["iteration"]
-            )
+            uri = checkpoint_uri(self.trial_dir(exploit["donor"]), exploit["iteration"])
             in_pod = exploit.get("explore") or {}
             by_pod = set(exploit["config"]) if in_pod.get("customExploreFn") else set()
             by_pod |= {r["path"][0] for r in in_pod.get("resample") or ()}  # chosen by the pod: shown once reported

@@ -19,12 +19,11 @@ from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig, install
 from devcluster.cluster import S3_BUCKET
-from devcluster.install import RESTRICTED
+from devcluster.install import CHART, RELEASE, RESTRICTED
+from devcluster.operator import OPERATOR_NAMESPACE as SYSTEM
 from tests.integration.support import Helm, s3_client, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "kubetune"
-RELEASE, SYSTEM = "kubetune", "kubetune-system"
 
 
 def pytest_collection_modifyitems(items):
