@@ -22,7 +22,6 @@ journal after a restart suggests the same configs. Created through
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import warnings
@@ -34,11 +33,18 @@ from optuna.trial import create_trial
 from pydantic import StrictInt
 
 from kubetune.resultkeys import is_number
-from kubetune.search import is_grid, parse_space
-from kubetune.search.variants import find_domains, substitute
+from kubetune.search import parse_space
+from kubetune.search.variants import substitute
 from kubetune_operator.params import Count, checked
 from kubetune_operator.searchers.base import FINISHED, Searcher, decode_number, encode_number
-from kubetune_operator.searchers.optuna_search import _distribution, _dotted, _flat_name, _to_internal, _to_value
+from kubetune_operator.searchers.optuna_search import (
+    _distribution,
+    _to_value,
+    check_params,
+    point_params,
+    sampled_domains,
+    trial_seed,
+)
 
 __all__ = ["TuneBOHB", "BOHB_CONFIG"]
 
@@ -54,10 +60,6 @@ _REFUSED = {
     "bandwidth_factor": "the densities are Optuna's Parzen estimators, which set their own bandwidths",
     "min_bandwidth": "the densities are Optuna's Parzen estimators, which set their own bandwidths",
 }
-
-
-def _seed(*parts: Any) -> int:
-    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:4], "big")
 
 
 class TuneBOHB(Searcher):
@@ -101,11 +103,7 @@ class TuneBOHB(Searcher):
         self.space = parse_space(space)
         self.num_samples = num_samples
         self.seed = random.SystemRandom().randrange(2**32) if seed is None else seed
-        self._domains: dict[str, tuple[tuple, Any]] = {}
-        for path, node in find_domains(self.space):
-            if is_grid(node):
-                raise ValueError(f"{_dotted(path)}: bohb search does not support grid_search")
-            self._domains[_flat_name(path)] = (path, node)
+        self._domains = sampled_domains(self.space, "bohb")
         self._distributions: dict[str, BaseDistribution] = {
             name: _distribution(d, path) for name, (path, d) in self._domains.items()
         }
@@ -114,26 +112,9 @@ class TuneBOHB(Searcher):
         self.min_points = max(config["min_points_in_model"] or 0, dims + 1)
         self.top_n_percent, self.candidates = config["top_n_percent"], config["num_samples"]
         self.random_fraction = config["random_fraction"]
-        self._points = [self._point_params(p) for p in points_to_evaluate or []]
+        self._points = [point_params(p, self._domains) for p in points_to_evaluate or []]
         self._params: dict[str, dict] = {}  # trial_id -> Optuna parameters, in suggestion order
         self._observations: dict[str, dict[str, float]] = {}  # budget (JSON key) -> {trial_id: loss}, in order
-
-    def _point_params(self, point: dict) -> dict:
-        flat: dict = {}
-
-        def walk(node: dict, prefix: tuple) -> None:
-            for key, value in node.items():
-                name = _flat_name(prefix + (key,))
-                if isinstance(value, dict) and name not in self._domains:
-                    walk(value, prefix + (key,))
-                else:
-                    flat[name] = value
-
-        walk(point, ())
-        unknown = sorted(set(flat) - set(self._domains))
-        if unknown:
-            raise ValueError(f"points_to_evaluate: {', '.join(unknown)} not sampled parameters of the space")
-        return {name: _to_internal(self._domains[name][1], value, name) for name, value in flat.items()}
 
     def _config(self, params: dict) -> dict:
         return substitute(self.space, {p: _to_value(d, params[n]) for n, (p, d) in self._domains.items()})
@@ -166,7 +147,7 @@ class TuneBOHB(Searcher):
     def _draw(self, number: int, point: dict | None) -> dict:
         """Optuna parameters of suggestion ``number``: ``point``'s (the rest drawn at random), the model's, or
         random ones (no model yet, or with probability ``random_fraction``)."""
-        seed = _seed(self.seed, number)
+        seed = trial_seed(self.seed, number)
         budget = self.model_budget()
         use_model = point is None and budget is not None and random.Random(seed).random() >= self.random_fraction
         if not use_model:
@@ -216,10 +197,7 @@ class TuneBOHB(Searcher):
             ValueError: a trial's parameters do not fit the space (a spec edit changed it).
         """
         for params in state["params"].values():
-            if set(params) != set(self._distributions) or not all(
-                d._contains(d.to_internal_repr(params[n])) for n, d in self._distributions.items()
-            ):
-                raise ValueError(f"a trial's parameters {params!r} do not fit the space")
+            check_params(params, self._distributions)
         self.seed = state["seed"]
         self._params = dict(state["params"])
         self._observations = {

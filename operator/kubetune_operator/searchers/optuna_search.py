@@ -271,13 +271,9 @@ class OptunaSearch(Searcher):
         self.num_samples = num_samples
         self.seed = random.SystemRandom().randrange(2**32) if seed is None else seed
         self._sampler_name, self._sampler_args = sampler, _checked_args(sampler, dict(sampler_args or {}))
-        self._domains: dict[str, tuple[tuple, Domain]] = {}
-        for path, node in find_domains(self.space):
-            if is_grid(node):
-                raise ValueError(f"{_dotted(path)}: optuna search does not support grid_search")
-            self._domains[_flat_name(path)] = (path, node)
+        self._domains = sampled_domains(self.space, "optuna")
         self._distributions = {name: _distribution(d, path) for name, (path, d) in self._domains.items()}
-        points = [self._point_params(p) for p in points_to_evaluate or []]
+        points = [point_params(p, self._domains) for p in points_to_evaluate or []]
         self._evaluated = self._evaluated_points(points, evaluated_rewards)
         self._points = [] if self._evaluated else points
         # trial_id -> {"number", "params", "state", "value", "told"}; "told": the event (asks and tells counted
@@ -314,35 +310,17 @@ class OptunaSearch(Searcher):
             out.append((params, [float(v) for v in values] if self.multi_objective else float(values[0])))
         return out
 
-    def _point_params(self, point: dict) -> dict:
-        flat = self._flatten(point, ())
-        unknown = sorted(set(flat) - set(self._domains))
-        if unknown:
-            raise ValueError(f"points_to_evaluate: {', '.join(unknown)} not sampled parameters of the space")
-        return {name: _to_internal(self._domains[name][1], value, name) for name, value in flat.items()}
-
-    def _flatten(self, point: dict, prefix: tuple) -> dict:
-        flat: dict = {}
-        for key, value in point.items():
-            name = _flat_name(prefix + (key,))
-            if isinstance(value, dict) and name not in self._domains:
-                flat.update(self._flatten(value, prefix + (key,)))
-            else:
-                flat[name] = value
-        return flat
-
     def _sampler(self, number: int) -> optuna.samplers.BaseSampler:
         """The sampler for trial ``number``: seeded by ``(seed, number)`` alone (QMC: its sequence by ``seed``,
         its independent draws by ``(seed, number)``), so a suggestion never depends on how many samplers drew
         before it in this process."""
         kind = SAMPLERS[self._sampler_name]
-        digest = hashlib.sha256(f"{self.seed}:{number}".encode()).digest()
-        trial_seed = int.from_bytes(digest[:4], "big")
+        seed = trial_seed(self.seed, number)
         args = {**kind.fixed, **self._sampler_args}
         if kind.seed_per_trial:
-            args["seed"] = trial_seed
+            args["seed"] = seed
         else:  # one sequence per seed; what it draws independently (its first trial) is seeded per trial
-            args.update(seed=self.seed % 2**32, independent_sampler=optuna.samplers.RandomSampler(seed=trial_seed))
+            args.update(seed=self.seed % 2**32, independent_sampler=optuna.samplers.RandomSampler(seed=seed))
         with warnings.catch_warnings():  # experimental and deprecated arguments would warn at every trial
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             warnings.simplefilter("ignore", FutureWarning)
@@ -526,16 +504,66 @@ class OptunaSearch(Searcher):
                     self._events += 1
                     continue
             rec = asks[asked]
-            self._check_params(rec["params"])
+            check_params(rec["params"], self._distributions)
             self._study.enqueue_trial(rec["params"])
             rec["number"] = self._ask(asked, self._points[asked] if asked < len(self._points) else {}).number
             asked += 1
 
-    def _check_params(self, params: dict) -> None:
-        if set(params) != set(self._distributions) or not all(
-            d._contains(d.to_internal_repr(params[name])) for name, d in self._distributions.items()
-        ):
-            raise ValueError(f"a trial's parameters {params!r} do not fit the space")
+
+def sampled_domains(space: Any, searcher: str) -> dict[str, tuple[tuple, Domain]]:
+    """Flattened name → ``(path, domain)`` of each sampled parameter of ``space`` (a parsed space).
+
+    Raises:
+        ValueError: a ``grid_search`` (its path named), which ``searcher`` does not support.
+    """
+    domains: dict[str, tuple[tuple, Domain]] = {}
+    for path, node in find_domains(space):
+        if is_grid(node):
+            raise ValueError(f"{_dotted(path)}: {searcher} search does not support grid_search")
+        domains[_flat_name(path)] = (path, node)
+    return domains
+
+
+def point_params(point: dict, domains: dict[str, tuple[tuple, Domain]]) -> dict:
+    """Optuna's parameters of a ``points_to_evaluate`` config (full or partial, nested or by flattened path).
+
+    Raises:
+        ValueError: a key that is not a sampled parameter, or a value outside its domain.
+    """
+
+    def flatten(node: dict, prefix: tuple) -> dict:
+        flat: dict = {}
+        for key, value in node.items():
+            name = _flat_name(prefix + (key,))
+            if isinstance(value, dict) and name not in domains:
+                flat.update(flatten(value, prefix + (key,)))
+            else:
+                flat[name] = value
+        return flat
+
+    flat = flatten(point, ())
+    unknown = sorted(set(flat) - set(domains))
+    if unknown:
+        raise ValueError(f"points_to_evaluate: {', '.join(unknown)} not sampled parameters of the space")
+    return {name: _to_internal(domains[name][1], value, name) for name, value in flat.items()}
+
+
+def check_params(params: dict, distributions: dict[str, BaseDistribution]) -> None:
+    """Check a trial's journaled parameters against the space's distributions.
+
+    Raises:
+        ValueError: they do not fit (a spec edit changed the space).
+    """
+    if set(params) != set(distributions) or not all(
+        d._contains(d.to_internal_repr(params[name])) for name, d in distributions.items()
+    ):
+        raise ValueError(f"a trial's parameters {params!r} do not fit the space")
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """The 32-bit seed of suggestion ``number`` under the searcher's ``seed``: a hash, so it never depends on
+    what was drawn before it."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{number}".encode()).digest()[:4], "big")
 
 
 def _encode(value: float | list[float] | None) -> Any:
