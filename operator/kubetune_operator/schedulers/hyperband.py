@@ -64,13 +64,16 @@ class _Bracket:
             return True
         return self.live[trial_id][0] < self.cumul_r
 
+    def next_rung(self, r: int) -> int:
+        """The rung after ``r``: Ray 2.x's rule, ``r * eta`` capped at ``max_t`` (Ray 0.8.7 capped it at
+        ``max_t - r``, which left the 1-iteration bracket of max_t 81 at 54; Ray fixed that)."""
+        return int(min(r * self.eta, self.max_t))
+
     def successive_halving(self) -> list[str]:
         """Advance one rung; return the trials that did not make it (removed from ``live``)."""
         self.halves -= 1
         self.n = math.ceil(self.n / self.eta)
-        # Ray 2.x's rule: the next rung is r * eta, capped at max_t (Ray 0.8.7 capped it at
-        # max_t - r, which left the 1-iteration bracket of max_t 81 at 54; Ray fixed that)
-        self.r = int(min(self.r * self.eta, self.max_t))
+        self.r = self.next_rung(self.r)
         self.cumul_r = self.r
 
         def score(trial_id: str) -> float:

@@ -44,12 +44,12 @@ class HyperBandForBOHB(HyperBandScheduler):
 
     def rungs(self, where: tuple[int, int]) -> list[int]:
         """The rungs (``time_attr`` units) of the bracket at ``where`` (band, position), in order: its ``r0``, then
-        ``min(r * reduction_factor, max_t)`` once per halving; without ``stop_last_trials`` the last one, which
-        Ray's trials run past without a budget, is left out."""
+        the bracket's next rung (``min(r * reduction_factor, max_t)``) once per halving; without
+        ``stop_last_trials`` the last one, which Ray's trials run past without a budget, is left out."""
         bracket = self._bracket(where)
         rungs = [bracket.r0]
         for _ in range(self._s_max_1 - 1 - where[1]):  # the bracket's halvings (largest first: position 0 has most)
-            rungs.append(int(min(rungs[-1] * self.eta, self.max_t)))
+            rungs.append(bracket.next_rung(rungs[-1]))
         return rungs if self.stop_last_trials else rungs[:-1]
 
     def on_trial_result(self, trial_id: str, result: dict) -> str:
