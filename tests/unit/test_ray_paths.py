@@ -87,6 +87,7 @@ def test_get_context_in_a_function_trainable_and_in_the_pod(tmp_path, monkeypatc
         context = tune.get_context()
         seen.update(id=context.get_trial_id(), name=context.get_trial_name(), dir=context.get_trial_dir())
         seen.update(exp=context.get_experiment_name(), storage=context.get_storage(), res=context.get_trial_resources())
+        seen.update(enabled=tune.is_session_enabled(), ray20_res=tune.get_trial_resources())  # Ray 2.0's names
 
     t = wrap_function(fn)({}, logdir=str(tmp_path), trial_id="mnist-00003", trial_name="mnist-00003")
     t.train()
@@ -98,8 +99,10 @@ def test_get_context_in_a_function_trainable_and_in_the_pod(tmp_path, monkeypatc
         "exp": "mnist",
         "storage": "s3://b/p/team/mnist/0123abcd/mnist-00003",
         "res": {"cpu": "2", "gpu": 1},
+        "enabled": True,
+        "ray20_res": {"cpu": "2", "gpu": 1},
     }
-    assert isinstance(tune.get_context(), tune.TuneContext)
+    assert isinstance(tune.get_context(), tune.TuneContext) and not tune.is_session_enabled()
 
 
 def test_get_context_outside_a_trial_gives_none(monkeypatch):

@@ -30,7 +30,15 @@ from kubetune.search import (
     sample_from,
     uniform,
 )
-from kubetune.session import checkpoint_dir, get_checkpoint, get_trial_dir, get_trial_id, get_trial_name, report
+from kubetune.session import (
+    checkpoint_dir,
+    get_checkpoint,
+    get_trial_dir,
+    get_trial_id,
+    get_trial_name,
+    is_session_enabled,
+    report,
+)
 from kubetune.specs import unsupported
 from kubetune.trainable import Trainable
 
@@ -54,6 +62,7 @@ _LAZY = {
     "JupyterNotebookReporter": "kubetune.progress",
     "ProgressReporter": "kubetune.progress",
     "get_context": "kubetune.context",
+    "get_trial_resources": "kubetune.context",
     "TuneContext": "kubetune.context",
     "ResumeConfig": "kubetune.resume",
     "create_scheduler": "kubetune.factories",
@@ -80,6 +89,7 @@ __all__ = [
     "get_trial_dir",
     "get_trial_id",
     "get_trial_name",
+    "is_session_enabled",
     "report",
     "track",
     "wrap_function",

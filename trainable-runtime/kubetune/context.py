@@ -15,7 +15,7 @@ import os
 from kubetune import session
 from kubetune.env import EXPERIMENT, RESOURCES, STORAGE_URI, TRIAL
 
-__all__ = ["TuneContext", "get_context"]
+__all__ = ["TuneContext", "get_context", "get_trial_resources"]
 
 
 class TuneContext:
@@ -54,3 +54,9 @@ class TuneContext:
 def get_context() -> TuneContext:
     """The running trial's :class:`TuneContext` (Ray 2.x's ``tune.get_context()``)."""
     return TuneContext()
+
+
+def get_trial_resources() -> dict | None:
+    """The running trial's resources (Ray 2.0's ``tune.get_trial_resources()``):
+    :meth:`TuneContext.get_trial_resources`."""
+    return TuneContext().get_trial_resources()

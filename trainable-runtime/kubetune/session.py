@@ -219,6 +219,11 @@ def checkpoint_dir(step: int) -> Iterator[str]:
     session.register(path)
 
 
+def is_session_enabled() -> bool:
+    """Whether the caller runs inside a function trainable's session (Ray 2.0's ``tune.is_session_enabled``)."""
+    return _current() is not None
+
+
 def get_trial_id() -> str | None:
     """The running trial's id, or None outside a function trainable."""
     session = _current()
