@@ -101,13 +101,20 @@ def test_the_digits_manifest_runs_to_succeeded_in_containers_reporting_through_t
     assert any("events.out.tfevents" in k for k in stored), stored[:20]
 
 
-def test_a_150_kb_config_reaches_the_trial_container_whole(node_cluster, custom, s3, team):
-    """Over Linux's 128 KiB for one environment string: the config travels in the attempt's Secret volume."""
+def test_a_config_at_the_size_limit_reaches_the_trial_container_whole(node_cluster, custom, s3, team):
+    """A config of exactly the limit kubetune states (192 KiB as compact JSON), over Linux's 128 KiB for one
+    environment string: it travels in the attempt's Secret volume."""
+    from kubetune.limits import MAX_FIELD_BYTES, SpecTooLarge, check_spec_sizes, json_size
+
     manifest = yaml.safe_load((ROOT / "examples" / "digits" / "experiment.yaml").read_text())
     manifest["metadata"]["name"] = "bigconfig"
     spec = manifest["spec"]
-    blob = "x" * 150_000
-    spec["config"]["blob"] = blob  # DigitsTrainable ignores keys it does not know
+    spec["config"]["blob"] = ""  # DigitsTrainable ignores keys it does not know
+    blob = "x" * (MAX_FIELD_BYTES - json_size(spec["config"]))
+    spec["config"]["blob"] = blob
+    assert json_size(spec["config"]) == MAX_FIELD_BYTES
+    with pytest.raises(SpecTooLarge):  # one byte more is refused
+        check_spec_sizes({"config": {**spec["config"], "blob": blob + "x"}})
     spec.update(numSamples=1, stop={"training_iteration": 1})
     spec["resourcesPerTrial"] = {"cpu": "250m", "memory": "512Mi"}
     spec["storage"]["endpoint"] = node_cluster.s3_endpoint
