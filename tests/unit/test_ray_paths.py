@@ -192,3 +192,19 @@ def test_optuna_convert_search_space_follows_ray():
         tune.search.OptunaSearch.convert_search_space({"a": tune.grid_search([1, 2])})
     with pytest.raises(ValueError, match="does not support parameters of type `Normal`"):
         tune.search.OptunaSearch.convert_search_space({"a": tune.randn()})
+
+
+@pytest.mark.parametrize(
+    "module, name",
+    [
+        ("kubetune.search.hyperopt", "HyperOptSearch"),
+        ("kubetune.suggest.bayesopt", "BayesOptSearch"),
+        ("kubetune.search.flaml", "BlendSearch"),
+        ("kubetune.schedulers.resource_changing_scheduler", "ResourceChangingScheduler"),
+    ],
+)
+def test_rays_modules_kubetune_has_not_say_why_and_what_instead(module, name):
+    with pytest.raises(ModuleNotFoundError, match=f"No module named '{module}': {name} is not supported by kubetune"):
+        importlib.import_module(module)
+    with pytest.raises(ModuleNotFoundError, match="No module named 'kubetune.search.no_such_library'$"):
+        importlib.import_module("kubetune.search.no_such_library")  # other names: Python's own error

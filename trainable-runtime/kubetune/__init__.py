@@ -11,6 +11,8 @@ raise an error that says why and what to use instead (``docs/ray-tune.md``).
 """
 
 import importlib
+import importlib.abc
+import sys
 
 from kubetune import track
 from kubetune.checkpoint_layout import Checkpoint
@@ -109,6 +111,46 @@ __all__ = [
     *_LAZY,
     *_SUBMODULES,
 ]
+
+#: Ray's modules of other libraries' searchers and of schedulers kubetune has not, as a script imports them with
+#: ``ray.tune`` replaced by ``kubetune`` → (the package, the Ray class the module holds).
+_RAY_MODULES = {
+    **{
+        f"kubetune.{package}.{module}": (f"kubetune.{package}", name)
+        for package in ("search", "suggest")
+        for module, name in {
+            "hyperopt": "HyperOptSearch",
+            "bayesopt": "BayesOptSearch",
+            "ax": "AxSearch",
+            "hebo": "HEBOSearch",
+            "nevergrad": "NevergradSearch",
+            "zoopt": "ZOOptSearch",
+            "skopt": "SkOptSearch",
+            "dragonfly": "DragonflySearch",
+            "sigopt": "SigOptSearch",
+            "flaml": "BlendSearch",
+        }.items()
+    },
+    "kubetune.schedulers.resource_changing_scheduler": ("kubetune.schedulers", "ResourceChangingScheduler"),
+}
+
+
+class _RayModules(importlib.abc.MetaPathFinder):
+    """Importing one of :data:`_RAY_MODULES` raises ``ModuleNotFoundError`` with why kubetune has not its class
+    and what to use instead (the class's own refusal); consulted after every other finder."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _RAY_MODULES:
+            return None
+        package, name = _RAY_MODULES[fullname]
+        try:
+            getattr(importlib.import_module(package), name)
+        except NotImplementedError as exc:
+            raise ModuleNotFoundError(f"No module named {fullname!r}: {exc}", name=fullname) from None
+        return None
+
+
+sys.meta_path.append(_RayModules())
 
 
 def __getattr__(name: str):
