@@ -152,7 +152,7 @@ def pod_view(pod: Mapping) -> PodView:
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         view.waiting = ("Unschedulable", scheduled.get("message") or "no node fits the pod")
     gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or ()]
-    if gates and status.get("phase", "Pending") == "Pending":  # the scheduler sets no condition until it sees it
+    if gates and view.phase == "Pending":  # the scheduler sets no condition until it sees the pod
         view.waiting = ("SchedulingGated", f"waiting for admission: held by scheduling gates {', '.join(gates)}")
     for cs in status.get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}

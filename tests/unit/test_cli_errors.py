@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
+from kubernetes.client import ApiException
 
 from kubetune import cli, tuner
 from kubetune.client import Cluster, ClusterUnavailable, ExperimentNotFound, follow
@@ -39,6 +40,10 @@ class ApiServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.do_GET()
+
             def do_GET(self):  # noqa: N802 - http.server's name
                 path = self.path.split("?")[0]
                 server.requests.append(path)
@@ -258,8 +263,11 @@ def test_storage_that_cannot_be_written_is_one_line_and_exit_5_before_anything_i
     assert api.requests == [DISCOVERY]  # no Experiment was created
 
 
-def test_an_experiment_the_api_server_refuses_takes_back_only_what_its_run_uploaded(api, tmp_path):
-    api.routes[DISCOVERY] = SERVED  # the test's API server answers a create (POST) with 501
+@pytest.mark.parametrize("status, kept", [(409, []), (503, ["functions", "trainable"])])
+def test_an_experiment_the_api_server_refuses_takes_back_only_what_its_run_uploaded(api, tmp_path, status, kept):
+    """After a 4xx nothing uses what the run uploaded; after a 5xx the Experiment may exist, so it stays."""
+    api.routes[DISCOVERY] = SERVED
+    api.routes["/apis/kubetune.io/v1alpha1/namespaces/team/experiments"] = status
     store = tmp_path / "store"
     earlier = store / "team" / "refused" / "sdk" / "trainable" / "earlier.pkl"
     earlier.parent.mkdir(parents=True)
@@ -268,9 +276,11 @@ def test_an_experiment_the_api_server_refuses_takes_back_only_what_its_run_uploa
     def trainable(config):
         pass
 
-    with pytest.raises(Exception, match="501"):
+    with pytest.raises(ApiException) as refused:
         tuner.run(trainable, name="refused", storage=store.as_uri(), config={"f": tune_sample_from()})
-    assert [p.name for p in store.rglob("*") if p.is_file()] == ["earlier.pkl"]
+    assert refused.value.status == status
+    left = sorted(p.parent.name for p in store.rglob("*.pkl") if p.name != "earlier.pkl")
+    assert earlier.is_file() and left == kept
 
 
 def tune_sample_from():

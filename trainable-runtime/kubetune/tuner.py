@@ -530,9 +530,11 @@ def create_experiment(
             ``config`` over the CRD's limit (:class:`kubetune.limits.SpecTooLarge`).
         kubetune.storage.StorageUnavailable: the storage could not be written within
             :data:`kubetune.storage.SDK_OUTAGE_TIMEOUT_S` (nothing is created).
-        kubernetes.client.ApiException: the API server refused the Experiment (what this call uploaded is
-            deleted again).
+        kubernetes.client.ApiException: the API server refused the Experiment (after a 4xx, what this call
+            uploaded is deleted again).
     """
+    from kubernetes.client import ApiException
+
     from kubetune.limits import check_spec_sizes
     from kubetune.shipping import FunctionPickles, ship_trainable, with_stopper
     from kubetune.storage import SDK_OUTAGE_TIMEOUT_S, StorageUnavailable, open_storage, storage_errors
@@ -573,9 +575,10 @@ def create_experiment(
         ) from None
     try:
         return cluster.create(manifest)
-    except BaseException:
-        for uri in set(store.list(base)) - before:
-            store.delete(uri)
+    except ApiException as exc:
+        if 400 <= exc.status < 500:  # refused, so nothing uses them (after a 5xx or a lost reply it may exist)
+            for uri in set(store.list(base)) - before:
+                store.delete(uri)
         raise
 
 
