@@ -283,6 +283,7 @@ def build_pod(
         source=trainable.get("source"),
         name=trainable.get("name"),
         pickle_uri=trainable.get("pickleURI"),
+        worker_entrypoint=trainable.get("workerEntrypoint"),
         stop=dict(spec.get("stop") or {}),
         checkpoint=CheckpointPolicy(
             **{f.name: checkpoint[f.name] for f in dataclasses.fields(CheckpointPolicy) if f.name in checkpoint}

@@ -39,10 +39,12 @@ from .builders import (
     build_token_secret,
     build_trial,
     experiment_trial_dir,
+    pod_resources,
     sample_pod,
     token_secret_name,
     trial_object,
 )
+from .gang import LABEL_RANK, LABEL_WORLD_SIZE, Gang, GangView, build_gang, fold, gang_name, world_size
 from .journal import Journal, JournalCorrupt, load
 from .labels import (
     LABEL_ATTEMPT,
@@ -99,6 +101,9 @@ REFUSED_EVENT_INTERVAL_S = 60.0
 #: Longest a pass spends asking the searcher for new trials (seconds; at least one is asked for): the
 #: event loop it runs on also answers the collector and the liveness probe.
 SUGGEST_SECONDS_PER_PASS = 0.05
+#: Back-off before a gang that timed out partly scheduled is created again: the first value, doubled per
+#: timeout in a row, up to the second (seconds).
+GANG_BACKOFF_S = (10.0, 300.0)
 
 
 class InvalidSpec(ValueError):
@@ -121,6 +126,12 @@ class PodView:
     disruption: str | None = None  # why Kubernetes ended the pod (eviction, preemption, a drain), if it did
     waiting: tuple[str, str] | None = None  # (reason, message) why a Pending pod cannot start, if a user must act
     gone: bool = False  # deleted: its last state as the watch's DELETED event carried it (PodWatch.TOMBSTONE_S)
+    rank: int | None = None  # its rank in its trial's gang (0: the head); None for a one-pod trial's pod
+    world_size: int = 1  # pods in its gang
+    ready: bool = False  # its Ready condition is True
+    scheduled: bool = False  # bound to a node
+    created_at: str | None = None  # metadata.creationTimestamp
+    gang: GangView | None = None  # a gang's members, on the head's view as gang.fold makes it
 
 
 def pod_view(pod: Mapping) -> PodView:
@@ -135,7 +146,12 @@ def pod_view(pod: Mapping) -> PodView:
         reason=status.get("reason"),
         message=status.get("message"),
         owner_uid=next((ref.get("uid") for ref in meta.get("ownerReferences") or ()), None),
+        created_at=meta.get("creationTimestamp"),
     )
+    if LABEL_RANK in meta["labels"]:
+        view.rank, view.world_size = int(meta["labels"][LABEL_RANK]), int(meta["labels"].get(LABEL_WORLD_SIZE, 1))
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or ()}
+    view.ready, view.scheduled = conditions.get("Ready") == "True", conditions.get("PodScheduled") == "True"
     target = next(
         (
             c
@@ -184,6 +200,10 @@ class Plan:
         end_event: ``(type, reason, message)`` of the event announcing the Experiment's end, when
             ``experiment_status`` makes it Succeeded or Failed: posted once (under a name of its own) before
             that status is written, which ends the daemon.
+        gangs: ``{head pod name: Gang}`` of the pods in ``create_pods`` that head a gang: its Service,
+            PodGroup and workers are created after the token Secret and before the head.
+        collect_gangs: ``(gang name, trial name)`` of ended attempts whose Service and PodGroup go, as
+            ``collect_secrets``.
     """
 
     create_trials: list[dict] = field(default_factory=list)
@@ -196,6 +216,8 @@ class Plan:
     token_secrets: dict[str, dict] = field(default_factory=dict)
     collect_secrets: list[tuple[str, str]] = field(default_factory=list)
     end_event: tuple[str, str, str] | None = None
+    gangs: dict[str, Gang] = field(default_factory=dict)
+    collect_gangs: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -1121,6 +1143,8 @@ class ExperimentController:
             now: seconds since the epoch (default: the clock).
         """
         now = time.time() if now is None else now
+        observed, pods = pods, fold(pods)
+        lingering = self._lingering(observed)
         plan = Plan(events=self.notices)
         self.notices = []
         self._report_refused(plan, now)
@@ -1144,12 +1168,14 @@ class ExperimentController:
                 self.created_pods.pop(pod.name, None)
             pod_active = pod is not None and not pod.gone and pod.phase in ("Pending", "Running")
             if (stop_reason or suspended) and pod_active:
-                if not pod.deleting:
-                    plan.delete_pods.append((pod.name, grace))
+                self._delete_attempt(plan, pod, grace)
+                continue
+            if pod is not None and pod.phase == "Pending" and self._gang_timed_out(plan, trial, pod, now):
                 continue
             if pod is not None and (pod.phase in TERMINAL or pod.gone):  # a pod deleted while it ran ended too
                 if trial.phase != "Paused":  # a paused trial's attempt ended before: its outcome is recorded
                     self._pod_ended(plan, trial, pod, stop_reason, now)
+                self._delete_attempt(plan, pod, grace)  # a gang's members still running
                 pod = None
                 if trial.phase in TERMINAL:
                     continue
@@ -1172,19 +1198,26 @@ class ExperimentController:
             ):
                 self._disrupted(plan, trial, "PodDeleted", "the trial's pod disappeared", now)
             if pod is None:
-                self._create_pod(plan, trial, now)
+                if self._may_create(trial, lingering, now):
+                    self._create_pod(plan, trial, now)
                 if trial.phase != "Pending":
                     self._set(trial, now, phase="Pending")
             elif pod.phase == "Running" and trial.phase != "Running" and not pod.deleting:
                 stalled = trial.status.get("reason") in STALL_REASONS  # its runtime said so before this pass
                 self._set(trial, now, phase="Running", **({} if stalled else {"reason": "Running", "message": None}))
-                plan.events.append((trial.name, "Normal", "TrialStarted", f"pod {pod.name} is running"))
+                self._set(trial, now, scheduleTimeouts=None, nextAttemptTime=None)
+                running = f"its {pod.gang.total} pods are" if pod.gang else f"pod {pod.name} is"
+                plan.events.append((trial.name, "Normal", "TrialStarted", f"{running} running"))
             elif pod.phase == "Pending" and pod.waiting and trial.status.get("reason") != pod.waiting[0]:
                 reason, message = pod.waiting
                 self._set(trial, now, reason=reason, message=st.truncate_message(message, 1024))
                 plan.events.append((trial.name, "Warning", "TrialWaiting", f"pod {pod.name}: {reason}: {message}"))
             elif pod.phase == "Pending" and not pod.waiting and trial.status.get("reason") in WAITING_CAUSES:
                 self._set(trial, now, reason="Starting", message=None)  # the cause went away
+            if pod is not None and pod.gang:
+                members = {"ready": pod.gang.ready, "total": pod.gang.total}
+                if trial.status.get("gang") != members:
+                    self._set(trial, now, gang=members)
         stop_reason = self.stop_reason = self.stopping_reason(now)  # outcomes of this pass count too
         self._perturb(plan, now, stop_reason, suspended)
         self._resume_paused(plan, now, stop_reason, suspended)
@@ -1192,10 +1225,66 @@ class ExperimentController:
         if self.metric_missing and not self.metric_missing_told:
             self.metric_missing_told = True
             plan.events.append((None, "Warning", "MetricMissing", st.truncate_message(self.metric_missing, 1024)))
-        self._collect(plan, pods)
+        self._collect(plan, observed)
         self._statuses(plan, now)
         self._retire()
         return plan
+
+    def _delete_attempt(self, plan: Plan, pod: PodView, grace: int) -> None:
+        """Delete the attempt's pod, or every member of its gang still Pending or Running."""
+        if pod.gang is not None:
+            plan.delete_pods.extend((name, grace) for name in pod.gang.active)
+        elif not pod.deleting and not pod.gone and pod.phase in ("Pending", "Running"):
+            plan.delete_pods.append((pod.name, grace))
+
+    def _lingering(self, pods: Mapping[str, PodView]) -> dict[str, int]:
+        """``{trial label: newest attempt}`` of gang members still Pending or Running, deleting or not."""
+        lingering: dict[str, int] = {}
+        for view in pods.values():
+            if view.rank is not None and not view.gone and view.phase in ("Pending", "Running"):
+                lingering[view.trial] = max(lingering.get(view.trial, -1), view.attempt)
+        return lingering
+
+    def _may_create(self, trial: TrialState, lingering: Mapping[str, int], now: float) -> bool:
+        """Whether the trial's next gang may be created now: not before the pods of its earlier attempts
+        are gone (a gang's resources are never held twice), nor during the back-off of a timed-out gang."""
+        if lingering.get(label_value(trial.name), trial.attempt) < trial.attempt:
+            return False
+        after = trial.status.get("nextAttemptTime")
+        return not after or st.parse_time(after).timestamp() <= now
+
+    def _gang_timed_out(self, plan: Plan, trial: TrialState, pod: PodView, now: float) -> bool:
+        """The operator's own all-or-nothing rule: a gang with some members scheduled and others not for
+        longer than ``workers.scheduleTimeoutSeconds`` (since its first pod was created) is deleted whole,
+        so that what its scheduled pods hold is free for others, and retried as the next attempt after a
+        back-off (10 s doubling per timeout in a row, at most 5 min); not counted as a failure."""
+        timeout = self.spec.workers_schedule_timeout_s
+        gang = pod.gang
+        if gang is None or not timeout or not 0 < gang.scheduled < gang.total or not gang.created_at:
+            return False
+        waited = now - st.parse_time(gang.created_at).timestamp()
+        if waited < timeout:
+            return False
+        self._delete_attempt(plan, pod, 0)
+        timeouts = int(trial.status.get("scheduleTimeouts") or 0) + 1
+        backoff = min(GANG_BACKOFF_S[0] * 2 ** (timeouts - 1), GANG_BACKOFF_S[1])
+        message = (
+            f"only {gang.scheduled} of the gang's {gang.total} pods were scheduled after {waited:.0f} s "
+            f"(workers.scheduleTimeoutSeconds {timeout}); deleted them all to free their nodes, retrying in "
+            f"{backoff:.0f} s"
+        )
+        self._set(
+            trial,
+            now,
+            phase="Pending",
+            reason="GangTimeout",
+            message=message,
+            attempt=trial.attempt + 1,
+            scheduleTimeouts=timeouts,
+            nextAttemptTime=_now_iso(now + backoff),
+        )
+        plan.events.append((trial.name, "Warning", "GangTimeout", message))
+        return True
 
     def _collect(self, plan: Plan, pods: Mapping[str, PodView]) -> None:
         """For ended pods whose outcome the Trial's status now holds (an earlier attempt's pod, or the
@@ -1210,10 +1299,13 @@ class ExperimentController:
             if pod.attempt < trial.attempt or (
                 pod.attempt == trial.attempt and (trial.phase in TERMINAL or trial.phase == "Paused")
             ):
-                secret = token_secret_name(pod.name, trial.uid)
+                head = pod_name(trial.name, pod.attempt)
+                secret = token_secret_name(head, trial.uid)
                 if secret not in self.secrets_deleted:
                     self.secrets_deleted.add(secret)
                     plan.collect_secrets.append((secret, trial.name))
+                    if pod.rank is not None:
+                        plan.collect_gangs.append((gang_name(head), trial.name))
                 if self.spec.pod_retention.deletes(pod.phase) and not pod.deleting:
                     plan.collect_pods.append((pod.name, trial.name))
 
@@ -1224,6 +1316,12 @@ class ExperimentController:
             return
         self.created_pods[name] = now
         pod = self._pod(trial)
+        resources = self.experiment["spec"].get("resourcesPerTrial") or {}
+        if world_size(self.experiment["spec"]) > 1:
+            workers = {"gpuResourceName": resources.get("gpuResourceName"), **resources["workers"]}
+            plan.gangs[name] = build_gang(
+                pod, resources, self.settings.trials.gang_scheduling == "podgroup", pod_resources(workers)
+            )
         plan.create_pods.append(pod)
         plan.token_secrets[name] = build_token_secret(
             pod, self._trial_object(trial), self.token(trial.name, trial.attempt)

@@ -13,6 +13,7 @@ update handlers only validate.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import time
@@ -75,6 +76,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None
     settings.watching.server_timeout = 300
     settings.batching.worker_limit = 1000
     kube = Kube()
+    if cfg.trials.gang_scheduling == "auto":  # the scheduler's gang scheduling when the API server serves it
+        served = await kube.call(kube.serves_podgroups)
+        trials = dataclasses.replace(cfg.trials, gang_scheduling="podgroup" if served else "none")
+        cfg = dataclasses.replace(cfg, trials=trials)
+    log.info("gangs are admitted with: %s", cfg.trials.gang_scheduling)
     key = await kube.call(kube.load_or_create_key, cfg.collector.key_secret_namespace, cfg.collector.key_secret_name)
     memo.kube, memo.registry = kube, Registry(cfg, key, kube.write_journal)
     metrics_auth = MetricsAuth(kube.core.api_client, kube.call) if cfg.metrics.auth == "kubernetes" else None

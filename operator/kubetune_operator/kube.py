@@ -19,6 +19,7 @@ from kubernetes import client, config
 
 from .builders import controller_uid
 from .controller import Plan, created_event
+from .gang import PODGROUP_API
 from .journal import LABEL_STATE, Write
 from .labels import (
     API_VERSION,
@@ -111,6 +112,7 @@ class Kube:
         api = client.ApiClient(cfg)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self._podgroups: bool | None = None
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
 
     async def call(self, fn, *args, **kwargs):
@@ -217,6 +219,60 @@ class Kube:
         except client.ApiException as exc:
             if exc.status != 409:  # the same attempt's Secret from an earlier pass: the same token
                 raise
+
+    def _create_service(self, manifest: dict) -> None:
+        try:
+            _drain(
+                self.core.create_namespaced_service(manifest["metadata"]["namespace"], manifest, _preload_content=False)
+            )
+        except client.ApiException as exc:
+            if exc.status != 409:  # the same attempt's, from an earlier pass
+                raise
+
+    def _create_podgroup(self, manifest: dict) -> None:
+        group, version, plural = PODGROUP_API
+        try:
+            _drain(
+                self.custom.create_namespaced_custom_object(
+                    group, version, manifest["metadata"]["namespace"], plural, manifest, _preload_content=False
+                )
+            )
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def _delete_gang_objects(self, namespace: str, name: str) -> None:
+        """Delete the headless Service and the PodGroup (if any) of an ended gang's attempt."""
+        group, version, plural = PODGROUP_API
+        calls = [lambda: self.core.delete_namespaced_service(name, namespace, _preload_content=False)]
+        if self.serves_podgroups():
+            calls.append(
+                lambda: self.custom.delete_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                )
+            )
+        for call in calls:
+            try:
+                _drain(call())
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def serves_podgroups(self) -> bool:
+        """Whether the API server serves the scheduler's PodGroups (``scheduling.k8s.io/v1alpha2``); asked once."""
+        if self._podgroups is None:
+            group, version, plural = PODGROUP_API
+            try:
+                response = self.core.api_client.call_api(
+                    f"/apis/{group}/{version}", "GET", auth_settings=["BearerToken"], _preload_content=False
+                )
+                served = json.loads(response[0].data).get("resources") or []
+                self._podgroups = any(r.get("name") == plural for r in served)
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+                self._podgroups = False
+        return self._podgroups
 
     def _delete_secret(self, namespace: str, name: str) -> None:
         try:
@@ -335,6 +391,22 @@ class Kube:
             name = manifest["metadata"]["name"]
             if await attempt(f"create token Secret {name}", self._create_secret, plan.token_secrets[name]) is _FAILED:
                 return _FAILED
+            gang = plan.gangs.get(name)
+            if gang is not None:  # its Service, PodGroup and workers, then the head: a head means a whole gang
+                objects = [
+                    attempt(f"create Service {gang.service['metadata']['name']}", self._create_service, gang.service)
+                ]
+                if gang.podgroup is not None:
+                    objects.append(
+                        attempt(
+                            f"create PodGroup {gang.podgroup['metadata']['name']}", self._create_podgroup, gang.podgroup
+                        )
+                    )
+                if _FAILED in await asyncio.gather(*objects):
+                    return _FAILED
+                workers = [attempt(f"create pod {w['metadata']['name']}", self._create_pod, w) for w in gang.workers]
+                if _FAILED in await asyncio.gather(*workers):
+                    return _FAILED
             created = await attempt(f"create pod {name}", self._create_pod, manifest)
             if created is not _FAILED:
                 ctl.pod_accepted(name)
@@ -388,6 +460,13 @@ class Kube:
                 for pod, trial in plan.collect_pods
                 if trial not in unwritten
             ),
+        )
+        await asyncio.gather(
+            *(
+                attempt(f"delete Service and PodGroup {name}", self._delete_gang_objects, ns, name)
+                for name, trial in plan.collect_gangs
+                if trial not in unwritten
+            )
         )
         kept = {name for (name, _), outcome in zip(secrets, collected) if outcome is _FAILED}
         ctl.secrets_deleted -= kept | {name for name, trial in plan.collect_secrets if trial in unwritten}

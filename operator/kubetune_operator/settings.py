@@ -25,6 +25,8 @@ from kubetune.env import MAX_BATCH_BYTES
 from .podsecurity import LEVELS
 
 ENV_PREFIX = "KUBETUNE_OPERATOR_"
+#: Values of ``trials.gang_scheduling``.
+GANG_SCHEDULING = ("auto", "podgroup", "none")
 #: Values of ``metrics.auth``.
 METRICS_AUTH = ("kubernetes", "none")
 
@@ -109,6 +111,12 @@ class TrialSettings:
     Experiment's ``template`` may bring its trial pods to; a template that goes further is refused
     (:mod:`kubetune_operator.podsecurity`)."""
 
+    gang_scheduling: str = "auto"
+    """How the gangs of trials with workers are admitted whole: ``podgroup`` gives each attempt a PodGroup
+    (``scheduling.k8s.io/v1alpha2``, the kube-scheduler's gang scheduling, KEP-4671), ``none`` relies on the
+    Experiment's ``workers.scheduleTimeoutSeconds`` alone; ``auto`` (the default) is ``podgroup`` when the API
+    server serves PodGroups at start-up, else ``none``."""
+
 
 @dataclass(frozen=True)
 class StorageSettings:
@@ -166,7 +174,7 @@ class Settings:
 
         Raises:
             ValueError: a port outside 0-65535, a size, count, interval or UID out of range, an
-                unknown Pod Security level or metrics authentication.
+                unknown Pod Security level, metrics authentication or gang scheduling.
         """
         checks = [
             (0 <= self.collector.bind_port <= 65535, "collector.bind_port must be in 0..65535"),
@@ -178,6 +186,10 @@ class Settings:
             (self.trials.run_as_user > 0, "trials.run_as_user must be > 0 (trial pods run as non-root)"),
             (self.metrics.auth in METRICS_AUTH, f"metrics.auth must be one of {', '.join(METRICS_AUTH)}"),
             (self.trials.pod_security_level in LEVELS, f"trials.pod_security_level must be one of {', '.join(LEVELS)}"),
+            (
+                self.trials.gang_scheduling in GANG_SCHEDULING,
+                f"trials.gang_scheduling must be one of {', '.join(GANG_SCHEDULING)}",
+            ),
         ]
         for ok, message in checks:
             if not ok:

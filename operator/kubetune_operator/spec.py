@@ -79,6 +79,8 @@ class ExperimentSpec:
     storage_uri: str | None = None
     stoppers: tuple = ()
     """``spec.stoppers``: ``({"name", "params"}, ...)`` (:mod:`kubetune_operator.stoppers`)."""
+    workers_schedule_timeout_s: int = 300
+    """``resourcesPerTrial.workers.scheduleTimeoutSeconds``: longest a gang waits partly scheduled; 0: forever."""
 
     @property
     def multi_objective(self) -> bool:
@@ -160,6 +162,12 @@ class ExperimentSpec:
             suspend=bool(spec.get("suspend", False)),
             storage_uri=obj("storage").get("uri") or None,
             stoppers=tuple(dict(item) for item in spec.get("stoppers") or ()),
+            workers_schedule_timeout_s=number(
+                "resourcesPerTrial.workers.scheduleTimeoutSeconds",
+                (obj("resourcesPerTrial").get("workers") or {}).get("scheduleTimeoutSeconds", 300),
+                0,
+                integer=True,
+            ),
         )
 
 

@@ -69,6 +69,15 @@ def format_time(now: datetime) -> str:
     return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_time(text: str) -> datetime:
+    """Parse a Kubernetes ``metav1.Time`` string (:func:`format_time`'s form, or any RFC 3339 time).
+
+    Raises:
+        ValueError: ``text`` is not such a time.
+    """
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def truncate_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
     """Return ``message`` cut to at most ``limit`` UTF-8 bytes, ending in ``...`` when cut."""
     data = message.encode()

@@ -137,6 +137,7 @@ def test_every_operator_setting_the_chart_sets_exists():
             "KUBETUNE_OPERATOR_COLLECTOR_URL": "http://x:1",
             "KUBETUNE_OPERATOR_COLLECTOR_BIND_HOST": "0.0.0.0",
             "KUBETUNE_OPERATOR_TRIALS_POD_SECURITY_LEVEL": "baseline",
+            "KUBETUNE_OPERATOR_TRIALS_GANG_SCHEDULING": "none",
             "KUBETUNE_OPERATOR_METRICS_AUTH": "none",
         }
     )

@@ -41,6 +41,7 @@ def test_every_field_is_read_from_its_variable():
         "KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S": "120",
         "KUBETUNE_OPERATOR_TRIALS_RUN_AS_USER": "2000",
         "KUBETUNE_OPERATOR_TRIALS_POD_SECURITY_LEVEL": "baseline",
+        "KUBETUNE_OPERATOR_TRIALS_GANG_SCHEDULING": "podgroup",
         "KUBETUNE_OPERATOR_STORAGE_DEFAULT_URI": "s3://tune/",
         "KUBETUNE_OPERATOR_STORAGE_DEFAULT_ENDPOINT": "http://127.0.0.1:5000",
         "KUBETUNE_OPERATOR_STORAGE_DEFAULT_REGION": "us-east-1",
@@ -55,6 +56,7 @@ def test_every_field_is_read_from_its_variable():
     assert s.status.write_interval_s == 0.5 and s.metrics.auth == "none"
     assert (s.trials.default_image, s.trials.default_max_concurrent_trials) == ("reg/runtime:1", 3)
     assert (s.trials.termination_grace_period_s, s.trials.run_as_user) == (120, 2000)
+    assert s.trials.gang_scheduling == "podgroup"
     assert s.trials.pod_security_level == "baseline"
     assert (s.storage.default_uri, s.storage.default_endpoint, s.storage.default_region) == (
         "s3://tune/",

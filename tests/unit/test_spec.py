@@ -25,6 +25,9 @@ OPERATOR_DEFAULTS = {
     ".spec.resourcesPerTrial.cpu": int(DEFAULT_CPU),
     ".spec.resourcesPerTrial.gpu": 0,
     ".spec.resourcesPerTrial.gpuResourceName": DEFAULT_GPU_RESOURCE,
+    ".spec.resourcesPerTrial.workers.cpu": int(DEFAULT_CPU),
+    ".spec.resourcesPerTrial.workers.gpu": 0,
+    ".spec.resourcesPerTrial.workers.scheduleTimeoutSeconds": ExperimentSpec().workers_schedule_timeout_s,
 }
 
 

@@ -4,7 +4,9 @@ Owns :class:`TuneContext` and :func:`get_context`, called by user code in a tria
 class trainable). The trial's id and name come from the function session when there is one, else
 from the pod's ``KUBETUNE_*`` variables (:mod:`kubetune.env`), which the operator sets; the
 resources are the Experiment's ``spec.resourcesPerTrial`` as the pod was given them
-(``KUBETUNE_RESOURCES``). Outside a trial every getter returns None, as Ray's do outside a session.
+(``KUBETUNE_RESOURCES``); the ranks are the pod's place in the trial's gang (``KUBETUNE_RANK``,
+``KUBETUNE_WORLD_SIZE``; Ray Train's ``TrainContext`` getters, one process per pod). Outside a trial every
+getter returns None, as Ray's do outside a session (the ranks: 0 and 1, a one-pod trial).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import os
 
 from kubetune import session
-from kubetune.env import EXPERIMENT, RESOURCES, STORAGE_URI, TRIAL
+from kubetune.env import EXPERIMENT, HOSTS, RANK, RESOURCES, STORAGE_URI, TRIAL, WORLD_SIZE
 
 __all__ = ["TuneContext", "get_context", "get_trial_resources"]
 
@@ -46,6 +48,26 @@ class TuneContext:
         (Ray returns a ``PlacementGroupFactory``; each trial is one pod of that shape)."""
         text = os.environ.get(RESOURCES)
         return json.loads(text) if text else None
+
+    def get_world_rank(self) -> int:
+        """This pod's rank in the trial's gang: 0 for the head (the pod that reports), 1.. for workers."""
+        return int(os.environ.get(RANK, "0"))
+
+    def get_world_size(self) -> int:
+        """How many pods the trial's gang has (1 + ``resourcesPerTrial.workers.replicas``)."""
+        return int(os.environ.get(WORLD_SIZE, "1"))
+
+    def get_local_rank(self) -> int:
+        """The process's rank on its pod: always 0 (one process per pod; start more yourself, as ``torchrun``)."""
+        return 0
+
+    def get_node_rank(self) -> int:
+        """The pod's rank, as ``torchrun``'s ``NODE_RANK`` (each pod is a node of the gang)."""
+        return self.get_world_rank()
+
+    def get_hosts(self) -> list[str]:
+        """Each rank's DNS name in the gang's headless Service, index = rank; ``[]`` for a one-pod trial."""
+        return [h for h in os.environ.get(HOSTS, "").split(",") if h]
 
     def __repr__(self) -> str:
         return f"TuneContext(trial_id={self.get_trial_id()!r}, experiment={self.get_experiment_name()!r})"

@@ -54,6 +54,13 @@ GRACE_PERIOD = "KUBETUNE_GRACE_PERIOD_S"
 DECISION_WAIT = "KUBETUNE_DECISION_WAIT_S"
 #: ``spec.resourcesPerTrial`` as JSON (``{"cpu": "1"}`` when unset): what ``tune.get_context()`` tells the trial.
 RESOURCES = "KUBETUNE_RESOURCES"
+#: A trial's gang (``spec.resourcesPerTrial.workers``): this pod's rank (0: the head, which runs the trainable,
+#: reports and checkpoints; 1..: workers), how many pods the gang has, each rank's host name (comma-separated,
+#: index = rank), and the ``module:function`` the workers run instead of the trainable, if any.
+RANK = "KUBETUNE_RANK"
+WORLD_SIZE = "KUBETUNE_WORLD_SIZE"
+HOSTS = "KUBETUNE_HOSTS"
+WORKER_ENTRYPOINT = "KUBETUNE_WORKER_ENTRYPOINT"
 
 #: Where the operator mounts the attempt's Secret (read-only) in the trial container.
 ATTEMPT_DIR = "/var/run/kubetune"
@@ -129,6 +136,11 @@ class TrialEnv:
         decision_wait_s: longest the runtime waits, after each result, for the collector's answer to
             it before the next step (the scheduler may stop or pause the trial at that result, as
             Ray decides before the next ``step()``); 0: never waits.
+        rank: this pod's rank in the trial's gang (0 for the head, the only pod of a one-pod trial).
+        world_size: pods in the trial's gang (1 without workers).
+        hosts: each rank's DNS name in the gang's headless Service, index = rank (empty without workers).
+        worker_entrypoint: ``module:function`` the workers (rank > 0) call with the config instead of the
+            trainable, or None.
     """
 
     namespace: str
@@ -155,11 +167,17 @@ class TrialEnv:
     pod_name: str | None = None
     grace_period_s: float = 30.0
     decision_wait_s: float = 0.0
+    rank: int = 0
+    world_size: int = 1
+    hosts: list[str] = field(default_factory=list)
+    worker_entrypoint: str | None = None
 
 
 def encode_trial_env(env: TrialEnv, config_file: str = CONFIG_PATH) -> dict[str, str]:
     """Return the variables for ``env`` (None fields are left out), as the pod builder writes them; the
-    config is not one of them: it is the file ``config_file`` (:func:`encode_trial_config`)."""
+    config is not one of them: it is the file ``config_file`` (:func:`encode_trial_config`), and neither are
+    a gang member's :data:`RANK`, :data:`WORLD_SIZE` and :data:`HOSTS`, which differ by pod
+    (``kubetune_operator.gang.rendezvous_env`` writes them)."""
     pairs: dict[str, Any] = {
         NAMESPACE: env.namespace,
         EXPERIMENT: env.experiment,
@@ -185,6 +203,7 @@ def encode_trial_env(env: TrialEnv, config_file: str = CONFIG_PATH) -> dict[str,
         POD_NAME: env.pod_name,
         GRACE_PERIOD: f"{env.grace_period_s:g}",
         DECISION_WAIT: f"{env.decision_wait_s:g}" if env.decision_wait_s else None,
+        WORKER_ENTRYPOINT: env.worker_entrypoint,
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
@@ -256,6 +275,10 @@ def read_trial_env(environ: Mapping[str, str] | None = None, config_text: str | 
         pod_name=e.get(POD_NAME),
         grace_period_s=float(e.get(GRACE_PERIOD, "30")),
         decision_wait_s=float(e.get(DECISION_WAIT, "0")),
+        rank=int(e.get(RANK, "0")),
+        world_size=int(e.get(WORLD_SIZE, "1")),
+        hosts=[h for h in e.get(HOSTS, "").split(",") if h],
+        worker_entrypoint=e.get(WORKER_ENTRYPOINT),
     )
 
 

@@ -75,6 +75,17 @@ def load_pickle(storage: Storage, uri: str) -> Any:
 def load_trainable_class(env: TrialEnv, storage: Storage) -> type:
     """Load the trial's trainable and return it as a ``kubetune.Trainable`` subclass.
 
+    Raises:
+        ValueError: as :func:`load_trainable`.
+    """
+    from kubetune.function_trainable import as_trainable_class
+
+    return as_trainable_class(load_trainable(env, storage))
+
+
+def load_trainable(env: TrialEnv, storage: Storage) -> Any:
+    """Load the trial's trainable as the user wrote it: a ``Trainable`` subclass or a function.
+
     Args:
         env: the trial environment; exactly one of ``entrypoint``, ``source`` (with ``name``),
             ``pickle_uri`` must be set.
@@ -83,8 +94,6 @@ def load_trainable_class(env: TrialEnv, storage: Storage) -> type:
     Raises:
         ValueError: none or several trainable sources are set, or ``source`` comes without ``name``.
     """
-    from kubetune.function_trainable import as_trainable_class
-
     given = [
         key
         for key, value in (("entrypoint", env.entrypoint), ("source", env.source), ("pickleURI", env.pickle_uri))
@@ -103,4 +112,4 @@ def load_trainable_class(env: TrialEnv, storage: Storage) -> type:
         if urlparse(env.pickle_uri).scheme != storage.scheme:
             storage = open_storage(env.pickle_uri, env.storage_endpoint, env.storage_region)
         obj = load_pickle(storage, env.pickle_uri)
-    return as_trainable_class(obj)
+    return obj

@@ -2,8 +2,9 @@
 
 The operator's pod builder runs this as the trial container's command. :func:`main` reads the trial
 environment (``kubetune.env``), opens storage and the collector reporter, and runs
-:class:`kubetune.runtime.loop.TrialRunner` in a worker thread while the main thread waits for it and
-handles SIGTERM/SIGINT:
+:class:`kubetune.runtime.loop.TrialRunner` (on a gang's workers, rank above 0:
+:class:`kubetune.runtime.worker.WorkerRunner`, without a reporter) in a worker thread while the main
+thread waits for it and handles SIGTERM/SIGINT:
 
 * on the signal the loop ends after the current ``train()`` and checkpoints (exit 0);
 * if ``train()`` is still running ``grace/2`` seconds later (a long ``step()``), the main thread
@@ -40,6 +41,7 @@ from pathlib import Path
 from kubetune import env as trial_env
 from kubetune.reporter import Reporter
 from kubetune.runtime.loop import DONE, FENCED, PAUSE, STOP, STOP_CRITERIA, TERMINATED, Abandoned, TrialRunner
+from kubetune.runtime.worker import WorkerRunner
 from kubetune.storage import S3Storage, join_uri, open_storage
 
 log = logging.getLogger("kubetune.runtime")
@@ -172,6 +174,8 @@ class Supervisor:
         log.error("trial failed:\n%s", text)
         write_termination_message(text)
         runner = self.runner
+        if isinstance(runner, WorkerRunner):  # a worker writes nothing to the trial's folder
+            return
         try:
             header = f"Failure in attempt {runner.env.attempt} of trial {runner.env.trial} at {time.ctime()}:\n"
             runner.storage.put_bytes(
@@ -207,7 +211,7 @@ def main() -> int:
         grace = env.grace_period_s
         storage = open_storage(env.trial_dir_uri, env.storage_endpoint, env.storage_region)
         reporter = None
-        if env.collector_url:
+        if env.collector_url and env.rank == 0:
             reporter = Reporter(
                 env.collector_url,
                 env.token,
@@ -224,18 +228,20 @@ def main() -> int:
         write_termination_message(message)
         return 2
     log.info(
-        "trial %s/%s/%s attempt %d, storage %s",
+        "trial %s/%s/%s attempt %d%s, storage %s",
         env.namespace,
         env.experiment,
         env.trial,
         env.attempt,
+        f" rank {env.rank} of {env.world_size}" if env.world_size > 1 else "",
         env.trial_dir_uri,
     )
     base = os.environ.get(WORKDIR_VAR) or None
     if base:
         Path(base).mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"kubetune-{env.trial}-", dir=base))
-    supervisor = Supervisor(TrialRunner(env, storage, workdir=workdir, reporter=reporter), grace)
+    runner_class = WorkerRunner if env.rank > 0 else TrialRunner
+    supervisor = Supervisor(runner_class(env, storage, workdir=workdir, reporter=reporter), grace)
     code = supervisor.run()
     if supervisor.abandoned:  # a step is still running in the worker thread: do not wait for it
         sys.stdout.flush()

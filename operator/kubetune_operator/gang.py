@@ -1,0 +1,243 @@
+"""Gangs: a trial whose attempts are several pods (``spec.resourcesPerTrial.workers``).
+
+Owns what makes a trial's pod a gang: the names of its members and of its headless Service and
+PodGroup, the manifests of both and of the worker pods (:func:`build_gang`, from the head's manifest that
+:func:`kubetune_operator.builders.build_pod` makes), the rendezvous variables, and :func:`fold`, which
+sees an attempt's pods as one :class:`kubetune_operator.controller.PodView` so that the controller's
+lifecycle (``lifecycle.py``) decides for the gang as it does for one pod. Called by the controller's
+pass (``controller.py``) and, for the objects' API calls, by ``kube.py``.
+
+An attempt is all or nothing: it runs when every member runs; it fails when any member fails; a member
+evicted, preempted or deleted disrupts it; the head's outcome (rank 0, the pod that reports and checkpoints)
+is the attempt's. The rendezvous follows ``torchrun`` and Kubeflow's PyTorchJob (``MASTER_ADDR``,
+``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``NODE_RANK``; one process per pod) and
+``jax.distributed.initialize`` (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``).
+Each member's DNS name is ``rank-<r>.<service>.<namespace>.svc`` (the pod's ``hostname`` and
+``subdomain``, KEP-1776's headless Service records).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import TYPE_CHECKING, Mapping
+
+from kubetune.env import HOSTS, RANK, WORLD_SIZE
+
+from .labels import LABEL_ATTEMPT, LABEL_TRIAL, MAX_LABEL_LENGTH, _bounded
+
+if TYPE_CHECKING:
+    from .controller import PodView
+
+#: Labels of a gang member's rank (0: the head) and its gang's size; pods of one-pod trials have neither.
+LABEL_RANK = "kubetune.io/rank"
+LABEL_WORLD_SIZE = "kubetune.io/world-size"
+#: Port of the head's ``MASTER_ADDR`` (``torchrun``'s default).
+MASTER_PORT = 29500
+#: Port of the head's JAX coordinator.
+JAX_COORDINATOR_PORT = 29501
+#: API group and version of the scheduler's PodGroup (KEP-4671, alpha in Kubernetes 1.36).
+PODGROUP_API = ("scheduling.k8s.io", "v1alpha2", "podgroups")
+#: Kueue's pod-group label and total-count annotation (pods of one group are admitted together).
+KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+
+
+def world_size(spec: Mapping) -> int:
+    """Pods per attempt of a trial of the Experiment ``spec``: 1 + ``resourcesPerTrial.workers.replicas``."""
+    return 1 + int((((spec.get("resourcesPerTrial") or {}).get("workers") or {}).get("replicas") or 0))
+
+
+def gang_name(head: str) -> str:
+    """The name of the headless Service and PodGroup of the attempt whose head pod is ``head``: ``g-<head>``
+    (a DNS-1035 label: it starts with a letter), cut and hashed past 63 characters."""
+    return _bounded(f"g-{head}", "", MAX_LABEL_LENGTH)
+
+
+def member_name(head: str, rank: int) -> str:
+    """The pod name of ``rank`` of the attempt whose head pod is ``head``: ``head`` itself for rank 0, else
+    ``<head>-w<rank>`` (cut and hashed past 63 characters)."""
+    return head if rank == 0 else _bounded(head, f"-w{rank}", MAX_LABEL_LENGTH)
+
+
+def hosts(head: str, namespace: str, size: int) -> list[str]:
+    """Each rank's DNS name, index = rank."""
+    return [f"rank-{r}.{gang_name(head)}.{namespace}.svc" for r in range(size)]
+
+
+def rendezvous_env(head: str, namespace: str, rank: int, size: int) -> list[dict]:
+    """The variables of ``rank``'s container (``kubetune.env``'s rank and hosts, and the launchers')."""
+    names = hosts(head, namespace, size)
+    values = {
+        RANK: rank,
+        WORLD_SIZE: size,
+        HOSTS: ",".join(names),
+        "MASTER_ADDR": names[0],
+        "MASTER_PORT": MASTER_PORT,
+        "WORLD_SIZE": size,
+        "RANK": rank,
+        "NODE_RANK": rank,
+        "LOCAL_RANK": 0,
+        "LOCAL_WORLD_SIZE": 1,
+        "JAX_COORDINATOR_ADDRESS": f"{names[0]}:{JAX_COORDINATOR_PORT}",
+        "JAX_NUM_PROCESSES": size,
+        "JAX_PROCESS_ID": rank,
+    }
+    return [{"name": k, "value": str(v)} for k, v in values.items()]
+
+
+@dataclasses.dataclass
+class Gang:
+    """What an attempt of a gang needs besides its head pod, created before the head (``kube.py``)."""
+
+    service: dict
+    workers: list[dict]
+    podgroup: dict | None = None
+
+
+def build_gang(head: dict, resources: Mapping, podgroups: bool, worker_resources: dict) -> Gang:
+    """Make ``head`` (a pod manifest of :func:`kubetune_operator.builders.build_pod`) the head of a gang and
+    return the rest of it.
+
+    Args:
+        head: the attempt's pod; its env, labels, hostname and subdomain are set here (changed in place).
+        resources: ``spec.resourcesPerTrial`` (with ``workers``).
+        podgroups: whether the cluster serves the scheduler's PodGroup: the gang then gets one with
+            ``gang.minCount`` = its size, and each pod's ``schedulingGroup`` names it.
+        worker_resources: the worker container's ``resources`` (``builders.pod_resources`` of ``workers``).
+
+    Returns:
+        The headless Service (``publishNotReadyAddresses``: ranks resolve while they start), the worker pods
+        and the PodGroup, each labelled as the head and owned as it is (by the Trial).
+    """
+    meta, namespace = head["metadata"], head["metadata"]["namespace"]
+    name, size = meta["name"], 1 + int(resources["workers"]["replicas"])
+    group = gang_name(name)
+    labels = {k: meta["labels"][k] for k in meta["labels"] if k.startswith("kubetune.io/") or "managed-by" in k}
+    if "kueue.x-k8s.io/queue-name" in meta["labels"]:
+        meta["labels"][KUEUE_POD_GROUP] = group
+        meta.setdefault("annotations", {})[KUEUE_POD_GROUP_COUNT] = str(size)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": group,
+            "namespace": namespace,
+            "labels": labels,
+            "ownerReferences": copy.deepcopy(meta["ownerReferences"]),
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_TRIAL: meta["labels"][LABEL_TRIAL], LABEL_ATTEMPT: meta["labels"][LABEL_ATTEMPT]},
+        },
+    }
+    podgroup = None
+    if podgroups:
+        podgroup = {
+            "apiVersion": f"{PODGROUP_API[0]}/{PODGROUP_API[1]}",
+            "kind": "PodGroup",
+            "metadata": copy.deepcopy(service["metadata"]),
+            "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
+        }
+    workers, base = [], copy.deepcopy(head)
+    for rank in range(size):
+        pod = head if rank == 0 else copy.deepcopy(base)
+        pod["metadata"]["name"] = member_name(name, rank)
+        pod["metadata"]["labels"][LABEL_RANK] = str(rank)
+        pod["metadata"]["labels"][LABEL_WORLD_SIZE] = str(size)
+        spec = pod["spec"]
+        spec["hostname"], spec["subdomain"] = f"rank-{rank}", group
+        if podgroups:
+            spec["schedulingGroup"] = {"podGroupName": group}
+        container = spec["containers"][0]
+        container["env"] = rendezvous_env(name, namespace, rank, size) + container["env"]
+        if rank:
+            container["resources"] = copy.deepcopy(worker_resources)
+            workers.append(pod)
+    return Gang(service=service, workers=workers, podgroup=podgroup)
+
+
+@dataclasses.dataclass(frozen=True)
+class GangView:
+    """An attempt's members, on its folded :class:`~kubetune_operator.controller.PodView` (``PodView.gang``).
+
+    Attributes:
+        total: the gang's size.
+        ready: members whose Ready condition is True.
+        scheduled: members bound to a node.
+        active: names of members still Pending or Running and not being deleted: what ending the attempt deletes.
+        created_at: the earliest member's ``creationTimestamp`` (RFC 3339), or None.
+    """
+
+    total: int
+    ready: int
+    scheduled: int
+    active: tuple[str, ...]
+    created_at: str | None
+
+
+def fold(pods: Mapping[str, PodView]) -> dict[str, PodView]:
+    """The pods of each attempt as one view, by head pod name: one-pod trials' pods as they are, a gang's
+    members summed up by the module's rules.
+
+    A gang's view has the head's name, trial, attempt, owner and outcome (``message``, ``exit_code``) and
+    ``gang`` (a :class:`GangView`). Its phase is the head's once the head ended or went; else Failed when a
+    member failed (its reason, and its rank and message in ``message``), with ``disruption`` when a member
+    was evicted, preempted, deleted or is missing; else Running when every member runs (a worker that
+    returned counts), else Pending (a waiting member's cause). Workers whose head does not exist yet (it is
+    created last) are left out.
+    """
+    out: dict[str, PodView] = {}
+    groups: dict[tuple[str, int], list[PodView]] = {}
+    for view in pods.values():
+        if view.rank is None:
+            out[view.name] = view
+        else:
+            groups.setdefault((view.trial, view.attempt), []).append(view)
+    for members in groups.values():
+        members.sort(key=lambda v: v.rank)
+        if members[0].rank == 0:
+            out[members[0].name] = _fold(members[0], members)
+    return out
+
+
+def _fold(head: PodView, members: list[PodView]) -> PodView:
+    present = [m for m in members if not m.gone]
+    created = [m.created_at for m in members if m.created_at]
+    view = dataclasses.replace(
+        head,
+        gang=GangView(
+            total=head.world_size,
+            ready=sum(1 for m in present if m.ready),
+            scheduled=sum(1 for m in present if m.scheduled),
+            active=tuple(m.name for m in present if m.phase in _ACTIVE and not m.deleting),
+            created_at=min(created) if created else None,
+        ),
+    )
+    if head.phase not in _ACTIVE or head.gone:
+        return view  # the head's outcome is the attempt's
+    workers = members[1:]
+    failed = next((m for m in workers if m.phase == "Failed" and not m.disruption and not m.deleting), None)
+    if failed is not None:
+        message = f"worker rank {failed.rank} (pod {failed.name}) failed: {failed.message or failed.reason}"
+        return dataclasses.replace(
+            view, phase="Failed", reason=failed.reason, exit_code=failed.exit_code, message=message
+        )
+    ended = next((m for m in workers if m.disruption or m.gone or (m.deleting and not head.deleting)), None)
+    if ended is not None:
+        why = ended.disruption or "PodDeleted"
+        message = f"worker rank {ended.rank} (pod {ended.name}) was ended by {ended.disruption or 'its deletion'}"
+        return dataclasses.replace(view, phase="Failed", disruption=why, message=message)
+    if len(members) < head.world_size and not head.deleting:  # deleted while this operator was away
+        missing = min(set(range(head.world_size)) - {m.rank for m in members})
+        message = f"worker rank {missing} (pod {member_name(head.name, missing)}) disappeared"
+        return dataclasses.replace(view, phase="Failed", disruption="PodDeleted", message=message)
+    if all(m.phase == "Running" or m.phase == "Succeeded" for m in members):
+        return dataclasses.replace(view, phase="Running")
+    waiting = next((m for m in members if m.phase == "Pending" and m.waiting), None)
+    cause = (waiting.waiting[0], f"pod {waiting.name}: {waiting.waiting[1]}") if waiting else None
+    return dataclasses.replace(view, phase="Pending", waiting=cause)
+
+
+_ACTIVE = ("Pending", "Running")

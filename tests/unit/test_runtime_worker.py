@@ -1,0 +1,115 @@
+"""A gang's workers (``python -m kubetune.runtime`` with ``KUBETUNE_RANK`` > 0, kubetune.runtime.worker): what they
+run, what they restore, and that they write nothing to the trial's folder. Real subprocesses, file:// storage."""
+
+from __future__ import annotations
+
+import json
+
+from conftest_runtime import run_runtime, runtime_env
+
+from kubetune.checkpoint_store import list_checkpoints
+from kubetune.env import HOSTS, RANK, WORLD_SIZE, CheckpointPolicy
+from kubetune.storage import open_storage
+
+SOURCE = '''
+import json, os, tempfile
+import kubetune
+
+
+
+def train(config):
+    """Counts on from its checkpoint; each rank notes what it saw in config["out"] + rank."""
+    ctx = kubetune.get_context()
+    start = 0
+    checkpoint = kubetune.get_checkpoint()
+    if checkpoint:
+        with open(os.path.join(checkpoint.path, "n.json")) as f:
+            start = json.load(f)["n"]
+    seen = {"rank": ctx.get_world_rank(), "size": ctx.get_world_size(), "hosts": ctx.get_hosts(), "start": start}
+    for n in range(start + 1, start + 4):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "n.json"), "w") as f:
+                json.dump({"n": n}, f)
+            kubetune.report({"n": n}, checkpoint=kubetune.Checkpoint.from_directory(d))
+    with open(f"{config['out']}{seen['rank']}", "w") as f:
+        json.dump(seen, f)
+
+
+def rollout(config):
+    with open(config["out"] + "rollout", "w") as f:
+        json.dump({"rank": kubetune.get_context().get_world_rank()}, f)
+
+
+class Driver(kubetune.Trainable):
+    def step(self):
+        return {"done": True}
+
+    @staticmethod
+    def worker(config):
+        with open(config["out"] + "driver-worker", "w") as f:
+            f.write("ran")
+
+
+class NoWorker(kubetune.Trainable):
+    def step(self):
+        return {"done": True}
+'''
+
+
+def _env(tmp_path, trial_dir, name, rank, **fields):
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"out": str(tmp_path / "seen-")},
+        source=SOURCE,
+        name=name,
+        checkpoint=CheckpointPolicy(frequency=1, atEnd=True),
+        **fields,
+    )
+    if rank:
+        env.update({RANK: str(rank), WORLD_SIZE: "3", HOSTS: "rank-0.g.ns.svc,rank-1.g.ns.svc,rank-2.g.ns.svc"})
+    return env
+
+
+def test_a_worker_runs_the_function_from_the_heads_checkpoint_and_writes_nothing(tmp_path):
+    uri = f"file://{tmp_path / 'store'}/ns/exp/trial-0"
+    storage = open_storage(uri)
+    code, output = run_runtime(_env(tmp_path, uri, "train", 0))
+    assert code == 0, output
+    committed, _ = list_checkpoints(storage, uri)
+    assert committed[-1].iteration == 3
+    before = sorted((p.relative_to(tmp_path / "store"), p.stat().st_mtime_ns) for p in (tmp_path / "store").rglob("*"))
+
+    code, output = run_runtime(_env(tmp_path, uri, "train", 2, attempt=1))
+    assert code == 0, output
+    seen = json.loads((tmp_path / "seen-2").read_text())
+    assert seen == {
+        "rank": 2,
+        "size": 3,
+        "hosts": ["rank-0.g.ns.svc", "rank-1.g.ns.svc", "rank-2.g.ns.svc"],
+        "start": 3,  # the trial's latest committed checkpoint, as the head restores it
+    }
+    after = sorted((p.relative_to(tmp_path / "store"), p.stat().st_mtime_ns) for p in (tmp_path / "store").rglob("*"))
+    assert after == before  # no result, checkpoint, params.json or error.txt from a worker
+    assert "rank 2 of 3" in output
+
+
+def test_a_worker_entrypoint_or_a_classs_worker_method_runs_instead_of_the_trainable(tmp_path):
+    uri = f"file://{tmp_path / 'store'}/ns/exp/trial-0"
+    env = _env(tmp_path, uri, "Driver", 1, worker_entrypoint="kubetune_trainable_source:rollout")
+    code, output = run_runtime(env)
+    assert code == 0, output
+    assert json.loads((tmp_path / "seen-rollout").read_text()) == {"rank": 1}
+    code, output = run_runtime(_env(tmp_path, uri, "Driver", 1))
+    assert code == 0, output
+    assert (tmp_path / "seen-driver-worker").read_text() == "ran"
+
+
+def test_a_class_without_a_worker_method_fails_the_worker_saying_what_to_add(tmp_path):
+    uri = f"file://{tmp_path / 'store'}/ns/exp/trial-0"
+    code, output = run_runtime(_env(tmp_path, uri, "NoWorker", 1))
+    assert code == 1
+    message = (tmp_path / "termination-log").read_text()
+    assert "NoWorker is a class and the trial has workers" in message
+    assert "worker(config)" in message and "spec.trainable.workerEntrypoint" in message
+    assert not (tmp_path / "store").exists()  # a failing worker writes no error.txt over the head's
