@@ -39,6 +39,10 @@ CONTROLLERS = (
 )
 #: What Services need on the real node (kube-proxy and CoreDNS read EndpointSlices).
 REAL_NODE_CONTROLLERS = ",endpointslice-controller"
+#: The kube-scheduler's gang scheduling (KEP-4671, alpha in 1.36): the PodGroup API on the API server and the
+#: scheduler's plugin, so that kubetune's gangs are admitted whole as on a cluster that enables them.
+FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
+RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
 
 
 @dataclass
@@ -352,6 +356,8 @@ class Cluster:
                 f"--service-account-signing-key-file={p['sa.key']}",
                 "--disable-admission-plugins=TaintNodesByCondition",
                 "--allow-privileged=true",
+                f"--feature-gates={FEATURE_GATES}",
+                f"--runtime-config={RUNTIME_CONFIG}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 "-v=1",
             ],
@@ -395,7 +401,9 @@ class Cluster:
             )
         )
         flags = [f for f in self._component_flags("scheduler") if not f.startswith("--kubeconfig")]
-        proc, log = self._spawn("scheduler", [str(binary), f"--config={cfg}", *flags])
+        proc, log = self._spawn(
+            "scheduler", [str(binary), f"--config={cfg}", f"--feature-gates={FEATURE_GATES}", *flags]
+        )
         self._wait_healthz("scheduler", proc, log)
 
     def _start_controller_manager(self, binary: Path) -> None:

@@ -131,6 +131,7 @@ class PodView:
     ready: bool = False  # its Ready condition is True
     scheduled: bool = False  # bound to a node
     created_at: str | None = None  # metadata.creationTimestamp
+    finished_at: str | None = None  # the trial container's terminated.finishedAt (RFC 3339)
     gang: GangView | None = None  # a gang's members, on the head's view as gang.fold makes it
 
 
@@ -177,6 +178,7 @@ def pod_view(pod: Mapping) -> PodView:
         term = (cs.get("state") or {}).get("terminated")
         if cs.get("name") == TRIAL_CONTAINER and term:
             view.exit_code, view.message = term.get("exitCode"), term.get("message") or view.message
+            view.finished_at = term.get("finishedAt")
             view.reason = term.get("reason") if term.get("reason") not in (None, "Completed", "Error") else view.reason
     return view
 

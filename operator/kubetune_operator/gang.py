@@ -182,11 +182,12 @@ def fold(pods: Mapping[str, PodView]) -> dict[str, PodView]:
     members summed up by the module's rules.
 
     A gang's view has the head's name, trial, attempt, owner and outcome (``message``, ``exit_code``) and
-    ``gang`` (a :class:`GangView`). Its phase is the head's once the head ended or went; else Failed when a
-    member failed (its reason, and its rank and message in ``message``), with ``disruption`` when a member
-    was evicted, preempted, deleted or is missing; else Running when every member runs (a worker that
-    returned counts), else Pending (a waiting member's cause). Workers whose head does not exist yet (it is
-    created last) are left out.
+    ``gang`` (a :class:`GangView`). It is the head's once the head succeeded. Else it is Failed with
+    ``disruption`` when a worker was evicted, preempted, deleted or is missing (even when the head then
+    failed: it lost a peer); else Failed with the failure that came first (a worker's reason, and its rank and
+    message in ``message``, or the head's own, by the containers' ``finishedAt``); else Running when every
+    member runs (a worker that returned counts), else Pending (a waiting member's cause). Workers whose head
+    does not exist yet (it is created last) are left out.
     """
     out: dict[str, PodView] = {}
     groups: dict[tuple[str, int], list[PodView]] = {}
@@ -215,24 +216,27 @@ def _fold(head: PodView, members: list[PodView]) -> PodView:
             created_at=min(created) if created else None,
         ),
     )
-    if head.phase not in _ACTIVE or head.gone:
+    if head.phase == "Succeeded":
         return view  # the head's outcome is the attempt's
     workers = members[1:]
-    failed = next((m for m in workers if m.phase == "Failed" and not m.disruption and not m.deleting), None)
-    if failed is not None:
-        message = f"worker rank {failed.rank} (pod {failed.name}) failed: {failed.message or failed.reason}"
-        return dataclasses.replace(
-            view, phase="Failed", reason=failed.reason, exit_code=failed.exit_code, message=message
-        )
     ended = next((m for m in workers if m.disruption or m.gone or (m.deleting and not head.deleting)), None)
-    if ended is not None:
-        why = ended.disruption or "PodDeleted"
+    if ended is not None:  # before the head's own end: a head whose peer went fails for that reason
         message = f"worker rank {ended.rank} (pod {ended.name}) was ended by {ended.disruption or 'its deletion'}"
-        return dataclasses.replace(view, phase="Failed", disruption=why, message=message)
+        return dataclasses.replace(view, phase="Failed", disruption=ended.disruption or "PodDeleted", message=message)
     if len(members) < head.world_size and not head.deleting:  # deleted while this operator was away
         missing = min(set(range(head.world_size)) - {m.rank for m in members})
         message = f"worker rank {missing} (pod {member_name(head.name, missing)}) disappeared"
         return dataclasses.replace(view, phase="Failed", disruption="PodDeleted", message=message)
+    failed = [m for m in workers if m.phase == "Failed" and not m.deleting]
+    first = min(failed, key=lambda m: (m.finished_at or "~", m.rank)) if failed else None
+    head_ended = head.phase == "Failed" or head.gone
+    if first is not None and (not head_ended or (first.finished_at or "~") < (head.finished_at or "~")):
+        message = f"worker rank {first.rank} (pod {first.name}) failed: {first.message or first.reason}"
+        return dataclasses.replace(
+            view, phase="Failed", reason=first.reason, exit_code=first.exit_code, message=message
+        )
+    if head_ended:
+        return view  # the head failed first, or alone
     if all(m.phase == "Running" or m.phase == "Succeeded" for m in members):
         return dataclasses.replace(view, phase="Running")
     waiting = next((m for m in members if m.phase == "Pending" and m.waiting), None)

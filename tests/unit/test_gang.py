@@ -269,3 +269,45 @@ def test_fold_leaves_one_pod_trials_as_they_are_and_workers_without_a_head_out()
     assert fold(views) == {}  # workers are created first: a missing head is one not created yet
     single = dataclasses.replace(head, rank=None, world_size=1)
     assert fold({single.name: single}) == {single.name: single}
+
+
+def _terminated(code, message, at):
+    return {
+        "containerStatuses": [
+            {"name": "trial", "state": {"terminated": {"exitCode": code, "message": message, "finishedAt": at}}}
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("head_at", "worker_at", "message"),
+    [
+        (
+            "2027-01-15T08:00:09Z",
+            "2027-01-15T08:00:05Z",
+            "worker rank 1 (pod exp-00000-0-w1) failed: ValueError: bad shard",
+        ),
+        ("2027-01-15T08:00:05Z", "2027-01-15T08:00:09Z", "KeyError: 'lr'"),
+    ],
+)
+def test_when_head_and_worker_both_failed_the_first_failure_is_the_attempts(head_at, worker_at, message):
+    ctl = controller(failure={"maxFailures": 3})
+    pods = manifests(ctl.plan({}, T0 + 1))
+    ctl.plan(observed(pods, ["Running"] * 4), T0 + 2)
+    head = _terminated(1, "KeyError: 'lr'", head_at)
+    worker = _terminated(1, "ValueError: bad shard", worker_at)
+    lost = _terminated(1, "ConnectionError: the peer went away", "2027-01-15T08:00:10Z")
+    views = observed(pods, ["Failed", "Failed", "Failed", "Running"], rank0=head, rank1=worker, rank2=lost)
+    ctl.plan(views, T0 + 3)
+    assert ctl.trials["exp-00000"].status["message"] == message
+
+
+def test_a_head_that_failed_because_a_worker_was_deleted_is_a_disruption_not_a_failure():
+    ctl = controller()
+    pods = manifests(ctl.plan({}, T0 + 1))
+    ctl.plan(observed(pods, ["Running"] * 4), T0 + 2)
+    head = _terminated(1, "ConnectionError: the peer went away", "2027-01-15T08:00:10Z")
+    views = observed(pods, ["Failed", "Running", "Running", "Running"], gone=(2,), rank0=head)
+    ctl.plan(views, T0 + 3)
+    trial = ctl.trials["exp-00000"]
+    assert (trial.attempt, trial.status["reason"], trial.status.get("failures")) == (1, "PodDeleted", None)

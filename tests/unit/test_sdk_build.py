@@ -56,7 +56,7 @@ def test_tune_namespace_has_what_a_ray_script_imports():
     "module, name",
     [
         (tune, "Callback"),
-        (tune, "PlacementGroupFactory"),
+        (tune, "SyncConfig"),
         (tune.schedulers, "ResourceChangingScheduler"),
         (tune.search, "HyperOptSearch"),
     ],

@@ -63,6 +63,7 @@ _LAZY = {
     "CLIReporter": "kubetune.progress",
     "JupyterNotebookReporter": "kubetune.progress",
     "ProgressReporter": "kubetune.progress",
+    "PlacementGroupFactory": "kubetune.resources",
     "get_context": "kubetune.context",
     "get_trial_resources": "kubetune.context",
     "TuneContext": "kubetune.context",
@@ -78,7 +79,6 @@ _UNSUPPORTED = {
     "Experiment": ("experiments are Kubernetes objects", "tune.run(...) with its arguments"),
     "register_trainable": ("trials import or unpickle the trainable itself", "pass the trainable to tune.run"),
     "register_env": ("there is no Ray registry", "create the environment in the trainable"),
-    "PlacementGroupFactory": ("each trial is one pod", "resources_per_trial={'cpu': ..., 'gpu': ...}"),
     "SyncConfig": ("trials write to object storage themselves", "storage="),
 }
 

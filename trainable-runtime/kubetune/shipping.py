@@ -263,22 +263,27 @@ def with_stopper(trainable: Any, stopper: Callable[[str, dict], bool]) -> type:
     return _wraps(StoppedByUser, trainable)
 
 
-def with_resources(trainable: Any, resources: dict | Callable) -> Any:
+def with_resources(trainable: Any, resources: Any) -> Any:
     """Return ``trainable`` with its trials' resources set (Ray's ``tune.with_resources``).
 
     Args:
         trainable: a class or function.
-        resources: ``{"cpu": ..., "gpu": ..., "memory": ...}`` (memory in bytes or a Kubernetes
-            quantity); a function of the config is not supported (all trials share one pod shape).
+        resources: ``{"cpu": ..., "gpu": ..., "memory": ...}`` (memory in bytes or a Kubernetes quantity;
+            Ray 0.8's ``extra_*`` for worker pods), a ``PlacementGroupFactory`` or a ``Resources``
+            (:mod:`kubetune.resources`); a function of the config is not supported (all trials share one shape).
 
     Raises:
-        TypeError: ``resources`` is not a dict.
+        TypeError: ``resources`` is a function, or of no such type.
+        ValueError: a shape that cannot map (:func:`kubetune.resources.resources_per_trial`).
     """
-    if not isinstance(resources, dict):
+    from kubetune.resources import PlacementGroupFactory, Resources, resources_per_trial
+
+    if not isinstance(resources, (dict, PlacementGroupFactory, Resources)):
         raise TypeError(
-            "with_resources needs a dict such as {'cpu': 2, 'gpu': 1}; per-config resources "
-            "(a function or PlacementGroupFactory) are not supported: every trial pod has one shape"
+            "with_resources needs a dict such as {'cpu': 2, 'gpu': 1} or a PlacementGroupFactory; per-config "
+            "resources (a function of the config) are not supported: every trial has one shape"
         )
+    resources_per_trial(resources)  # refused here, before any trial, when it cannot map
     if inspect.isclass(trainable):
         wrapped: Any = type(
             trainable.__name__,
@@ -292,7 +297,7 @@ def with_resources(trainable: Any, resources: dict | Callable) -> Any:
 
         wrapped.__signature__ = inspect.signature(trainable)
         wrapped.__name__ = wrapped.__qualname__ = getattr(trainable, "__name__", "trainable")
-    return _wraps(wrapped, trainable, resources=dict(resources))
+    return _wraps(wrapped, trainable, resources=resources)
 
 
 def importable_path(obj: Any) -> str | None:

@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kubetune.resources import resources_per_trial as resources_per_trial_spec
 from kubetune.resultkeys import check_mode, is_multi_objective, is_number, objectives, objectives_spec, spec_objectives
 from kubetune.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay, TrialScheduler
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
@@ -291,27 +292,6 @@ def _metric_mode(metric: str | None, mode: str | None, *algorithms: Any) -> tupl
     return metric, mode
 
 
-def _resources(resources: dict | None) -> dict:
-    """``resources_per_trial`` (Ray's keys, any case) → ``spec.resourcesPerTrial``."""
-    out: dict = {}
-    for key, value in (resources or {}).items():
-        k = key.lower()
-        if k == "cpu":
-            out["cpu"] = value
-        elif k == "gpu":
-            if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
-                raise ValueError(f"resources_per_trial: gpu must be a whole number, got {value!r}")
-            out["gpu"] = int(value)
-        elif k == "memory":
-            out["memory"] = str(int(value)) if isinstance(value, (int, float)) else value
-        else:
-            raise ValueError(
-                f"resources_per_trial: {key!r} is not supported (cpu, gpu and memory are; "
-                "other extended resources go in template)"
-            )
-    return out
-
-
 def kubernetes_name(name: str) -> str:
     """``name`` as a Kubernetes object name: lowercased, each run of characters other than ``a-z``, ``0-9``
     and ``-`` made one ``-``, no ``-`` at either end (``"PBT_synch"`` -> ``"pbt-synch"``); ``""`` if nothing
@@ -356,7 +336,7 @@ def build_experiment(
     mode: str | None = None,
     stop: Any = None,
     time_budget_s: float | datetime.timedelta | None = None,
-    resources_per_trial: dict | None = None,
+    resources_per_trial: Any = None,
     search_alg: Any = None,
     scheduler: Any = None,
     max_concurrent_trials: int | None = None,
@@ -384,7 +364,9 @@ def build_experiment(
             ``CombinedStopper`` of them.
         time_budget_s: seconds or a ``timedelta``.
         resources_per_trial: ``{"cpu": ..., "gpu": ..., "memory": ...}`` (memory in bytes or a
-            Kubernetes quantity).
+            Kubernetes quantity), with Ray 0.8's ``extra_cpu``/``extra_gpu``/``extra_memory`` for worker pods,
+            or a ``PlacementGroupFactory`` (the first bundle the trial's pod, the others its workers);
+            :func:`kubetune.resources.resources_per_trial` maps them.
         search_alg: a :class:`~kubetune.search.Searcher` (optionally in a ``ConcurrencyLimiter``).
         scheduler: a :class:`~kubetune.schedulers.TrialScheduler`.
         max_concurrent_trials: most trials at once.
@@ -447,7 +429,7 @@ def build_experiment(
         "stoppers": stoppers or None,
         "maxConcurrentTrials": limit,
         "scheduler": _scheduler_spec(scheduler, sample_from) if scheduler is not None else None,
-        "resourcesPerTrial": _resources(resources_per_trial) or None,
+        "resourcesPerTrial": resources_per_trial_spec(resources_per_trial) or None,
         "timeBudget": _duration(min(budgets, key=_seconds)) if budgets else None,
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
@@ -471,9 +453,19 @@ def _seconds(value: float | datetime.timedelta) -> float:
     return value.total_seconds() if isinstance(value, datetime.timedelta) else value
 
 
-def _resource_request(trainable: Any, config: Any) -> dict | None:
-    """``Trainable.default_resource_request`` evaluated once on the client, with the param space."""
+def trial_resources(trainable: Any, resources_per_trial: Any, config: Any) -> Any:
+    """The resources of ``tune.run``'s trials, first given of: ``resources_per_trial``, ``tune.with_resources``'s,
+    ``Trainable.default_resource_request(config)`` (Ray's order); any form of :mod:`kubetune.resources`, or None."""
+    return (
+        resources_per_trial or getattr(trainable, "_kubetune_resources", None) or _resource_request(trainable, config)
+    )
+
+
+def _resource_request(trainable: Any, config: Any) -> Any:
+    """``Trainable.default_resource_request`` evaluated once on the client, with the param space: a dict, a
+    ``PlacementGroupFactory`` or a ``Resources`` (:mod:`kubetune.resources`), or None."""
     method = getattr(trainable, "default_resource_request", None)
+    from kubetune.resources import PlacementGroupFactory, Resources
     from kubetune.trainable import Trainable
 
     if method is None or getattr(method, "__func__", None) is Trainable.default_resource_request.__func__:
@@ -483,13 +475,13 @@ def _resource_request(trainable: Any, config: Any) -> dict | None:
     except Exception as exc:
         raise ValueError(
             f"{trainable.__name__}.default_resource_request(config) failed ({exc!r}): kubetune calls "
-            "it once, on the client, with the param space (every trial pod has one shape); "
+            "it once, on the client, with the param space (every trial has one shape); "
             "pass resources_per_trial instead"
         ) from exc
-    if request is not None and not isinstance(request, dict):
+    if request is not None and not isinstance(request, (dict, PlacementGroupFactory, Resources)):
         raise ValueError(
             f"{trainable.__name__}.default_resource_request must return a dict such as "
-            f"{{'cpu': 2, 'gpu': 1}}, got {type(request).__name__}"
+            f"{{'cpu': 2, 'gpu': 1}}, a PlacementGroupFactory or a Resources, got {type(request).__name__}"
         )
     return request
 
@@ -509,7 +501,7 @@ def create_experiment(
     trainable: Any,
     name: str,
     storage_fields: dict,
-    resources_per_trial: dict | None,
+    resources_per_trial: Any,
     config: Any,
     **experiment: Any,
 ) -> dict:
@@ -539,9 +531,7 @@ def create_experiment(
     from kubetune.shipping import FunctionPickles, ship_trainable, with_stopper
     from kubetune.storage import SDK_OUTAGE_TIMEOUT_S, StorageUnavailable, open_storage, storage_errors
 
-    resources = (
-        resources_per_trial or getattr(trainable, "_kubetune_resources", None) or _resource_request(trainable, config)
-    )
+    resources = trial_resources(trainable, resources_per_trial, config)
     experiment["stop"], user_stop = split_stop(experiment.get("stop"))
     store = open_storage(
         storage_fields["uri"],
@@ -590,7 +580,7 @@ def _launch(
     context: str | None,
     restore: str | None,
     storage: str | dict | None,
-    resources_per_trial: dict | None,
+    resources_per_trial: Any,
     config: Any,
     verbose: int,
     progress_reporter: Any,
@@ -689,7 +679,7 @@ def run(
     stop: Any = None,
     time_budget_s: float | datetime.timedelta | None = None,
     config: dict | None = None,
-    resources_per_trial: dict | None = None,
+    resources_per_trial: Any = None,
     num_samples: int = 1,
     storage_path: str | None = None,
     search_alg: Any = None,
@@ -839,7 +829,7 @@ class Tuner:
         template: dict | None = None,
         queue_name: str | None = None,
         context: str | None = None,
-        resources_per_trial: dict | None = None,
+        resources_per_trial: Any = None,
         poll_interval_s: float = 1.0,
     ):
         self.trainable, self.param_space = trainable, param_space
