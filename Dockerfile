@@ -2,7 +2,7 @@
 #
 #   docker build --target operator -t kubetune/operator:0.1.0 .   # the operator the Helm chart runs
 #   docker build --target runtime  -t kubetune/runtime:0.1.0 .    # the base of trial images
-#   docker build --target examples -t kubetune/examples:0.1.0 .   # trial image of examples/ (scikit-learn)
+#   docker build --target examples -t kubetune/examples:0.1.0 .   # trial image of examples/ (scikit-learn, JAX)
 #
 # Each build stage runs docker/install.sh, the same script tests/unit/test_dockerfile.py runs
 # into a temporary folder, so what the images install is proven to install without building
@@ -58,7 +58,8 @@ WORKDIR /app
 USER 1000:1000
 CMD ["python", "-m", "kubetune.runtime"]
 
-# The trial image of this repository's examples (examples/digits): the runtime with scikit-learn.
+# The trial image of this repository's examples (examples/digits, examples/distributed): the runtime with
+# scikit-learn and JAX (CPU).
 FROM runtime AS examples
 COPY --from=build-examples /opt/kubetune /opt/kubetune
 COPY --chown=1000:1000 examples/ /app/examples/

@@ -2,7 +2,7 @@
 # Installs kubetune into a new virtual environment: exactly what the images hold.
 #
 #   docker/install.sh runtime  PREFIX   # package `kubetune` (the trial runtime), for target `runtime`
-#   docker/install.sh examples PREFIX   # `runtime` plus scikit-learn, what examples/ imports, for target `examples`
+#   docker/install.sh examples PREFIX   # `runtime` plus scikit-learn and JAX, what examples/ imports, for target `examples`
 #   docker/install.sh operator PREFIX   # `kubetune` + `kubetune-operator` with every search algorithm's
 #                                       # and scheduler's dependencies (extras `optuna`, `pb2`), for target `operator`
 #
@@ -26,8 +26,8 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 case "$target" in
     runtime) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard]"
         check="import kubetune, kubetune.runtime, tensorboardX, crc32c" ;;
-    examples) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard] scikit-learn"
-        check="import kubetune.runtime, sklearn" ;;
+    examples) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard] scikit-learn jax jaxlib"
+        check="import kubetune.runtime, sklearn, jax" ;;
     operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna,pb2]"
         # every registered search algorithm and scheduler imports in exactly this environment
         check="import kubetune_operator.handlers

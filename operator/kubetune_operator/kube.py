@@ -266,7 +266,7 @@ class Kube:
                 response = self.core.api_client.call_api(
                     f"/apis/{group}/{version}", "GET", auth_settings=["BearerToken"], _preload_content=False
                 )
-                served = json.loads(response[0].data).get("resources") or []
+                served = json.loads(response.data).get("resources") or []
                 self._podgroups = any(r.get("name") == plural for r in served)
             except client.ApiException as exc:
                 if exc.status != 404:

@@ -138,3 +138,10 @@ def wait_finished(custom, namespace: str, name: str, timeout: float) -> dict:
         interval=1,
         what=f"Experiment {namespace}/{name} to finish",
     )
+
+
+@pytest.fixture
+def sdk_env(node_cluster, monkeypatch):
+    """The environment ``tune.run`` reads the cluster and its S3 from."""
+    for key, value in node_cluster.env().items():
+        monkeypatch.setenv(key, value)

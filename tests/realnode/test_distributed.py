@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from devcluster.cluster import S3_BUCKET
 from tests.integration.support import wait_for
 from tests.realnode.conftest import wait_finished
-from tests.realnode.test_realnode import GROUP, VERSION, result_lines, trials_of
+from tests.realnode.test_realnode import GROUP, VERSION, _run, result_lines, trials_of
 
 pytestmark = pytest.mark.distributed
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A data-parallel step without a collective library: every rank sends its share to rank 0 over TCP
 #: (MASTER_ADDR:MASTER_PORT, the gang's DNS name), rank 0 sums and sends the sum back, as an all-reduce does.
@@ -154,7 +157,7 @@ def test_a_gangs_pods_exchange_values_over_its_service_and_only_rank_0_reports(n
     print(f"\n[realnode] two gangs of 3 pods, 4 steps each, one after the other: {time.monotonic() - started:.1f} s")
     assert status["phase"] == "Succeeded", status
     for name, trial in trials_of(custom, team, "gang").items():
-        assert trial["phase"] == "Succeeded" and trial["gang"] == {"ready": 3, "total": 3}, trial
+        assert trial["phase"] == "Succeeded" and trial["gang"]["total"] == 3, trial
         lines = result_lines(s3, "gangs", team, "gang", name)
         assert [line["training_iteration"] for line in lines] == [1, 2, 3, 4]  # rank 0's reports only
         assert [line["allreduced"] for line in lines] == [expected_total(s, 3) for s in (1, 2, 3, 4)]
@@ -208,3 +211,74 @@ def test_a_gang_that_cannot_fit_never_holds_part_of_the_node(node_cluster, core,
     assert count.bound_most == 0, count.bound_most  # not even the head, which would fit alone
     assert trial["phase"] == "Pending" and trial["gang"]["ready"] == 0, trial
     custom.delete_namespaced_custom_object(GROUP, VERSION, team, "experiments", "toobig")
+
+
+def run_data_parallel(node_cluster, custom, team, name, replicas):
+    """examples/distributed/experiment.yaml, shortened, with ``replicas`` workers (0: one pod per trial); return
+    ``{lr: (phase, reason, iteration, mean_accuracy)}`` and the seconds it took."""
+    manifest = yaml.safe_load((ROOT / "examples" / "distributed" / "experiment.yaml").read_text())
+    manifest["metadata"]["name"] = name
+    spec = manifest["spec"]
+    spec["config"]["epochs"] = 6
+    spec["scheduler"]["params"].update(max_t=6, grace_period=2)
+    spec["resourcesPerTrial"] = {"cpu": "250m", "memory": "1Gi"}
+    if replicas:
+        spec["resourcesPerTrial"]["workers"] = {"replicas": replicas, "cpu": "250m", "memory": "1Gi"}
+    spec["storage"]["endpoint"] = node_cluster.s3_endpoint
+    started = time.monotonic()
+    node_cluster.kubectl("apply", "-n", team, "-f", "-", input=yaml.safe_dump(manifest))
+    status = wait_finished(custom, team, name, timeout=600)
+    assert status["phase"] == "Succeeded", status
+    trials = custom.list_namespaced_custom_object(
+        GROUP, VERSION, team, "trials", label_selector=f"kubetune.io/experiment={name}"
+    )["items"]
+    outcome = {
+        t["spec"]["config"]["lr"]: (
+            t["status"]["phase"],
+            t["status"]["reason"],
+            t["status"]["iteration"],
+            round(t["status"]["lastResult"]["mean_accuracy"], 3),
+        )
+        for t in trials
+    }
+    assert all(t["status"]["lastResult"]["world_size"] == 1 + replicas for t in trials)
+    return outcome, time.monotonic() - started
+
+
+def test_the_data_parallel_example_tuned_with_asha_on_two_pods_decides_and_scores_as_one_pod(
+    node_cluster, custom, team
+):
+    gangs, gang_s = run_data_parallel(node_cluster, custom, team, "dp-gang", replicas=1)
+    single, single_s = run_data_parallel(node_cluster, custom, team, "dp-single", replicas=0)
+    print(
+        f"\n[realnode] data-parallel example, 4 trials, ASHA: 2 pods per trial {gang_s:.1f} s, 1 pod {single_s:.1f} s"
+    )
+    print(f"[realnode] per lr (phase, reason, iteration, accuracy): gangs {gangs}; single pods {single}")
+    assert gangs == single  # the same stops at the same rungs and the same accuracy, to 3 decimals
+    assert max(accuracy for *_, accuracy in gangs.values()) > 0.9
+    assert any(reason == "EarlyStopped" for _, reason, _, _ in gangs.values())  # ASHA stopped someone
+
+
+def test_an_rllib_style_trainable_gets_its_extra_cpu_workers_as_pods_and_drives_them(
+    node_cluster, core, custom, team, sdk_env
+):
+    from examples.distributed.rollouts import BanditDriver
+
+    started = time.monotonic()
+    analysis = _run(
+        BanditDriver,
+        team,
+        "bandit",
+        node_cluster,
+        config={"num_workers": 1, "episodes_per_worker": 100, "lr": 4.0},
+        stop={"training_iteration": 15},
+        metric="episode_reward_mean",
+        mode="max",
+    )
+    print(f"\n[realnode] RLlib-style driver with 1 rollout worker pod, 15 steps: {time.monotonic() - started:.1f} s")
+    (trial,) = trials_of(custom, team, "bandit").values()
+    assert trial["phase"] == "Succeeded" and trial["gang"]["total"] == 2, trial
+    assert analysis.best_result["episode_reward_mean"] > 0.3, analysis.best_result
+    assert analysis.best_result["best_arm_prob"] > 0.5, analysis.best_result
+    spec = custom.get_namespaced_custom_object(GROUP, VERSION, team, "experiments", "bandit")["spec"]
+    assert spec["resourcesPerTrial"]["workers"]["replicas"] == 1  # from default_resource_request's extra_cpu

@@ -153,12 +153,6 @@ def _writes(config):
     kubetune.report({"score": 1.0, "root_refused": refused, "uid": float(os.getuid())})
 
 
-@pytest.fixture
-def sdk_env(node_cluster, monkeypatch):
-    for key, value in node_cluster.env().items():
-        monkeypatch.setenv(key, value)
-
-
 def _run(fn, namespace: str, name: str, cluster, **kwargs):
     import kubetune as tune
 

@@ -104,6 +104,7 @@ class World:
 
     def __init__(self, spec: dict, kill_at=()):
         self.exp = experiment(**spec)
+        self.workers = ((spec.get("resourcesPerTrial") or {}).get("workers") or {}).get("replicas", 0)
         self.trials: dict[str, dict] = {}
         self.pods: dict[str, PodView] = {}
         self.runs: dict[str, int] = {}  # running pod -> iterations done
@@ -171,9 +172,16 @@ class World:
             labels = manifest["metadata"]["labels"]
             if name not in self.pods:
                 trial = labels["kubetune.io/trial"]
-                self.pods[name] = PodView(
-                    name, trial, int(labels["kubetune.io/attempt"]), "Running", owner_uid=f"uid-{trial}"
-                )
+                members = [manifest, *(plan.gangs[name].workers if self.workers else [])]
+                for rank, member in enumerate(members):  # a gang's workers run beside its head
+                    self.pods[member["metadata"]["name"]] = PodView(
+                        member["metadata"]["name"],
+                        trial,
+                        int(labels["kubetune.io/attempt"]),
+                        "Running",
+                        owner_uid=f"uid-{trial}",
+                        **({"rank": rank, "world_size": len(members)} if self.workers else {}),
+                    )
                 env = {e["name"]: e.get("value") for e in manifest["spec"]["containers"][0]["env"]}
                 env["config"] = plan.token_secrets[name]["stringData"]["config.json"]  # the pod's config file
                 self.pod_env[name] = env
@@ -182,7 +190,9 @@ class World:
                 self.runs[name] = own or (int(restore_from.rsplit("_", 1)[1]) if restore_from else 0)
         for name, patch in plan.trial_status.items():
             merge(self.trials[name].setdefault("status", {}), patch)
-        assert not plan.delete_pods
+        for name, _ in plan.delete_pods:  # only a gang's workers, once its head ended
+            assert self.workers and self.pods[name].rank, name
+            del self.pods[name]
 
     def train(self, pod: PodView):
         """One step of a running trial pod: report, obey, end as the runtime does."""
@@ -540,3 +550,17 @@ def test_stoppers_continue_where_they_were_after_restarts():
     assert stormy.decisions == calm.decisions and stormy.kills >= 5
     reasons = {t["reason"] for t in expected.values()}
     assert "EarlyStopped" in reasons, reasons  # FIFO never stops a trial: the plateau stopper did
+
+
+@pytest.mark.parametrize("scheduler", ["asha", "pbt", "hyperband"])
+def test_gangs_killed_at_any_instant_decide_as_an_uninterrupted_run_of_one_pod_trials(scheduler):
+    """Trials of a head and 2 workers: the same decisions as one-pod trials, with or without kills."""
+    spec = {"scheduler": SCHEDULERS[scheduler], "searchAlgorithm": SEARCHERS["basic"]}
+    expected = World(spec).run()
+    gangs = {**spec, "resourcesPerTrial": {"cpu": 1, "workers": {"replicas": 2}}}
+    calm = World(gangs)
+    assert calm.run() == expected
+    assert not [p for p in calm.pods.values() if p.rank and p.phase == "Running"]  # no worker left running
+    stormy = World(gangs, kill_at=range(2, 10_000, 3))
+    assert stormy.run() == expected
+    assert stormy.kills >= 5
