@@ -1,5 +1,8 @@
-"""Benchmark of the operator's reconcile pass with gangs (issue 24): 100 trials of 4 pods each (a head and 3
-workers, ``spec.resourcesPerTrial.workers``) against 400 one-pod trials, the same 400 pods, in one invocation.
+"""Benchmarks of gangs (issue 24, ``spec.resourcesPerTrial.workers``), each against its one-pod baseline in the
+same invocation.
+
+``--phases reconcile``: the operator's reconcile pass with 100 trials of 4 pods each (a head and 3 workers)
+against 400 one-pod trials, the same 400 pods.
 
 Both runs go through the real controller (``ExperimentController.plan``) with the pods as the operator's pod watch
 shows them (``controller.pod_view`` of the manifests the plans created, phase Running). Timed: the pass that creates
@@ -7,7 +10,13 @@ every pod (trials adopted, manifests built, gangs' Services and workers included
 pod running (what the daemon repeats every 2 s while nothing changes; for gangs it folds 400 pods into 100 views).
 The ratio is gangs over single pods: what folding and gang manifests cost.
 
-Run: ``.venv/bin/python bench/bench_gangs.py [--passes 50]``.
+``--phases realnode`` (as root, after ``make node``): kubetune installed on the real node as ``python -m devcluster
+up --real-node`` installs it; a gang of 4 pods from its Experiment's creation to all 4 containers running, against
+one pod, alternating, ``--rounds`` times each; and the data-parallel example (``examples/distributed``, one trial,
+``--epochs`` epochs) from creation to Succeeded on 1, 2 and 4 pods, with its epochs' mean ``time_this_iter_s``.
+The machine has 2 cores: 4 pods share them.
+
+Run: ``.venv/bin/python bench/bench_gangs.py [--phases reconcile,realnode] [--passes 50] [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -91,10 +100,104 @@ def run(trials: int, workers: int, passes: int) -> tuple[float, float, int]:
     return create_s, statistics.median(times), len(views)
 
 
+SLEEPER = """
+import time
+def train(config):
+    time.sleep(config["sleep_s"])
+"""
+
+
+def realnode(rounds: int, epochs: int) -> None:
+    import yaml
+    from kubernetes import client
+
+    from devcluster import Cluster, ClusterConfig, install
+    from devcluster.install import CREDENTIALS_SECRET, NAMESPACE
+    from tests.integration.support import wait_for
+
+    crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
+    with Cluster(ClusterConfig(real_node=True, gpus_per_node=0, crds=crds)) as cluster:
+        install.install(cluster)
+        api = cluster.api_client()
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        storage = {
+            "uri": "s3://kubetune/bench",
+            "endpoint": cluster.s3_endpoint,
+            "credentialsSecret": CREDENTIALS_SECRET,
+        }
+
+        def create(name: str, spec: dict) -> float:
+            body = {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment", "metadata": {"name": name}}
+            body["spec"] = {"metric": "x", "mode": "max", "storage": storage, **spec}
+            started = time.monotonic()
+            custom.create_namespaced_custom_object("kubetune.io", "v1alpha1", NAMESPACE, "experiments", body)
+            return started
+
+        def all_running(name: str, size: int) -> bool:
+            pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"kubetune.io/experiment={name}").items
+            running = [p for p in pods if any(c.state.running for c in p.status.container_statuses or [])]
+            return len(running) == size
+
+        def finished(name: str) -> dict | None:
+            status = (
+                custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", NAMESPACE, "experiments", name).get(
+                    "status"
+                )
+                or {}
+            )
+            return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+        starts: dict[int, list[float]] = {1: [], 4: []}
+        for i in range(rounds):
+            for size in (4, 1):
+                name = f"start-{size}-{i}"
+                resources = {"cpu": "100m", "memory": "128Mi"}
+                if size > 1:
+                    resources["workers"] = {"replicas": size - 1, "cpu": "100m", "memory": "128Mi"}
+                spec = {"trainable": {"source": SLEEPER, "name": "train"}, "config": {"sleep_s": 5}}
+                started = create(name, {**spec, "resourcesPerTrial": resources})
+                wait_for(lambda: all_running(name, size), timeout=300, interval=0.1, what=f"{name} running")
+                starts[size].append(time.monotonic() - started)
+                wait_for(lambda: finished(name), timeout=300, interval=0.5, what=f"{name} finished")
+        for size, times in starts.items():
+            print(f"realnode: created -> all {size} pod(s) running: median {statistics.median(times):.1f} s {times}")
+        print(f"ratio gang of 4 / one pod: {statistics.median(starts[4]) / statistics.median(starts[1]):.2f}")
+
+        manifest = yaml.safe_load((ROOT / "examples" / "distributed" / "experiment.yaml").read_text())
+        for size in (1, 2, 4):
+            spec = dict(manifest["spec"])
+            spec["config"] = {"lr": 0.5, "batch_size": 64, "epochs": epochs}
+            spec.pop("scheduler")
+            spec["resourcesPerTrial"] = {"cpu": "250m", "memory": "1Gi"}
+            if size > 1:
+                spec["resourcesPerTrial"]["workers"] = {"replicas": size - 1, "cpu": "250m", "memory": "1Gi"}
+            spec["storage"] = storage
+            name = f"dp-{size}"
+            started = create(name, spec)
+            status = wait_for(lambda: finished(name), timeout=900, interval=0.5, what=f"{name} finished")
+            wall = time.monotonic() - started
+            (trial,) = custom.list_namespaced_custom_object(
+                "kubetune.io", "v1alpha1", NAMESPACE, "trials", label_selector=f"kubetune.io/experiment={name}"
+            )["items"]
+            last = trial["status"]["lastResult"]
+            print(
+                f"data-parallel example on {size} pod(s): {status['phase']}, {wall:.1f} s created -> Succeeded, "
+                f"mean_accuracy {last['mean_accuracy']:.4f}, time_total_s {last.get('time_total_s', 0):.1f} "
+                f"over {epochs} epochs"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phases", default="reconcile", help="reconcile, realnode")
     parser.add_argument("--passes", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=12)
     args = parser.parse_args()
+    if "realnode" in args.phases:
+        realnode(args.rounds, args.epochs)
+    if "reconcile" not in args.phases:
+        return
     gangs = run(100, 3, args.passes)
     single = run(400, 0, args.passes)
     print(f"{'case':<26} {'pods':>5} {'create pass ms':>15} {'steady pass ms':>15}")

@@ -12,8 +12,11 @@ from kubetune.env import HOSTS, RANK, WORLD_SIZE, CheckpointPolicy
 from kubetune.storage import open_storage
 
 SOURCE = '''
-import json, os, tempfile
+import atexit, json, os, tempfile, time
 import kubetune
+
+if os.environ.get("KUBETUNE_WORLD_SIZE"):  # as jax.distributed's shutdown barrier, which a lost peer never reaches
+    atexit.register(time.sleep, 3600)
 
 
 
@@ -80,7 +83,7 @@ def test_a_worker_runs_the_function_from_the_heads_checkpoint_and_writes_nothing
     assert committed[-1].iteration == 3
     before = sorted((p.relative_to(tmp_path / "store"), p.stat().st_mtime_ns) for p in (tmp_path / "store").rglob("*"))
 
-    code, output = run_runtime(_env(tmp_path, uri, "train", 2, attempt=1))
+    code, output = run_runtime(_env(tmp_path, uri, "train", 2, attempt=1))  # exits though its atexit waits
     assert code == 0, output
     seen = json.loads((tmp_path / "seen-2").read_text())
     assert seen == {

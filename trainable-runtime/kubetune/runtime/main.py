@@ -4,7 +4,8 @@ The operator's pod builder runs this as the trial container's command. :func:`ma
 environment (``kubetune.env``), opens storage and the collector reporter, and runs
 :class:`kubetune.runtime.loop.TrialRunner` (on a gang's workers, rank above 0:
 :class:`kubetune.runtime.worker.WorkerRunner`, without a reporter) in a worker thread while the main
-thread waits for it and handles SIGTERM/SIGINT:
+thread waits for it and handles SIGTERM/SIGINT (a gang's member leaves with ``os._exit`` once its attempt
+is written, skipping the exit handlers of libraries that would wait for its peers):
 
 * on the signal the loop ends after the current ``train()`` and checkpoints (exit 0);
 * if ``train()`` is still running ``grace/2`` seconds later (a long ``step()``), the main thread
@@ -243,9 +244,13 @@ def main() -> int:
     runner_class = WorkerRunner if env.rank > 0 else TrialRunner
     supervisor = Supervisor(runner_class(env, storage, workdir=workdir, reporter=reporter), grace)
     code = supervisor.run()
-    if supervisor.abandoned:  # a step is still running in the worker thread: do not wait for it
+    # A step still running in the worker thread is not waited for; nor, in a gang, are the exit handlers of the
+    # user's libraries: jax.distributed's shutdown waits for every process at a barrier that a peer blocked in a
+    # collective (its partner gone) never reaches. Everything of the attempt is written by now.
+    if supervisor.abandoned or env.world_size > 1:
         sys.stdout.flush()
         sys.stderr.flush()
+        shutil.rmtree(workdir, ignore_errors=True)
         os._exit(code)
     shutil.rmtree(workdir, ignore_errors=True)
     return code

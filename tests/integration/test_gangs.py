@@ -1,0 +1,74 @@
+"""Gangs on the process node (what needs no network between pods): the operator creates each attempt's head,
+workers, headless Service and PodGroup through the real API server (its RBAC and the scheduler's gang
+scheduling, which the devcluster enables), a worker that fails fails the attempt and the next attempt runs
+whole, and the Services and PodGroups of ended attempts are deleted. The rendezvous itself runs on the real
+node (tests/realnode/test_distributed.py)."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from tests.integration.support import wait_for
+from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
+
+SOURCE = """
+import os, time
+import kubetune
+
+
+def train(config):
+    ctx = kubetune.get_context()
+    if ctx.get_world_rank() == 1 and os.environ["KUBETUNE_ATTEMPT"] == "0":
+        raise RuntimeError("worker 1 fails its first attempt")
+    for step in range(1, 4):
+        time.sleep(2)  # the head of the first attempt is still running when worker 1 fails
+        kubetune.report({"score": step * 10 + ctx.get_world_rank(), "rank": ctx.get_world_rank()})
+"""
+
+
+def test_a_worker_failing_fails_the_attempt_and_the_next_gang_runs_whole(
+    cluster, operator, custom, core, s3, namespace, storage_secret
+):
+    body = experiment(
+        "gang",
+        cluster,
+        storage_secret,
+        config={},
+        trainable={"source": SOURCE, "name": "train"},
+        stop={},
+        failure={"maxFailures": 1},
+        resourcesPerTrial={"cpu": "100m", "workers": {"replicas": 2, "cpu": "100m"}},
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", body)
+
+    def gang_objects():
+        services = core.list_namespaced_service(namespace, label_selector="kubetune.io/experiment=gang").items
+        groups = custom.list_namespaced_custom_object(
+            "scheduling.k8s.io", "v1alpha2", namespace, "podgroups", label_selector="kubetune.io/experiment=gang"
+        )["items"]
+        return {s.metadata.name for s in services}, {g["metadata"]["name"]: g["spec"] for g in groups}
+
+    services, groups = wait_for(lambda: (found := gang_objects())[0] and found, what="the gang's Service")
+    assert services == {"g-gang-00000-0"}
+    assert groups == {"g-gang-00000-0": {"schedulingPolicy": {"gang": {"minCount": 3}}}}
+    wait_for(lambda: phase_is(custom, namespace, "gang", "Succeeded", "Failed"), timeout=180, what="the end")
+    assert get(custom, namespace, "experiments", "gang")["status"]["phase"] == "Succeeded"
+    (trial,) = trials(custom, namespace).values()
+    status = trial["status"]
+    assert (status["phase"], status["attempt"], status["failures"]) == ("Succeeded", 1, 1), status
+    retried = [e.message for e in events(core, namespace, "TrialRetried")]
+    assert retried and "attempt 0 failed" in retried[0], retried
+    # rank 0's reports only, of the attempt that ran whole
+    assert [(r["score"], r["rank"]) for r in result_lines(s3, namespace, "gang", trial["metadata"]["name"])] == [
+        (10, 0),
+        (20, 0),
+        (30, 0),
+    ]
+    pods = {p.metadata.name: p for p in core.list_namespaced_pod(namespace).items}
+    assert pods["gang-00000-0-w1"].status.phase == "Failed"  # kept (whenFailed: Retain) for its logs
+    wait_for(lambda: gang_objects() == (set(), {}), timeout=60, what="the ended attempts' Services and PodGroups")
+    try:
+        core.read_namespaced_service("g-gang-00000-1", namespace)
+        raise AssertionError("the last attempt's Service is still there")
+    except client.ApiException as exc:
+        assert exc.status == 404
