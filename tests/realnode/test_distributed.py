@@ -255,7 +255,7 @@ def test_the_data_parallel_example_tuned_with_asha_on_two_pods_decides_and_score
     )
     print(f"[realnode] per lr (phase, reason, iteration, accuracy): gangs {gangs}; single pods {single}")
     assert gangs == single  # the same stops at the same rungs and the same accuracy, to 3 decimals
-    assert max(accuracy for *_, accuracy in gangs.values()) > 0.9
+    assert max(accuracy for *_, accuracy in gangs.values()) > 0.85
     assert any(reason == "EarlyStopped" for _, reason, _, _ in gangs.values())  # ASHA stopped someone
 
 

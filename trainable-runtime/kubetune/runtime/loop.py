@@ -274,6 +274,24 @@ class TrialRunner:
             if reason is not None:
                 return reason
 
+    def train_once(self) -> dict | None:
+        """One ``train()``, unless termination was asked for (then None); the main thread sees it running.
+
+        Raises:
+            Abandoned: the main thread took over while ``train()`` ran.
+        """
+        with self._state_lock:
+            if self._terminate.is_set():
+                return None
+            self._in_train = True
+        try:
+            return self.trainable.train()
+        finally:
+            with self._state_lock:
+                self._in_train = False
+                if self._abandoned:
+                    raise Abandoned()
+
     def iterate(self) -> str | None:
         """Run one ``train()`` and act on its result; return why the trial ends, or None to go on.
 
@@ -281,17 +299,9 @@ class TrialRunner:
             Abandoned: the main thread took over while ``train()`` ran.
             Exception: whatever the user's code or a checkpoint commit raised.
         """
-        with self._state_lock:
-            if self._terminate.is_set():
-                return TERMINATED
-            self._in_train = True
-        try:
-            result = self.trainable.train()
-        finally:
-            with self._state_lock:
-                self._in_train = False
-                if self._abandoned:
-                    raise Abandoned()
+        result = self.train_once()
+        if result is None:
+            return TERMINATED
         if result.get("__duplicate__"):  # a function trainable returned: its last result is logged already
             if result.get("should_checkpoint"):
                 self.checkpoint("final function checkpoint", force=True)

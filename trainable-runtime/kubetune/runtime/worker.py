@@ -72,15 +72,9 @@ class WorkerRunner(TrialRunner):
 
     def iterate(self) -> str | None:
         """Run one step of the worker's program and drop its result; return why it ends, or None to go on."""
-        with self._state_lock:
-            if self._terminate.is_set():
-                return TERMINATED
-            self._in_train = True
-        try:
-            result = self.trainable.train()
-        finally:
-            with self._state_lock:
-                self._in_train = False
+        result = self.train_once()
+        if result is None:
+            return TERMINATED
         return DONE if result.get("__duplicate__") or result.get("done") else None
 
     def finish(self, reason: str, *, stop_trainable: bool = True, reporter_timeout_s: float = 10.0) -> None:
