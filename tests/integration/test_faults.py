@@ -93,21 +93,30 @@ def lines_once(s3, namespace, exp, trial):
     return lines
 
 
+ASHA = {"name": "asha", "params": {"grace_period": 1, "reduction_factor": 2, "max_t": MAX_T}}
+
+
 @pytest.mark.parametrize(
-    "scheduler",
+    ("scheduler", "workers"),
     [
-        {"name": "asha", "params": {"grace_period": 1, "reduction_factor": 2, "max_t": MAX_T}},
-        {
-            "name": "median_stopping_rule",
-            "params": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
-        },
+        (ASHA, 0),
+        (
+            {
+                "name": "median_stopping_rule",
+                "params": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
+            },
+            0,
+        ),
+        (ASHA, 2),
     ],
-    ids=["asha", "median"],
+    ids=["asha", "median", "asha-gangs"],
 )
 def test_killed_operator_stops_the_trials_an_uninterrupted_scheduler_stops(
-    cluster, operator, custom, core, s3, namespace, storage_secret, scheduler
+    cluster, operator, custom, core, s3, namespace, storage_secret, scheduler, workers
 ):
+    """With ``workers``, each trial is a gang (the head and idle workers the operator deletes when it ends)."""
     xs = [3, 1, 4, 2, 6, 5, 0.5]
+    gang = {"resourcesPerTrial": {"cpu": "100m", "workers": {"replicas": workers, "cpu": "100m"}}} if workers else {}
     spec = experiment(
         "storm",
         cluster,
@@ -116,8 +125,22 @@ def test_killed_operator_stops_the_trials_an_uninterrupted_scheduler_stops(
         stop={"training_iteration": MAX_T},
         maxConcurrentTrials=1,
         scheduler=scheduler,
+        **gang,
     )
     found = run_with_kills(custom, operator, namespace, spec, len(xs))
+    if workers:  # every gang ended whole: no member left running
+        wait_for(
+            lambda: (
+                not [
+                    p
+                    for p in core.list_namespaced_pod(namespace, label_selector="kubetune.io/rank").items
+                    if p.status.phase in ("Pending", "Running") and not p.metadata.deletion_timestamp
+                ]
+            ),
+            timeout=60,
+            what="no gang member left running",
+        )
+        assert all(t["status"]["gang"]["total"] == 1 + workers for t in found.values())
     replay = create_scheduler(scheduler["name"], "score", "max", **scheduler["params"])
     stops = 0
     for name, trial in found.items():

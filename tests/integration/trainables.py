@@ -41,6 +41,12 @@ class Counter(kubetune.Trainable):
     def load_checkpoint(self, checkpoint_dir):
         self.total = json.loads(Path(checkpoint_dir, "state.json").read_text())["total"]
 
+    @staticmethod
+    def worker(config):
+        """A worker pod of the trial's gang (``resourcesPerTrial.workers``): idles, as a rollout worker waiting
+        for work, until the operator deletes it when the head's attempt ends."""
+        time.sleep(3600)
+
 
 class TwoObjectives(kubetune.Trainable):
     """Two objectives at odds, the same at every step: ``accuracy`` (``config["x"]``, higher is better) and

@@ -126,7 +126,7 @@ def _freeze(prefix: Path) -> dict[str, str]:
 
 @pytest.mark.timeout(600)
 def test_install_script_installs_each_target_with_locked_versions(tmp_path):
-    """Both targets, side by side (about a minute with a warm pip cache)."""
+    """The three targets, side by side (about a minute with a warm pip cache)."""
     runs = {
         target: subprocess.Popen(
             ["sh", str(INSTALL), target, str(tmp_path / target)],
@@ -134,7 +134,7 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for target in ("runtime", "operator")
+        for target in ("runtime", "operator", "examples")
     }
     outputs = {}
     for target, proc in runs.items():
@@ -143,10 +143,12 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
         outputs[target] = out
     locked = _pins(CONSTRAINTS)
     runtime, operator = _freeze(tmp_path / "runtime"), _freeze(tmp_path / "operator")
-    for installed in (runtime, operator):
+    examples = _freeze(tmp_path / "examples")
+    for installed in (runtime, operator, examples):
         third_party = {n: v for n, v in installed.items() if n not in PROJECT_PACKAGES}
         assert {n: v for n, v in third_party.items() if locked.get(n) != v} == {}  # each one locked, at its pin
-    assert set(locked) == (set(runtime) | set(operator)) - PROJECT_PACKAGES  # no stale pin
+    assert set(locked) == (set(runtime) | set(operator) | set(examples)) - PROJECT_PACKAGES  # no stale pin
+    assert "jax" in examples and "jax" not in runtime  # the distributed examples' collectives, in their image only
     assert runtime.get("kubetune") == "local" and "kubetune-operator" not in runtime and "kopf" not in runtime
     assert operator.get("kubetune-operator") == "local"
     # every registered search algorithm and scheduler imported in the operator image's environment
