@@ -5,10 +5,10 @@ with mini-batch SGD. Every rank of the trial's gang (``spec.resourcesPerTrial.wo
 each computes the gradient of its own slice of every global mini-batch, the slices' gradients are summed
 across the pods with JAX's collectives over gloo (``jax.distributed`` from the gang's rendezvous variables,
 ``multihost_utils.process_allgather``), and every rank applies the same averaged update. The sum of the
-slices' gradients is the whole mini-batch's, so 1, 2 or 4 pods train the same model (to float rounding) as
-one pod does: the gang changes where the arithmetic runs, not its result. Rank 0's ``tune.report`` counts
-(the others' are dropped); every rank restores the checkpoint of the attempt, so a retried gang resumes at
-the epoch after it.
+slices' gradients is the whole mini-batch's, so 1, 2 or 4 pods train the same model as one pod does (in
+float64, to the last bits): the gang changes where the arithmetic runs, not its result. Rank 0's
+``tune.report`` counts (the others' are dropped); every rank restores the checkpoint of the attempt, so a
+retried gang resumes at the epoch after it.
 
 Run by the trial pods of ``experiment.yaml`` and of ``tests/realnode/test_distributed.py``, in the examples
 image (``jax`` and ``jaxlib`` from PyPI, CPU).
@@ -59,6 +59,9 @@ def train(config: dict) -> None:
     import jax
     import jax.numpy as jnp
 
+    # float64: the slices' gradients summed across pods differ from one pod's sum only in the last bits, so
+    # that no held-out prediction (and no scheduler decision on the accuracy) turns on the number of pods
+    jax.config.update("jax_enable_x64", True)
     context = kubetune.get_context()
     rank, size = context.get_world_rank(), context.get_world_size()
     allreduce = _collectives(size)

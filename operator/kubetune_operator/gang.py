@@ -12,8 +12,8 @@ evicted, preempted or deleted disrupts it; the head's outcome (rank 0, the pod t
 is the attempt's. The rendezvous follows ``torchrun`` and Kubeflow's PyTorchJob (``MASTER_ADDR``,
 ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``NODE_RANK``; one process per pod) and
 ``jax.distributed.initialize`` (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``).
-Each member's DNS name is ``rank-<r>.<service>.<namespace>.svc`` (the pod's ``hostname`` and
-``subdomain``, KEP-1776's headless Service records).
+Each member's DNS name is ``rank-<r>.<service>.<namespace>.svc``: the pod's ``hostname`` and ``subdomain``
+under a headless Service, as Kubernetes' DNS for Pods resolves them.
 """
 
 from __future__ import annotations
