@@ -39,7 +39,6 @@ from .builders import (
     build_token_secret,
     build_trial,
     experiment_trial_dir,
-    pod_resources,
     sample_pod,
     token_secret_name,
     trial_object,
@@ -1206,8 +1205,8 @@ class ExperimentController:
                     self._set(trial, now, phase="Pending")
             elif pod.phase == "Running" and trial.phase != "Running" and not pod.deleting:
                 stalled = trial.status.get("reason") in STALL_REASONS  # its runtime said so before this pass
-                self._set(trial, now, phase="Running", **({} if stalled else {"reason": "Running", "message": None}))
-                self._set(trial, now, scheduleTimeouts=None, nextAttemptTime=None)
+                changes = {} if stalled else {"reason": "Running", "message": None}
+                self._set(trial, now, phase="Running", scheduleTimeouts=None, nextAttemptTime=None, **changes)
                 running = f"its {pod.gang.total} pods are" if pod.gang else f"pod {pod.name} is"
                 plan.events.append((trial.name, "Normal", "TrialStarted", f"{running} running"))
             elif pod.phase == "Pending" and pod.waiting and trial.status.get("reason") != pod.waiting[0]:
@@ -1318,12 +1317,10 @@ class ExperimentController:
             return
         self.created_pods[name] = now
         pod = self._pod(trial)
-        resources = self.experiment["spec"].get("resourcesPerTrial") or {}
-        if world_size(self.experiment["spec"]) > 1:
-            workers = {"gpuResourceName": resources.get("gpuResourceName"), **resources["workers"]}
-            plan.gangs[name] = build_gang(
-                pod, resources, self.settings.trials.gang_scheduling == "podgroup", pod_resources(workers)
-            )
+        spec = self.experiment["spec"]
+        if world_size(spec) > 1:
+            podgroups = self.settings.trials.gang_scheduling == "podgroup"
+            plan.gangs[name] = build_gang(pod, spec["resourcesPerTrial"], podgroups)
         plan.create_pods.append(pod)
         plan.token_secrets[name] = build_token_secret(
             pod, self._trial_object(trial), self.token(trial.name, trial.attempt)

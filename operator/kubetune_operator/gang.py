@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Mapping
 
 from kubetune.env import HOSTS, RANK, WORLD_SIZE
 
-from .labels import LABEL_ATTEMPT, LABEL_TRIAL, MAX_LABEL_LENGTH, _bounded
+from .builders import LABEL_KUEUE_QUEUE, pod_resources
+from .labels import LABEL_ATTEMPT, LABEL_MANAGED_BY, LABEL_TRIAL, MAX_LABEL_LENGTH, _bounded
 
 if TYPE_CHECKING:
     from .controller import PodView
@@ -95,7 +96,7 @@ class Gang:
     podgroup: dict | None = None
 
 
-def build_gang(head: dict, resources: Mapping, podgroups: bool, worker_resources: dict) -> Gang:
+def build_gang(head: dict, resources: Mapping, podgroups: bool) -> Gang:
     """Make ``head`` (a pod manifest of :func:`kubetune_operator.builders.build_pod`) the head of a gang and
     return the rest of it.
 
@@ -104,7 +105,6 @@ def build_gang(head: dict, resources: Mapping, podgroups: bool, worker_resources
         resources: ``spec.resourcesPerTrial`` (with ``workers``).
         podgroups: whether the cluster serves the scheduler's PodGroup: the gang then gets one with
             ``gang.minCount`` = its size, and each pod's ``schedulingGroup`` names it.
-        worker_resources: the worker container's ``resources`` (``builders.pod_resources`` of ``workers``).
 
     Returns:
         The headless Service (``publishNotReadyAddresses``: ranks resolve while they start), the worker pods
@@ -113,8 +113,9 @@ def build_gang(head: dict, resources: Mapping, podgroups: bool, worker_resources
     meta, namespace = head["metadata"], head["metadata"]["namespace"]
     name, size = meta["name"], 1 + int(resources["workers"]["replicas"])
     group = gang_name(name)
-    labels = {k: meta["labels"][k] for k in meta["labels"] if k.startswith("kubetune.io/") or "managed-by" in k}
-    if "kueue.x-k8s.io/queue-name" in meta["labels"]:
+    labels = {k: v for k, v in meta["labels"].items() if k.startswith("kubetune.io/") or k == LABEL_MANAGED_BY}
+    worker_resources = pod_resources({"gpuResourceName": resources.get("gpuResourceName"), **resources["workers"]})
+    if LABEL_KUEUE_QUEUE in meta["labels"]:
         meta["labels"][KUEUE_POD_GROUP] = group
         meta.setdefault("annotations", {})[KUEUE_POD_GROUP_COUNT] = str(size)
     service = {
