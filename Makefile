@@ -26,7 +26,7 @@ $(VENV)/.checkout-path: $(VENV)/.installed
 	touch $@
 
 binaries: venv
-	$(PYTHON) -m devcluster build
+	$(PYTHON) -m devcluster build --kueue
 
 # Installs the real node's Debian packages that are missing (as root; otherwise says which to install).
 host-packages:

@@ -3,7 +3,8 @@
 ``up`` starts a detached cluster in ``$KUBETUNE_DEVCLUSTER_DIR`` (default
 ``~/.cache/kubetune/devcluster``), installs kubetune on it with the chart
 (:mod:`devcluster.install`) and prints the shell exports to reach both;
-``down`` stops it by the PIDs in its state file.
+``down`` stops it by the PIDs in its state file. ``build --kueue`` and ``up --kueue`` add Kueue
+(:mod:`devcluster.kueue`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import build, images, install, nodebuild
+from . import build, images, install, kueue, nodebuild
 from .cluster import Cluster, ClusterConfig, default_state_dir
 
 
@@ -45,6 +46,8 @@ def cmd_up(args) -> int:
     cluster = Cluster(cfg, workdir)
     try:
         cluster.start()
+        if args.kueue:
+            kueue.Kueue(cluster).start()  # stopped with the cluster (`down`): its PID is in the state file
         started = time.monotonic()
         exports = install.install(cluster)
     except BaseException:
@@ -98,6 +101,8 @@ def cmd_build(args) -> int:
     if args.node:
         for name, path in nodebuild.ensure_node_binaries().items():
             print(f"{name}\t{path}")
+    if args.kueue:
+        print(f"kueue\t{kueue.kueue_binary()}")
     return code
 
 
@@ -111,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     build_cmd = sub.add_parser("build", help="build or reuse the control-plane binaries")
     build_cmd.add_argument("--node", action="store_true", help="also the real node's (kubelet, containerd, CoreDNS...)")
+    build_cmd.add_argument("--kueue", action="store_true", help=f"also Kueue's manager ({kueue.KUEUE_VERSION})")
     build_cmd.set_defaults(func=cmd_build)
     sub.add_parser("images", help="build or reuse the container images for the real node").set_defaults(func=cmd_images)
     up = sub.add_parser("up", help="start a cluster, install kubetune on it and print the shell exports")
@@ -123,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         "--real-node",
         action="store_true",
         help="run pods in containers on a real kubelet with containerd (root; --gpus-per-node fake GPUs)",
+    )
+    up.add_argument(
+        "--kueue", action="store_true", help="also run Kueue with its pod integration (root; see devcluster/kueue.py)"
     )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the cluster").set_defaults(func=cmd_down)

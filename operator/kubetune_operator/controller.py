@@ -129,7 +129,7 @@ class PodView:
     world_size: int = 1  # pods in its gang
     ready: bool = False  # its Ready condition is True
     scheduled: bool = False  # bound to a node
-    created_at: str | None = None  # metadata.creationTimestamp
+    scheduled_at: str | None = None  # when it was bound to a node: its PodScheduled condition's time (RFC 3339)
     finished_at: str | None = None  # the trial container's terminated.finishedAt (RFC 3339)
     gang: GangView | None = None  # a gang's members, on the head's view as gang.fold makes it
 
@@ -146,12 +146,14 @@ def pod_view(pod: Mapping) -> PodView:
         reason=status.get("reason"),
         message=status.get("message"),
         owner_uid=next((ref.get("uid") for ref in meta.get("ownerReferences") or ()), None),
-        created_at=meta.get("creationTimestamp"),
     )
     if LABEL_RANK in meta["labels"]:
         view.rank, view.world_size = int(meta["labels"][LABEL_RANK]), int(meta["labels"].get(LABEL_WORLD_SIZE, 1))
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or ()}
-    view.ready, view.scheduled = conditions.get("Ready") == "True", conditions.get("PodScheduled") == "True"
+    conditions = {c.get("type"): c for c in status.get("conditions") or ()}
+    view.ready = (conditions.get("Ready") or {}).get("status") == "True"
+    bound = conditions.get("PodScheduled") or {}
+    view.scheduled = bound.get("status") == "True"
+    view.scheduled_at = bound.get("lastTransitionTime") if view.scheduled else None
     target = next(
         (
             c
@@ -1256,14 +1258,15 @@ class ExperimentController:
 
     def _gang_timed_out(self, plan: Plan, trial: TrialState, pod: PodView, now: float) -> bool:
         """The operator's own all-or-nothing rule: a gang with some members scheduled and others not for
-        longer than ``workers.scheduleTimeoutSeconds`` (since its first pod was created) is deleted whole,
+        longer than ``workers.scheduleTimeoutSeconds`` (since its first member was bound to a node: time spent
+        waiting for admission, all members unbound, does not count) is deleted whole,
         so that what its scheduled pods hold is free for others, and retried as the next attempt after a
         back-off (10 s doubling per timeout in a row, at most 5 min); not counted as a failure."""
         timeout = self.spec.workers_schedule_timeout_s
         gang = pod.gang
-        if gang is None or not timeout or not 0 < gang.scheduled < gang.total or not gang.created_at:
+        if gang is None or not timeout or not 0 < gang.scheduled < gang.total or not gang.scheduled_at:
             return False
-        waited = now - st.parse_time(gang.created_at).timestamp()
+        waited = now - st.parse_time(gang.scheduled_at).timestamp()
         if waited < timeout:
             return False
         self._delete_attempt(plan, pod, 0)

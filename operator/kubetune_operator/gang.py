@@ -42,6 +42,10 @@ PODGROUP_API = ("scheduling.k8s.io", "v1alpha2", "podgroups")
 #: Kueue's pod-group label and total-count annotation (pods of one group are admitted together).
 KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+#: Kueue's annotation that a group's failed pods are not replaced within the group: its Workload then
+#: ends (and gives back its quota) once no member runs, instead of waiting for every member to succeed.
+#: Each attempt is a group of its own; the operator retries with a new attempt.
+KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
 
 
 def world_size(spec: Mapping) -> int:
@@ -117,7 +121,7 @@ def build_gang(head: dict, resources: Mapping, podgroups: bool) -> Gang:
     worker_resources = pod_resources({"gpuResourceName": resources.get("gpuResourceName"), **resources["workers"]})
     if LABEL_KUEUE_QUEUE in meta["labels"]:
         meta["labels"][KUEUE_POD_GROUP] = group
-        meta.setdefault("annotations", {})[KUEUE_POD_GROUP_COUNT] = str(size)
+        meta.setdefault("annotations", {}).update({KUEUE_POD_GROUP_COUNT: str(size), KUEUE_RETRIABLE_IN_GROUP: "false"})
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -168,14 +172,14 @@ class GangView:
         ready: members whose Ready condition is True.
         scheduled: members bound to a node.
         active: names of members still Pending or Running and not being deleted: what ending the attempt deletes.
-        created_at: the earliest member's ``creationTimestamp`` (RFC 3339), or None.
+        scheduled_at: when its first member was bound to a node (RFC 3339), or None while none is.
     """
 
     total: int
     ready: int
     scheduled: int
     active: tuple[str, ...]
-    created_at: str | None
+    scheduled_at: str | None
 
 
 def fold(pods: Mapping[str, PodView]) -> dict[str, PodView]:
@@ -206,7 +210,7 @@ def fold(pods: Mapping[str, PodView]) -> dict[str, PodView]:
 
 def _fold(head: PodView, members: list[PodView]) -> PodView:
     present = [m for m in members if not m.gone]
-    created = [m.created_at for m in members if m.created_at]
+    bound = [m.scheduled_at for m in present if m.scheduled_at]
     view = dataclasses.replace(
         head,
         gang=GangView(
@@ -214,7 +218,7 @@ def _fold(head: PodView, members: list[PodView]) -> PodView:
             ready=sum(1 for m in present if m.ready),
             scheduled=sum(1 for m in present if m.scheduled),
             active=tuple(m.name for m in present if m.phase in _ACTIVE and not m.deleting),
-            created_at=min(created) if created else None,
+            scheduled_at=min(bound) if bound else None,
         ),
     )
     if head.phase == "Succeeded":

@@ -39,7 +39,8 @@ def manifests(plan):
 
 
 def observed(pods, phases, *, scheduled=None, deleting=(), gone=(), created="2027-01-15T08:00:00Z", **status):
-    """Pod views of the manifests ``pods`` as the watch would show them: phase by rank (a list)."""
+    """Pod views of the manifests ``pods`` as the watch would show them: phase by rank (a list); members
+    ``scheduled`` (ranks) were bound to a node at ``created``, as was every Running one by default."""
     out = {}
     for manifest in pods:
         rank = int(manifest["metadata"]["labels"][LABEL_RANK])
@@ -51,7 +52,7 @@ def observed(pods, phases, *, scheduled=None, deleting=(), gone=(), created="202
         body["status"] = {
             "phase": phases[rank],
             "conditions": [
-                {"type": "PodScheduled", "status": "True" if bound else "False"},
+                {"type": "PodScheduled", "status": "True" if bound else "False", "lastTransitionTime": created},
                 {"type": "Ready", "status": "True" if phases[rank] == "Running" else "False"},
             ],
             **status.get(f"rank{rank}", {}),
@@ -115,6 +116,8 @@ def test_a_kueue_queue_makes_the_gang_one_kueue_pod_group():
     for pod in manifests(plan):
         assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "g-exp-00000-0"
         assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "4"
+        # the group's Workload ends when no member runs (the head succeeded and the rest were deleted)
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/retriable-in-group"] == "false"
 
 
 def test_long_names_stay_valid_dns_labels():
@@ -252,6 +255,19 @@ def test_a_gang_partly_scheduled_past_its_timeout_is_deleted_whole_and_retried_a
     assert ctl.plan(gone, T0 + 70).create_pods == []  # backing off
     plan = ctl.plan(gone, T0 + 72)
     assert [p["metadata"]["name"] for p in plan.create_pods] == ["exp-00000-1"]
+
+
+def test_the_time_a_gang_waits_unbound_for_admission_does_not_count_towards_its_timeout():
+    """Kueue's gate or the scheduler's PodGroup holds a gang whole (no member bound) for an hour; when it is
+    admitted its members are bound one by one: the gang is partly scheduled for a moment, not for an hour."""
+    ctl = controller()
+    pods = manifests(ctl.plan({}, T0 + 1))
+    ctl.plan(observed(pods, ["Pending"] * 4, scheduled=()), T0 + 3600)
+    admitted = "2027-01-15T09:00:00Z"  # T0 + 3600
+    ctl.plan(observed(pods, ["Pending"] * 4, scheduled=(0, 1), created=admitted), T0 + 3601)
+    assert ctl.trials["exp-00000"].attempt == 0
+    ctl.plan(observed(pods, ["Pending"] * 4, scheduled=(0, 1), created=admitted), T0 + 3661)
+    assert (ctl.trials["exp-00000"].attempt, ctl.trials["exp-00000"].status["reason"]) == (1, "GangTimeout")
 
 
 def test_a_gang_the_scheduler_holds_whole_never_times_out():
