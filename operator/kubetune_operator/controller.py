@@ -740,17 +740,20 @@ class ExperimentController:
         self.pod_refused = message
 
     def name_taken(self, name: str, message: str) -> None:
-        """Trial or pod ``name`` exists and is not this Experiment's (``message`` says whose and what to do): it
-        is never used; the Experiment is ``Ready=False`` (``TrialNameTaken``), with a Warning event the first
-        time, until the name is free and the create succeeds (asked for again every pass, with back-off)."""
+        """Trial, pod, or gang Service or PodGroup ``name`` exists and is not this Experiment's (``message`` says
+        whose and what to do): it is never used; the Experiment is ``Ready=False`` (``TrialNameTaken``), with a
+        Warning event the first time, until the name is free and the create succeeds (asked for again every pass,
+        with back-off)."""
         if name not in self.names_taken:
             self.notices.append((None, "Warning", "TrialNameTaken", message))
         self.names_taken[name] = message
 
-    def pod_accepted(self, name: str | None = None) -> None:
-        """A trial pod (``name``) was created: what refused the earlier one, or held its name, no longer does."""
+    def pod_accepted(self, *names: str) -> None:
+        """A trial pod was created (``names``: the pod's, and its gang's Service and PodGroup's): what refused the
+        earlier one, or held one of its names, no longer does."""
         self.pod_refused = None
-        self.names_taken.pop(name, None)
+        for name in names:
+            self.names_taken.pop(name, None)
 
     def plan_not_carried_out(self, plan: "Plan") -> None:
         """The journal could not be committed, so nothing of ``plan`` was sent: ask for it all again."""

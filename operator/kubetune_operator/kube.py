@@ -221,25 +221,37 @@ class Kube:
                 raise
 
     def _create_service(self, manifest: dict) -> None:
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         try:
-            _drain(
-                self.core.create_namespaced_service(manifest["metadata"]["namespace"], manifest, _preload_content=False)
-            )
+            _drain(self.core.create_namespaced_service(ns, manifest, _preload_content=False))
         except client.ApiException as exc:
-            if exc.status != 409:  # the same attempt's, from an earlier pass
+            if exc.status != 409:
                 raise
+            # the same attempt's, from an earlier pass; or an earlier Trial's of that name, not yet collected (its
+            # selector would take this attempt's pods, and the garbage collector would delete it under them)
+            found = self.core.list_namespaced_service(
+                ns, field_selector=f"metadata.name={name}", _preload_content=False
+            )
+            for existing in json.loads(found.data)["items"]:
+                _check_ours("Service", existing, manifest)
 
     def _create_podgroup(self, manifest: dict) -> None:
         group, version, plural = PODGROUP_API
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         try:
             _drain(
                 self.custom.create_namespaced_custom_object(
-                    group, version, manifest["metadata"]["namespace"], plural, manifest, _preload_content=False
+                    group, version, ns, plural, manifest, _preload_content=False
                 )
             )
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
+            found = self.custom.list_namespaced_custom_object(
+                group, version, ns, plural, field_selector=f"metadata.name={name}", _preload_content=False
+            )
+            for existing in json.loads(found.data)["items"]:
+                _check_ours("PodGroup", existing, manifest)
 
     def _delete_gang_objects(self, namespace: str, name: str) -> None:
         """Delete the headless Service and the PodGroup (if any) of an ended gang's attempt."""
@@ -409,7 +421,7 @@ class Kube:
                     return _FAILED
             created = await attempt(f"create pod {name}", self._create_pod, manifest)
             if created is not _FAILED:
-                ctl.pod_accepted(name)
+                ctl.pod_accepted(name, *([gang.service["metadata"]["name"]] if gang is not None else []))
             return created
 
         async def status_attempt(name, patch):  # its failure is the trial's, and may stop counting as an error

@@ -52,6 +52,26 @@ Key = tuple[str, str]
 """``(namespace, experiment label value)``."""
 
 
+def _view(pod: dict, warned: set[str]) -> PodView | None:
+    """``pod_view(pod)``, or None (with one warning per pod) for a pod whose kubetune labels do not parse: one
+    carrying the managed-by label whose trial, attempt, rank or world-size label someone removed or edited."""
+    try:
+        return pod_view(pod)
+    except (KeyError, ValueError) as exc:
+        meta = pod["metadata"]
+        if meta.get("uid") not in warned:
+            warned.add(meta.get("uid"))
+            log.warning(
+                "ignoring pod %s/%s: it has the label %s but its kubetune labels are not kubetune's (%s: %s)",
+                meta.get("namespace"),
+                meta.get("name"),
+                SELECTOR,
+                type(exc).__name__,
+                exc,
+            )
+        return None
+
+
 def _key(pod: dict) -> Key:
     meta = pod["metadata"]
     return meta["namespace"], (meta.get("labels") or {}).get(LABEL_EXPERIMENT, "")
@@ -83,6 +103,7 @@ class PodWatch:
         self._ready = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
+        self._warned: set[str] = set()  # uids of pods ignored for labels that are not kubetune's
 
     def start(self) -> None:
         """Start one daemon thread per scope (call on the event loop)."""
@@ -168,7 +189,9 @@ class PodWatch:
             )
             page = json.loads(resp.data)
             for pod in page["items"]:
-                listed.setdefault(_key(pod), {})[pod["metadata"]["name"]] = pod_view(pod)
+                view = _view(pod, self._warned)
+                if view is not None:
+                    listed.setdefault(_key(pod), {})[pod["metadata"]["name"]] = view
             token = page["metadata"].get("continue")
             if not token:
                 return listed, page["metadata"]["resourceVersion"]
@@ -192,8 +215,9 @@ class PodWatch:
         ):
             pod = event["raw_object"]
             version = pod["metadata"].get("resourceVersion") or version
-            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                self._call(self._apply, scope, event["type"], _key(pod), pod_view(pod))
+            view = _view(pod, self._warned) if event["type"] in ("ADDED", "MODIFIED", "DELETED") else None
+            if view is not None:
+                self._call(self._apply, scope, event["type"], _key(pod), view)
             if self._stop.is_set():
                 stream.stop()
         return version

@@ -78,3 +78,38 @@ def test_a_worker_failing_fails_the_attempt_and_the_next_gang_runs_whole(
         raise AssertionError("the last attempt's Service is still there")
     except client.ApiException as exc:
         assert exc.status == 404
+
+
+def test_a_gang_whose_service_name_is_taken_waits_and_says_whose_it_is(
+    cluster, operator, custom, core, namespace, storage_secret
+):
+    """A Service of the gang's name that is not this Trial's (here a user's; or an earlier Trial's of the same name
+    not yet collected, which the garbage collector would delete under the new gang) is never taken over: the
+    Experiment is Ready=False TrialNameTaken and no member pod is created, until the name is free."""
+    core.create_namespaced_service(
+        namespace, {"metadata": {"name": "g-taken-00000-0"}, "spec": {"clusterIP": "None", "selector": {"a": "b"}}}
+    )
+    body = experiment(
+        "taken",
+        cluster,
+        storage_secret,
+        config={},
+        trainable={"source": SOURCE, "name": "train"},
+        stop={},
+        failure={"maxFailures": 1},  # SOURCE's worker 1 fails its first attempt
+        resourcesPerTrial={"cpu": "100m", "workers": {"replicas": 1, "cpu": "100m"}},
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", body)
+
+    def ready():
+        conditions = (get(custom, namespace, "experiments", "taken").get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Ready"), {})
+
+    wait_for(lambda: ready().get("reason") == "TrialNameTaken", timeout=60, what="TrialNameTaken")
+    assert "Service g-taken-00000-0 already exists and is not this Experiment's" in ready()["message"]
+    assert events(core, namespace, "TrialNameTaken")
+    assert core.list_namespaced_pod(namespace, label_selector="kubetune.io/experiment=taken").items == []
+    core.delete_namespaced_service("g-taken-00000-0", namespace)
+    wait_for(lambda: phase_is(custom, namespace, "taken", "Succeeded", "Failed"), timeout=120, what="the end")
+    assert get(custom, namespace, "experiments", "taken")["status"]["phase"] == "Succeeded"
+    assert ready().get("reason") != "TrialNameTaken"

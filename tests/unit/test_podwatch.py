@@ -5,6 +5,7 @@ about. The list and watch themselves run against the real API server in every in
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from kubetune_operator.controller import pod_view
@@ -106,3 +107,28 @@ def test_a_scope_relist_keeps_the_other_scopes_pods():
     pw._replace("b", listed(body("b", "e", "t2")))
     pw._replace("a", {})
     assert pw.pods("a", "e") == {} and set(pw.pods("b", "e")) == {"t2-0"}
+
+
+def test_a_pod_whose_kubetune_labels_do_not_parse_is_ignored_with_one_warning(caplog):
+    """A pod with kubetune's managed-by label whose attempt, rank or trial label was edited or removed: the list
+    goes on without it (before, its ``int()`` failed the whole list, which was retried in a loop)."""
+    edited, ranked, unlabelled = body("a", "e", "t2"), body("a", "e", "t3"), body("a", "e", "t4")
+    edited["metadata"]["labels"][LABEL_ATTEMPT] = "zero"
+    ranked["metadata"]["labels"]["kubetune.io/rank"] = "head"
+    del unlabelled["metadata"]["labels"][LABEL_TRIAL]
+    for i, pod in enumerate((edited, ranked, unlabelled)):
+        pod["metadata"]["uid"] = f"uid-{i}"
+    page = {"items": [body("a", "e", "t1"), edited, ranked, unlabelled], "metadata": {"resourceVersion": "7"}}
+
+    class Core:
+        def list_namespaced_pod(self, namespace, **kwargs):
+            return type("Response", (), {"data": json.dumps(page)})()
+
+    pw = PodWatch(Core(), ("a",), lambda *args: None)
+    with caplog.at_level("WARNING", logger="kubetune.podwatch"):
+        for _ in range(2):
+            pods, version = pw._list("a")
+            assert (set(pods[("a", "e")]), version) == ({"t1-0"}, "7")
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3, warnings  # once per pod, not once per list
+    assert "ignoring pod a/t2-0" in warnings[0] and "invalid literal for int()" in warnings[0]

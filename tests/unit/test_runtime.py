@@ -371,6 +371,25 @@ def test_a_decision_wait_does_not_hold_training_while_the_collector_is_down(tmp_
     assert code == 0, output
     assert len(_lines(storage, trial_dir)) == 30
     assert time.monotonic() - started < 30  # not 5 s per step: the wait ends once the collector is unreachable
+    assert "within 5 s (collector unreachable): training on" in output  # the deviation from Ray is in the log
+
+
+def test_an_answer_later_than_the_decision_wait_is_logged_as_applying_late(tmp_path):
+    storage, trial_dir = _storage(tmp_path)
+    collector = Collector(decide=lambda batch, batches: time.sleep(0.5) or "continue").start()
+    env = runtime_env(
+        tmp_path,
+        trial_dir,
+        config={"step_s": 0.01},
+        stop={"training_iteration": 2},
+        collector=collector,
+        decision_wait_s=0.1,
+        **_source(),
+    )
+    code, output = run_runtime(env)
+    collector.stop()
+    assert code == 0, output
+    assert "no answer from the operator to the result of iteration 1 within 0.1 s: training on" in output
 
 
 def test_a_stale_attempt_stops_at_once_and_writes_nothing_more(tmp_path):

@@ -101,16 +101,16 @@ that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itsel
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create, delete]
-# The headless Service of each gang attempt (trials with workers): Kube._create_service before its pods,
-# Kube._delete_gang_objects once the attempt ended.
+# The headless Service of each gang attempt (trials with workers): Kube._create_service before its pods
+# (list by name: whose one of that name is, when it exists), Kube._delete_gang_objects once the attempt ended.
 - apiGroups: [""]
   resources: [services]
-  verbs: [create, delete]
+  verbs: [create, delete, list]
 # The scheduler's PodGroup of each gang attempt when trials.gangScheduling is podgroup: Kube._create_podgroup,
 # Kube._delete_gang_objects.
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]
-  verbs: [create, delete]
+  verbs: [create, delete, list]
 # kopf.event / kopf.warn on Experiments and Trials.
 - apiGroups: [""]
   resources: [events]

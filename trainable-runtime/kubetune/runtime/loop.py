@@ -310,8 +310,15 @@ class TrialRunner:
         self.last_result = result
         if self.reporter is not None:
             seq = self.reporter.report(result)
-            if self.env.decision_wait_s > 0:  # the scheduler's answer to this result, before the next step
-                self.reporter.wait_answered(seq, self.env.decision_wait_s)
+            wait = self.env.decision_wait_s
+            if wait > 0 and not self.reporter.wait_answered(seq, wait):  # the scheduler's answer, before the next step
+                log.warning(
+                    "no answer from the operator to the result of iteration %s within %g s%s: training on, so a "
+                    "decision on it (stop, pause) applies at a later iteration than Ray's would",
+                    result.get("training_iteration"),
+                    wait,
+                    " (collector unreachable)" if self.reporter.unreachable else "",
+                )
         self._log_progress(result)
         decision = self.reporter.take_decision() if self.reporter is not None else None
         if decision == FENCED:
