@@ -136,26 +136,13 @@ def serve_by_url(client_config: dict, port: int, ca_pem: bytes) -> None:
 
 
 class Kueue:
-    """Kueue's manager running against ``cluster`` (a started :class:`devcluster.cluster.Cluster`).
-
-    Use as a context manager, or ``start()``/``stop()``.
-    """
+    """Kueue's manager running against ``cluster`` (a started :class:`devcluster.cluster.Cluster`): ``start()``, then
+    ``stop()``, or ``Cluster.stop()`` (the manager's PID is in the cluster's state file)."""
 
     def __init__(self, cluster):
         self.cluster = cluster
         self.workdir = cluster.workdir / "kueue"
         self.proc = None
-
-    def __enter__(self) -> "Kueue":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Build what is missing, install Kueue's CRDs and webhooks, start the manager and wait until it

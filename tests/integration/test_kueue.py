@@ -35,7 +35,9 @@ def train(config):
 
 @pytest.fixture(scope="module")
 def kueue(cluster, api):
-    with Kueue(cluster) as running:
+    running = Kueue(cluster)
+    try:
+        running.start()
         flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}}
         try:
             client.CustomObjectsApi(api).create_cluster_custom_object(*KUEUE, "resourceflavors", flavor)
@@ -43,6 +45,8 @@ def kueue(cluster, api):
             if exc.status != 409:
                 raise
         yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture
