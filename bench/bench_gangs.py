@@ -16,7 +16,12 @@ one pod, alternating, ``--rounds`` times each; and the data-parallel example (``
 ``--epochs`` epochs) from creation to Succeeded on 1, 2 and 4 pods, with its epochs' mean ``time_this_iter_s``.
 The machine has 2 cores: 4 pods share them.
 
-Run: ``.venv/bin/python bench/bench_gangs.py [--phases reconcile,realnode] [--passes 50] [--rounds 3]``.
+``--phases kueue`` (as root): the process node with kubetune installed by the chart and Kueue (``devcluster.kueue``)
+running; a gang of 4 pods from its Experiment's creation to all 4 running, in a Kueue LocalQueue (``spec.queueName``:
+Kueue's webhook gates the pods, its manager admits the group and lifts the gates) against the same gang without a
+queue, alternating, ``--rounds`` times each. The ratio is what Kueue's admission adds to a gang's start.
+
+Run: ``.venv/bin/python bench/bench_gangs.py [--phases reconcile,realnode,kueue] [--passes 50] [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -187,15 +192,103 @@ def realnode(rounds: int, epochs: int) -> None:
             )
 
 
+def kueue(rounds: int) -> None:
+    from kubernetes import client
+
+    from devcluster import Cluster, ClusterConfig, install
+    from devcluster.install import CREDENTIALS_SECRET, NAMESPACE
+    from devcluster.kueue import Kueue
+    from tests.integration.support import wait_for
+
+    crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
+    with Cluster(ClusterConfig(crds=crds)) as cluster:
+        Kueue(cluster).start()  # stopped with the cluster
+        install.install(cluster)
+        api = cluster.api_client()
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        queue_objects = [
+            ("resourceflavors", None, {"kind": "ResourceFlavor", "metadata": {"name": "default"}}),
+            (
+                "clusterqueues",
+                None,
+                {
+                    "kind": "ClusterQueue",
+                    "metadata": {"name": "bench"},
+                    "spec": {
+                        "namespaceSelector": {},
+                        "resourceGroups": [
+                            {
+                                "coveredResources": ["cpu"],
+                                "flavors": [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": "8"}]}],
+                            }
+                        ],
+                    },
+                },
+            ),
+            (
+                "localqueues",
+                NAMESPACE,
+                {"kind": "LocalQueue", "metadata": {"name": "bench"}, "spec": {"clusterQueue": "bench"}},
+            ),
+        ]
+        for plural, namespace, body in queue_objects:
+            body["apiVersion"] = "kueue.x-k8s.io/v1beta2"
+            if namespace:
+                custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, plural, body)
+            else:
+                custom.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, body)
+        storage = {
+            "uri": "s3://kubetune/bench",
+            "endpoint": cluster.s3_endpoint,
+            "credentialsSecret": CREDENTIALS_SECRET,
+        }
+
+        def all_running(name: str) -> bool:
+            pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"kubetune.io/experiment={name}").items
+            return sum(1 for p in pods if p.status.phase == "Running") == 4
+
+        def finished(name: str) -> bool:
+            body = custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", NAMESPACE, "experiments", name)
+            return (body.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+        starts: dict[str, list[float]] = {"Kueue": [], "no queue": []}
+        for i in range(rounds):
+            for case in starts:
+                name = f"kq-{i}" if case == "Kueue" else f"plain-{i}"
+                spec = {
+                    "trainable": {"source": SLEEPER, "name": "train"},
+                    "config": {"sleep_s": 3},
+                    "metric": "x",
+                    "mode": "max",
+                    "storage": storage,
+                    "resourcesPerTrial": {"cpu": "100m", "workers": {"replicas": 3, "cpu": "100m"}},
+                    **({"queueName": "bench"} if case == "Kueue" else {}),
+                }
+                body = {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment", "metadata": {"name": name}}
+                started = time.monotonic()
+                custom.create_namespaced_custom_object(
+                    "kubetune.io", "v1alpha1", NAMESPACE, "experiments", {**body, "spec": spec}
+                )
+                wait_for(lambda: all_running(name), timeout=300, interval=0.05, what=f"{name} running")
+                starts[case].append(time.monotonic() - started)
+                wait_for(lambda: finished(name), timeout=300, interval=0.5, what=f"{name} finished")
+        for case, times in starts.items():
+            print(f"kueue: created -> gang of 4 running, {case}: median {statistics.median(times):.2f} s {times}")
+        ratio = statistics.median(starts["Kueue"]) / statistics.median(starts["no queue"])
+        print(f"ratio Kueue / no queue: {ratio:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phases", default="reconcile", help="reconcile, realnode")
+    parser.add_argument("--phases", default="reconcile", help="reconcile, realnode, kueue")
     parser.add_argument("--passes", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=12)
     args = parser.parse_args()
     if "realnode" in args.phases:
         realnode(args.rounds, args.epochs)
+    if "kueue" in args.phases:
+        kueue(args.rounds)
     if "reconcile" not in args.phases:
         return
     gangs = run(100, 3, args.passes)

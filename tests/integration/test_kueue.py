@@ -94,13 +94,16 @@ def queue(kueue, custom, namespace):
 
 
 class Admissions:
-    """Samples the namespace's pods every 0.2 s while a test runs: the most cpu admitted at once (pods Kueue
-    ungated that have not ended) and every gang seen partly admitted with a member bound to a node."""
+    """Samples the namespace's pods and Kueue Workloads every 0.2 s while a test runs: the most cpu admitted at
+    once (pods Kueue ungated that have not ended), every gang seen partly admitted with a member bound to a node,
+    and each Workload's pod count (a Workload goes with its pods, which the operator deletes once they ended)."""
 
     def __init__(self, cluster, namespace):
-        self.core = client.CoreV1Api(cluster.api_client())
+        api = cluster.api_client()
+        self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         self.namespace, self.peak, self.half_bound = namespace, 0, []
         self.gated_seen = set()
+        self.workloads: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -128,6 +131,9 @@ class Admissions:
                 if group:
                     groups.setdefault(group, []).append((ADMISSION_GATE in gates, bool(pod.spec.node_name)))
             self.peak = max(self.peak, admitted)
+            for workload in self.custom.list_namespaced_custom_object(*KUEUE, self.namespace, "workloads")["items"]:
+                pods = sum(ps["count"] for ps in workload["spec"]["podSets"])
+                self.workloads[workload["metadata"]["name"]] = pods
             for group, members in groups.items():
                 if any(gated for gated, _ in members) and any(bound for _, bound in members):
                     self.half_bound.append(group)
@@ -191,13 +197,8 @@ def test_kueue_admits_each_gang_whole_within_the_quota_and_gets_it_back_after_ea
     assert seen.gated_seen, "no pod ever waited for Kueue's admission"
     assert waiting, "no Trial showed that it waited for admission"
     wait_for(lambda: _quota_returned(custom, namespace, core, namespace), timeout=60, what="the quota to come back")
-    workloads = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
-    # one Workload per attempt (x=1: 2 attempts; x=2: 1), each admitted whole: its pod sets count 3 pods
-    assert len(workloads) == 3, [w["metadata"]["name"] for w in workloads]
-    for workload in workloads:
-        assert sum(ps["count"] for ps in workload["spec"]["podSets"]) == 3
-        finished = {c["type"]: c["status"] for c in workload["status"]["conditions"]}
-        assert finished.get("Finished") == "True", workload["status"]["conditions"]
+    # one Workload per attempt (x=1: 2 attempts; x=2: 1), each for the whole gang: its pod sets count 3 pods
+    assert seen.workloads == {"g-kq-00000-0": 3, "g-kq-00000-1": 3, "g-kq-00001-0": 3}, seen.workloads
 
 
 def test_a_gang_over_the_quota_waits_whole_and_runs_when_the_quota_grows(
