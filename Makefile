@@ -26,7 +26,7 @@ $(VENV)/.checkout-path: $(VENV)/.installed
 	touch $@
 
 binaries: venv
-	$(PYTHON) -m devcluster build --kueue
+	$(PYTHON) -m devcluster build
 
 # Installs the real node's Debian packages that are missing (as root; otherwise says which to install).
 host-packages:
@@ -36,10 +36,11 @@ host-packages:
 		else echo "the real node needs these Debian packages (install them as root): $$missing" >&2; exit 1; fi; \
 	fi
 
-# The real node's binaries and the images it runs (kubelet, containerd, CoreDNS; Dockerfile targets).
+# The real node's binaries and the images it runs (kubelet, containerd, CoreDNS; Dockerfile targets), and Kueue
+# (for tests/integration/test_kueue.py).
 # Both at once: Go compiles while buildah mostly waits on the package index (images take pause last).
 node: binaries host-packages
-	$(PYTHON) -m devcluster build --node & build=$$!; \
+	$(PYTHON) -m devcluster build --node --kueue & build=$$!; \
 	$(PYTHON) -m devcluster images; images=$$?; wait $$build && exit $$images
 
 # Two runs, one cluster each: the process-kubelet suite, then the real node's (pytest -m realnode).
