@@ -1,7 +1,8 @@
 """Builds Kueue (``sigs.k8s.io/kueue``) from its Go module and runs its manager beside a running cluster.
 
-Called by the integration tests' ``kueue`` fixture (``tests/integration/test_kueue.py``) and by
-``python -m devcluster build --kueue``. As for the control plane (:mod:`devcluster.build`), the manager
+Called by the integration tests' ``kueue`` fixture (``tests/integration/test_kueue.py``), by
+``bench/bench_gangs.py --phases kueue``, by ``python -m devcluster up --kueue`` and by ``python -m devcluster build
+--kueue`` (which ``make node`` runs). As for the control plane (:mod:`devcluster.build`), the manager
 (``cmd/kueue``) is compiled through the module proxy in a throwaway build module and cached by version
 under ``$KUBETUNE_CACHE/bin``. Its CRDs and webhook configurations are the ones its release is kustomized
 from (``config/components`` of the same module), applied with two changes a cluster of local processes
