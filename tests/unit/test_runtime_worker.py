@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 
-from conftest_runtime import run_runtime, runtime_env
+import pytest
+from conftest_runtime import run_runtime, runtime_env, start_runtime
 
 from kubetune.checkpoint_store import list_checkpoints
-from kubetune.env import HOSTS, RANK, WORLD_SIZE, CheckpointPolicy
+from kubetune.env import HOSTS, RANK, WORLD_SIZE, CheckpointPolicy, TrialEnv
+from kubetune.runtime import gang_config
+from kubetune.shipping import FUNCTION_KEY, dumps
 from kubetune.storage import open_storage
 
 SOURCE = '''
@@ -56,14 +59,19 @@ class Driver(kubetune.Trainable):
 class NoWorker(kubetune.Trainable):
     def step(self):
         return {"done": True}
+
+
+def note_lr(config):
+    with open(f"{config['out']}lr{kubetune.get_context().get_world_rank()}", "w") as f:
+        json.dump(config["lr"], f)
 '''
 
 
-def _env(tmp_path, trial_dir, name, rank, **fields):
+def _env(tmp_path, trial_dir, name, rank, config=None, **fields):
     env = runtime_env(
         tmp_path,
         trial_dir,
-        config={"out": str(tmp_path / "seen-")},
+        config={"out": str(tmp_path / "seen-"), **(config or {})},
         source=SOURCE,
         name=name,
         checkpoint=CheckpointPolicy(frequency=1, atEnd=True),
@@ -116,3 +124,34 @@ def test_a_class_without_a_worker_method_fails_the_worker_saying_what_to_add(tmp
     assert "NoWorker is a class and the trial has workers" in message
     assert "worker(config)" in message and "spec.trainable.workerEntrypoint" in message
     assert not (tmp_path / "store").exists()  # a failing worker writes no error.txt over the head's
+
+
+def test_every_rank_runs_with_the_heads_sample_from_values(tmp_path):
+    """A random ``sample_from`` value: the head computes it and publishes the config; a worker started before the
+    head waits for it and runs with the same value, not one of its own."""
+    uri = f"file://{tmp_path / 'store'}/ns/exp/trial-0"
+    function_uri = f"file://{tmp_path / 'store'}/ns/exp/sdk/functions/lr.pkl"
+    open_storage(function_uri).put_bytes(function_uri, dumps(lambda spec: __import__("random").random()))
+    config = {"lr": {FUNCTION_KEY: function_uri}}
+    worker = start_runtime(_env(tmp_path, uri, "note_lr", 2, config))
+    head = _env(tmp_path, uri, "note_lr", 0, config)
+    head.update({RANK: "0", WORLD_SIZE: "3", HOSTS: "rank-0.g.ns.svc,rank-1.g.ns.svc,rank-2.g.ns.svc"})
+    code, output = run_runtime(head)
+    assert code == 0, output
+    worker_output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, worker_output
+    lr = json.loads((tmp_path / "seen-lr0").read_text())
+    assert isinstance(lr, float) and json.loads((tmp_path / "seen-lr2").read_text()) == lr
+
+
+def test_a_worker_takes_only_its_own_attempts_config_and_says_when_it_never_came(tmp_path):
+    uri = f"file://{tmp_path}/ns/exp/trial-0"
+    storage = open_storage(uri)
+    gang = {"namespace": "ns", "experiment": "exp", "trial": "trial-0", "trial_dir_uri": uri, "world_size": 2}
+    explore = {"resample": [{"path": ["lr"], "function": "s3://b/f.pkl", "int": False}]}
+    head = TrialEnv(attempt=3, config={"lr": 0.1}, pbt_explore=explore, **gang)
+    assert gang_config.computed_in_pod(head) and not gang_config.computed_in_pod(TrialEnv(attempt=3, config={}, **gang))
+    gang_config.publish(storage, head, {"lr": 0.25})
+    assert gang_config.receive(storage, head) == {"lr": 0.25}
+    with pytest.raises(TimeoutError, match="did not publish attempt 4's config in 0 s"):
+        gang_config.receive(storage, TrialEnv(attempt=4, config={"lr": 0.1}, pbt_explore=explore, **gang), wait_s=0.3)

@@ -51,6 +51,7 @@ from kubetune.checkpoint_store import (
 from kubetune.env import TrialEnv
 from kubetune.reporter import FENCED, Reporter, json_default
 from kubetune.resultkeys import flatten, lookup
+from kubetune.runtime import gang_config
 from kubetune.runtime.explore import explore_in_pod
 from kubetune.runtime.loader import load_trainable_class
 from kubetune.runtime.results import ResultLog
@@ -118,7 +119,8 @@ class TrialRunner:
 
     def setup(self) -> None:
         """Load the trainable, resolve the config's ``sample_from`` values, call a PBT exploit's user functions
-        (:mod:`kubetune.runtime.explore`, reported to the operator), construct and restore the trainable,
+        (:mod:`kubetune.runtime.explore`, reported to the operator), publish that config to a gang's workers
+        (:mod:`kubetune.runtime.gang_config`), construct and restore the trainable,
         resume the result log, write ``params.json`` (the resolved config).
 
         Raises:
@@ -135,6 +137,7 @@ class TrialRunner:
                 self.reporter.set_explored(config)  # the operator journals it before any result of this attempt
             if env.pbt_policy:
                 env.pbt_policy[5] = config
+        gang_config.publish(self.storage, env, config)  # a gang's workers run with these values, not their own
         self.trainable = cls(
             config=config, trial_id=env.trial, trial_name=env.trial, logdir=str(self.workdir / "logdir")
         )

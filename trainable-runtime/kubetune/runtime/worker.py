@@ -14,8 +14,8 @@ user's program and keeps nothing:
 
 Each worker restores the checkpoint the head restores (the trial's latest committed checkpoint of its
 lineage, else ``restoreFrom``), so ``tune.get_checkpoint()`` answers the same on every rank; nothing a worker
-does writes to the trial's folder. ``sample_from`` values of the config are computed again on every rank:
-seed them to agree.
+does writes to the trial's folder. A config computed in the pod (``sample_from`` values, a PBT exploit's user
+functions) is the head's on every rank (:mod:`kubetune.runtime.gang_config`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 
 from kubetune.function_trainable import as_trainable_class, wrap_function
+from kubetune.runtime import gang_config
 from kubetune.runtime.loader import import_entrypoint, load_trainable
 from kubetune.runtime.loop import DONE, TERMINATED, TrialRunner
-from kubetune.shipping import resolve_config
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +55,17 @@ class WorkerRunner(TrialRunner):
     """A :class:`TrialRunner` for a worker: the same restore, no reports, no checkpoints, no result log."""
 
     def setup(self) -> None:
-        """Load the worker's program, compute the config, restore the trial's checkpoint (read-only).
+        """Load the worker's program, take the head's config when it was computed in the pod, restore the trial's
+        checkpoint (read-only).
 
         Raises:
+            TimeoutError: the head did not publish its config (:func:`kubetune.runtime.gang_config.receive`).
             Exception: loading, constructing or restoring failed.
         """
         env = self.env
         trainable = load_trainable(env, self.storage)  # first: a source's module must exist for workerEntrypoint
         cls = worker_program(trainable, env.worker_entrypoint)
-        config = resolve_config(env.config, self.storage)
+        config = gang_config.receive(self.storage, env) if gang_config.computed_in_pod(env) else env.config
         self.trainable = cls(
             config=config, trial_id=env.trial, trial_name=env.trial, logdir=str(self.workdir / "logdir")
         )
