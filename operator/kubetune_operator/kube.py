@@ -199,17 +199,29 @@ class Kube:
         """:meth:`write_journal_sync` on the pool (the registry's journal writer)."""
         await self.call(self.write_journal_sync, namespace, write)
 
-    def _create_pod(self, manifest: dict) -> None:
+    def _create_owned(self, kind: str, create, find, manifest: dict) -> None:
+        """Create ``manifest`` with ``create(namespace, body)``. After a 409, ``find(namespace, field_selector)``
+        lists the object of that name (a list by name: the operator may not get such objects) and
+        :func:`_check_ours` raises :class:`NameTaken` unless it is this Trial's: the same attempt's, from an
+        earlier pass, is; an earlier Trial's of that name, not yet collected, is not (a Service of it would select
+        this attempt's pods, and the garbage collector would delete it under them)."""
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         try:
-            _drain(self.core.create_namespaced_pod(ns, manifest, _preload_content=False))
+            _drain(create(ns, manifest))
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
-            # an earlier Trial's pod of that name, not yet collected? (a list by name: the operator may not get pods)
-            found = self.core.list_namespaced_pod(ns, field_selector=f"metadata.name={name}", _preload_content=False)
+            found = find(ns, f"metadata.name={name}")
             for existing in json.loads(found.data)["items"]:
-                _check_ours("Pod", existing, manifest)
+                _check_ours(kind, existing, manifest)
+
+    def _create_pod(self, manifest: dict) -> None:
+        self._create_owned(
+            "Pod",
+            lambda ns, body: self.core.create_namespaced_pod(ns, body, _preload_content=False),
+            lambda ns, selector: self.core.list_namespaced_pod(ns, field_selector=selector, _preload_content=False),
+            manifest,
+        )
 
     def _create_secret(self, manifest: dict) -> None:
         try:
@@ -221,37 +233,25 @@ class Kube:
                 raise
 
     def _create_service(self, manifest: dict) -> None:
-        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-        try:
-            _drain(self.core.create_namespaced_service(ns, manifest, _preload_content=False))
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-            # the same attempt's, from an earlier pass; or an earlier Trial's of that name, not yet collected (its
-            # selector would take this attempt's pods, and the garbage collector would delete it under them)
-            found = self.core.list_namespaced_service(
-                ns, field_selector=f"metadata.name={name}", _preload_content=False
-            )
-            for existing in json.loads(found.data)["items"]:
-                _check_ours("Service", existing, manifest)
+        self._create_owned(
+            "Service",
+            lambda ns, body: self.core.create_namespaced_service(ns, body, _preload_content=False),
+            lambda ns, selector: self.core.list_namespaced_service(ns, field_selector=selector, _preload_content=False),
+            manifest,
+        )
 
     def _create_podgroup(self, manifest: dict) -> None:
         group, version, plural = PODGROUP_API
-        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-        try:
-            _drain(
-                self.custom.create_namespaced_custom_object(
-                    group, version, ns, plural, manifest, _preload_content=False
-                )
-            )
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-            found = self.custom.list_namespaced_custom_object(
-                group, version, ns, plural, field_selector=f"metadata.name={name}", _preload_content=False
-            )
-            for existing in json.loads(found.data)["items"]:
-                _check_ours("PodGroup", existing, manifest)
+        self._create_owned(
+            "PodGroup",
+            lambda ns, body: self.custom.create_namespaced_custom_object(
+                group, version, ns, plural, body, _preload_content=False
+            ),
+            lambda ns, selector: self.custom.list_namespaced_custom_object(
+                group, version, ns, plural, field_selector=selector, _preload_content=False
+            ),
+            manifest,
+        )
 
     def _delete_gang_objects(self, namespace: str, name: str) -> None:
         """Delete the headless Service and the PodGroup (if any) of an ended gang's attempt."""

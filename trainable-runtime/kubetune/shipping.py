@@ -68,6 +68,11 @@ def loads(data: bytes) -> Any:
 FUNCTION_KEY = "kubetune/pickled_function"
 
 
+def is_function(node: Any) -> bool:
+    """Whether ``node`` (a value of ``spec.config``) stands for a pickled function: ``{FUNCTION_KEY: uri}``."""
+    return isinstance(node, dict) and len(node) == 1 and FUNCTION_KEY in node
+
+
 class FunctionPickles:
     """The ``sample_from`` functions of one run, pickled on the client and uploaded after every check.
 
@@ -110,10 +115,10 @@ def resolve_config(config: Any, storage: Storage) -> Any:
 
     def load(node: Any) -> Any:
         nonlocal found
+        if is_function(node):
+            found = True
+            return Function(loads(storage.get_bytes(node[FUNCTION_KEY])))
         if isinstance(node, dict):
-            if len(node) == 1 and FUNCTION_KEY in node:
-                found = True
-                return Function(loads(storage.get_bytes(node[FUNCTION_KEY])))
             return {k: load(v) for k, v in node.items()}
         if isinstance(node, list):
             return [load(v) for v in node]

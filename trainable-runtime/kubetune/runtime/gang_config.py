@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from kubetune.env import TrialEnv
-from kubetune.shipping import FUNCTION_KEY
+from kubetune.shipping import is_function
 from kubetune.storage import Storage, join_uri
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def computed_in_pod(env: TrialEnv) -> bool:
 
     def holds(node: Any) -> bool:
         if isinstance(node, dict):
-            return FUNCTION_KEY in node or any(holds(v) for v in node.values())
+            return is_function(node) or any(holds(v) for v in node.values())
         return isinstance(node, list) and any(holds(v) for v in node)
 
     return bool(env.pbt_explore) or holds(env.config)

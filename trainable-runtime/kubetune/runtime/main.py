@@ -247,10 +247,9 @@ def main() -> int:
     # A step still running in the worker thread is not waited for; nor, in a gang, are the exit handlers of the
     # user's libraries: jax.distributed's shutdown waits for every process at a barrier that a peer blocked in a
     # collective (its partner gone) never reaches. Everything of the attempt is written by now.
+    shutil.rmtree(workdir, ignore_errors=True)
     if supervisor.abandoned or env.world_size > 1:
         sys.stdout.flush()
         sys.stderr.flush()
-        shutil.rmtree(workdir, ignore_errors=True)
         os._exit(code)
-    shutil.rmtree(workdir, ignore_errors=True)
     return code
