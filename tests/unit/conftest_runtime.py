@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -31,6 +32,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_block(n: int) -> int:
+    """The first of ``n`` consecutive TCP ports that were all free on every address a moment ago.
+
+    The block lies below the kernel's ephemeral range, so the clients' outgoing connections of a busy machine
+    do not take ``port + 1`` between the check and a server binding it (a port from :func:`free_port` has no such
+    margin above it).
+    """
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for base in random.Random().sample(range(10000, low - n), 200):
+        sockets = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("0.0.0.0", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports below {low}")
 
 
 class Collector:

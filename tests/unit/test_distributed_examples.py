@@ -9,9 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from conftest_runtime import free_port
+from conftest_runtime import free_port, free_port_block
 
 from kubetune.env import HOSTS, RANK, WORLD_SIZE
 from kubetune.resources import resources_per_trial
@@ -79,19 +80,31 @@ BanditDriver.worker({})
 """
 
 
-def test_the_rllib_style_driver_asks_for_extra_cpus_and_learns_from_the_workers_it_drives():
+def test_the_rllib_style_driver_asks_for_extra_cpus_and_learns_from_the_workers_it_drives(tmp_path):
     from examples.distributed.rollouts import BanditDriver
 
     request = BanditDriver.default_resource_request({"num_workers": 2})
     assert resources_per_trial(request) == {"cpu": "250m", "workers": {"replicas": 2, "cpu": 1}}
-    port = free_port()  # each worker listens on MASTER_PORT + its rank: on one host here, on its own pod there
+    port = free_port_block(3)  # each worker listens on MASTER_PORT + its rank: on one host here, on its own pod there
     workers = [subprocess.Popen([sys.executable, "-c", SERVE], env=_env(rank, 3, port)) for rank in (1, 2)]
-    driver = subprocess.run(
-        [sys.executable, "-c", DRIVE], env=_env(0, 3, port), capture_output=True, text=True, timeout=120
-    )
-    assert driver.returncode == 0, driver.stderr
-    for worker in workers:
-        assert worker.wait(timeout=30) == 0  # the driver's stop() hung up: each worker returned
-    *rewards, best_arm = json.loads(driver.stdout.strip().splitlines()[-1])
+    out, err = tmp_path / "driver.out", tmp_path / "driver.err"
+    try:
+        with out.open("w") as stdout, err.open("w") as stderr:
+            driver = subprocess.Popen([sys.executable, "-c", DRIVE], env=_env(0, 3, port), stdout=stdout, stderr=stderr)
+        deadline = time.monotonic() + 120
+        while driver.poll() is None:  # a worker that dies leaves the driver waiting: fail at once, not at 120 s
+            failed = [w.returncode for w in workers if w.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                driver.kill()
+                driver.wait()
+                raise AssertionError(f"workers exited {failed}; the driver's stderr: {err.read_text()}")
+            time.sleep(0.2)
+        assert driver.returncode == 0, err.read_text()
+        for worker in workers:
+            assert worker.wait(timeout=30) == 0  # the driver's stop() hung up: each worker returned
+    finally:
+        for worker in workers:
+            worker.kill()
+    *rewards, best_arm = json.loads(out.read_text().strip().splitlines()[-1])
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.5  # it learned from the workers' episodes
     assert best_arm > 0.5, (rewards, best_arm)
