@@ -104,7 +104,8 @@ class ResultBatch(BaseModel):
     """What stalls the attempt now; absent: nothing does (:meth:`ExperimentController.trial_stalled`)."""
 
     explored: dict[str, Any] | None = None
-    """The config the attempt chose by calling its PBT exploit's user functions (``kubetune.env.PBT_EXPLORE``)."""
+    """The config the attempt computed in its pod: its PBT exploit's user functions called
+    (``kubetune.env.PBT_EXPLORE``), or the values it drew for the config's ``sample_from`` functions."""
 
     @field_validator("results")
     @classmethod

@@ -19,6 +19,7 @@ checkpoint) until ``failure.maxFailures``, then the Trial is Failed.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from kubetune.env import STALL_REASONS
 from kubetune.limits import check_spec_sizes
 from kubetune.resultkeys import goal_reached, is_number, missing_metrics
 from kubetune.search import parse_space, space_warnings
+from kubetune.shipping import draws_for, holds_function
 from kubetune.stopping import should_stop
 
 from . import status as st
@@ -60,6 +62,8 @@ from .settings import Settings
 from .spec import ExperimentSpec
 from .stoppers import create_stoppers
 from .tokens import mint_token
+
+log = logging.getLogger(__name__)
 
 TERMINAL = ("Succeeded", "Failed")
 #: Trial status writes per pass that only show new results (a phase change is always written): 1,000
@@ -344,6 +348,9 @@ class ExperimentController:
         self.exploits: dict[str, dict] = {}  # trial -> PBT exploit decided at "attempt", not yet carried out
         # trial -> the user functions of its carried-out PBT exploit its pods call until one reports the config
         self.pod_explores: dict[str, dict] = {}
+        # trial -> the attempt whose pod computed its config (sample_from values, a PBT explore step), until a
+        # status write shows that config: a snapshot keeps those configs (the journal's entries may be gone)
+        self.pod_configs: dict[str, int] = {}
         self.refused: dict[str, list] = {}  # trial -> [batches refused since the last event, reason, time of it]
         self.notices: list[tuple[str | None, str, str, str]] = []  # events found between passes, for the next plan
         meta = experiment["metadata"]
@@ -414,7 +421,8 @@ class ExperimentController:
             self.journal.snapshot_due = hasattr(self, "scheduler")
             self.scheduler, self.scheduler_params = scheduler, params
         self.journal.snapshot_due |= old is not None and not searcher.stateless
-        self.journal.enabled = not (searcher.stateless and self.scheduler.stateless and not self.stoppers.stoppers)
+        stateless = searcher.stateless and self.scheduler.stateless and not self.stoppers.stoppers
+        self.journal.enabled = not stateless or holds_function(model.config)  # sampled entries: drawn values
         self.searcher = searcher
         #: Likely mistakes in spec.config that are valid as constants; the validate handler posts them as events.
         self.warnings = space_warnings(model.config)
@@ -507,6 +515,11 @@ class ExperimentController:
             "finishTold": self.finish_told,
             "exploits": {name: dict(value) for name, value in self.exploits.items()},
             "podExplores": {name: dict(value) for name, value in self.pod_explores.items()},
+            "podConfigs": {
+                name: [attempt, dict(self.trials[name].config)]
+                for name, attempt in sorted(self.pod_configs.items())
+                if name in self.trials
+            },
             "lastResult": {name: result for name, result in last.items() if result},
             "metricMissing": self.metric_missing,
         }
@@ -539,6 +552,8 @@ class ExperimentController:
         self.exploits = {name: dict(value) for name, value in (snapshot.get("exploits") or {}).items()}
         self.pod_explores = {name: dict(value) for name, value in (snapshot.get("podExplores") or {}).items()}
         self.metric_missing = self.metric_missing or snapshot.get("metricMissing")
+        for name, (attempt, config) in (snapshot.get("podConfigs") or {}).items():
+            self._show_pod_config(name, config, attempt)  # the scheduler's state has them; the Trial may not
         for name, result in snapshot["lastResult"].items():
             trial = self.trials.get(name)
             if trial is not None and (trial.status.get("iteration") or 0) < (result.get("training_iteration") or 0):
@@ -577,6 +592,8 @@ class ExperimentController:
             return chosen
         elif kind == "explored":
             self._apply_explored(entry[1], entry[2])
+        elif kind == "sampled":
+            self._apply_sampled(entry[1], entry[2], entry[3])
         elif kind == "metric_missing":
             self.metric_missing = self.metric_missing or entry[1]
         else:
@@ -640,7 +657,7 @@ class ExperimentController:
     def _apply_explored(self, trial: str, outcome: dict) -> None:
         exploit = self.exploits.get(trial)
         if trial in self.pod_explores or (exploit is not None and exploit.get("explore")):
-            self._apply_pod_explored(trial, outcome["config"])
+            self._apply_pod_explored(trial, outcome["config"], outcome.get("attempt"))
             return
         try:
             chosen = self.scheduler.explored(trial, outcome)
@@ -652,17 +669,32 @@ class ExperimentController:
             if outcome.get("error"):
                 exploit["error"] = outcome["error"]
 
-    def _apply_pod_explored(self, trial: str, config: dict) -> None:
-        """The config ``trial``'s pod chose by calling the user functions of its PBT exploit: the trial's config
-        from now on (its status, its last perturbation record, the scheduler's donor config); its later pods
-        call nothing."""
+    def _apply_sampled(self, trial: str, config: dict, attempt: int) -> None:
+        """The values ``trial``'s pod (of ``attempt``) drew for its config's ``sample_from`` functions: the trial's
+        config from now on (its ``status.config``, the config its later attempts get, a PBT donor's config), as
+        Ray draws them once per trial."""
+        sampled = getattr(self.scheduler, "sampled", None)
+        if sampled is not None:
+            sampled(trial, config)
+        self._show_pod_config(trial, config, attempt)
+
+    def _apply_pod_explored(self, trial: str, config: dict, attempt: int | None) -> None:
+        """The config ``trial``'s pod (of ``attempt``; None: an entry an earlier operator journaled without it) chose by
+        calling the user functions of its PBT exploit: the trial's config from now on (its status, its last
+        perturbation record, the scheduler's donor config); its later pods call nothing."""
         self.pod_explores.pop(trial, None)
         exploit = self.exploits.get(trial)
         if exploit is not None and exploit.get("explore"):  # replayed before the exploit is known carried out
             exploit.update(explore=None, config=dict(config))
         self.scheduler.explored(trial, {"config": config})
+        self._show_pod_config(trial, config, attempt)
+
+    def _show_pod_config(self, trial: str, config: dict, attempt: int | None) -> None:
+        """Make ``config``, computed by ``trial``'s pod of ``attempt``, the Trial's config and ``status.config``
+        (and the new values of its last perturbation record), unless the Trial's status is of a later attempt:
+        replayed after a restart, an entry never undoes a later exploit's config, which that status shows."""
         state = self.trials.get(trial)
-        if state is None:
+        if state is None or (attempt is not None and state.attempt > attempt):
             return
         state.config = dict(config)
         state.status["config"] = state.config
@@ -672,6 +704,8 @@ class ExperimentController:
             new = {**record, "newConfig": {k: config.get(k) for k in record.get("newConfig") or {}}}
             state.status["perturbations"] = [*records[:-1], new]
         state.dirty = True
+        if attempt is not None:
+            self.pod_configs[trial] = attempt
 
     # ----- PB2's explore steps, computed off the event loop (kubetune_operator.explorer) -------------
     def exploration(self) -> dict | None:
@@ -800,8 +834,11 @@ class ExperimentController:
                 self._tally_retired(state, -1)
 
     def status_written(self, trial: str) -> None:
-        """A status patch of ``trial`` went through: it counts as writable again."""
+        """A status patch of ``trial`` went through: it counts as writable again, and a config with drawn
+        ``sample_from`` values it carried need not be kept in the journal's snapshots."""
         state = self.trials.get(trial)
+        if state is not None and trial in self.pod_configs and state.written.get("config") == state.config:
+            del self.pod_configs[trial]
         if state is not None and state.write_failures:
             state.write_failures, state.write_error = 0, None
 
@@ -875,8 +912,9 @@ class ExperimentController:
         """Take a batch of results of ``trial``'s ``attempt``; return the decision for the runtime.
 
         Args:
-            explored: the config the attempt chose by calling its PBT exploit's user functions, journaled
-                (an ``explored`` entry) once, before the batch's results; ignored when none is awaited.
+            explored: the config the attempt computed in its pod, journaled once, before the batch's results:
+                its PBT exploit's user functions called (an ``explored`` entry), or the values it drew for the
+                config's ``sample_from`` functions (a ``sampled`` entry); ignored when none is awaited.
             uid: the Trial uid the reporting pod's token names; another than this Trial's is stale (a
                 pod of an earlier Experiment of the same name). None: not checked.
 
@@ -890,7 +928,14 @@ class ExperimentController:
         if state.phase in TERMINAL or self.stop_reason or self.spec.suspend:
             return "pause" if self.spec.suspend and state.phase not in TERMINAL else "stop"
         if explored is not None and trial in self.pod_explores:  # before any result of the attempt
-            self._do("explored", trial, {"config": explored})
+            self._do("explored", trial, {"config": explored, "attempt": attempt})
+        elif explored is not None and holds_function(state.config):
+            if draws_for(state.config, explored):
+                self._do("sampled", trial, explored, attempt)
+            else:  # not what kubetune's runtime sends: the trial goes on, its later attempts drawing again
+                log.warning(
+                    "trial %s/%s reported a config that is not its own with values drawn", self.namespace, trial
+                )
         applied = self.applied.get(trial, [0, "continue", attempt])
         _, decision, decided_by = applied[:3]
         if len(applied) > 3 and decided_by == attempt:

@@ -17,15 +17,13 @@ import json
 import math
 from typing import Any
 
-from kubetune.limits import MAX_FIELD_BYTES, json_size
+from kubetune.limits import MAX_DEPTH, MAX_FIELD_BYTES, json_size
 
 #: Largest ``training_iteration`` (and checkpoint iteration) taken: 2**53 - 1, exact in every JSON reader.
 MAX_ITERATION = 2**53 - 1
 #: Progress keys that are a finite number >= 0 when a result has them (not null): what schedulers and stoppers
 #: measure time with (``time_attr``) besides ``training_iteration``.
 PROGRESS_NUMBERS = ("time_total_s", "time_this_iter_s", "timesteps_total", "episodes_total")
-#: Deepest nesting of dicts and lists in a result (Ray results nest a few levels: ``info/learner/...``).
-MAX_RESULT_DEPTH = 16
 #: Longest checkpoint URI taken, in characters.
 MAX_URI_CHARS = 2048
 _INT64 = 2**63
@@ -39,7 +37,7 @@ def is_iteration(value: Any) -> bool:
 def result_problem(result: Any) -> str | None:
     """Why the operator cannot take ``result`` (one reported result, as parsed from JSON), or None.
 
-    Taken: a JSON object nested at most :data:`MAX_RESULT_DEPTH` deep whose integers fit in 64 bits, with
+    Taken: a JSON object nested at most :data:`MAX_DEPTH` deep whose integers fit in 64 bits, with
     ``training_iteration`` (when present) an integer from 0 to :data:`MAX_ITERATION`, the
     :data:`PROGRESS_NUMBERS` (when present and not null) finite numbers >= 0, and ``done`` (when present) a
     boolean. Other values may be NaN or infinite, as Ray allows in results: the schedulers read them as Ray's
@@ -69,7 +67,7 @@ def explored_problem(config: Any) -> str | None:
     """Why the operator cannot take ``config``, a config a trial pod chose in PBT's explore step (it becomes
     the Trial's ``status.config``), or None.
 
-    Taken: a JSON object nested at most :data:`MAX_RESULT_DEPTH` deep whose integers fit in 64 bits, without
+    Taken: a JSON object nested at most :data:`MAX_DEPTH` deep whose integers fit in 64 bits, without
     NaN or an infinity (a status is strict JSON), at most :data:`kubetune.limits.MAX_FIELD_BYTES` as compact
     JSON (the CRD's limit on a config).
     """
@@ -90,8 +88,8 @@ def explored_problem(config: Any) -> str | None:
 def _value_problem(value: Any, where: str, depth: int) -> str | None:
     """Why a parsed JSON ``value`` at ``where`` is nested too deep or holds an integer beyond 64 bits, or None
     (exact types: JSON parsers make no subclasses)."""
-    if depth > MAX_RESULT_DEPTH:
-        return f"{where or 'the result'} is nested more than {MAX_RESULT_DEPTH} levels deep"
+    if depth > MAX_DEPTH:
+        return f"{where or 'the result'} is nested more than {MAX_DEPTH} levels deep"
     if type(value) is dict:
         for key, item in value.items():
             kind = type(item)

@@ -165,7 +165,7 @@ def test_the_pod_is_told_which_functions_to_call_and_the_config_it_reports_is_jo
     chosen = {**env.config, "lr": 0.0421}
     before = ctl.journal.next_seq
     assert ctl.record_results(worst, 1, [], None, explored=chosen) == "continue"
-    assert ctl.journal.pending[-1] == ["explored", worst, {"config": chosen}]
+    assert ctl.journal.pending[-1] == ["explored", worst, {"config": chosen, "attempt": 1}]
     trial = ctl.trials[worst]
     assert trial.config == trial.status["config"] == chosen
     assert trial.status["perturbations"][-1]["newConfig"]["lr"] == 0.0421
@@ -195,6 +195,41 @@ def test_a_restarted_operator_gives_the_pod_the_functions_until_it_reports_then_
     assert again.pod_explores[worst]["resample"][0]["path"] == ["lr"]
     again._apply(["explored", worst, {"config": {"lr": 0.03, "k": 0}}])
     assert worst not in again.pod_explores and again.trials[worst].config == {"lr": 0.03, "k": 0}
+
+
+def test_a_replayed_explore_never_undoes_a_later_config_and_a_snapshot_keeps_one_no_status_shows_yet():
+    ctl = ExperimentController(experiment(), Settings(), b"k" * 32)
+    ctl.restore([])
+    worst, _ = exploited(ctl)
+    before = dict(ctl.trials[worst].config)
+    chosen = {**before, "lr": 0.0421}
+    ctl.record_results(worst, 1, [], None, explored=chosen)
+    entry = ctl.journal.pending[-1]
+    snapshot = json.loads(json.dumps(ctl.snapshot()))
+    assert snapshot["podConfigs"] == {worst: [1, chosen]}
+
+    def restarted(attempt: int, config: dict) -> ExperimentController:
+        """An operator that finds the Trials as the API holds them: ``worst``'s status of ``attempt``."""
+        again = ExperimentController(experiment(), Settings(), b"k" * 32)
+        for trial in ctl.trials.values():
+            status = {**trial.status, "attempt": attempt, "config": config} if trial.name == worst else trial.status
+            again.observe_trial({"metadata": {"name": trial.name, "uid": trial.uid}, "spec": {}, "status": status})
+        return again
+
+    later = {**before, "lr": 0.5}  # a later exploit's config, which the status of attempt 2 shows
+    again = restarted(2, later)
+    again._apply(entry)
+    assert again.trials[worst].config == later
+    again = restarted(2, later)
+    again._load_snapshot(snapshot)
+    assert again.trials[worst].config == later
+    again = restarted(1, before)  # the status write that showed the pod's config was lost: the snapshot has it
+    again._load_snapshot(snapshot)
+    assert again.trials[worst].config == again.trials[worst].status["config"] == chosen
+    running = PodView(f"{worst}-1", worst, 1, "Running")
+    for name in ctl.plan({f"{worst}-1": running}, 1010.0).trial_status:
+        ctl.status_written(name)
+    assert ctl.trials[worst].written["config"] == chosen and ctl.snapshot()["podConfigs"] == {}
 
 
 # ------------------------------------------------------------------------------- the pod's part

@@ -19,6 +19,7 @@ import math
 import pytest
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
+from kubetune.shipping import FUNCTION_KEY, holds_function
 from kubetune_operator import journal
 from kubetune_operator.controller import ExperimentController, PodView
 from kubetune_operator.registry import Registry
@@ -54,9 +55,11 @@ def experiment(**spec):
 
 
 def score(config, iteration):
-    """A learning curve that depends on the config: different trials are stopped at different rungs."""
+    """A learning curve that depends on the config (``z``: a ``sample_from`` value, when drawn): different trials
+    are stopped at different rungs."""
     x, y = config["x"], config["y"]
-    return round((x * y + 0.1) * math.log1p(iteration) + (0.3 if y == 2 else 0.0) * iteration / MAX_ITER, 6)
+    drawn = 0.2 * config.get("z", 0.0)
+    return round((x * y + 0.1 + drawn) * math.log1p(iteration) + (0.3 if y == 2 else 0.0) * iteration / MAX_ITER, 6)
 
 
 def cost(config, iteration):
@@ -74,6 +77,11 @@ def merge(target, patch):
             target[key] = copy.deepcopy(value)
 
 
+def draw(pod: str, key: str) -> float:
+    """A value in [0, 1) that differs from pod to pod, as a random ``sample_from`` function's would."""
+    return int(hashlib.sha256(f"{pod}/{key}".encode()).hexdigest()[:6], 16) / 0x1000000
+
+
 def pod_explore(config: dict, explore: dict, pod: str) -> dict:
     """What a trial pod's PBT explore step does with the user functions of ``tests`` below (a function of the
     pod's name, as a user function's value would differ from pod to pod): each resampled key, then
@@ -81,7 +89,7 @@ def pod_explore(config: dict, explore: dict, pod: str) -> dict:
     config = copy.deepcopy(config)
     for step in explore["resample"]:
         assert step["function"] == "s3://b/p/ns/exp/sdk/functions/x.pkl"
-        config[step["path"][-1]] = int(hashlib.sha256(pod.encode()).hexdigest()[:6], 16) / 0xFFFFFF
+        config[step["path"][-1]] = draw(pod, "")
     if explore["customExploreFn"]:
         config["x"] = min(max(config["x"], 0.0), 1.0)
     return config
@@ -100,9 +108,10 @@ class World:
             instant ``n % 4`` of the kill for step ``n``: 0 after taking a batch but before
             committing it, 1 after committing but before answering, 2 after planning but before
             committing, 3 after committing a plan but before carrying it out.
+        fail_at: the iteration after which each trial's first attempt fails (its pod exits 1), or None.
     """
 
-    def __init__(self, spec: dict, kill_at=()):
+    def __init__(self, spec: dict, kill_at=(), fail_at: int | None = None):
         self.exp = experiment(**spec)
         self.workers = ((spec.get("resourcesPerTrial") or {}).get("workers") or {}).get("replicas", 0)
         self.trials: dict[str, dict] = {}
@@ -112,6 +121,9 @@ class World:
         self.lineage: dict[str, str | None] = {}  # trial -> the restoreFrom its latest checkpoint descends from
         self.pod_env: dict[str, dict] = {}  # pod -> its KUBETUNE_ variables and its config file ("config")
         self.pod_configs: dict[str, dict] = {}  # pod -> the config its PBT explore step chose
+        self.drawn: dict[str, dict] = {}  # pod -> its config with the values it drew for sample_from functions
+        self.ran: dict[str, set[float]] = {}  # trial -> the sample_from values (z) its pods ran with
+        self.fail_at = fail_at
         self.store = ConfigMaps()
         self.kill_at, self.step, self.kills = sorted(kill_at), 0, 0
         self.decisions: dict[tuple[str, int], str] = {}  # (trial, iteration) -> decision the pod acted on
@@ -190,6 +202,7 @@ class World:
                 self.runs[name] = own or (int(restore_from.rsplit("_", 1)[1]) if restore_from else 0)
         for name, patch in plan.trial_status.items():
             merge(self.trials[name].setdefault("status", {}), patch)
+            self.ctl.status_written(name)
         for name, _ in plan.delete_pods:  # only a gang's workers, once its head ended
             assert self.workers and self.pods[name].rank, name
             del self.pods[name]
@@ -199,11 +212,15 @@ class World:
         env = self.pod_env[pod.name]
         config, lineage = json.loads(env["config"]), env.get("KUBETUNE_RESTORE_FROM")
         explore = json.loads(env["KUBETUNE_PBT_EXPLORE"]) if env.get("KUBETUNE_PBT_EXPLORE") else None
+        computed = explore or holds_function(config)
+        if holds_function(config):  # the runtime draws sample_from values (here, z) once per pod
+            config = self.drawn.setdefault(pod.name, {**config, "z": draw(pod.name, "z")})
         if explore:  # the pod calls the PBT exploit's user functions once, and reports the config with its results
             config = self.pod_configs.setdefault(pod.name, pod_explore(config, explore, pod.name))
+        self.ran.setdefault(pod.trial, set()).add(config.get("z"))
         iteration = self.runs[pod.name] + 1
         result = {"training_iteration": iteration, "score": score(config, iteration), "cost": cost(config, iteration)}
-        decision = self.send(pod, result, explored=config if explore else None)
+        decision = self.send(pod, result, explored=config if computed else None)
         previous = self.decisions.setdefault((pod.trial, lineage, iteration), decision)
         assert previous == decision, (pod.trial, iteration, previous, decision)
         self.runs[pod.name] = self.checkpoint[pod.trial] = iteration
@@ -213,7 +230,10 @@ class World:
             if iteration >= MAX_ITER
             else {"stop": OUTCOME_STOPPED, "pause": OUTCOME_PAUSED}.get(decision)
         )
-        if outcome:
+        if not outcome and iteration == self.fail_at and pod.attempt == 0:
+            pod.phase, pod.exit_code, pod.message = "Failed", 1, "RuntimeError: the trainable failed"
+            del self.runs[pod.name]
+        elif outcome:
             pod.phase, pod.message = (
                 "Succeeded",
                 json.dumps(
@@ -564,3 +584,33 @@ def test_gangs_killed_at_any_instant_decide_as_an_uninterrupted_run_of_one_pod_t
     stormy = World(gangs, kill_at=range(2, 10_000, 3))
     assert stormy.run() == expected
     assert stormy.kills >= 5
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "pbt", "pb2"])
+def test_sample_from_values_are_drawn_once_per_trial_through_retries_exploits_and_restarts(monkeypatch, scheduler):
+    """Ray draws a trial's ``sample_from`` values once: a retried attempt runs with them, and a PBT exploit copies
+    the donor's. Here each trial's first attempt fails after its third iteration; the operator is killed at every
+    kind of instant and restarts from snapshots as well as from entries."""
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 500)
+    z = {FUNCTION_KEY: "s3://b/p/ns/exp/sdk/functions/z.pkl"}
+    spec = {
+        "config": {"x": {"uniform": [0, 1]}, "y": {"choice": [1, 2, 3]}, "z": z},
+        "scheduler": SCHEDULERS[scheduler],
+        "failure": {"maxFailures": 1},
+    }
+    calm = World(spec, fail_at=3)
+    expected = calm.run()
+    first_draws = {pod.split("-")[1]: config["z"] for pod, config in calm.drawn.items()}  # exp-<index>-<attempt>
+    assert len(calm.drawn) == len(expected) == 12  # one draw per trial: no retry or exploit drew again
+    assert all(t["attempt"] >= 1 for t in expected.values())  # every trial was retried
+    assert all(t["config"]["z"] in first_draws.values() for t in expected.values())
+    for trial, values in calm.ran.items():
+        assert len(values) == 1 or scheduler != "fifo", (trial, values)  # only an exploit changes z: the donor's
+    if scheduler != "fifo":
+        assert any(len(values) > 1 for values in calm.ran.values()), "no trial was exploited"
+    stormy = World(spec, kill_at=range(2, 10_000, 3), fail_at=3)
+    assert stormy.run() == expected
+    assert stormy.decisions == calm.decisions and stormy.drawn == calm.drawn
+    assert stormy.kills >= 5 and any(
+        cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
+    )

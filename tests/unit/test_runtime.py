@@ -16,6 +16,7 @@ from conftest_runtime import Collector, free_port, run_runtime, runtime_env, sta
 
 from kubetune.checkpoint_store import latest_committed, list_checkpoints
 from kubetune.env import CheckpointPolicy
+from kubetune.shipping import FUNCTION_KEY, dumps
 from kubetune.storage import open_storage
 
 #: The trainables of these tests; run as inline source, or imported as module ``kt_test_trainables``.
@@ -595,3 +596,37 @@ def test_a_trainable_that_cannot_be_loaded_fails_with_the_reason(tmp_path):
     code, output = run_runtime(runtime_env(tmp_path, trial_dir, config={}, entrypoint="no_such_module_kt:Thing"))
     assert code == 1, output
     assert "ModuleNotFoundError: No module named 'no_such_module_kt'" in (tmp_path / "termination-log").read_text()
+
+
+def test_the_values_drawn_for_sample_from_functions_reach_the_collector_before_any_result(tmp_path):
+    """The operator keeps them for the trial's later attempts (Ray draws them once per trial). A value that JSON
+    would not give back the same (a tuple) stays unreported, with a warning: each attempt draws it again."""
+    storage, trial_dir = _storage(tmp_path)
+    drawn = f"file://{tmp_path / 'store'}/ns/exp/sdk/functions/inc.pkl"
+    storage.put_bytes(drawn, dumps(lambda spec: __import__("random").randint(2, 9)))
+    scalar = f"file://{tmp_path / 'store'}/ns/exp/sdk/functions/lr.pkl"
+    storage.put_bytes(scalar, dumps(lambda spec: __import__("numpy").float64(0.25)))  # reported as a JSON number
+    pair = f"file://{tmp_path / 'store'}/ns/exp/sdk/functions/pair.pkl"
+    storage.put_bytes(pair, dumps(lambda spec: (1, 2)))
+    cases = (
+        ({"inc": {FUNCTION_KEY: drawn}, "lr": {FUNCTION_KEY: scalar}, "n": [1]}, True),
+        ({"p": {FUNCTION_KEY: pair}}, False),
+    )
+    for config, reported in cases:
+        collector = Collector().start()
+        env = runtime_env(
+            tmp_path, trial_dir, config=config, stop={"training_iteration": 3}, collector=collector, **_source()
+        )
+        code, output = run_runtime(env)
+        collector.stop()
+        assert code == 0, output
+        sent = [(b.get("explored"), bool(b["results"])) for b in collector.batches]
+        explored = [i for i, (config, _) in enumerate(sent) if config is not None]
+        if reported:
+            first_results = min(i for i, (_, results) in enumerate(sent) if results)
+            assert len(explored) == 1 and explored[0] <= first_results, sent  # once, with or before the first result
+            inc = sent[explored[0]][0]["inc"]
+            assert sent[explored[0]][0] == {"inc": inc, "lr": 0.25, "n": [1]} and type(inc) is int and 2 <= inc <= 9
+            assert collector.results()[0]["total"] == inc  # the trainable ran with the value reported
+        else:
+            assert explored == [] and "a retried attempt of the trial draws them again" in output

@@ -301,6 +301,33 @@ def test_sample_from_functions_are_pickled_for_the_trial_pod_which_resolves_them
     assert shipping.resolve_config({"a": 1}, storage) == {"a": 1}
 
 
+def test_drawn_values_are_reported_only_as_json_that_gives_them_back_and_only_in_place_of_the_functions():
+    import numpy as np
+
+    from kubetune.limits import MAX_DEPTH, MAX_FIELD_BYTES
+
+    drawn = {"a": np.float64(0.5), "b": [np.int32(3), "s", None, True], "c": {"d": 2**62}}
+    plain = shipping.sampled_as_json(drawn)
+    assert plain == {"a": 0.5, "b": [3, "s", None, True], "c": {"d": 2**62}}
+    assert type(plain["a"]) is float and type(plain["b"][0]) is int
+    deep: dict = {}
+    for _ in range(MAX_DEPTH + 1):
+        deep = {"x": deep}
+    for value in ((1, 2), np.zeros(2), float("nan"), object(), {1: "key"}, 2**64, deep, "x" * MAX_FIELD_BYTES):
+        assert shipping.sampled_as_json({"v": value}) is None, value
+    marker = {shipping.FUNCTION_KEY: "s3://b/f.pkl"}
+    config = {"lr": marker, "layers": [marker, 4], "fixed": {"a": 1.0, "b": "s"}}
+    assert shipping.holds_function(config) and not shipping.holds_function({"a": [1, {"b": 2}]})
+    assert shipping.draws_for(config, {"lr": 0.1, "layers": [{"any": "value"}, 4], "fixed": {"a": 1, "b": "s"}})
+    for changed in (
+        {"lr": 0.1, "layers": [1, 5], "fixed": {"a": 1.0, "b": "s"}},  # a value not drawn
+        {"lr": 0.1, "layers": [1, 4], "fixed": {"a": 1.0, "b": "s"}, "extra": 1},
+        {"lr": 0.1, "layers": [1], "fixed": {"a": 1.0, "b": "s"}},
+        {"lr": 0.1, "layers": [1, 4], "fixed": {"a": True, "b": "s"}},
+    ):
+        assert not shipping.draws_for(config, changed), changed
+
+
 def test_bad_resources_and_budgets_are_refused():
     with pytest.raises(ValueError, match="'TPU'"):
         build(resources_per_trial={"TPU": 1})

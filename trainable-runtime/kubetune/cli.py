@@ -238,7 +238,8 @@ def cmd_best(args: argparse.Namespace) -> int:
         print(f"experiment {args.name} has no best trial yet (needs spec.metric and a result)", file=sys.stderr)
         return NOT_FOUND
     if "config" not in best:
-        best = {**best, "config": cluster.trial(best["name"])["spec"].get("config")}
+        trial = cluster.trial(best["name"])  # status.config: the values drawn, or PBT's config, when they differ
+        best = {**best, "config": (trial.get("status") or {}).get("config") or trial["spec"].get("config")}
     _print({"metric": exp["spec"].get("metric"), "mode": exp["spec"].get("mode"), **best}, args.output or "yaml")
     return OK
 

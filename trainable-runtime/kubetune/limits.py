@@ -24,6 +24,9 @@ from typing import Any, Mapping
 MAX_FIELD_BYTES = 192 * 1024
 #: The fields bounded by :data:`MAX_FIELD_BYTES`, as paths in ``spec``.
 BOUNDED_FIELDS = (("config",), ("searchAlgorithm", "params"), ("scheduler", "params"))
+#: Deepest nesting of dicts and lists the operator takes in a value a trial pod reports: a result (Ray results
+#: nest a few levels: ``info/learner/...``) or a config the pod computed.
+MAX_DEPTH = 16
 
 
 class SpecTooLarge(ValueError):

@@ -160,7 +160,7 @@ class Reporter:
         self._stall: dict | None = None
         self._stall_version = 0
         self._stall_sent = 0
-        self._explored: str | None = None  # JSON of the config this attempt's PBT explore step chose, until answered
+        self._explored: str | None = None  # JSON of the config this attempt computed, until answered
         self._closing = False
         self._done_sent = False
         self._final_decision: str | None = None
@@ -227,8 +227,9 @@ class Reporter:
                 self._cond.notify()
 
     def set_explored(self, config: dict) -> None:
-        """Report the config this attempt's PBT explore step chose (its user functions called): it rides on
-        every batch until the collector answers one, so the operator journals it before any result."""
+        """Report the config this attempt computed in its pod (a PBT exploit's user functions called, or the
+        values drawn for ``sample_from`` functions): it rides on every batch until the collector answers one, so
+        the operator journals it before any result."""
         with self._cond:
             self._explored = json.dumps(config, default=json_default, sort_keys=True)
             self._cond.notify()

@@ -10,7 +10,9 @@ a pickle (:func:`ship_trainable`), Ray's :func:`with_parameters` and :func:`with
 A ``sample_from`` function is pickled to ``<experiment storage>/sdk/functions/<sha256[:32]>.pkl``
 and stands in ``spec.config`` as ``{"kubetune/pickled_function": "<uri>"}``, a constant to the
 operator's searchers; the trial pod replaces it by the function's value before the trainable sees
-the config, as Ray resolves ``sample_from`` after every other value.
+the config, as Ray resolves ``sample_from`` after every other value. The first attempt reports the values it
+drew (:func:`sampled_as_json`) and the operator gives them to the trial's later attempts, as Ray draws them once
+per trial.
 
 ``with_parameters`` objects are pickled one by one, content-addressed
 (``<experiment storage>/sdk/parameters/<sha256[:32]>.pkl``) and uploaded only when absent, so the same
@@ -24,6 +26,7 @@ import functools
 import hashlib
 import importlib.metadata
 import inspect
+import math
 import os
 import sys
 from typing import Any, Callable
@@ -71,6 +74,35 @@ FUNCTION_KEY = "kubetune/pickled_function"
 def is_function(node: Any) -> bool:
     """Whether ``node`` (a value of ``spec.config``) stands for a pickled function: ``{FUNCTION_KEY: uri}``."""
     return isinstance(node, dict) and len(node) == 1 and FUNCTION_KEY in node
+
+
+def holds_function(config: Any) -> bool:
+    """Whether ``config`` (``spec.config``, or a part of it) holds a pickled function anywhere (:func:`is_function`)."""
+    if isinstance(config, dict):
+        return is_function(config) or any(holds_function(v) for v in config.values())
+    return isinstance(config, list) and any(holds_function(v) for v in config)
+
+
+def draws_for(config: Any, resolved: Any) -> bool:
+    """Whether ``resolved`` is ``config`` with each pickled function replaced by a value, and nothing else changed:
+    the values a trial pod reports for its config's ``sample_from`` functions (:func:`sampled_as_json`)."""
+    if is_function(config):
+        return True
+    if isinstance(config, dict):
+        return (
+            isinstance(resolved, dict)
+            and config.keys() == resolved.keys()
+            and all(draws_for(v, resolved[k]) for k, v in config.items())
+        )
+    if isinstance(config, list):
+        return (
+            isinstance(resolved, list)
+            and len(config) == len(resolved)
+            and all(draws_for(a, b) for a, b in zip(config, resolved))
+        )
+    if type(config) in (int, float) and type(resolved) in (int, float):
+        return config == resolved  # JSON may write 1.0 as 1
+    return type(config) is type(resolved) and config == resolved
 
 
 class FunctionPickles:
@@ -126,6 +158,45 @@ def resolve_config(config: Any, storage: Storage) -> Any:
 
     loaded = load(config)
     return resolve_sample_from(loaded) if found else config
+
+
+def sampled_as_json(config: Any) -> dict | None:
+    """``config`` (resolved by :func:`resolve_config`) as the plain JSON a later attempt gets back equal, or None.
+
+    numpy scalars become their Python values (as the collector's JSON would make them). None when a value
+    would not come back the same from JSON (an object, a tuple, an array, a non-string key, NaN or an
+    infinity, an integer beyond 64 bits), or the operator would refuse the config as a Trial's
+    ``status.config``: nested deeper than :data:`kubetune.limits.MAX_DEPTH` or over
+    :data:`kubetune.limits.MAX_FIELD_BYTES` of JSON.
+    """
+    from kubetune.limits import MAX_DEPTH, MAX_FIELD_BYTES, json_size
+
+    class NotPlain(Exception):
+        pass
+
+    def plain(value: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise NotPlain
+        kind = type(value)
+        if value is None or kind is bool or kind is str or (kind is int and -(2**63) <= value < 2**63):
+            return value
+        if kind is float and math.isfinite(value):
+            return value
+        if kind is dict and all(type(k) is str for k in value):
+            return {k: plain(v, depth + 1) for k, v in value.items()}
+        if kind is list:
+            return [plain(v, depth + 1) for v in value]
+        if getattr(value, "shape", None) == () and hasattr(value, "item") and type(value.item()) is not kind:
+            return plain(value.item(), depth)  # a numpy scalar
+        raise NotPlain
+
+    try:
+        converted = plain(config, 0)
+    except NotPlain:
+        return None
+    if type(converted) is not dict or json_size(converted, MAX_FIELD_BYTES) > MAX_FIELD_BYTES:
+        return None
+    return converted
 
 
 class Parameters:

@@ -140,6 +140,10 @@ class PB2(PopulationBasedTraining):
         super().set_trial_config(trial_id, config)
         self._first.setdefault(trial_id, copy.deepcopy(config))
 
+    def sampled(self, trial_id: str, config: dict) -> None:
+        super().sampled(trial_id, config)
+        self._first[trial_id] = copy.deepcopy(config)
+
     def _config_before(self, trial_id: str, end: int) -> dict:
         """``trial_id``'s config as of ``_log[:end]``: its last exploit's there, else its first."""
         for entry in reversed(self._log[:end]):

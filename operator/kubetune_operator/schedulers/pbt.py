@@ -260,6 +260,11 @@ class PopulationBasedTraining(TrialScheduler):
         """The config ``trial_id`` was created with (results reach the operator without it)."""
         self._configs.setdefault(trial_id, copy.deepcopy(config))
 
+    def sampled(self, trial_id: str, config: dict) -> None:
+        """``trial_id``'s config with the values its pod drew for ``sample_from`` functions: what an exploit of it
+        as a donor copies, as Ray's trial config holds the values its driver drew."""
+        self._configs[trial_id] = copy.deepcopy(config)
+
     def _quantiles(self) -> tuple[list[str], list[str]]:
         """Ray's ``_quantiles``: (bottom, top) of the live trials with a score, worst first. The ranking is
         kept sorted as scores change (O(log n) per result instead of a sort per perturbation)."""

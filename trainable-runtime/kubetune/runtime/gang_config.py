@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 import pickle
 import time
-from typing import Any
 
 from kubetune.env import TrialEnv
-from kubetune.shipping import is_function
+from kubetune.shipping import holds_function
 from kubetune.storage import Storage, join_uri
 
 log = logging.getLogger(__name__)
@@ -31,13 +30,7 @@ _POLL_S = 0.25
 def computed_in_pod(env: TrialEnv) -> bool:
     """Whether this attempt's config is computed in the pod: it has ``sample_from`` functions or a PBT exploit's
     user functions to call. Only then do the ranks need the head's."""
-
-    def holds(node: Any) -> bool:
-        if isinstance(node, dict):
-            return is_function(node) or any(holds(v) for v in node.values())
-        return isinstance(node, list) and any(holds(v) for v in node)
-
-    return bool(env.pbt_explore) or holds(env.config)
+    return bool(env.pbt_explore) or holds_function(env.config)
 
 
 def publish(storage: Storage, env: TrialEnv, config: dict) -> None:

@@ -49,13 +49,14 @@ from kubetune.checkpoint_store import (
     restore_checkpoint,
 )
 from kubetune.env import TrialEnv
+from kubetune.limits import MAX_FIELD_BYTES
 from kubetune.reporter import FENCED, Reporter, json_default
 from kubetune.resultkeys import flatten, lookup
 from kubetune.runtime import gang_config
 from kubetune.runtime.explore import explore_in_pod
 from kubetune.runtime.loader import load_trainable_class
 from kubetune.runtime.results import ResultLog
-from kubetune.shipping import resolve_config
+from kubetune.shipping import resolve_config, sampled_as_json
 from kubetune.stopping import should_stop
 from kubetune.storage import Storage, join_uri
 
@@ -137,6 +138,8 @@ class TrialRunner:
                 self.reporter.set_explored(config)  # the operator journals it before any result of this attempt
             if env.pbt_policy:
                 env.pbt_policy[5] = config
+        elif config is not env.config and self.reporter is not None:
+            self._report_sampled(config)
         gang_config.publish(self.storage, env, config)  # a gang's workers run with these values, not their own
         self.trainable = cls(
             config=config, trial_id=env.trial, trial_name=env.trial, logdir=str(self.workdir / "logdir")
@@ -152,6 +155,20 @@ class TrialRunner:
         params = json.dumps(config, indent=2, sort_keys=True, default=json_default).encode()
         self.storage.put_bytes(join_uri(env.trial_dir_uri, "params.json"), params)
         self.results.start_background_sync()
+
+    def _report_sampled(self, config: dict) -> None:
+        """Report the values this attempt drew for the config's ``sample_from`` functions: the operator journals
+        them before any result and gives them to the trial's later attempts (Ray draws them once per trial). A
+        config that is not plain JSON stays unreported, and each attempt draws its own (logged)."""
+        sampled = sampled_as_json(config)
+        if sampled is None:
+            log.warning(
+                "the sample_from values of this trial are not plain JSON (an object, a tuple, an array, NaN, "
+                "or over %d bytes): a retried attempt of the trial draws them again",
+                MAX_FIELD_BYTES,
+            )
+        else:
+            self.reporter.set_explored(sampled)
 
     def _write_pbt_policy(self, line: list) -> None:
         """Write the trial's PBT policy as Ray does: ``pbt_policy_<trial>.txt`` next to the trial folders is
