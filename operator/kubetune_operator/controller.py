@@ -679,9 +679,9 @@ class ExperimentController:
         self._show_pod_config(trial, config, attempt)
 
     def _apply_pod_explored(self, trial: str, config: dict, attempt: int | None) -> None:
-        """The config ``trial``'s pod (of ``attempt``; None: an entry an earlier operator journaled without it) chose by
-        calling the user functions of its PBT exploit: the trial's config from now on (its status, its last
-        perturbation record, the scheduler's donor config); its later pods call nothing."""
+        """The config ``trial``'s pod of ``attempt`` chose by calling the user functions of its PBT exploit: the
+        trial's config from now on (its status, its last perturbation record, the scheduler's donor config); its
+        later pods call nothing. ``attempt`` is None in an entry an earlier operator journaled without it."""
         self.pod_explores.pop(trial, None)
         exploit = self.exploits.get(trial)
         if exploit is not None and exploit.get("explore"):  # replayed before the exploit is known carried out
@@ -834,8 +834,8 @@ class ExperimentController:
                 self._tally_retired(state, -1)
 
     def status_written(self, trial: str) -> None:
-        """A status patch of ``trial`` went through: it counts as writable again, and a config with drawn
-        ``sample_from`` values it carried need not be kept in the journal's snapshots."""
+        """A status patch of ``trial`` went through: it counts as writable again, and a config its pod computed
+        (:meth:`_show_pod_config`) that the patch showed need not be kept in the journal's snapshots."""
         state = self.trials.get(trial)
         if state is not None and trial in self.pod_configs and state.written.get("config") == state.config:
             del self.pod_configs[trial]

@@ -218,6 +218,45 @@ def test_sample_from_and_a_users_stopper_run_in_the_trial_pods(operator, custom,
     assert [t.last_result["training_iteration"] for t in analysis.trials] == [3, 4]
 
 
+def drawn_once(config):
+    """Its first attempt checkpoints the ``sample_from`` value it ran with, then fails; the retry reports whether
+    it runs with the same value."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        d = f"/tmp/drawn-{os.getpid()}"
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "seed.json"), "w") as f:
+            json.dump({"seed": config["seed"]}, f)
+        tune.report({"score": 0.0, "same": 1}, checkpoint=tune.Checkpoint.from_directory(d))
+        raise RuntimeError("the first attempt fails once its checkpoint is taken")
+    with checkpoint.as_directory() as d, open(os.path.join(d, "seed.json")) as f:
+        first = json.load(f)["seed"]
+    tune.report({"score": 1.0, "same": int(first == config["seed"])})
+
+
+def test_a_retried_trial_runs_with_the_sample_from_values_its_first_attempt_drew(
+    operator, custom, namespace, storage_secret, sdk_env
+):
+    analysis = tune.run(
+        drawn_once,
+        name="drawn-once",
+        namespace=namespace,
+        storage=storage(storage_secret),
+        config={"seed": tune.sample_from(lambda spec: __import__("random").random())},
+        max_failures=1,
+        metric="score",
+        mode="max",
+        verbose=0,
+        poll_interval_s=0.5,
+    )
+    (trial,) = analysis.trials
+    assert trial.last_result["score"] == 1.0 and trial.last_result["same"] == 1  # Ray draws once per trial
+    status = custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "trials", "drawn-once-00000")[
+        "status"
+    ]
+    assert status["attempt"] == 1 and status["config"] == trial.config and 0 <= trial.config["seed"] < 1
+
+
 def test_a_spec_the_operator_refuses_raises_and_leaves_nothing(operator, custom, namespace, storage_secret, sdk_env):
     scheduler = tune.schedulers.ASHAScheduler(metric="score", mode="max", grace_period=5, max_t=2)
     with pytest.raises(InvalidExperiment, match="grace_period"):
