@@ -84,6 +84,18 @@ def test_searched_keys_are_the_domains_nested_as_a_slash_b():
     assert searched_keys({"a": {"b": 1}, "c": {"notadomain": [1]}, "d": {"uniform": [0, 1], "x": 1}}) == []
 
 
+def test_sample_from_columns_show_the_values_drawn_and_pbt_columns_the_current_config():
+    marker = {"kubetune/pickled_function": "s3://b/p/ns/digits/sdk/functions/f.pkl"}
+    assert searched_keys({"lr": {"uniform": [0, 1]}, "n": {"seed": marker}, "c": 1}) == ["lr", "n/seed"]
+    exp = experiment()
+    exp["spec"]["config"] = {**SPACE, "seed": marker}
+    waiting, drawn = trial(0), trial(1, config={"lr": 0.5, "model": {"layers": 3}, "grid": 2, "seed": 0.75})
+    waiting["spec"]["config"]["seed"] = drawn["spec"]["config"]["seed"] = marker
+    lines = status_lines(exp, [waiting, drawn], now=NOW)
+    assert lines[1].split()[3:7] == ["lr", "model/layers", "grid", "seed"]
+    assert [row.split()[2:] for row in rows(lines)] == [["0.001235", "1", "1"], ["0.5", "3", "2", "0.75"]]
+
+
 def test_format_value_and_duration():
     assert format_value(0.123456) == "0.1235"
     assert format_value(1.0e-5) == "1e-05"

@@ -3,7 +3,9 @@
 Owns the rendering of an Experiment and its Trials, the objects as the Kubernetes API returns them
 (dicts): a headline (experiment, phase, trials per phase, elapsed time, best trial and its metric),
 the Experiment's conditions worth a look, and one row per trial (name, status, the searched config
-keys, iteration, total time, the metric, extra result columns and why a trial stopped or failed),
+keys with the values the trial runs with now, its ``status.config`` when set: values drawn for
+``sample_from`` functions, a PBT exploit's config; iteration, total time, the metric, extra result columns
+and why a trial stopped or failed),
 at most ``max_rows`` of them, as Ray Tune's ``CLIReporter`` / ``JupyterNotebookReporter`` print it.
 It reads nothing from the cluster: callers poll the API and hand the objects to
 :meth:`StatusTable.update`. Callers: the Python SDK (``kubetune.run``, ``Tuner.fit``), the
@@ -32,6 +34,7 @@ from rich.text import Text
 
 from kubetune.resultkeys import is_number, lookup, spec_objectives
 from kubetune.search import DOMAIN_NAMES
+from kubetune.shipping import is_function
 
 __all__ = [
     "CLIReporter",
@@ -79,7 +82,8 @@ MAX_CONDITION_CHARS = 120
 
 
 def searched_keys(space: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Keys of a parameter space (an Experiment's ``spec.config``) that are search domains.
+    """Keys of a parameter space (an Experiment's ``spec.config``) that are search domains or ``sample_from``
+    functions (whose values a trial's ``status.config`` shows once its pod drew them), as Ray's table shows them.
 
     Args:
         space: the space in its JSON form, e.g. ``{"lr": {"loguniform": [1e-4, 0.1]}, "seed": 0}``.
@@ -90,7 +94,7 @@ def searched_keys(space: Mapping[str, Any], prefix: str = "") -> list[str]:
     """
     keys = []
     for key, value in space.items():
-        if isinstance(value, Mapping) and len(value) == 1 and next(iter(value)) in DOMAIN_NAMES:
+        if isinstance(value, Mapping) and len(value) == 1 and next(iter(value)) in DOMAIN_NAMES or is_function(value):
             keys.append(prefix + key)
         elif isinstance(value, Mapping):
             keys.extend(searched_keys(value, f"{prefix}{key}/"))
@@ -420,12 +424,12 @@ class _View:
         for trial, note in zip(shown, notes):
             trial_status = trial.get("status") or {}
             last = trial_status.get("lastResult") or {}
-            config = (trial.get("spec") or {}).get("config") or {}
+            config = trial_status.get("config") or (trial.get("spec") or {}).get("config") or {}
             time_total = last.get("time_total_s")
             cells = [
                 _name(trial),
                 _phase(trial),
-                *(format_value(lookup(config, key)) for key in keys),
+                *("" if is_function(value) else format_value(value) for value in (lookup(config, k) for k in keys)),
                 format_value(trial_status.get("iteration", last.get("training_iteration"))),
                 "" if time_total is None else f"{time_total:.2f}",
             ]
