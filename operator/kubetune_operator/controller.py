@@ -422,7 +422,8 @@ class ExperimentController:
             self.scheduler, self.scheduler_params = scheduler, params
         self.journal.snapshot_due |= old is not None and not searcher.stateless
         stateless = searcher.stateless and self.scheduler.stateless and not self.stoppers.stoppers
-        self.journal.enabled = not stateless or holds_function(model.config)  # sampled entries: drawn values
+        self.journal.enabled = not stateless or holds_function(model.config)
+        self.journal.kinds = frozenset({"sampled"}) if stateless else None  # the values trial pods drew, alone
         self.searcher = searcher
         #: Likely mistakes in spec.config that are valid as constants; the validate handler posts them as events.
         self.warnings = space_warnings(model.config)

@@ -122,6 +122,8 @@ class Journal:
         enabled: False when neither the searcher nor the scheduler keeps state: nothing is recorded.
 
     Attributes:
+        kinds: when set, only entries of these kinds are recorded (an Experiment whose searcher and scheduler
+            keep no state journals only what its trial pods computed).
         next_seq: number of the next entry recorded.
         durable_seq: every entry below it is committed.
         snapshot_due: take a snapshot at the next commit (set after a spec change rebuilt the searcher).
@@ -130,6 +132,7 @@ class Journal:
     def __init__(self, namespace: str, experiment: str, uid: str, enabled: bool = True):
         # The uid in the names keeps a re-created Experiment of the same name off the old one's ConfigMaps.
         self.namespace, self.uid, self.enabled = namespace, uid, enabled
+        self.kinds: frozenset[str] | None = None
         self.label, self.base = label_value(experiment), f"{label_value(experiment)}-{uid[:8]}"
         self.experiment = experiment
         self.next_seq = self.durable_seq = 0
@@ -145,8 +148,9 @@ class Journal:
         self.lock = asyncio.Lock()
 
     def record(self, entry: list) -> None:
-        """Append ``entry`` (a JSON-able list) to the entries to commit; a no-op when not enabled."""
-        if self.enabled:
+        """Append ``entry`` (a JSON-able list) to the entries to commit; a no-op when not enabled or not of
+        :attr:`kinds`."""
+        if self.enabled and (self.kinds is None or entry[0] in self.kinds):
             self.pending.append(entry)
             self.next_seq += 1
 

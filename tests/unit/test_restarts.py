@@ -608,6 +608,9 @@ def test_sample_from_values_are_drawn_once_per_trial_through_retries_exploits_an
         assert len(values) == 1 or scheduler != "fifo", (trial, values)  # only an exploit changes z: the donor's
     if scheduler != "fifo":
         assert any(len(values) > 1 for values in calm.ran.values()), "no trial was exploited"
+    else:  # FIFO and the basic searcher keep no state: the journal holds only the values drawn
+        snapshot, entries = journal.load(calm.ctl.journal, calm.store.list())
+        assert entries and {entry[0] for entry in entries} == {"sampled"}, entries
     stormy = World(spec, kill_at=range(2, 10_000, 3), fail_at=3)
     assert stormy.run() == expected
     assert stormy.decisions == calm.decisions and stormy.drawn == calm.drawn
