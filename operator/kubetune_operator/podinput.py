@@ -17,7 +17,7 @@ import json
 import math
 from typing import Any
 
-from kubetune.limits import MAX_DEPTH, MAX_FIELD_BYTES, json_size
+from kubetune.limits import INT64, MAX_DEPTH, MAX_FIELD_BYTES, json_size
 
 #: Largest ``training_iteration`` (and checkpoint iteration) taken: 2**53 - 1, exact in every JSON reader.
 MAX_ITERATION = 2**53 - 1
@@ -26,7 +26,6 @@ MAX_ITERATION = 2**53 - 1
 PROGRESS_NUMBERS = ("time_total_s", "time_this_iter_s", "timesteps_total", "episodes_total")
 #: Longest checkpoint URI taken, in characters.
 MAX_URI_CHARS = 2048
-_INT64 = 2**63
 
 
 def is_iteration(value: Any) -> bool:
@@ -95,7 +94,7 @@ def _value_problem(value: Any, where: str, depth: int) -> str | None:
             kind = type(item)
             if kind is float or kind is str or kind is bool or item is None:
                 continue
-            if kind is int and -_INT64 <= item < _INT64:
+            if kind is int and -INT64 <= item < INT64:
                 continue
             problem = _value_problem(item, f"{where}/{key}" if where else str(key), depth + 1)
             if problem:
@@ -105,7 +104,7 @@ def _value_problem(value: Any, where: str, depth: int) -> str | None:
             problem = _value_problem(item, where, depth + 1)
             if problem:
                 return problem
-    elif type(value) is int and not -_INT64 <= value < _INT64:
+    elif type(value) is int and not -INT64 <= value < INT64:
         return f"{where}: an integer beyond 64 bits"
     return None
 

@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from kubetune.limits import INT64
+
 NAMESPACE = "KUBETUNE_NAMESPACE"
 EXPERIMENT = "KUBETUNE_EXPERIMENT"
 TRIAL = "KUBETUNE_TRIAL"
@@ -305,7 +307,6 @@ BOOKKEEPING_KEYS = frozenset(
         "warmup_time",
     }
 )
-_INT64 = 2**63
 
 
 def compact_result(result: Mapping, metric: str | Sequence[str] | None, limit: int) -> dict:
@@ -344,7 +345,7 @@ def _flatten(value: Mapping, prefix: str, out: dict) -> None:
             continue
         if isinstance(item, Mapping):
             _flatten(item, f"{name}/", out)
-        elif isinstance(item, bool) or (isinstance(item, int) and -_INT64 <= item < _INT64):
+        elif isinstance(item, bool) or (isinstance(item, int) and -INT64 <= item < INT64):
             out[name] = item
         elif isinstance(item, float) and math.isfinite(item):
             out[name] = item

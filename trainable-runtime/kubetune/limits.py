@@ -27,6 +27,9 @@ BOUNDED_FIELDS = (("config",), ("searchAlgorithm", "params"), ("scheduler", "par
 #: Deepest nesting of dicts and lists the operator takes in a value a trial pod reports: a result (Ray results
 #: nest a few levels: ``info/learner/...``) or a config the pod computed.
 MAX_DEPTH = 16
+#: Integers a trial pod reports lie in ``[-INT64, INT64)``: they fit a signed 64-bit integer, as Kubernetes'
+#: JSON and etcd's readers take them.
+INT64 = 2**63
 
 
 class SpecTooLarge(ValueError):

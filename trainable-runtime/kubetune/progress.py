@@ -94,7 +94,7 @@ def searched_keys(space: Mapping[str, Any], prefix: str = "") -> list[str]:
     """
     keys = []
     for key, value in space.items():
-        if isinstance(value, Mapping) and len(value) == 1 and next(iter(value)) in DOMAIN_NAMES or is_function(value):
+        if (isinstance(value, Mapping) and len(value) == 1 and next(iter(value)) in DOMAIN_NAMES) or is_function(value):
             keys.append(prefix + key)
         elif isinstance(value, Mapping):
             keys.extend(searched_keys(value, f"{prefix}{key}/"))

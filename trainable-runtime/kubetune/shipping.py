@@ -169,7 +169,7 @@ def sampled_as_json(config: Any) -> dict | None:
     ``status.config``: nested deeper than :data:`kubetune.limits.MAX_DEPTH` or over
     :data:`kubetune.limits.MAX_FIELD_BYTES` of JSON.
     """
-    from kubetune.limits import MAX_DEPTH, MAX_FIELD_BYTES, json_size
+    from kubetune.limits import INT64, MAX_DEPTH, MAX_FIELD_BYTES, json_size
 
     class NotPlain(Exception):
         pass
@@ -178,7 +178,7 @@ def sampled_as_json(config: Any) -> dict | None:
         if depth > MAX_DEPTH:
             raise NotPlain
         kind = type(value)
-        if value is None or kind is bool or kind is str or (kind is int and -(2**63) <= value < 2**63):
+        if value is None or kind is bool or kind is str or (kind is int and -INT64 <= value < INT64):
             return value
         if kind is float and math.isfinite(value):
             return value
