@@ -227,7 +227,13 @@ def test_a_gang_over_the_quota_waits_whole_and_runs_when_the_quota_grows(
 
     status = wait_for(held, timeout=60, what="the Trial to wait for admission")
     assert status["phase"] == "Pending" and "waiting for admission" in status["message"], status
-    time.sleep(5)  # Kueue has seen the whole group by now
+    # Kueue has seen the whole group once its Workload exists; 5 s later it has still admitted nothing
+    wait_for(
+        lambda: custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"],
+        timeout=60,
+        what="Kueue's Workload of the gang",
+    )
+    time.sleep(5)
     pods = core.list_namespaced_pod(namespace).items
     assert len(pods) == 3
     assert all(ADMISSION_GATE in {g.name for g in p.spec.scheduling_gates or ()} for p in pods)
