@@ -64,8 +64,9 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.unit.journal_store, in the spawned server too
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # devcluster.testkit, in the spawned server too
 
+from devcluster.testkit import ConfigMaps
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator import collector
@@ -77,7 +78,6 @@ from kubetune_operator.labels import pod_name
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import mint_token, new_key
-from tests.unit.journal_store import ConfigMaps
 
 NAMESPACE, EXPERIMENT, EXPERIMENT_UID = "bench", "asha-bench", "bench-uid"
 STORAGE_URI = "s3://bench/results"  # checkpoints are reported in each trial's own folder under it, as a runtime's

@@ -118,7 +118,7 @@ def realnode(rounds: int, epochs: int) -> None:
 
     from devcluster import Cluster, ClusterConfig, install
     from devcluster.install import CREDENTIALS_SECRET, NAMESPACE
-    from tests.integration.support import wait_for
+    from devcluster.testkit import wait_for
 
     crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
     with Cluster(ClusterConfig(real_node=True, gpus_per_node=0, crds=crds)) as cluster:
@@ -198,7 +198,7 @@ def kueue(rounds: int) -> None:
     from devcluster import Cluster, ClusterConfig, install
     from devcluster.install import CREDENTIALS_SECRET, NAMESPACE
     from devcluster.kueue import Kueue
-    from tests.integration.support import wait_for
+    from devcluster.testkit import wait_for
 
     crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
     with Cluster(ClusterConfig(crds=crds)) as cluster:

@@ -9,13 +9,13 @@ import copy
 
 import kopf
 
+from devcluster.testkit import ConfigMaps
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_TERMINATED
 from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView
 from kubetune_operator.handlers import _mark
 from kubetune_operator.labels import pod_name
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
-from tests.unit.journal_store import ConfigMaps
 
 KEY = b"k" * 32
 T0 = 1_800_000_000.0

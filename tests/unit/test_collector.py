@@ -10,6 +10,7 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
+from devcluster.testkit import ConfigMaps
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator.collector import make_app
@@ -17,7 +18,6 @@ from kubetune_operator.controller import ExperimentController
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import CollectorSettings, Settings
 from kubetune_operator.tokens import mint_token
-from tests.unit.journal_store import ConfigMaps
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32

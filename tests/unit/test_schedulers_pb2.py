@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 
 import numpy as np
 import pytest
 
+from devcluster.testkit import population_rows
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
 from kubetune_operator import explorer
 from kubetune_operator.algorithms import create_scheduler
@@ -20,19 +20,6 @@ from kubetune_operator.schedulers.pb2_explore import TimeVaryingSquaredExp, sele
 from kubetune_operator.settings import Settings
 
 BOUNDS = {"lr": [1e-4, 0.1], "m": [0.0, 1.0]}
-
-
-def population_rows(seed: int, count: int) -> list[list]:
-    """PB2 data of 8 trials, perturbed every 4 iterations: reward grows with lr, noise with m."""
-    rnd = random.Random(seed)
-    configs = {f"t{i}": [rnd.uniform(1e-4, 0.1), rnd.uniform(0, 1)] for i in range(8)}
-    reward, rows, iteration = dict.fromkeys(configs, 0.0), [], 0
-    while len(rows) < count:
-        iteration += 4
-        for trial, (lr, m) in configs.items():
-            reward[trial] += lr * 10 + rnd.gauss(0, 0.05) * m
-            rows.append([trial, float(iteration), [lr, m], reward[trial]])
-    return rows
 
 
 # What Ray 2.60's pb2._explore returned on population_rows(seed, count) for donor t3 (np.random.seed(7) before
