@@ -18,7 +18,7 @@ import math
 
 import pytest
 
-from devcluster.testkit import ConfigMaps
+from devcluster.testkit import ConfigMaps, experiment_object
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
 from kubetune.shipping import FUNCTION_KEY, holds_function
 from kubetune_operator import journal
@@ -46,12 +46,7 @@ def experiment(**spec):
     if "objectives" in spec:  # in place of metric and mode
         del base["metric"], base["mode"]
     base.update(spec)
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "0123456789-uid", "generation": 1},
-        "spec": base,
-    }
+    return experiment_object(uid="0123456789-uid", **base)
 
 
 def score(config, iteration):

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from devcluster.testkit import population_rows
+from devcluster.testkit import experiment_object, population_rows
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
 from kubetune_operator import explorer
 from kubetune_operator.algorithms import create_scheduler
@@ -173,28 +173,22 @@ def test_log_config_reaches_the_operators_pb2_from_the_sdk():
 
 
 def experiment():
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "image": "img",
-            "config": {"lr": {"grid_search": [0.1, 0.2, 0.3, 0.4]}},
-            "metric": "acc",
-            "mode": "max",
-            "maxConcurrentTrials": 4,
-            "storage": {"uri": "s3://bucket/prefix"},
-            "scheduler": {
-                "name": "pb2",
-                "params": {
-                    "time_attr": "training_iteration",
-                    "perturbation_interval": 2,
-                    "hyperparam_bounds": {"lr": [0.0, 1.0], "momentum": [0.8, 0.99]},
-                },
+    return experiment_object(
+        image="img",
+        config={"lr": {"grid_search": [0.1, 0.2, 0.3, 0.4]}},
+        metric="acc",
+        mode="max",
+        maxConcurrentTrials=4,
+        storage={"uri": "s3://bucket/prefix"},
+        scheduler={
+            "name": "pb2",
+            "params": {
+                "time_attr": "training_iteration",
+                "perturbation_interval": 2,
+                "hyperparam_bounds": {"lr": [0.0, 1.0], "momentum": [0.8, 0.99]},
             },
         },
-    }
+    )
 
 
 def test_the_operator_waits_for_the_explore_step_then_restarts_the_trial_with_its_config():
