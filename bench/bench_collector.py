@@ -64,8 +64,9 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.unit.journal_store, in the spawned server too
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # devcluster.testkit, in the spawned server too
 
+from devcluster.testkit import ConfigMaps, experiment_object
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator import collector
@@ -77,7 +78,6 @@ from kubetune_operator.labels import pod_name
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import mint_token, new_key
-from tests.unit.journal_store import ConfigMaps
 
 NAMESPACE, EXPERIMENT, EXPERIMENT_UID = "bench", "asha-bench", "bench-uid"
 STORAGE_URI = "s3://bench/results"  # checkpoints are reported in each trial's own folder under it, as a runtime's
@@ -89,23 +89,21 @@ ASHA_PARAMS = {"max_t": 4**8, "grace_period": 1, "reduction_factor": 4}
 def experiment(trials: int, scheduler: dict | None = None) -> dict:
     """The benchmark's Experiment object: ``trials`` random ``lr`` samples, all running at once, under
     ``scheduler`` (default ASHA with :data:`ASHA_PARAMS`)."""
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": EXPERIMENT, "namespace": NAMESPACE, "uid": EXPERIMENT_UID, "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "bench:Trainable"},
-            "image": "bench",
-            "config": {"lr": {"loguniform": [1e-5, 1e-1]}},
-            "numSamples": trials,
-            "metric": "loss",
-            "mode": "min",
-            "maxConcurrentTrials": trials,
-            "searchAlgorithm": {"name": "basic", "seed": 7},
-            "scheduler": scheduler or {"name": "asha", "params": ASHA_PARAMS},
-            "storage": {"uri": STORAGE_URI},
-        },
-    }
+    return experiment_object(
+        EXPERIMENT,
+        EXPERIMENT_UID,
+        namespace=NAMESPACE,
+        trainable={"entrypoint": "bench:Trainable"},
+        image="bench",
+        config={"lr": {"loguniform": [1e-5, 1e-1]}},
+        numSamples=trials,
+        metric="loss",
+        mode="min",
+        maxConcurrentTrials=trials,
+        searchAlgorithm={"name": "basic", "seed": 7},
+        scheduler=scheduler or {"name": "asha", "params": ASHA_PARAMS},
+        storage={"uri": STORAGE_URI},
+    )
 
 
 def load_registry(

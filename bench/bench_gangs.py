@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from devcluster.testkit import experiment_object  # noqa: E402
 from kubetune_operator.controller import ExperimentController, pod_view  # noqa: E402
 from kubetune_operator.settings import Settings, TrialSettings  # noqa: E402
 
@@ -44,22 +45,18 @@ T0 = 1_800_000_000.0
 
 def experiment(trials: int, workers: int) -> dict:
     resources = {"cpu": 1, **({"workers": {"replicas": workers, "cpu": 1}} if workers else {})}
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "bench", "namespace": "ns", "uid": "bench-uid-0001", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "image": "img",
-            "config": {"lr": {"uniform": [0.0, 1.0]}},
-            "numSamples": trials,
-            "maxConcurrentTrials": trials,
-            "metric": "acc",
-            "mode": "max",
-            "storage": {"uri": "s3://bucket/prefix"},
-            "resourcesPerTrial": resources,
-        },
-    }
+    return experiment_object(
+        "bench",
+        "bench-uid-0001",
+        image="img",
+        config={"lr": {"uniform": [0.0, 1.0]}},
+        numSamples=trials,
+        maxConcurrentTrials=trials,
+        metric="acc",
+        mode="max",
+        storage={"uri": "s3://bucket/prefix"},
+        resourcesPerTrial=resources,
+    )
 
 
 def running(manifests: list[dict]) -> dict:
@@ -118,7 +115,7 @@ def realnode(rounds: int, epochs: int) -> None:
 
     from devcluster import Cluster, ClusterConfig, install
     from devcluster.install import CREDENTIALS_SECRET, NAMESPACE
-    from tests.integration.support import wait_for
+    from devcluster.testkit import wait_for
 
     crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
     with Cluster(ClusterConfig(real_node=True, gpus_per_node=0, crds=crds)) as cluster:
@@ -198,7 +195,7 @@ def kueue(rounds: int) -> None:
     from devcluster import Cluster, ClusterConfig, install
     from devcluster.install import CREDENTIALS_SECRET, NAMESPACE
     from devcluster.kueue import Kueue
-    from tests.integration.support import wait_for
+    from devcluster.testkit import wait_for
 
     crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
     with Cluster(ClusterConfig(crds=crds)) as cluster:

@@ -28,12 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from devcluster.testkit import ConfigMaps, experiment_object  # noqa: E402
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_STOPPED  # noqa: E402
 from kubetune_operator import journal  # noqa: E402
 from kubetune_operator.controller import ExperimentController, PodView  # noqa: E402
 from kubetune_operator.registry import Registry  # noqa: E402
 from kubetune_operator.settings import Settings  # noqa: E402
-from tests.unit.journal_store import ConfigMaps  # noqa: E402
 
 KEY = b"k" * 32
 CASES = {
@@ -53,22 +53,18 @@ CASES = {
 
 
 def experiment(trials: int, scheduler: dict, searcher: dict) -> dict:
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "bench", "namespace": "ns", "uid": "bench-uid-0001", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "config": {"x": {"uniform": [0, 1]}, "y": {"uniform": [0, 1]}},
-            "numSamples": trials,
-            "metric": "score",
-            "mode": "max",
-            "maxConcurrentTrials": 100,
-            "storage": {"uri": "s3://b/p"},
-            "scheduler": scheduler,
-            "searchAlgorithm": searcher,
-        },
-    }
+    return experiment_object(
+        "bench",
+        "bench-uid-0001",
+        config={"x": {"uniform": [0, 1]}, "y": {"uniform": [0, 1]}},
+        numSamples=trials,
+        metric="score",
+        mode="max",
+        maxConcurrentTrials=100,
+        storage={"uri": "s3://b/p"},
+        scheduler=scheduler,
+        searchAlgorithm=searcher,
+    )
 
 
 def run(spec: dict, results: int, store: ConfigMaps) -> tuple[dict, float, int, int]:

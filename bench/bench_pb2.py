@@ -4,9 +4,9 @@ against running it on the loop, as Ray's trial runner does.
 
 Run: ``.venv/bin/python bench/bench_pb2.py [--rows 64 160 400] [--ray-python PATH]``.
 
-The data are those of 8 trials perturbed every 4 iterations (``population_rows`` of
-``tests/unit/test_schedulers_pb2.py``: reward grows with ``lr``, noise with ``m``), ``--rows`` rows in all;
-donor ``t3``; the same seed on both sides. Ray's side
+The data are those of 8 trials perturbed every 4 iterations (``devcluster.testkit.population_rows``, the data
+``tests/unit/test_schedulers_pb2.py`` compares with Ray on: reward grows with ``lr``, noise with ``m``), ``--rows``
+rows in all; donor ``t3``; the same seed on both sides. Ray's side
 (``--ray-python``: a virtual environment with ``ray[tune]`` and scikit-learn, never a dependency of the
 project) times ``ray.tune.schedulers.pb2._explore`` on the same rows in its own interpreter. The event-loop
 figure is the longest gap between ticks of a 1 ms timer while one step runs: in the worker (a step in flight,
@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devcluster.testkit import population_rows  # noqa: E402  (the data the unit tests compare with Ray on)
 from kubetune_operator import explorer  # noqa: E402
 from kubetune_operator.schedulers.pb2_explore import select  # noqa: E402
-from tests.unit.test_schedulers_pb2 import population_rows  # noqa: E402  (the data the unit tests compare with Ray on)
 
 BOUNDS = {"lr": [1e-4, 0.1], "m": [0.0, 1.0]}
 SEED = 7

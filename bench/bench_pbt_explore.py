@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 
+from devcluster.testkit import experiment_object
 from kubetune.runtime.explore import explore_in_pod
 from kubetune.search import parse_space
 from kubetune.shipping import dumps
@@ -32,26 +33,21 @@ from kubetune_operator.settings import Settings
 
 
 def controller(uri: str) -> ExperimentController:
-    experiment = {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "uid-1234", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "config": {"lr": 0.01},
-            "numSamples": 1,
-            "metric": "acc",
-            "mode": "max",
-            "storage": {"uri": "s3://b/p"},
-            "scheduler": {
-                "name": "pbt",
-                "params": {
-                    "perturbation_interval": 2,
-                    "hyperparam_mutations": {"lr": {"kubetune/pickled_function": uri}},
-                },
+    experiment = experiment_object(
+        uid="uid-1234",
+        config={"lr": 0.01},
+        numSamples=1,
+        metric="acc",
+        mode="max",
+        storage={"uri": "s3://b/p"},
+        scheduler={
+            "name": "pbt",
+            "params": {
+                "perturbation_interval": 2,
+                "hyperparam_mutations": {"lr": {"kubetune/pickled_function": uri}},
             },
         },
-    }
+    )
     ctl = ExperimentController(experiment, Settings(), b"k" * 32)
     ctl.restore([])
     return ctl

@@ -55,9 +55,9 @@ from bench.bench_devcluster import pct  # noqa: E402
 from devcluster import Cluster, ClusterConfig, images, install  # noqa: E402
 from devcluster.cluster import S3_BUCKET  # noqa: E402
 from devcluster.operator import OPERATOR_NAMESPACE, OperatorProcess  # noqa: E402
+from devcluster.testkit import wait_for  # noqa: E402
 from kubetune.env import COLLECTOR_RESULTS_PATH  # noqa: E402
 from kubetune_operator.builders import trial_dir_uri  # noqa: E402
-from tests.integration.support import wait_for  # noqa: E402
 
 COMMAND = ["python", "-c", "import kubetune, time; time.sleep(20)"]
 

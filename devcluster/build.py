@@ -17,6 +17,7 @@ dependency, so the build module repeats each replace pinned to the matching
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
@@ -97,6 +99,31 @@ def _run_go(args: list[str], cwd: Path, label: str) -> str:
         raise RuntimeError(f"{label} failed (go {' '.join(args)}):\n{out[-4000:]}")
     _log(f"{label}: done in {time.monotonic() - started:.0f} s")
     return out
+
+
+@contextlib.contextmanager
+def _building_with_go(what: str, out: Path, announce: str, done: str) -> Iterator[None]:
+    """Around building missing binaries into ``out``: check for the Go toolchain, create ``out``, log
+    ``announce``, and after the block ``done`` with the seconds it took.
+
+    Used by :func:`ensure_binaries`, :mod:`devcluster.nodebuild` and :mod:`devcluster.kueue`.
+
+    Args:
+        what: what is built, as the error names it ("the control plane").
+        out: the folder the binaries are built into.
+        announce: the log line before the build.
+        done: the log line after it, before " in N s".
+
+    Raises:
+        FileNotFoundError: the ``go`` toolchain is not on PATH.
+    """
+    if shutil.which("go") is None:
+        raise FileNotFoundError(f"building {what} needs the Go toolchain on PATH")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    _log(announce)
+    yield
+    _log(f"{done} in {time.monotonic() - started:.0f} s")
 
 
 def _write_module(workdir: Path, module: str, requires: dict[str, str], replaces: dict[str, str]) -> None:
@@ -194,23 +221,19 @@ def ensure_binaries(names=ALL_BINARIES) -> dict[str, Path]:
     """
     missing = missing_binaries(names)
     if missing:
-        if shutil.which("go") is None:
-            raise FileNotFoundError("building the control plane needs the Go toolchain on PATH")
         out = bin_dir()
-        out.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        _log(
+        announce = (
             f"building {', '.join(missing)} into {out} "
             "(a cold build takes about 10 minutes on 2 cores; later runs reuse the cache)"
         )
-        if "etcd" in missing:
-            _build_etcd(out)
-        kube = [n for n in missing if n in KUBE_COMMANDS]
-        if kube:
-            _build_kubernetes(out, kube)
-        if "helm" in missing:
-            _build_helm(out)
-        _log(f"all built in {time.monotonic() - started:.0f} s")
+        with _building_with_go("the control plane", out, announce, "all built"):
+            if "etcd" in missing:
+                _build_etcd(out)
+            kube = [n for n in missing if n in KUBE_COMMANDS]
+            if kube:
+                _build_kubernetes(out, kube)
+            if "helm" in missing:
+                _build_helm(out)
     return {n: binary_path(n) for n in names}
 
 

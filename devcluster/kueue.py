@@ -22,16 +22,14 @@ from __future__ import annotations
 import base64
 import fcntl
 import json
-import shutil
 import socket
 import ssl
-import time
 from pathlib import Path
 
 import yaml
 
 from . import certs, procs
-from .build import _log, _run_go, _write_module, cache_root
+from .build import _building_with_go, _run_go, _write_module, cache_root
 
 KUEUE_VERSION = "v0.17.0"
 #: The namespace Kueue runs in (its ``namespace`` setting); Kueue's webhooks leave it and kube-system alone.
@@ -57,19 +55,15 @@ def kueue_binary() -> Path:
     with open(cache_root() / "kueue-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not binary.is_file():
-            if shutil.which("go") is None:
-                raise FileNotFoundError("building Kueue needs the Go toolchain on PATH")
-            started = time.monotonic()
-            _log(f"building Kueue {KUEUE_VERSION} into {out} (about 2 minutes on 2 cores from a cold Go cache)")
-            out.mkdir(parents=True, exist_ok=True)
-            tmp = out / "kueue.tmp"
-            _run_go(
-                ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), "sigs.k8s.io/kueue/cmd/kueue"],
-                _workdir(),
-                "kueue",
-            )
-            tmp.rename(binary)
-            _log(f"Kueue built in {time.monotonic() - started:.0f} s")
+            announce = f"building Kueue {KUEUE_VERSION} into {out} (about 2 minutes on 2 cores from a cold Go cache)"
+            with _building_with_go("Kueue", out, announce, "Kueue built"):
+                tmp = out / "kueue.tmp"
+                _run_go(
+                    ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), "sigs.k8s.io/kueue/cmd/kueue"],
+                    _workdir(),
+                    "kueue",
+                )
+                tmp.rename(binary)
     return binary
 
 

@@ -15,13 +15,12 @@ import fcntl
 import hashlib
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 from .build import (
     KUBERNETES_VERSION,
     _build_kubernetes,
-    _log,
+    _building_with_go,
     _run_go,
     _staging_replaces,
     _write_module,
@@ -145,22 +144,18 @@ def ensure_node_binaries() -> dict[str, Path]:
 def _build_missing() -> None:
     missing = missing_node_binaries()
     if missing:
-        if shutil.which("go") is None:
-            raise FileNotFoundError("building the real node needs the Go toolchain on PATH")
         out = node_bin_dir()
-        out.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        _log(f"building the real node's {', '.join(missing)} into {out}")
-        kube = [n for n in missing if n in ("kubelet", "kube-proxy")]
-        if kube or "pause" in missing:
-            _build_kubernetes(out, kube)
-        containerd = [n for n in missing if n in CONTAINERD_COMMANDS]
-        if containerd:
-            _build_containerd(out, containerd)
-        if "coredns" in missing:
-            _build_coredns(out)
-        if "deviceplugin" in missing:
-            _build_deviceplugin(out)
-        if "pause" in missing:
-            _build_pause(out)
-        _log(f"node built in {time.monotonic() - started:.0f} s")
+        announce = f"building the real node's {', '.join(missing)} into {out}"
+        with _building_with_go("the real node", out, announce, "node built"):
+            kube = [n for n in missing if n in ("kubelet", "kube-proxy")]
+            if kube or "pause" in missing:
+                _build_kubernetes(out, kube)
+            containerd = [n for n in missing if n in CONTAINERD_COMMANDS]
+            if containerd:
+                _build_containerd(out, containerd)
+            if "coredns" in missing:
+                _build_coredns(out)
+            if "deviceplugin" in missing:
+                _build_deviceplugin(out)
+            if "pause" in missing:
+                _build_pause(out)

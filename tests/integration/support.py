@@ -4,23 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import boto3
 
 from devcluster import Cluster, build
-
-
-def wait_for(fn, timeout=120, interval=0.25, what="condition"):
-    """Poll ``fn`` until it returns something truthy and return that; AssertionError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def s3_client(env: dict):

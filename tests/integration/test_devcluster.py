@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig, build, procs
-from tests.integration.support import wait_for
+from devcluster.testkit import wait_for
 
 PY = sys.executable
 

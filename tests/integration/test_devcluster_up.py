@@ -26,7 +26,8 @@ from devcluster import build
 from devcluster.cluster import S3_BUCKET
 from devcluster.install import CREDENTIALS_SECRET, STORAGE_URI
 from devcluster.operator import OPERATOR_NAMESPACE
-from tests.integration.support import s3_client, wait_for
+from devcluster.testkit import wait_for
+from tests.integration.support import s3_client
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "digits"

@@ -14,13 +14,14 @@ import pytest
 
 import kubetune
 from devcluster.cluster import S3_BUCKET
+from devcluster.testkit import wait_for
 from examples.digits import model as digits
 from examples.digits.demo import load_experiment
 from examples.digits.function_trainable import train_digits
 from examples.digits.trainable import DigitsTrainable
 from kubetune.checkpoint_store import COMMIT_MARKER, restore_checkpoint
 from kubetune.storage import open_storage
-from tests.integration.support import trial_prefix, wait_for
+from tests.integration.support import trial_prefix
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"

@@ -19,13 +19,13 @@ import pytest
 from kubernetes import client
 
 from devcluster.cluster import S3_BUCKET
+from devcluster.testkit import wait_for
 from kubetune_operator import journal
 from kubetune_operator.algorithms import create_scheduler, create_searcher
 from kubetune_operator.controller import ExperimentController
 from kubetune_operator.schedulers.pb2_explore import select
 from kubetune_operator.settings import Settings
 from kubetune_operator.status import compact_result
-from tests.integration.support import wait_for
 from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
 
 MAX_T = 6

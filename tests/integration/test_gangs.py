@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from tests.integration.support import wait_for
+from devcluster.testkit import wait_for
 from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
 
 SOURCE = """

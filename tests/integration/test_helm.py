@@ -31,7 +31,8 @@ from kubernetes import client
 
 from devcluster import Cluster, ClusterConfig, procs
 from devcluster.cluster import S3_BUCKET
-from tests.integration.support import Helm, trial_prefix, wait_for
+from devcluster.testkit import wait_for
+from tests.integration.support import Helm, trial_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kubetune"

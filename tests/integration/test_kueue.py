@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from devcluster.kueue import Kueue
-from tests.integration.support import wait_for
+from devcluster.testkit import wait_for
 from tests.integration.test_operator import GROUP, VERSION, experiment, get, phase_is, trials
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

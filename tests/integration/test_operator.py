@@ -12,7 +12,8 @@ import pytest
 from kubernetes import client, watch
 
 from devcluster.cluster import S3_BUCKET
-from tests.integration.support import trial_prefix, wait_for
+from devcluster.testkit import wait_for
+from tests.integration.support import trial_prefix
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 TRAINABLE = "tests.integration.trainables:Counter"

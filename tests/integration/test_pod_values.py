@@ -4,8 +4,8 @@ restarts before the terminal status is written."""
 
 from __future__ import annotations
 
+from devcluster.testkit import wait_for
 from kubetune_operator.kube import end_event_name
-from tests.integration.support import wait_for
 from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, trials
 
 

@@ -16,9 +16,9 @@ import pytest
 
 import kubetune as tune
 from devcluster.cluster import S3_BUCKET
+from devcluster.testkit import wait_for
 from kubetune.analysis import ExperimentAnalysis
 from kubetune.client import Cluster, InvalidExperiment
-from tests.integration.support import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "sdk"

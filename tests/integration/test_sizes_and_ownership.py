@@ -14,8 +14,8 @@ from kubernetes import client
 
 import kubetune as tune
 from devcluster.cluster import S3_BUCKET
+from devcluster.testkit import wait_for
 from kubetune.limits import MAX_FIELD_BYTES, SpecTooLarge
-from tests.integration.support import wait_for
 from tests.integration.test_operator import (
     GROUP,
     VERSION,

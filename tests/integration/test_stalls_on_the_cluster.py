@@ -10,7 +10,7 @@ import sys
 import time
 
 from devcluster.cluster import S3_BUCKET
-from tests.integration.support import wait_for
+from devcluster.testkit import wait_for
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 

@@ -21,7 +21,8 @@ from devcluster import Cluster, ClusterConfig, install
 from devcluster.cluster import S3_BUCKET
 from devcluster.install import CHART, RELEASE, RESTRICTED
 from devcluster.operator import OPERATOR_NAMESPACE as SYSTEM
-from tests.integration.support import Helm, s3_client, wait_for
+from devcluster.testkit import wait_for
+from tests.integration.support import Helm, s3_client
 
 ROOT = Path(__file__).resolve().parents[2]
 

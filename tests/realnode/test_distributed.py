@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from devcluster.cluster import S3_BUCKET
-from tests.integration.support import wait_for
+from devcluster.testkit import wait_for
 from tests.realnode.conftest import wait_finished
 from tests.realnode.test_realnode import GROUP, VERSION, _run, result_lines, trials_of
 

@@ -21,7 +21,8 @@ import yaml
 
 from devcluster.cluster import S3_BUCKET
 from devcluster.realnode import NODE_NAME
-from tests.integration.support import trial_prefix, wait_for
+from devcluster.testkit import wait_for
+from tests.integration.support import trial_prefix
 from tests.integration.trainables import Counter
 from tests.realnode.conftest import SYSTEM, experiment_status, wait_finished
 

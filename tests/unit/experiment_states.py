@@ -9,13 +9,13 @@ import copy
 
 import kopf
 
+from devcluster.testkit import ConfigMaps, experiment_object
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_TERMINATED
 from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView
 from kubetune_operator.handlers import _mark
 from kubetune_operator.labels import pod_name
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
-from tests.unit.journal_store import ConfigMaps
 
 KEY = b"k" * 32
 T0 = 1_800_000_000.0
@@ -33,8 +33,7 @@ def _experiment(generation: int = 1, **spec) -> dict:
         "failure": {"maxFailures": 0, "maxFailedTrials": 0},
     }
     base.update(spec)
-    meta = {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": generation}
-    return {"apiVersion": "kubetune.io/v1alpha1", "kind": "Experiment", "metadata": meta, "spec": base}
+    return experiment_object(generation=generation, **base)
 
 
 def _pod(name: str, phase: str, outcome: str | None = None, exit_code: int | None = None) -> PodView:

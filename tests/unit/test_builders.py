@@ -9,6 +9,7 @@ import re
 import pytest
 from conftest_crds import root_schema, validate
 
+from devcluster.testkit import experiment_object
 from kubetune.env import TERMINATION_MESSAGE_PATH, CheckpointPolicy, read_trial_env
 from kubetune_operator.builders import (
     DECISION_WAIT_S,
@@ -44,12 +45,7 @@ def experiment(**spec) -> dict:
         "storage": {"uri": "s3://bucket/runs/"},
     }
     base.update(spec)
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "mnist", "namespace": "team-a", "uid": "exp-uid-1", "generation": 1},
-        "spec": base,
-    }
+    return experiment_object("mnist", "exp-uid-1", namespace="team-a", **base)
 
 
 def trial(exp: dict | None = None, index: int = 3, **status) -> dict:

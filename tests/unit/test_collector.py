@@ -10,6 +10,7 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
+from devcluster.testkit import ConfigMaps, experiment_object
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator.collector import make_app
@@ -17,26 +18,20 @@ from kubetune_operator.controller import ExperimentController
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import CollectorSettings, Settings
 from kubetune_operator.tokens import mint_token
-from tests.unit.journal_store import ConfigMaps
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
 
 
 def experiment():
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "u", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "config": {"x": {"grid_search": [1, 2]}},
-            "metric": "acc",
-            "mode": "max",
-            "stop": {"training_iteration": 5},
-            "storage": {"uri": "s3://b/p"},
-        },
-    }
+    return experiment_object(
+        uid="u",
+        config={"x": {"grid_search": [1, 2]}},
+        metric="acc",
+        mode="max",
+        stop={"training_iteration": 5},
+        storage={"uri": "s3://b/p"},
+    )
 
 
 def batch(trial="exp-00000", attempt=0, results=None, **extra):

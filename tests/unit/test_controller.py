@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
 from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView, pod_view
 from kubetune_operator.labels import pod_name
@@ -33,12 +34,7 @@ def experiment(**spec):
         "failure": {"maxFailures": 1},
     }
     base.update(spec)
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": 1},
-        "spec": base,
-    }
+    return experiment_object(**base)
 
 
 def adopt_created(ctl, plan):

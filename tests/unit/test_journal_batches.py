@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from devcluster.testkit import ConfigMaps
 from kubetune_operator import journal
-from tests.unit.journal_store import ConfigMaps
 
 CONFIGMAP_LIMIT = 1 << 20  # the API server's limit on a ConfigMap's data
 

@@ -12,11 +12,11 @@ from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 from kubernetes import client
 
+from devcluster.testkit import ConfigMaps
 from kubetune_operator.collector import make_app
 from kubetune_operator.metricsauth import ALLOWED_TTL_S, DENIED_TTL_S, MetricsAuth
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
-from tests.unit.journal_store import ConfigMaps
 
 USERS = {"reader-token": ("system:serviceaccount:monitoring:prometheus", True), "other-token": ("alice", False)}
 

@@ -16,6 +16,7 @@ from botocore.config import Config
 from conftest_runtime import TOKEN, Collector, wait_for
 from conftest_storage import RestartableMotoServer, aws_env, new_bucket  # noqa: F401 - fixtures
 
+from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_TERMINATED
 from kubetune.progress import status_lines
 from kubetune.reporter import Reporter
@@ -40,12 +41,7 @@ def experiment(**spec):
         "scheduler": {"name": "asha", "params": {"max_t": 10, "grace_period": 1}},
     }
     base.update(spec)
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "u-1", "generation": 1},
-        "spec": base,
-    }
+    return experiment_object(uid="u-1", **base)
 
 
 def pod(name, phase, outcome=None):

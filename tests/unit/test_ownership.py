@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 from kubernetes.client import ApiException
 
+from devcluster.testkit import experiment_object
 from kubetune_operator.builders import controller_uid
 from kubetune_operator.controller import ExperimentController
 from kubetune_operator.kube import Kube
@@ -69,16 +70,9 @@ def kube(api) -> Kube:
 
 
 def experiment():
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "same", "namespace": "ns", "uid": "new-uid", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "config": {"lr": {"grid_search": [1, 2, 3]}},
-            "storage": {"uri": "s3://bucket/prefix"},
-        },
-    }
+    return experiment_object(
+        "same", "new-uid", config={"lr": {"grid_search": [1, 2, 3]}}, storage={"uri": "s3://bucket/prefix"}
+    )
 
 
 def orphan(name: str, owner: str | None = None) -> dict:

@@ -11,6 +11,7 @@ import random
 import pytest
 
 import kubetune as tune
+from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
 from kubetune.runtime.explore import explore_in_pod
 from kubetune.schedulers import PopulationBasedTraining
@@ -98,31 +99,26 @@ def test_custom_explore_fn_alone_is_enough_and_bad_function_values_are_refused()
 
 
 def experiment(**params):
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid-1234", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "image": "img",
-            "config": {"lr": 0.01, "k": {"grid_search": [0, 1, 2, 3]}},
-            "numSamples": 1,
-            "metric": "acc",
-            "mode": "max",
-            "maxConcurrentTrials": 4,
-            "storage": {"uri": "s3://bucket/prefix"},
-            "scheduler": {
-                "name": "pbt",
-                "params": {
-                    "time_attr": "training_iteration",
-                    "perturbation_interval": 2,
-                    "resample_probability": 1.0,
-                    "hyperparam_mutations": {"lr": LR_FUNCTION},
-                    **params,
-                },
+    return experiment_object(
+        uid="exp-uid-1234",
+        image="img",
+        config={"lr": 0.01, "k": {"grid_search": [0, 1, 2, 3]}},
+        numSamples=1,
+        metric="acc",
+        mode="max",
+        maxConcurrentTrials=4,
+        storage={"uri": "s3://bucket/prefix"},
+        scheduler={
+            "name": "pbt",
+            "params": {
+                "time_attr": "training_iteration",
+                "perturbation_interval": 2,
+                "resample_probability": 1.0,
+                "hyperparam_mutations": {"lr": LR_FUNCTION},
+                **params,
             },
         },
-    }
+    )
 
 
 def pod_env(plan, pod_name):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from devcluster.testkit import experiment_object
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import OUTCOME_COMPLETED
 from kubetune_operator.controller import ExperimentController, PodView
@@ -111,18 +112,9 @@ def test_a_termination_message_keeps_what_passes_and_says_what_it_left_out():
 
 
 def experiment():
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "config": {"lr": {"grid_search": [1, 2]}},
-            "metric": "acc",
-            "mode": "max",
-            "storage": {"uri": "s3://bucket/prefix"},
-        },
-    }
+    return experiment_object(
+        config={"lr": {"grid_search": [1, 2]}}, metric="acc", mode="max", storage={"uri": "s3://bucket/prefix"}
+    )
 
 
 def started():

@@ -5,7 +5,7 @@ committed, before a plan is carried out). Every searcher and scheduler must make
 decisions, at the same iterations, with the same configs, as the uninterrupted run.
 
 The API server is a dict of Trials (status as the operator's patches left it) and the in-memory
-ConfigMaps of ``tests.unit.journal_store``; nothing survives a kill but what the operator wrote.
+ConfigMaps of ``devcluster.testkit``; nothing survives a kill but what the operator wrote.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import math
 
 import pytest
 
+from devcluster.testkit import ConfigMaps, experiment_object
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
 from kubetune.shipping import FUNCTION_KEY, holds_function
 from kubetune_operator import journal
@@ -25,7 +26,6 @@ from kubetune_operator.controller import ExperimentController, PodView
 from kubetune_operator.registry import Registry
 from kubetune_operator.schedulers.pb2_explore import select
 from kubetune_operator.settings import Settings
-from tests.unit.journal_store import ConfigMaps
 
 KEY = b"k" * 32
 MAX_ITER = 9
@@ -46,12 +46,7 @@ def experiment(**spec):
     if "objectives" in spec:  # in place of metric and mode
         del base["metric"], base["mode"]
     base.update(spec)
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "0123456789-uid", "generation": 1},
-        "spec": base,
-    }
+    return experiment_object(uid="0123456789-uid", **base)
 
 
 def score(config, iteration):

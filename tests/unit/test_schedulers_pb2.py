@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 
 import numpy as np
 import pytest
 
+from devcluster.testkit import experiment_object, population_rows
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
 from kubetune_operator import explorer
 from kubetune_operator.algorithms import create_scheduler
@@ -20,19 +20,6 @@ from kubetune_operator.schedulers.pb2_explore import TimeVaryingSquaredExp, sele
 from kubetune_operator.settings import Settings
 
 BOUNDS = {"lr": [1e-4, 0.1], "m": [0.0, 1.0]}
-
-
-def population_rows(seed: int, count: int) -> list[list]:
-    """PB2 data of 8 trials, perturbed every 4 iterations: reward grows with lr, noise with m."""
-    rnd = random.Random(seed)
-    configs = {f"t{i}": [rnd.uniform(1e-4, 0.1), rnd.uniform(0, 1)] for i in range(8)}
-    reward, rows, iteration = dict.fromkeys(configs, 0.0), [], 0
-    while len(rows) < count:
-        iteration += 4
-        for trial, (lr, m) in configs.items():
-            reward[trial] += lr * 10 + rnd.gauss(0, 0.05) * m
-            rows.append([trial, float(iteration), [lr, m], reward[trial]])
-    return rows
 
 
 # What Ray 2.60's pb2._explore returned on population_rows(seed, count) for donor t3 (np.random.seed(7) before
@@ -186,28 +173,22 @@ def test_log_config_reaches_the_operators_pb2_from_the_sdk():
 
 
 def experiment():
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "image": "img",
-            "config": {"lr": {"grid_search": [0.1, 0.2, 0.3, 0.4]}},
-            "metric": "acc",
-            "mode": "max",
-            "maxConcurrentTrials": 4,
-            "storage": {"uri": "s3://bucket/prefix"},
-            "scheduler": {
-                "name": "pb2",
-                "params": {
-                    "time_attr": "training_iteration",
-                    "perturbation_interval": 2,
-                    "hyperparam_bounds": {"lr": [0.0, 1.0], "momentum": [0.8, 0.99]},
-                },
+    return experiment_object(
+        image="img",
+        config={"lr": {"grid_search": [0.1, 0.2, 0.3, 0.4]}},
+        metric="acc",
+        mode="max",
+        maxConcurrentTrials=4,
+        storage={"uri": "s3://bucket/prefix"},
+        scheduler={
+            "name": "pb2",
+            "params": {
+                "time_attr": "training_iteration",
+                "perturbation_interval": 2,
+                "hyperparam_bounds": {"lr": [0.0, 1.0], "momentum": [0.8, 0.99]},
             },
         },
-    }
+    )
 
 
 def test_the_operator_waits_for_the_explore_step_then_restarts_the_trial_with_its_config():

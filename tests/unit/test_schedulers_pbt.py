@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
 from kubetune.search import parse_space
 from kubetune_operator.algorithms import create_scheduler
@@ -151,16 +152,16 @@ def test_state_round_trip_gives_the_same_decisions():
 
 
 def experiment():
-    spec = {
-        "trainable": {"entrypoint": "m:T"},
-        "image": "img",
-        "config": {"lr": {"grid_search": [0.001, 0.01, 0.1, 1.0]}},
-        "numSamples": 1,
-        "metric": "acc",
-        "mode": "max",
-        "maxConcurrentTrials": 4,
-        "storage": {"uri": "s3://bucket/prefix"},
-        "scheduler": {
+    return experiment_object(
+        uid="exp-uid-1234",
+        image="img",
+        config={"lr": {"grid_search": [0.001, 0.01, 0.1, 1.0]}},
+        numSamples=1,
+        metric="acc",
+        mode="max",
+        maxConcurrentTrials=4,
+        storage={"uri": "s3://bucket/prefix"},
+        scheduler={
             "name": "pbt",
             "params": {
                 "time_attr": "training_iteration",
@@ -169,13 +170,7 @@ def experiment():
                 "resample_probability": 0.0,
             },
         },
-    }
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid-1234", "generation": 1},
-        "spec": spec,
-    }
+    )
 
 
 def test_the_operator_restarts_an_exploited_trial_from_the_donors_checkpoint_with_the_explored_config():

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes.client import ApiException
 
+from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_COMPLETED
 from kubetune_operator.controller import STATUS_WRITE_ATTEMPTS, ExperimentController, PodView
 from kubetune_operator.kube import Kube, end_event_name
@@ -77,18 +78,9 @@ def kube(api: FakeAPI) -> Kube:
 
 
 def experiment():
-    return {
-        "apiVersion": "kubetune.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": "exp", "namespace": "ns", "uid": "exp-uid", "generation": 1},
-        "spec": {
-            "trainable": {"entrypoint": "m:T"},
-            "config": {"lr": {"grid_search": [1, 2]}},
-            "metric": "acc",
-            "mode": "max",
-            "storage": {"uri": "s3://bucket/prefix"},
-        },
-    }
+    return experiment_object(
+        config={"lr": {"grid_search": [1, 2]}}, metric="acc", mode="max", storage={"uri": "s3://bucket/prefix"}
+    )
 
 
 def ended_pods(ctl):
