@@ -4,7 +4,8 @@ Owns the scheduler classes a ported script builds, with Ray 2.x's names, argumen
 defaults; each serializes to the Experiment's ``spec.scheduler`` (:mod:`kubetune.algorithm_spec`), and the
 operator runs the algorithm. Called by users through Ray's path :mod:`kubetune.schedulers`
 (``from kubetune.schedulers import ASHAScheduler``) and by :mod:`kubetune.sdk.tuner`.
-Ray's schedulers kubetune lacks raise an error that says why.
+Ray's schedulers kubetune lacks raise an error that says why. The operator's classes state the same
+defaults (``tests/unit/test_ray_defaults.py`` fails when the two differ).
 """
 
 from __future__ import annotations

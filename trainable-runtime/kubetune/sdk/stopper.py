@@ -7,7 +7,8 @@ by users through Ray's path :mod:`kubetune.stopper` (``from kubetune.stopper imp
 and by :mod:`kubetune.sdk.tuner`.
 
 A ``Stopper`` subclass of the user's own, or a callable ``stop``, is user code, which the operator
-never runs: :func:`kubetune.run` runs it in each trial's pod (:func:`kubetune.shipping.with_stopper`).
+never runs: :func:`kubetune.run` runs it in each trial's pod (:func:`kubetune.shipping.with_stopper`). The
+operator's stoppers state the same defaults (``tests/unit/test_ray_defaults.py`` fails when the two differ).
 """
 
 from __future__ import annotations
