@@ -1,4 +1,4 @@
-"""Benchmark of ``kubetune.analysis``: loading an experiment's results from storage and the first answers.
+"""Benchmark of ``kubetune.sdk.analysis``: loading an experiment's results from storage and the first answers.
 
 Stand-alone script (no pytest). Writes ``--trials`` trials of ``--results`` results each as the trial
 pod writes them (a real :class:`kubetune.Trainable`'s ``train()`` results, with Ray's auto-filled fields,
@@ -39,8 +39,8 @@ import pandas as pd
 from moto_process import moto_server  # bench/moto_process.py, beside this script
 
 from kubetune import Trainable
-from kubetune.analysis import ExperimentAnalysis
 from kubetune.runtime.results import RESULT_FILE, ResultLog
+from kubetune.sdk.analysis import ExperimentAnalysis
 from kubetune.storage import join_uri, open_storage
 
 AWS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}

@@ -18,7 +18,7 @@ same generator against a trivial aiohttp process that reads the body and answers
 Load: ``--connections`` workers, each with its share of the trials, POST batches of ``--batch``
 results of one trial at a time (``training_iteration`` increasing per trial, a ``loss`` that falls
 with the iteration and depends on the trial's ``lr``, ``time_total_s``; a checkpoint every tenth
-batch) with that trial's token, as ``kubetune.reporter`` does. A simulated trial keeps reporting after
+batch) with that trial's token, as ``kubetune.runtime.reporter`` does. A simulated trial keeps reporting after
 a ``stop`` (a real one would end and a new trial take its slot); the controller's work per result is
 the same either way, since a trial's phase only changes when its pod ends. Two kinds of phase:
 

@@ -5,7 +5,7 @@
   :func:`kubetune_operator.schedulers.pbt.explore`, with the new config in the exploit.
 * ``in pod``: the same mutation as a function (``lambda: random.uniform(1e-4, 0.1)``): the operator's explore
   leaves the key to the pod; the pod loads the pickled function from storage (``file://`` here; an S3 GET in a
-  cluster adds its round trip) and calls it (:func:`kubetune.runtime.explore.explore_in_pod`), and the
+  cluster adds its round trip) and calls it (:func:`kubetune.runtime.pbt_explore.explore_in_pod`), and the
   controller journals the config the pod reports (``ExperimentController.record_results(explored=...)``).
 
 Prints the median seconds per exploit of each, the added seconds and the ratio. The pod's reported config rides
@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from devcluster.testkit import experiment_object
-from kubetune.runtime.explore import explore_in_pod
+from kubetune.runtime.pbt_explore import explore_in_pod
 from kubetune.search import parse_space
 from kubetune.shipping import dumps
 from kubetune.storage import FileStorage

@@ -34,8 +34,8 @@ from moto_process import moto_server  # bench/moto_process.py, beside this scrip
 from kubetune import Trainable
 from kubetune.checkpoint_store import commit_checkpoint, restore_checkpoint
 from kubetune.env import CheckpointPolicy, TrialEnv
-from kubetune.reporter import Reporter
 from kubetune.runtime.loop import TrialRunner
+from kubetune.runtime.reporter import Reporter
 from kubetune.storage import open_storage
 
 MIB = 1 << 20

@@ -5,7 +5,7 @@ Run: ``.venv/bin/python bench/bench_sdk.py [--sizes-mb 1 200] [--rounds 3]``. St
 (API server and its S3 endpoint; no operator is needed to create), then, per payload size and in
 rounds that alternate the order, times:
 
-* ours: :func:`kubetune.tuner.create_experiment`, the part of ``tune.run`` before it follows the
+* ours: :func:`kubetune.sdk.tuner.create_experiment`, the part of ``tune.run`` before it follows the
   Experiment: every check, pickling the trainable and the payload, uploading both, creating the
   Experiment;
 * baseline: the least any client must do for the same: a boto3 client (``tune.run`` makes one per
@@ -33,8 +33,8 @@ from kubernetes import client  # noqa: E402
 import kubetune as tune  # noqa: E402
 from devcluster import Cluster, ClusterConfig  # noqa: E402
 from devcluster.cluster import S3_BUCKET  # noqa: E402
-from kubetune.client import Cluster as KubeCluster  # noqa: E402
-from kubetune.tuner import create_experiment, storage_spec  # noqa: E402
+from kubetune.sdk.client import Cluster as KubeCluster  # noqa: E402
+from kubetune.sdk.tuner import create_experiment, storage_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench-sdk"

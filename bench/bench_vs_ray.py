@@ -63,8 +63,8 @@ import kubetune as tune  # noqa: E402
 from devcluster import Cluster, ClusterConfig  # noqa: E402
 from devcluster.cluster import S3_BUCKET  # noqa: E402
 from devcluster.operator import OperatorProcess  # noqa: E402
-from kubetune.client import Cluster as Connection  # noqa: E402
 from kubetune.schedulers import PB2, ASHAScheduler, HyperBandForBOHB, PopulationBasedTraining  # noqa: E402
+from kubetune.sdk.client import Cluster as Connection  # noqa: E402
 from kubetune.search.bohb import TuneBOHB  # noqa: E402
 
 RAY_VENV = Path.home() / ".cache" / "kubetune" / "bench-ray-venv"

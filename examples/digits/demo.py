@@ -37,10 +37,10 @@ from devcluster.cluster import S3_BUCKET
 from devcluster.operator import OperatorProcess
 from examples.digits.tune_digits import report, tune_digits
 from kubetune.checkpoint_store import COMMIT_MARKER
-from kubetune.client import Cluster as KubeCluster
-from kubetune.client import follow
-from kubetune.progress import StatusTable, format_duration, searched_keys
-from kubetune.tuner import TuneError
+from kubetune.sdk.client import Cluster as KubeCluster
+from kubetune.sdk.client import follow
+from kubetune.sdk.progress import StatusTable, format_duration, searched_keys
+from kubetune.sdk.tuner import TuneError
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -75,7 +75,7 @@ class Stall(BaseModel):
 
 
 class ResultBatch(BaseModel):
-    """One POST of a trial runtime (written by ``kubetune.reporter``).
+    """One POST of a trial runtime (written by ``kubetune.runtime.reporter``).
 
     Validate with ``ResultBatch.model_validate_json(body, context={"max_results": n})``; JSON's ``NaN``
     and ``Infinity`` are accepted here, and the values of the results are checked next, by

@@ -32,7 +32,7 @@ from kubetune.limits import check_spec_sizes
 from kubetune.resultkeys import goal_reached, is_number, missing_metrics
 from kubetune.search import parse_space, space_warnings
 from kubetune.shipping import draws_for, holds_function
-from kubetune.stopping import should_stop
+from kubetune.stop_criteria import should_stop
 
 from . import status as st
 from .algorithms import create_scheduler, create_searcher

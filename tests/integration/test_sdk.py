@@ -17,8 +17,8 @@ import pytest
 import kubetune as tune
 from devcluster.cluster import S3_BUCKET
 from devcluster.testkit import wait_for
-from kubetune.analysis import ExperimentAnalysis
-from kubetune.client import Cluster, InvalidExperiment
+from kubetune.sdk.analysis import ExperimentAnalysis
+from kubetune.sdk.client import Cluster, InvalidExperiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "sdk"
@@ -295,7 +295,12 @@ def test_failed_trials_raise_tune_error_with_their_message(operator, namespace, 
 
 def kubetune_cli(*args, env, check=True):
     done = subprocess.run(
-        [sys.executable, "-m", "kubetune.cli", *args], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "kubetune.sdk.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     if check:
         assert done.returncode == 0, done.stderr

@@ -51,7 +51,7 @@ def warnings(core, namespace, reason):
 
 def kubetune_get(cluster, namespace) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "kubetune.cli", "get", "-n", namespace],
+        [sys.executable, "-m", "kubetune.sdk.cli", "get", "-n", namespace],
         env={**cluster.env(), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
@@ -153,7 +153,7 @@ def test_an_unknown_domain_is_refused_up_front(cluster, operator, custom, core, 
 def test_the_sdk_pre_flight_check_costs_one_request(cluster, monkeypatch):
     for key, value in cluster.env().items():
         monkeypatch.setenv(key, value)
-    from kubetune.client import Cluster
+    from kubetune.sdk.client import Cluster
 
     cold = []
     for _ in range(5):  # a fresh client each time, as tune.run makes: the TLS handshake is in the first request

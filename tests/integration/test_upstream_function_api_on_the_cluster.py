@@ -14,7 +14,7 @@ Ported here: ``FunctionApiTest::testWithParametersTwoRuns1``, ``testWithParamete
 from __future__ import annotations
 
 import kubetune as tune
-from kubetune.tuner import DEFAULT_METRIC
+from kubetune.sdk.tuner import DEFAULT_METRIC
 from tests.integration.upstream_setup import on_cluster  # noqa: F401 - fixture
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 
 import kubetune as tune
-from kubetune.analysis import ResultGrid
+from kubetune.sdk.analysis import ResultGrid
 from tests.integration.upstream_setup import on_cluster  # noqa: F401 - fixture
 
 #: Ray 2.60's ``ray.tune.result.AUTO_RESULT_KEYS``.

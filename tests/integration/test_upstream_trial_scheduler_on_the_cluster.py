@@ -9,7 +9,7 @@ and a trial's ``run_metadata.last_result`` as its ``last_result``.
 
 Ported here: ``BOHBSuite::testNonstopBOHB``, ``E2EPopulationBasedTestingSuite::testCheckpointing`` and
 ``testCheckpointDict``, and ``AsyncHyperBandSuite::testAnonymousMetricEndToEnd{FIFO,ASHA,BOHB,Median,PBT}``
-(Ray's ``Trial.TERMINATED`` is ``kubetune.analysis.TERMINATED``).
+(Ray's ``Trial.TERMINATED`` is ``kubetune.sdk.analysis.TERMINATED``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from collections import Counter
 import pytest
 
 import kubetune as tune
-from kubetune.analysis import TERMINATED
 from kubetune.schedulers import (
     AsyncHyperBandScheduler,
     FIFOScheduler,
@@ -30,6 +29,7 @@ from kubetune.schedulers import (
     MedianStoppingRule,
     PopulationBasedTraining,
 )
+from kubetune.sdk.analysis import TERMINATED
 from kubetune.search import ConcurrencyLimiter
 from kubetune.search.bohb import TuneBOHB
 from tests.integration.upstream_setup import on_cluster  # noqa: F401 - fixture

@@ -1,4 +1,4 @@
-"""kubetune.analysis: Ray's ExperimentAnalysis and ResultGrid over trial directories written by the real
+"""kubetune.sdk.analysis: Ray's ExperimentAnalysis and ResultGrid over trial directories written by the real
 writers (ResultLog, commit_checkpoint, error.txt as the runtime writes it), on file:// and moto's S3."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
 
 from kubetune import Checkpoint
-from kubetune.analysis import ExperimentAnalysis, ResultGrid, StoredCheckpoint, TrialRecord
 from kubetune.checkpoint_store import COMMIT_MARKER, checkpoint_uri, commit_checkpoint
 from kubetune.runtime.results import ResultLog
+from kubetune.sdk.analysis import ExperimentAnalysis, ResultGrid, StoredCheckpoint, TrialRecord
 from kubetune.storage import join_uri, open_storage
 
 UID = "0a1b2c3d"

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from kubernetes.client import ApiException
 
-from kubetune import cli, tuner
-from kubetune.client import Cluster, ClusterUnavailable, ExperimentNotFound, follow
+from kubetune.sdk import cli, tuner
+from kubetune.sdk.client import Cluster, ClusterUnavailable, ExperimentNotFound, follow
 
 DISCOVERY = "/apis/kubetune.io/v1alpha1"
 SERVED = {

@@ -17,7 +17,7 @@ from examples.digits import model as digits
 from examples.digits.demo import load_experiment, searched_keys
 from examples.digits.function_trainable import train_digits
 from examples.digits.trainable import DigitsTrainable
-from kubetune.function_trainable import as_trainable_class
+from kubetune.runtime.function_trainable import as_trainable_class
 from kubetune.runtime.loader import import_entrypoint
 from kubetune.search.variants import generate_variants
 

@@ -15,8 +15,8 @@ from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - 
 import kubetune
 from kubetune import Checkpoint, Trainable, as_trainable_class, wrap_function
 from kubetune.checkpoint_layout import find_checkpoint_dir
-from kubetune.function_trainable import FunctionTrainable
-from kubetune.trainable import RESULT_DUPLICATE
+from kubetune.runtime.function_trainable import FunctionTrainable
+from kubetune.runtime.trainable import RESULT_DUPLICATE
 
 
 def _run(fn, logdir, config=None, **kwargs):

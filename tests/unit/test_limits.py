@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kubetune.limits import MAX_FIELD_BYTES, SpecTooLarge, check_spec_sizes, json_size
-from kubetune.tuner import create_experiment
+from kubetune.sdk.tuner import create_experiment
 from kubetune_operator.controller import ExperimentController, InvalidSpec
 from kubetune_operator.settings import Settings
 

@@ -1,12 +1,12 @@
-"""tune.run's metric and mode as Ray fills and checks them (kubetune.tuner), before anything is created."""
+"""tune.run's metric and mode as Ray fills and checks them (kubetune.sdk.tuner), before anything is created."""
 
 from __future__ import annotations
 
 import pytest
 
 from kubetune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler
+from kubetune.sdk.tuner import build_experiment
 from kubetune.search import OptunaSearch
-from kubetune.tuner import build_experiment
 from kubetune_operator.spec import ExperimentSpec
 
 

@@ -18,9 +18,9 @@ from conftest_storage import RestartableMotoServer, aws_env, new_bucket  # noqa:
 
 from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_TERMINATED
-from kubetune.progress import status_lines
-from kubetune.reporter import Reporter
 from kubetune.resultkeys import missing_metrics
+from kubetune.runtime.reporter import Reporter
+from kubetune.sdk.progress import status_lines
 from kubetune.storage import S3Storage, open_storage
 from kubetune_operator.controller import ExperimentController, PodView
 from kubetune_operator.settings import Settings

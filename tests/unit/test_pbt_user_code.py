@@ -13,7 +13,7 @@ import pytest
 import kubetune as tune
 from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
-from kubetune.runtime.explore import explore_in_pod
+from kubetune.runtime.pbt_explore import explore_in_pod
 from kubetune.schedulers import PopulationBasedTraining
 from kubetune.shipping import FUNCTION_KEY, FunctionPickles, dumps
 from kubetune.storage import FileStorage

@@ -26,7 +26,7 @@ TRIAL_DIR = "s3://b/p/ns/exp/12345678/exp-00000"
 
 
 def runtime_result(iteration=3):
-    """A result as ``kubetune.trainable`` fills it in (less ``config``, which the reporter leaves out)."""
+    """A result as ``kubetune.runtime.trainable`` fills it in (less ``config``, which the reporter leaves out)."""
     return {
         "acc": 0.5,
         "done": False,

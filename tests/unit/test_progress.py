@@ -1,4 +1,4 @@
-"""kubetune.progress: the status table of an Experiment, as plain lines, as a rich table and live."""
+"""kubetune.sdk.progress: the status table of an Experiment, as plain lines, as a rich table and live."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 from rich.console import Console
 
-from kubetune.progress import (
+from kubetune.sdk.progress import (
     StatusTable,
     format_duration,
     format_value,

@@ -10,8 +10,8 @@ import pytest
 
 import kubetune as tune
 from kubetune import Checkpoint, wrap_function
+from kubetune.sdk.tuner import CheckpointConfig, Tuner, _checkpoint_args
 from kubetune.search import Categorical
-from kubetune.tuner import CheckpointConfig, Tuner, _checkpoint_args
 
 PATHS = [
     ("kubetune.schedulers.async_hyperband", "ASHAScheduler", tune.schedulers.ASHAScheduler),

@@ -1,4 +1,4 @@
-"""kubetune.reporter against a real HTTP collector on loopback."""
+"""kubetune.runtime.reporter against a real HTTP collector on loopback."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 from conftest_runtime import TOKEN, Collector, wait_for
 
-from kubetune.reporter import Reporter
+from kubetune.runtime.reporter import Reporter
 
 
 def _reporter(url: str, **kwargs) -> Reporter:

@@ -6,7 +6,7 @@ import pytest
 
 import kubetune as tune
 from kubetune.resources import PlacementGroupFactory, Resources, resources_per_trial
-from kubetune.tuner import trial_resources
+from kubetune.sdk.tuner import trial_resources
 
 
 def test_a_placement_group_is_the_head_and_identical_workers():

@@ -10,7 +10,7 @@ import pytest
 
 import kubetune
 from kubetune.env import TrialEnv
-from kubetune.function_trainable import FunctionTrainable
+from kubetune.runtime.function_trainable import FunctionTrainable
 from kubetune.runtime.loader import SOURCE_MODULE, exec_source, import_entrypoint, load_trainable_class
 from kubetune.storage import open_storage
 
@@ -43,7 +43,7 @@ def _env(tmp_path, **fields) -> TrialEnv:
 
 def test_import_entrypoint_resolves_dotted_names():
     assert import_entrypoint("kubetune.trainable:Trainable") is kubetune.Trainable
-    assert import_entrypoint("kubetune.function_trainable:FunctionTrainable.setup") is FunctionTrainable.setup
+    assert import_entrypoint("kubetune.runtime.function_trainable:FunctionTrainable.setup") is FunctionTrainable.setup
     with pytest.raises(ValueError):
         import_entrypoint("kubetune.trainable.Trainable")
     with pytest.raises(AttributeError):

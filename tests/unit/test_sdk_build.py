@@ -13,6 +13,7 @@ import kubetune as tune
 from kubetune import shipping
 from kubetune.resultkeys import spec_objectives
 from kubetune.schedulers import PB2, ASHAScheduler, HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
+from kubetune.sdk.tuner import build_experiment, default_name, experiment_name, split_stop, storage_spec
 from kubetune.search import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, parse_space
 from kubetune.stopper import (
     CombinedStopper,
@@ -23,7 +24,6 @@ from kubetune.stopper import (
     TrialPlateauStopper,
 )
 from kubetune.storage import open_storage
-from kubetune.tuner import build_experiment, default_name, experiment_name, split_stop, storage_spec
 from kubetune_operator.algorithms import create_scheduler, create_searcher
 from kubetune_operator.spec import ExperimentSpec
 from kubetune_operator.stoppers import create_stoppers

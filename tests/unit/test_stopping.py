@@ -1,4 +1,4 @@
-"""Stop criteria and the experiment goal (kubetune.stopping)."""
+"""Stop criteria and the experiment goal (kubetune.stop_criteria)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from kubetune.resultkeys import flatten, goal_reached
-from kubetune.stopping import should_stop
+from kubetune.stop_criteria import should_stop
 
 
 def test_flatten_nested_results():

@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 
 from kubetune import Trainable
-from kubetune.trainable import RESULT_DUPLICATE
+from kubetune.runtime.trainable import RESULT_DUPLICATE
 
 
 class Counter(Trainable):

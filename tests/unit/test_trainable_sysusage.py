@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kubetune import Trainable
-from kubetune.sysusage import SysUsageMonitor, parse_meminfo, parse_nvidia_smi_csv, parse_proc_stat
+from kubetune.runtime.sysusage import SysUsageMonitor, parse_meminfo, parse_nvidia_smi_csv, parse_proc_stat
 
 
 class Busy(Trainable):

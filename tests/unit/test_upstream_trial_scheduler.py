@@ -8,7 +8,7 @@ from ``kubetune.schedulers`` with Ray's arguments and run as the operator runs t
 trial ends as removed (``on_trial_remove``), paused trials are resumed through ``choose_trial_to_run`` and ended
 through ``trials_to_stop``, the scheduler is told when the searcher has no more trials (Ray's runner holds all of
 them from the start), a PBT exploit restarts the trial from its donor with the explored config, the trial's pod
-calling the user functions (``kubetune.runtime.explore``). Ray's private fields are read through kubetune's
+calling the user functions (``kubetune.runtime.pbt_explore``). Ray's private fields are read through kubetune's
 (``_hyperbands`` -> ``_bands``, ``bracket._n`` -> ``bracket.n``, ``_num_perturbations`` -> ``num_perturbations``,
 ``last_scores`` -> the scores PBT keeps, ``_num_checkpoints`` -> the ``checkpoint`` answers).
 
@@ -57,7 +57,7 @@ import numpy as np
 import pytest
 
 from kubetune import schedulers as ray_schedulers
-from kubetune.runtime.explore import explore_in_pod
+from kubetune.runtime.pbt_explore import explore_in_pod
 from kubetune.shipping import FUNCTION_KEY, FunctionPickles
 from kubetune.storage import FileStorage
 from kubetune_operator.algorithms import create_scheduler

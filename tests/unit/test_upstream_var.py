@@ -26,7 +26,7 @@ import unittest
 import numpy as np
 
 from kubetune import search as tune
-from kubetune.analysis import _values_at
+from kubetune.sdk.analysis import _values_at
 from kubetune.search import RecursiveDependencyError, generate_variants, grid_search, parse_space
 from kubetune.search.variants import find_domains
 

@@ -5,9 +5,16 @@
 :func:`checkpoint_dir`, ``track.log``), the search space (``uniform``, ``choice``,
 ``grid_search``, ...), and the SDK (``run``, ``Tuner``, ``with_parameters``, ``ExperimentAnalysis``,
 ``tune.schedulers``, ``tune.search``, ``tune.stopper``), which is loaded on first use so that a
-trial pod, which needs only the runtime, does not import it. The in-pod runtime lives in
-``kubetune.runtime``; object storage in ``kubetune.storage``. Ray names kubetune cannot honour
+trial pod, which needs only the runtime, does not import it. Ray names kubetune cannot honour
 raise an error that says why and what to use instead (``docs/ray-tune.md``).
+
+The package's layout shows where code runs: ``kubetune.runtime`` runs in the trial pod (the process
+``python -m kubetune.runtime``, the Trainable and function API it runs, the collector client);
+``kubetune.sdk`` runs on the user's machine (``tune.run``, ``Tuner``, the analysis, the status table, the
+``kubetune`` command); the modules at the top are the contracts both sides (and the operator) share
+(storage, the trial environment, result keys, limits, shipping, checkpoints) and Ray's public paths
+(``kubetune.schedulers``, ``kubetune.stopper``, ``kubetune.tuner``, ``kubetune.analysis``,
+``kubetune.trainable``, ``kubetune.session``, ``kubetune.track``, ``kubetune.search``, ``kubetune.suggest``).
 """
 
 import importlib
@@ -15,8 +22,19 @@ import importlib.abc
 import sys
 
 from kubetune import track
+from kubetune.algorithm_spec import unsupported
 from kubetune.checkpoint_layout import Checkpoint
-from kubetune.function_trainable import as_trainable_class, wrap_function
+from kubetune.runtime.function_trainable import as_trainable_class, wrap_function
+from kubetune.runtime.session import (
+    checkpoint_dir,
+    get_checkpoint,
+    get_trial_dir,
+    get_trial_id,
+    get_trial_name,
+    is_session_enabled,
+    report,
+)
+from kubetune.runtime.trainable import Trainable
 from kubetune.search import (
     choice,
     grid_search,
@@ -32,47 +50,44 @@ from kubetune.search import (
     sample_from,
     uniform,
 )
-from kubetune.session import (
-    checkpoint_dir,
-    get_checkpoint,
-    get_trial_dir,
-    get_trial_id,
-    get_trial_name,
-    is_session_enabled,
-    report,
-)
-from kubetune.specs import unsupported
-from kubetune.trainable import Trainable
 
 #: SDK names, imported when first used: name → module.
 _LAZY = {
-    "run": "kubetune.tuner",
-    "run_experiments": "kubetune.tuner",
-    "Tuner": "kubetune.tuner",
-    "TuneConfig": "kubetune.tuner",
-    "RunConfig": "kubetune.tuner",
-    "CheckpointConfig": "kubetune.tuner",
-    "FailureConfig": "kubetune.tuner",
-    "TuneError": "kubetune.tuner",
+    "run": "kubetune.sdk.tuner",
+    "run_experiments": "kubetune.sdk.tuner",
+    "Tuner": "kubetune.sdk.tuner",
+    "TuneConfig": "kubetune.sdk.tuner",
+    "RunConfig": "kubetune.sdk.tuner",
+    "CheckpointConfig": "kubetune.sdk.tuner",
+    "FailureConfig": "kubetune.sdk.tuner",
+    "TuneError": "kubetune.sdk.tuner",
     "with_parameters": "kubetune.shipping",
     "with_resources": "kubetune.shipping",
-    "ExperimentAnalysis": "kubetune.analysis",
-    "ResultGrid": "kubetune.analysis",
-    "Result": "kubetune.analysis",
-    "Stopper": "kubetune.stopper",
-    "CLIReporter": "kubetune.progress",
-    "JupyterNotebookReporter": "kubetune.progress",
-    "ProgressReporter": "kubetune.progress",
+    "ExperimentAnalysis": "kubetune.sdk.analysis",
+    "ResultGrid": "kubetune.sdk.analysis",
+    "Result": "kubetune.sdk.analysis",
+    "Stopper": "kubetune.sdk.stopper",
+    "CLIReporter": "kubetune.sdk.progress",
+    "JupyterNotebookReporter": "kubetune.sdk.progress",
+    "ProgressReporter": "kubetune.sdk.progress",
     "PlacementGroupFactory": "kubetune.resources",
-    "get_context": "kubetune.context",
-    "get_trial_resources": "kubetune.context",
-    "TuneContext": "kubetune.context",
-    "ResumeConfig": "kubetune.resume",
-    "create_scheduler": "kubetune.factories",
-    "create_searcher": "kubetune.factories",
+    "get_context": "kubetune.runtime.context",
+    "get_trial_resources": "kubetune.runtime.context",
+    "TuneContext": "kubetune.runtime.context",
+    "ResumeConfig": "kubetune.sdk.resume",
+    "create_scheduler": "kubetune.sdk.factories",
+    "create_searcher": "kubetune.sdk.factories",
 }
-#: Submodules reached as attributes, as ``tune.schedulers.ASHAScheduler`` (``suggest``: Ray 1.x's ``search``).
-_SUBMODULES = ("schedulers", "stopper", "analysis", "tuner", "progress", "suggest")
+#: Submodules reached as attributes, as ``tune.schedulers.ASHAScheduler``, → their module (``suggest``: Ray 1.x's
+#: ``search``).
+_SUBMODULES = {
+    "schedulers": "kubetune.schedulers",
+    "stopper": "kubetune.stopper",
+    "analysis": "kubetune.analysis",
+    "tuner": "kubetune.tuner",
+    "progress": "kubetune.sdk.progress",
+    "suggest": "kubetune.suggest",
+}
 #: Ray names kubetune cannot honour: name → (why, what to use).
 _UNSUPPORTED = {
     "Callback": ("callbacks are user code run by Ray's driver", "the returned ExperimentAnalysis"),
@@ -157,7 +172,7 @@ def __getattr__(name: str):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
     elif name in _SUBMODULES:
-        value = importlib.import_module(f"kubetune.{name}")
+        value = importlib.import_module(_SUBMODULES[name])
     elif name in _UNSUPPORTED:
         raise unsupported(name, *_UNSUPPORTED[name])
     else:

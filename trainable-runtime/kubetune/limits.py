@@ -2,7 +2,7 @@
 
 ``spec.config``, ``spec.searchAlgorithm.params`` and ``spec.scheduler.params`` hold any JSON, so nothing
 in the schema bounds them but these limits. The API server cannot check them (CEL cannot measure a
-free-form field: docs/operations.md, "Size limits"): the SDK (:mod:`kubetune.tuner`) measures the compact
+free-form field: docs/operations.md, "Size limits"): the SDK (:mod:`kubetune.sdk.tuner`) measures the compact
 JSON before it uploads anything, and the operator (:mod:`kubetune_operator.controller`) measures it before
 it creates anything, refusing a larger field with ``Ready=False``/``InvalidSpec`` and a Warning event that
 name it. Everything downstream is sized for these limits: a trial's config travels in

@@ -2,7 +2,7 @@
 
 Owns :class:`PlacementGroupFactory` (Ray 1.x/2.x, ``tune.PlacementGroupFactory``), :class:`Resources` (Ray 0.8's
 ``ray.tune.resources.Resources``, what RLlib's ``Trainer.default_resource_request`` returned) and
-:func:`resources_per_trial`, which ``tune.run`` / ``Tuner`` (``kubetune.tuner``) call on ``resources_per_trial``,
+:func:`resources_per_trial`, which ``tune.run`` / ``Tuner`` (``kubetune.sdk.tuner``) call on ``resources_per_trial``,
 on ``tune.with_resources``'s value and on ``Trainable.default_resource_request``'s answer.
 
 A trial is one pod, or a gang: the head pod (rank 0, which runs the trainable) and identical worker pods

@@ -4,7 +4,7 @@ Owns the format of the pickles the SDK writes to object storage (:func:`dumps`/:
 header naming the Python version, then cloudpickle's bytes), the choice between an import path and
 a pickle (:func:`ship_trainable`), Ray's :func:`with_parameters` and :func:`with_resources`, and
 ``sample_from`` functions, which run in the trial pod (:class:`FunctionPickles` on the client,
-:func:`resolve_config` in the pod). Called by :mod:`kubetune.tuner` on the client and by
+:func:`resolve_config` in the pod). Called by :mod:`kubetune.sdk.tuner` on the client and by
 :mod:`kubetune.runtime` in the pod.
 
 A ``sample_from`` function is pickled to ``<experiment storage>/sdk/functions/<sha256[:32]>.pkl``
@@ -287,7 +287,7 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Any:
 
 
 def _function_with(fn: Callable, params: Parameters) -> Callable:
-    """Wrap ``fn`` with the signature ``kubetune.function_trainable`` detects (checkpoint_dir kept)."""
+    """Wrap ``fn`` with the signature ``kubetune.runtime.function_trainable`` detects (checkpoint_dir kept)."""
     if "checkpoint_dir" in inspect.signature(fn).parameters:
 
         def inner(config, checkpoint_dir=None):
@@ -323,7 +323,7 @@ def with_stopper(trainable: Any, stopper: Callable[[str, dict], bool]) -> type:
     """
     if isinstance(trainable, str):
         raise TypeError("a stop function or Stopper of your own needs the trainable itself, not an import path")
-    from kubetune.function_trainable import as_trainable_class
+    from kubetune.runtime.function_trainable import as_trainable_class
 
     base = as_trainable_class(trainable)
 

@@ -1,14 +1,14 @@
 """Ray Tune 0.8's ``track`` module for function trainables: ``kubetune.track.log(**metrics)``.
 
 Kept for users' code written against ``ray.tune.track``; new code calls :func:`kubetune.report`.
-Each call is one ``train()`` result of the running :class:`kubetune.function_trainable.FunctionTrainable`.
+Each call is one ``train()`` result of the running :class:`kubetune.runtime.function_trainable.FunctionTrainable`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kubetune.session import report
+from kubetune.runtime.session import report
 
 
 def log(**metrics: Any) -> None:

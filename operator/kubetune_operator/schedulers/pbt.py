@@ -85,7 +85,7 @@ def explore(
     multiplies the value by a factor of ``perturbation_factors``, keeping ``int`` values ``int``. A key the
     config lacks is sampled. A :class:`PodFunction` to resample keeps the key's value here and is
     appended to ``in_pod`` as ``{"path": [key, ...], "function": uri, "int": bool}``: the exploited
-    trial's pod calls it (:mod:`kubetune.runtime.explore`).
+    trial's pod calls it (:mod:`kubetune.runtime.pbt_explore`).
 
     Args:
         config: the donor's config (not modified).

@@ -1,6 +1,6 @@
 """The config every rank of a trial's gang runs with: the head's.
 
-A config's ``sample_from`` values and a PBT exploit's user functions (``kubetune.runtime.explore``) are computed in
+A config's ``sample_from`` values and a PBT exploit's user functions (``kubetune.runtime.pbt_explore``) are computed in
 the trial pod, and may be random: computed again on each rank they would differ. So the head
 (:meth:`kubetune.runtime.loop.TrialRunner.setup`) publishes the config it computed, with :func:`publish`, to
 ``.gang_config.pkl`` in the trial's folder (pickled: the values are the user's objects; one file, overwritten by

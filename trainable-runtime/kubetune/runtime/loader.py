@@ -4,7 +4,7 @@ Called by :mod:`kubetune.runtime.loop` once per attempt. Exactly one source is s
 (``kubetune.env``): an import path ``package.module:Name`` importable in the image, inline Python
 ``source`` plus the ``name`` it defines, or ``pickleURI``, a cloudpickled class or function the SDK
 uploaded to object storage. Whatever is loaded goes through
-:func:`kubetune.function_trainable.as_trainable_class` (classes as they are, functions wrapped).
+:func:`kubetune.runtime.function_trainable.as_trainable_class` (classes as they are, functions wrapped).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def load_trainable_class(env: TrialEnv, storage: Storage) -> type:
     Raises:
         ValueError: as :func:`load_trainable`.
     """
-    from kubetune.function_trainable import as_trainable_class
+    from kubetune.runtime.function_trainable import as_trainable_class
 
     return as_trainable_class(load_trainable(env, storage))
 

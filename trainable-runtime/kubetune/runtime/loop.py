@@ -4,7 +4,7 @@
 thread stays free to react to SIGTERM during a long ``step()``), and by ``bench/bench_runtime.py``.
 It follows Ray Tune's trial runner for a single trial:
 
-* **Stop**: a result with ``done: True`` or meeting ``spec.stop`` (``kubetune.stopping.should_stop``)
+* **Stop**: a result with ``done: True`` or meeting ``spec.stop`` (``kubetune.stop_criteria.should_stop``)
   ends the trial; so do the collector's ``stop`` and ``pause`` decisions and SIGTERM. With
   ``decision_wait_s`` the loop waits for the collector's answer to each result before the next
   ``train()``, so a stop or pause applies at the result it is about, as in Ray.
@@ -50,14 +50,14 @@ from kubetune.checkpoint_store import (
 )
 from kubetune.env import TrialEnv
 from kubetune.limits import MAX_FIELD_BYTES
-from kubetune.reporter import FENCED, Reporter, json_default
 from kubetune.resultkeys import flatten, lookup
 from kubetune.runtime import gang_config
-from kubetune.runtime.explore import explore_in_pod
 from kubetune.runtime.loader import load_trainable_class
+from kubetune.runtime.pbt_explore import explore_in_pod
+from kubetune.runtime.reporter import FENCED, Reporter, json_default
 from kubetune.runtime.results import ResultLog
 from kubetune.shipping import resolve_config, sampled_as_json
-from kubetune.stopping import should_stop
+from kubetune.stop_criteria import should_stop
 from kubetune.storage import Storage, join_uri
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class TrialRunner:
 
     def setup(self) -> None:
         """Load the trainable, resolve the config's ``sample_from`` values, call a PBT exploit's user functions
-        (:mod:`kubetune.runtime.explore`, reported to the operator), publish that config to a gang's workers
+        (:mod:`kubetune.runtime.pbt_explore`, reported to the operator), publish that config to a gang's workers
         (:mod:`kubetune.runtime.gang_config`), construct and restore the trainable,
         resume the result log, write ``params.json`` (the resolved config).
 

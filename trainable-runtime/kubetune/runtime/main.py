@@ -40,8 +40,8 @@ import traceback
 from pathlib import Path
 
 from kubetune import env as trial_env
-from kubetune.reporter import Reporter
 from kubetune.runtime.loop import DONE, FENCED, PAUSE, STOP, STOP_CRITERIA, TERMINATED, Abandoned, TrialRunner
+from kubetune.runtime.reporter import Reporter
 from kubetune.runtime.worker import WorkerRunner
 from kubetune.storage import S3Storage, join_uri, open_storage
 

@@ -33,8 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kubetune.reporter import json_default
 from kubetune.resultkeys import flatten
+from kubetune.runtime.reporter import json_default
 from kubetune.runtime.tensorboard import TrialEvents, open_events
 from kubetune.storage import Storage, join_uri
 

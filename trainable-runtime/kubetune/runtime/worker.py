@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 
-from kubetune.function_trainable import as_trainable_class, wrap_function
 from kubetune.runtime import gang_config
+from kubetune.runtime.function_trainable import as_trainable_class, wrap_function
 from kubetune.runtime.loader import import_entrypoint, load_trainable
 from kubetune.runtime.loop import DONE, TERMINATED, TrialRunner
 

@@ -9,6 +9,7 @@ runs. Users write ``from kubetune.search import choice, loguniform, grid_search`
 kubetune lacks raise an error that says why and what to use instead.
 """
 
+from kubetune.algorithm_spec import unsupported_names
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, OptunaSearch, Searcher
 from kubetune.search.bohb import TuneBOHB
 from kubetune.search.sample import (
@@ -38,7 +39,6 @@ from kubetune.search.sample import (
     uniform,
 )
 from kubetune.search.variants import RecursiveDependencyError, VariantSpace, format_tag, generate_variants
-from kubetune.specs import unsupported_names
 
 __all__ = [
     "DOMAIN_NAMES",

@@ -1,20 +1,20 @@
 """Ray Tune's search algorithms as client-side specifications (``tune.search.*``).
 
 Owns the searcher classes a ported script builds, with Ray 2.x's names and arguments; each
-serializes to the Experiment's ``spec.searchAlgorithm`` (:mod:`kubetune.specs`), and the operator
+serializes to the Experiment's ``spec.searchAlgorithm`` (:mod:`kubetune.algorithm_spec`), and the operator
 runs the algorithm over ``spec.config``. Called by users (``from kubetune.search import
-OptunaSearch``) and by :mod:`kubetune.tuner`.
+OptunaSearch``) and by :mod:`kubetune.sdk.tuner`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kubetune.algorithm_spec import AlgorithmSpec
 from kubetune.resultkeys import is_multi_objective, objectives
 from kubetune.search.optuna_space import convert_search_space
 from kubetune.search.sample import space_spec
 from kubetune.search.variants import find_domains
-from kubetune.specs import AlgorithmSpec
 
 __all__ = ["Searcher", "BasicVariantGenerator", "OptunaSearch", "ConcurrencyLimiter"]
 

@@ -2,7 +2,7 @@
 
 Owns :class:`TuneBOHB`, which serializes to ``spec.searchAlgorithm`` ``bohb``; the operator runs BOHB's model
 (``kubetune_operator.searchers.bohb``) with the ``hyperband_bohb`` scheduler
-(:class:`kubetune.schedulers.HyperBandForBOHB`). Called by users and by :mod:`kubetune.tuner`.
+(:class:`kubetune.schedulers.HyperBandForBOHB`). Called by users and by :mod:`kubetune.sdk.tuner`.
 """
 
 from __future__ import annotations

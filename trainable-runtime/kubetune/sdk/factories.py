@@ -2,7 +2,7 @@
 
 Owns the two functions and Ray's name tables (``ray.tune.schedulers.SCHEDULER_IMPORT`` and
 ``ray.tune.search.SEARCH_ALG_IMPORT``, Ray 2.x). Each name maps to the class of
-:mod:`kubetune.schedulers` or :mod:`kubetune.search`; a class kubetune has not raises that module's
+:mod:`kubetune.sdk.schedulers` or :mod:`kubetune.search`; a class kubetune has not raises that module's
 error (why, and what to use instead). Called by users as ``tune.create_scheduler("asha", ...)``.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetune import schedulers, search
+from kubetune import search
+from kubetune.sdk import schedulers
 
 __all__ = ["create_scheduler", "create_searcher"]
 

@@ -3,7 +3,7 @@
 Owns :func:`wrap_function`, which builds a :class:`FunctionTrainable` subclass around a
 function, and :func:`as_trainable_class`, which the in-pod runtime (``kubetune.runtime``)
 calls on whatever the Experiment's ``trainable`` names. The function runs in its own thread
-and hands results over through a :class:`kubetune.session.FunctionSession`; every report is one
+and hands results over through a :class:`kubetune.runtime.session.FunctionSession`; every report is one
 ``train()`` result. Its checkpoints are saved and restored in Ray's 1.x layout like any class
 trainable's, so the runtime treats both kinds alike.
 
@@ -24,8 +24,8 @@ import threading
 from typing import Any, Callable
 
 from kubetune.checkpoint_layout import CHECKPOINT_MARKER, METADATA_SUFFIX, copy_tree, find_checkpoint_dir
-from kubetune.session import FunctionSession, StatusReporter
-from kubetune.trainable import DONE, RESULT_DUPLICATE, SHOULD_CHECKPOINT, Trainable
+from kubetune.runtime.session import FunctionSession, StatusReporter
+from kubetune.runtime.trainable import DONE, RESULT_DUPLICATE, SHOULD_CHECKPOINT, Trainable
 
 
 class FunctionTrainable(Trainable):
@@ -180,7 +180,7 @@ def wrap_function(fn: Callable[..., Any]) -> type[FunctionTrainable]:
     """Return a :class:`FunctionTrainable` subclass that runs ``fn``.
 
     The signature decides what ``fn`` is given, as in Ray Tune: a parameter named ``reporter`` gets
-    a :class:`kubetune.session.StatusReporter`; a second positional parameter without default under
+    a :class:`kubetune.runtime.session.StatusReporter`; a second positional parameter without default under
     another name gets it too (Ray 0.8's rule); a parameter named ``checkpoint_dir`` gets the
     directory of the checkpoint to resume from, or None. The class is named after ``fn``.
 

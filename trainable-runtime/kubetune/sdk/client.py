@@ -3,7 +3,7 @@
 Owns every Kubernetes API call made from a user's machine (kubeconfig loading, the pre-flight
 check of the cluster and kubetune's CRDs, create, read, suspend, resume, delete, listing an
 Experiment's Trials and reading a trial pod's log) and :func:`follow`, the loop that shows an
-Experiment's progress until it ends. Called by :mod:`kubetune.tuner` and :mod:`kubetune.cli`. Uses
+Experiment's progress until it ends. Called by :mod:`kubetune.sdk.tuner` and :mod:`kubetune.sdk.cli`. Uses
 the official ``kubernetes`` client (the ``sdk`` extra); nothing here runs in a trial pod.
 
 Failures to reach or use the cluster are :class:`ClusterUnavailable`, an Experiment that is not there

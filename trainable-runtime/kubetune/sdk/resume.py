@@ -1,6 +1,6 @@
 """Ray 2.x's ``ResumeConfig``: which trials ``Tuner.restore`` resumes, restarts or skips.
 
-Owns :class:`ResumeConfig`, taken by :meth:`kubetune.tuner.Tuner.restore` (and by its Ray 2.x
+Owns :class:`ResumeConfig`, taken by :meth:`kubetune.sdk.tuner.Tuner.restore` (and by its Ray 2.x
 keywords ``resume_unfinished``, ``resume_errored``, ``restart_errored``). An Experiment lives in the
 cluster: its unfinished trials go on by themselves (they resume from their checkpoints) and its
 ended trials keep their outcome, which is Ray's default. Restarting or resuming ended trials, or
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from kubetune.specs import unsupported
+from kubetune.algorithm_spec import unsupported
 
 __all__ = ["ResumeConfig"]
 

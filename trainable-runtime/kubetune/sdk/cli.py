@@ -1,8 +1,8 @@
 """The ``kubetune`` command: run, watch and read Experiments from a shell, with kubectl's conventions.
 
 Owns argument parsing, output formats (``-o json|yaml|wide``, ``csv`` for ``analysis``) and exit
-codes; the work is done by :mod:`kubetune.client` (API calls), :mod:`kubetune.progress` (the live
-table), :mod:`kubetune.analysis` (results from storage) and :mod:`kubetune.tuner` (``run
+codes; the work is done by :mod:`kubetune.sdk.client` (API calls), :mod:`kubetune.sdk.progress` (the live
+table), :mod:`kubetune.sdk.analysis` (results from storage) and :mod:`kubetune.sdk.tuner` (``run
 module:Trainable``). Installed as a console script by the ``kubetune`` package.
 
 Exit codes (:data:`EXIT_CODES`): 0 success (for ``run --watch`` and ``watch``: the Experiment
@@ -43,8 +43,8 @@ EXIT_CODES = {
 
 
 def _cluster(args: argparse.Namespace):
-    """The cluster of ``--context``, checked (:meth:`kubetune.client.Cluster.check`) before any other call."""
-    from kubetune.client import Cluster
+    """The cluster of ``--context``, checked (:meth:`kubetune.sdk.client.Cluster.check`) before any other call."""
+    from kubetune.sdk.client import Cluster
 
     cluster = Cluster.connect(args.context, args.namespace)
     cluster.check()
@@ -96,7 +96,7 @@ def _experiment_row(exp: dict, wide: bool) -> list:
 def _reason(status: dict) -> str | None:
     """The reason of the first condition worth a look that is not ``Complete`` (``InvalidSpec``,
     ``StorageUnreachable``, ``MetricMissing``...), or None."""
-    from kubetune.progress import noteworthy
+    from kubetune.sdk.progress import noteworthy
 
     return next((c.get("reason") for c, _ in noteworthy(status.get("conditions")) if c.get("type") != "Complete"), None)
 
@@ -114,7 +114,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         return OK
     _table([header + ["REASON", "AGE"]] + [_experiment_row(e, wide) for e in experiments])
     if args.name:
-        from kubetune.progress import condition_line, noteworthy
+        from kubetune.sdk.progress import condition_line, noteworthy
 
         for cond, _ in noteworthy((experiments[0].get("status") or {}).get("conditions")):
             print(condition_line(cond))
@@ -138,8 +138,8 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def _follow(cluster, name: str) -> int:
-    from kubetune.client import follow
-    from kubetune.progress import StatusTable
+    from kubetune.sdk.client import follow
+    from kubetune.sdk.progress import StatusTable
 
     with StatusTable() as table:
         final, _ = follow(cluster, name, table.update)
@@ -166,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_trainable(args: argparse.Namespace) -> int:
-    from kubetune.tuner import run
+    from kubetune.sdk.tuner import run
 
     storage = {"uri": args.storage, "credentialsSecret": args.secret}  # None: $KUBETUNE_STORAGE_*
     analysis = run(
@@ -245,7 +245,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_analysis(args: argparse.Namespace) -> int:
-    from kubetune.tuner import experiment_analysis
+    from kubetune.sdk.tuner import experiment_analysis
 
     cluster = _cluster(args)
     exp = cluster.get(args.name)
@@ -332,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from kubernetes.client import ApiException
 
-    from kubetune.client import ClusterUnavailable, ExperimentNotFound, InvalidExperiment, api_message
+    from kubetune.sdk.client import ClusterUnavailable, ExperimentNotFound, InvalidExperiment, api_message
     from kubetune.storage import StorageUnavailable
 
     try:

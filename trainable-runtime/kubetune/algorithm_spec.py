@@ -8,7 +8,7 @@ themselves run in the operator (they must survive its restarts and never run use
 these classes only check their arguments' names and serialize to the Experiment's ``scheduler``,
 ``searchAlgorithm`` and ``stoppers`` fields. The operator validates the values and reports
 ``Ready=False/InvalidSpec`` for bad ones, which :func:`kubetune.run` raises as ``ValueError``.
-Called by :mod:`kubetune.tuner` when it builds the Experiment.
+Called by :mod:`kubetune.sdk.tuner` when it builds the Experiment.
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
 """Ray Tune's trial schedulers as client-side specifications (``tune.schedulers.*``).
 
 Owns the scheduler classes a ported script builds, with Ray 2.x's names, arguments and
-defaults; each serializes to the Experiment's ``spec.scheduler`` (:mod:`kubetune.specs`), and the
-operator runs the algorithm. Called by users (``from kubetune.schedulers import ASHAScheduler``)
-and by :mod:`kubetune.tuner`. Ray's schedulers kubetune lacks raise an error that says why.
+defaults; each serializes to the Experiment's ``spec.scheduler`` (:mod:`kubetune.algorithm_spec`), and the
+operator runs the algorithm. Called by users through Ray's path :mod:`kubetune.schedulers`
+(``from kubetune.schedulers import ASHAScheduler``) and by :mod:`kubetune.sdk.tuner`.
+Ray's schedulers kubetune lacks raise an error that says why. The operator's classes state the same
+defaults (``tests/unit/test_ray_defaults.py`` fails when the two differ).
 """
 
 from __future__ import annotations
 
-import os
-
-from kubetune.specs import AlgorithmSpec, unsupported_names
-
-#: Ray's submodules (``from kubetune.schedulers.pb2 import PB2``): thin modules in ``kubetune/_ray_schedulers``.
-__path__ = [os.path.join(os.path.dirname(__file__), "_ray_schedulers")]
+from kubetune.algorithm_spec import AlgorithmSpec, unsupported_names
 
 __all__ = [
     "TrialScheduler",
@@ -418,12 +415,12 @@ class PopulationBasedTrainingReplay(TrialScheduler):
         super().__init__(policy=policy)
 
 
-__getattr__ = unsupported_names(
-    __name__,
-    {
-        "ResourceChangingScheduler": (
-            "a trial's pod resources are fixed when the pod is created",
-            "resources_per_trial",
-        ),
-    },
-)
+#: Ray's schedulers kubetune has not: name → (why, what to use); also raised by Ray's path :mod:`kubetune.schedulers`.
+UNSUPPORTED = {
+    "ResourceChangingScheduler": (
+        "a trial's pod resources are fixed when the pod is created",
+        "resources_per_trial",
+    ),
+}
+
+__getattr__ = unsupported_names(__name__, UNSUPPORTED)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import os
 
-from kubetune import session
 from kubetune.env import EXPERIMENT, HOSTS, RANK, RESOURCES, STORAGE_URI, TRIAL, WORLD_SIZE
+from kubetune.runtime import session
 
 __all__ = ["TuneContext", "get_context", "get_trial_resources"]
 
