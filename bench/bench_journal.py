@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_STOPPED  # noqa: E402
 from kubetune_operator import journal  # noqa: E402
-from kubetune_operator.controller import ExperimentController, PodView  # noqa: E402
+from kubetune_operator.controller import ExperimentController  # noqa: E402
+from kubetune_operator.podview import PodView  # noqa: E402
 from kubetune_operator.registry import Registry  # noqa: E402
 from kubetune_operator.settings import Settings  # noqa: E402
 from tests.unit.journal_store import ConfigMaps  # noqa: E402

@@ -45,12 +45,11 @@ from .builders import (
     token_secret_name,
     trial_object,
 )
-from .gang import LABEL_RANK, LABEL_WORLD_SIZE, Gang, GangView, build_gang, fold, gang_name, world_size
+from .builtin_stoppers import create_stoppers
+from .experiment_spec import ExperimentSpec
+from .gang import Gang, build_gang, fold, gang_name, world_size
 from .journal import Journal, JournalCorrupt, load
 from .labels import (
-    LABEL_ATTEMPT,
-    LABEL_TRIAL,
-    TRIAL_CONTAINER,
     label_value,
     pod_name,
     trial_name,
@@ -58,9 +57,8 @@ from .labels import (
 from .lifecycle import STOP_REASON, transition
 from .podinput import is_iteration, parse_outcome
 from .podsecurity import violations
+from .podview import DECISION_RANK, WAITING_CAUSES, PodView
 from .settings import Settings
-from .spec import ExperimentSpec
-from .stoppers import create_stoppers
 from .tokens import mint_token
 
 log = logging.getLogger(__name__)
@@ -69,18 +67,6 @@ TERMINAL = ("Succeeded", "Failed")
 #: Trial status writes per pass that only show new results (a phase change is always written): 1,000
 #: running trials are written over several passes, not all in one that holds the event loop.
 PERIODIC_STATUS_WRITES_PER_PASS = 100
-#: Why a pod cannot start that a user must act on: the scheduler's verdict, and container waiting reasons.
-WAITING_CAUSES = (
-    "Unschedulable",
-    "SchedulingGated",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "CrashLoopBackOff",
-)
-DECISION_RANK = {"continue": 0, "checkpoint": 1, "pause": 2, "stop": 3}
 #: PBT perturbations kept in a Trial's ``status.perturbations`` (the newest).
 MAX_PERTURBATIONS_KEPT = 10
 #: The message of a trial paused for a PB2 exploit whose config is still being chosen.
@@ -111,81 +97,6 @@ GANG_BACKOFF_S = (10.0, 300.0)
 
 class InvalidSpec(ValueError):
     """An Experiment spec the schema accepted but the operator cannot run (message says why)."""
-
-
-@dataclass
-class PodView:
-    """What the operator needs of one trial pod (:class:`kubetune_operator.podwatch.PodWatch` keeps these)."""
-
-    name: str
-    trial: str
-    attempt: int
-    phase: str
-    deleting: bool = False
-    reason: str | None = None
-    message: str | None = None
-    exit_code: int | None = None
-    owner_uid: str | None = None
-    disruption: str | None = None  # why Kubernetes ended the pod (eviction, preemption, a drain), if it did
-    waiting: tuple[str, str] | None = None  # (reason, message) why a Pending pod cannot start, if a user must act
-    gone: bool = False  # deleted: its last state as the watch's DELETED event carried it (PodWatch.TOMBSTONE_S)
-    rank: int | None = None  # its rank in its trial's gang (0: the head); None for a one-pod trial's pod
-    world_size: int = 1  # pods in its gang
-    ready: bool = False  # its Ready condition is True
-    scheduled: bool = False  # bound to a node
-    scheduled_at: str | None = None  # when it was bound to a node: its PodScheduled condition's time (RFC 3339)
-    finished_at: str | None = None  # the trial container's terminated.finishedAt (RFC 3339)
-    gang: GangView | None = None  # a gang's members, on the head's view as gang.fold makes it
-
-
-def pod_view(pod: Mapping) -> PodView:
-    """Summarise a pod body (dict) as a :class:`PodView`."""
-    meta, status = pod["metadata"], pod.get("status") or {}
-    view = PodView(
-        name=meta["name"],
-        trial=meta["labels"][LABEL_TRIAL],
-        attempt=int(meta["labels"][LABEL_ATTEMPT]),
-        phase=status.get("phase") or "Pending",
-        deleting=bool(meta.get("deletionTimestamp")),
-        reason=status.get("reason"),
-        message=status.get("message"),
-        owner_uid=next((ref.get("uid") for ref in meta.get("ownerReferences") or ()), None),
-    )
-    if LABEL_RANK in meta["labels"]:
-        view.rank, view.world_size = int(meta["labels"][LABEL_RANK]), int(meta["labels"].get(LABEL_WORLD_SIZE, 1))
-    conditions = {c.get("type"): c for c in status.get("conditions") or ()}
-    view.ready = (conditions.get("Ready") or {}).get("status") == "True"
-    bound = conditions.get("PodScheduled") or {}
-    view.scheduled = bound.get("status") == "True"
-    view.scheduled_at = bound.get("lastTransitionTime") if view.scheduled else None
-    target = next(
-        (
-            c
-            for c in status.get("conditions") or ()
-            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-        ),
-        None,
-    )
-    if target is not None:  # KEP-3329: set by eviction, preemption, taint manager and kubelet shutdown
-        view.disruption = target.get("reason") or "DisruptionTarget"
-    elif status.get("reason") in ("Evicted", "Preempting", "Shutdown", "Terminated", "NodeShutdown"):
-        view.disruption = status["reason"]
-    scheduled = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {})
-    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        view.waiting = ("Unschedulable", scheduled.get("message") or "no node fits the pod")
-    gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or ()]
-    if gates and view.phase == "Pending":  # the scheduler sets no condition until it sees the pod
-        view.waiting = ("SchedulingGated", f"waiting for admission: held by scheduling gates {', '.join(gates)}")
-    for cs in status.get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if cs.get("name") == TRIAL_CONTAINER and waiting.get("reason") in WAITING_CAUSES:
-            view.waiting = (waiting["reason"], waiting.get("message") or waiting["reason"])
-        term = (cs.get("state") or {}).get("terminated")
-        if cs.get("name") == TRIAL_CONTAINER and term:
-            view.exit_code, view.message = term.get("exitCode"), term.get("message") or view.message
-            view.finished_at = term.get("finishedAt")
-            view.reason = term.get("reason") if term.get("reason") not in (None, "Completed", "Error") else view.reason
-    return view
 
 
 @dataclass
@@ -382,7 +293,7 @@ class ExperimentController:
                 seed=seed,
                 **model.search_algorithm.params,
             )
-            # several objectives go to the searcher alone (spec.py allows fifo and no metric-less stoppers then)
+            # several objectives go to the searcher alone (experiment_spec.py allows fifo, no metric-less stoppers)
             single = (None, None) if model.multi_objective else (metric, mode)
             scheduler = create_scheduler(model.scheduler.name, *single, **model.scheduler.params)
             stoppers = create_stoppers(model.stoppers, *single)
@@ -708,7 +619,7 @@ class ExperimentController:
         if attempt is not None:
             self.pod_configs[trial] = attempt
 
-    # ----- PB2's explore steps, computed off the event loop (kubetune_operator.explorer) -------------
+    # ----- PB2's explore steps, computed off the event loop (kubetune_operator.explore_pool) -------------
     def exploration(self) -> dict | None:
         """The scheduler's next explore job (PB2's ``next_exploration``), or None: nothing to compute."""
         take = getattr(self.scheduler, "next_exploration", None)

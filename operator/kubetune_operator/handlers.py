@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 import kopf
 
-from . import collector, explorer, metrics
+from . import collector, explore_pool, metrics
 from . import status as st
 from .controller import InvalidSpec
 from .kube import EVENT_COMPONENT, Kube, api_message
@@ -99,7 +99,7 @@ async def cleanup(memo: kopf.Memo, **_) -> None:
         memo.pods.stop()
     if getattr(memo, "collector", None) is not None:
         await memo.collector.cleanup()
-    explorer.shutdown()
+    explore_pool.shutdown()
 
 
 def _mark(kube: Kube, body, type_: str, reason: str, message: str) -> None:
@@ -229,7 +229,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
         ctl = registry.get(namespace, name)
         if ctl is not None and ctl.finished:
             registry.forget(namespace, name)  # a terminal Experiment leaves memory
-            explorer.forget(namespace, name)
+            explore_pool.forget(namespace, name)
 
 
 async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
@@ -256,7 +256,7 @@ async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
                 break
         for _ in ctl.restore_steps(await kube.call(kube.list_journal, namespace, name)):
             await asyncio.sleep(0)  # a long journal does not hold up the probes or other Experiments
-    explorer.step(ctl, lambda: registry.wake(namespace, name))  # PB2: explore steps in a worker process
+    explore_pool.step(ctl, lambda: registry.wake(namespace, name))  # PB2: explore steps in a worker process
     pods = pod_watch.pods(namespace, label_value(name))
     ctl.degraded = None
     found = len(ctl.trials)
@@ -329,4 +329,4 @@ async def forget(namespace, name, memo: kopf.Memo, **_) -> None:
     memo.registry.wake(namespace, name)  # a daemon waiting for its next pass sees the deletion now
     memo.registry.forget(namespace, name)
     metrics.forget(namespace, name)
-    explorer.forget(namespace, name)
+    explore_pool.forget(namespace, name)

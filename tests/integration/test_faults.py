@@ -22,7 +22,7 @@ from devcluster.cluster import S3_BUCKET
 from kubetune_operator import journal
 from kubetune_operator.algorithms import create_scheduler, create_searcher
 from kubetune_operator.controller import ExperimentController
-from kubetune_operator.schedulers.pb2_explore import select
+from kubetune_operator.schedulers.pb2_gp import select
 from kubetune_operator.settings import Settings
 from kubetune_operator.status import compact_result
 from tests.integration.support import wait_for

@@ -10,9 +10,10 @@ import copy
 import kopf
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_TERMINATED
-from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView
+from kubetune_operator.controller import ExperimentController, InvalidSpec
 from kubetune_operator.handlers import _mark
 from kubetune_operator.labels import pod_name
+from kubetune_operator.podview import PodView
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
 from tests.unit.journal_store import ConfigMaps

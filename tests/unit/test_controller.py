@@ -11,8 +11,9 @@ from datetime import datetime, timezone
 import pytest
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
-from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView, pod_view
+from kubetune_operator.controller import ExperimentController, InvalidSpec
 from kubetune_operator.labels import pod_name
+from kubetune_operator.podview import PodView, pod_view
 from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import verify_token
 

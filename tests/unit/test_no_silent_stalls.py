@@ -21,7 +21,8 @@ from kubetune.progress import status_lines
 from kubetune.reporter import Reporter
 from kubetune.resultkeys import missing_metrics
 from kubetune.storage import S3Storage, open_storage
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.settings import Settings
 
 KEY = b"k" * 32

@@ -17,7 +17,8 @@ from kubetune.schedulers import PopulationBasedTraining
 from kubetune.shipping import FUNCTION_KEY, FunctionPickles, dumps
 from kubetune.storage import FileStorage
 from kubetune_operator.algorithms import create_scheduler
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.schedulers.base import PAUSE
 from kubetune_operator.schedulers.pbt import PodFunction, explore
 from kubetune_operator.settings import Settings

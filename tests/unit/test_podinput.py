@@ -9,7 +9,7 @@ import pytest
 
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import OUTCOME_COMPLETED
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.podinput import (
     MAX_ITERATION,
     checkpoint_problem,
@@ -17,6 +17,7 @@ from kubetune_operator.podinput import (
     parse_outcome,
     result_problem,
 )
+from kubetune_operator.podview import PodView
 from kubetune_operator.settings import Settings
 
 KEY = b"k" * 32

@@ -21,9 +21,10 @@ import pytest
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
 from kubetune.shipping import FUNCTION_KEY, holds_function
 from kubetune_operator import journal
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.registry import Registry
-from kubetune_operator.schedulers.pb2_explore import select
+from kubetune_operator.schedulers.pb2_gp import select
 from kubetune_operator.settings import Settings
 from tests.unit.journal_store import ConfigMaps
 

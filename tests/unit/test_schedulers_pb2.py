@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
-from kubetune_operator import explorer
+from kubetune_operator import explore_pool as explorer
 from kubetune_operator.algorithms import create_scheduler
-from kubetune_operator.controller import EXPLORING_MESSAGE, ExperimentController, PodView
+from kubetune_operator.controller import EXPLORING_MESSAGE, ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.schedulers.base import PAUSE
-from kubetune_operator.schedulers.pb2_explore import TimeVaryingSquaredExp, select, steps
+from kubetune_operator.schedulers.pb2_gp import TimeVaryingSquaredExp, select, steps
 from kubetune_operator.settings import Settings
 
 BOUNDS = {"lr": [1e-4, 0.1], "m": [0.0, 1.0]}

@@ -11,7 +11,8 @@ import pytest
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
 from kubetune.search import parse_space
 from kubetune_operator.algorithms import create_scheduler
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.schedulers.base import CHECKPOINT
 from kubetune_operator.schedulers.pbt import explore
 from kubetune_operator.settings import Settings

@@ -78,7 +78,7 @@ class ExperimentSpec:
     suspend: bool = False
     storage_uri: str | None = None
     stoppers: tuple = ()
-    """``spec.stoppers``: ``({"name", "params"}, ...)`` (:mod:`kubetune_operator.stoppers`)."""
+    """``spec.stoppers``: ``({"name", "params"}, ...)`` (:mod:`kubetune_operator.builtin_stoppers`)."""
     workers_schedule_timeout_s: int = 300
     """``resourcesPerTrial.workers.scheduleTimeoutSeconds``: longest a gang waits partly scheduled; 0: forever."""
 
