@@ -24,7 +24,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, NamedTuple
 
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import STALL_REASONS
@@ -48,7 +48,21 @@ from .builders import (
 from .builtin_stoppers import create_stoppers
 from .experiment_spec import ExperimentSpec
 from .gang import Gang, build_gang, fold, gang_name, world_size
-from .journal import Journal, JournalCorrupt, load
+from .journal import (
+    Add,
+    Choose,
+    End,
+    Entry,
+    Explored,
+    Journal,
+    JournalCorrupt,
+    MetricMissing,
+    Results,
+    Sampled,
+    Suggest,
+    entry_from_json,
+    load,
+)
 from .labels import (
     label_value,
     pod_name,
@@ -58,6 +72,7 @@ from .lifecycle import STOP_REASON, transition
 from .podinput import is_iteration, parse_outcome
 from .podsecurity import violations
 from .podview import DECISION_RANK, WAITING_CAUSES, PodView
+from .schedulers.base import Exploit
 from .settings import Settings
 from .tokens import mint_token
 
@@ -93,6 +108,46 @@ SUGGEST_SECONDS_PER_PASS = 0.05
 #: Back-off before a gang that timed out partly scheduled is created again: the first value, doubled per
 #: timeout in a row, up to the second (seconds).
 GANG_BACKOFF_S = (10.0, 300.0)
+
+
+class Applied(NamedTuple):
+    """What the scheduler decided for a trial's attempt, as the journal rebuilds it after a restart.
+
+    Attributes:
+        seen: the highest ``training_iteration`` of the trial applied: results at or below it are not new.
+        decision: the decision for ``attempt``.
+        attempt: the attempt the decision is for.
+        restart_at: the iteration a later attempt starts over at (a PBT exploit's donor checkpoint), or None.
+    """
+
+    seen: int
+    decision: str
+    attempt: int
+    restart_at: int | None = None
+
+    def as_json(self) -> list:
+        """The snapshot's form: ``[seen, decision, attempt]``, and ``restart_at`` when set."""
+        return [self.seen, self.decision, self.attempt, *([] if self.restart_at is None else [self.restart_at])]
+
+    @classmethod
+    def from_json(cls, stored: list) -> Applied:
+        """Inverse of :meth:`as_json`."""
+        return cls(*stored)
+
+
+@dataclass
+class RefusedBatches:
+    """A trial's result batches the collector refused since the last ``ResultsRefused`` event.
+
+    Attributes:
+        count: batches refused since the event.
+        reason: the last one's reason (``attempt <n>: <why>``).
+        told_at: when the last event was posted (seconds since the epoch; -inf: never).
+    """
+
+    count: int
+    reason: str
+    told_at: float
 
 
 class InvalidSpec(ValueError):
@@ -250,19 +305,17 @@ class ExperimentController:
         self.degraded: str | None = None  # why the last pass failed (the Degraded condition)
         self.missing: set[int] = set()  # trial indices below the highest whose Trial is not in the API
         self.next_index = 0  # one more than the highest trial index created or seen
-        # What the journal rebuilds after a restart, next to the searcher's and scheduler's own state:
-        # trial -> [highest training_iteration seen, decision, attempt(, iteration a later attempt starts over
-        # at: a PBT exploit's donor checkpoint)]
-        self.applied: dict[str, list] = {}
+        # What the journal rebuilds after a restart, next to the searcher's and scheduler's own state
+        self.applied: dict[str, Applied] = {}
         self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
         self.finish_told = False  # the scheduler was told the searcher is finished
-        self.exploits: dict[str, dict] = {}  # trial -> PBT exploit decided at "attempt", not yet carried out
+        self.exploits: dict[str, Exploit] = {}  # trial -> PBT exploit decided at "attempt", not yet carried out
         # trial -> the user functions of its carried-out PBT exploit its pods call until one reports the config
         self.pod_explores: dict[str, dict] = {}
         # trial -> the attempt whose pod computed its config (sample_from values, a PBT explore step), until a
         # status write shows that config: a snapshot keeps those configs (the journal's entries may be gone)
         self.pod_configs: dict[str, int] = {}
-        self.refused: dict[str, list] = {}  # trial -> [batches refused since the last event, reason, time of it]
+        self.refused: dict[str, RefusedBatches] = {}  # trial -> its batches the collector refused
         self.notices: list[tuple[str | None, str, str, str]] = []  # events found between passes, for the next plan
         meta = experiment["metadata"]
         self.journal = Journal(meta["namespace"], meta["name"], meta.get("uid") or "")
@@ -405,11 +458,11 @@ class ExperimentController:
         for i, entry in enumerate(entries):
             if i and i % entries_per_step == 0:
                 yield
-            self._apply(entry)
+            self._replay(entry)
         if snapshot is None and not entries:  # a new Experiment, or one from before the journal
             for trial in sorted(self.trials.values(), key=lambda t: t.index):
                 if trial.phase not in TERMINAL:
-                    self._do("add", trial.name)
+                    self._do(Add(trial.name))
         highest = max((t.index for t in self.trials.values()), default=-1)
         self.missing = set(range(highest + 1)) - {t.index for t in self.trials.values()}
         self.restored = True
@@ -422,7 +475,7 @@ class ExperimentController:
             "scheduler": self.scheduler.get_state(),
             "stoppers": self.stoppers.get_state(),
             "searcher": None if self.searcher.stateless else self.searcher.get_state(),
-            "applied": {name: list(value) for name, value in self.applied.items()},
+            "applied": {name: value.as_json() for name, value in self.applied.items()},
             "ended": sorted(self.ended),
             "finishTold": self.finish_told,
             "exploits": {name: dict(value) for name, value in self.exploits.items()},
@@ -459,7 +512,7 @@ class ExperimentController:
                 self.searcher.set_state(snapshot["searcher"])
         except (ValueError, TypeError, KeyError) as exc:
             raise JournalCorrupt(f"the searcher or scheduler cannot resume from its snapshot: {exc}") from exc
-        self.applied = {name: list(value) for name, value in snapshot["applied"].items()}
+        self.applied = {name: Applied.from_json(value) for name, value in snapshot["applied"].items()}
         self.ended, self.finish_told = set(snapshot["ended"]), snapshot["finishTold"]
         self.exploits = {name: dict(value) for name, value in (snapshot.get("exploits") or {}).items()}
         self.pod_explores = {name: dict(value) for name, value in (snapshot.get("podExplores") or {}).items()}
@@ -472,50 +525,49 @@ class ExperimentController:
                 self._show_result(trial, result)
 
     # ----- the journaled calls: every change to what the searcher and scheduler know ----------
-    def _do(self, *entry: Any) -> Any:
+    def _do(self, entry: Entry) -> Any:
         """Apply ``entry`` and record it in the journal (recorded only once applied without error)."""
-        outcome = self._apply(list(entry))
-        self.journal.record(list(entry))
+        outcome = self._apply(entry)
+        self.journal.record(entry.as_json())
         return outcome
 
-    def _apply(self, entry: list) -> Any:
+    def _replay(self, stored: list) -> None:
+        """Carry out one stored journal entry (a JSON list) after a restart, as :meth:`_apply` did it live."""
+        self._apply(entry_from_json(stored))
+
+    def _apply(self, entry: Entry) -> Any:
         """Carry out one journal entry, live or replayed after a restart: the same calls, in the same order."""
-        kind = entry[0]
-        if kind == "add":
-            self.scheduler.on_trial_add(entry[1])
-            set_config = getattr(self.scheduler, "set_trial_config", None)
-            if set_config is not None and entry[1] in self.trials:
-                trial = self.trials[entry[1]]
-                set_config(entry[1], trial.spec_config if trial.spec_config is not None else trial.config)
-        elif kind == "suggest":
-            suggestion = self.searcher.suggest(entry[1])
+        if isinstance(entry, Add):
+            self.scheduler.on_trial_add(entry.trial)
+            if entry.trial in self.trials:
+                trial = self.trials[entry.trial]
+                config = trial.spec_config if trial.spec_config is not None else trial.config
+                self.scheduler.set_trial_config(entry.trial, config)
+        elif isinstance(entry, Suggest):
+            suggestion = self.searcher.suggest(entry.trial)
             if suggestion is not None and not isinstance(suggestion, dict):
                 self.searcher_finished = True  # replayed after a restart too
             return suggestion
-        elif kind == "results":
-            return self._apply_results(entry[1], entry[2], entry[3])
-        elif kind == "end":
-            self._apply_end(entry[1], entry[2], entry[3])
+        elif isinstance(entry, Results):
+            return self._apply_results(entry.trial, entry.attempt, entry.results)
+        elif isinstance(entry, End):
+            self._apply_end(entry.trial, entry.result, entry.how)
             self._take_exploits()
-        elif kind == "choose":
-            self.finish_told |= entry[2]
-            chosen = self.scheduler.choose_trial_to_run(entry[1], entry[2])
+        elif isinstance(entry, Choose):
+            self.finish_told |= entry.search_finished
+            chosen = self.scheduler.choose_trial_to_run(entry.paused, entry.search_finished)
             self._take_exploits()
             return chosen
-        elif kind == "explored":
-            self._apply_explored(entry[1], entry[2])
-        elif kind == "sampled":
-            self._apply_sampled(entry[1], entry[2], entry[3])
-        elif kind == "metric_missing":
-            self.metric_missing = self.metric_missing or entry[1]
-        else:
-            raise JournalCorrupt(f"unknown journal entry {kind!r}")
+        elif isinstance(entry, Explored):
+            self._apply_explored(entry.trial, entry.outcome)
+        elif isinstance(entry, Sampled):
+            self._apply_sampled(entry.trial, entry.config, entry.attempt)
+        else:  # MetricMissing
+            self.metric_missing = self.metric_missing or entry.message
         return None
 
     def _apply_results(self, trial: str, attempt: int, results: list[dict]) -> str:
         decision, exploit = "continue", None
-        take_exploit = getattr(self.scheduler, "take_exploit", None)
-        take_budget = getattr(self.scheduler, "take_budget", None)  # HyperBandForBOHB
         for result in results:
             stop, _ = should_stop(result, self.spec.stop)
             if self.stoppers(trial, result) or stop or result.get("done"):
@@ -525,9 +577,9 @@ class ExperimentController:
                 d = "stop"
             else:
                 d = self.scheduler.on_trial_result(trial, result)
-                if d == "pause" and take_exploit is not None:
-                    exploit = take_exploit(trial)
-                budget = take_budget(trial) if take_budget is not None else None
+                if d == "pause":
+                    exploit = self.scheduler.take_exploit(trial)
+                budget = self.scheduler.take_budget(trial)  # HyperBandForBOHB
                 if budget is not None:  # a rung result, handed to the searcher with its budget as Ray does
                     self.searcher.on_trial_result(trial, {**result, "hyperband_info": {"budget": budget}})
             if DECISION_RANK[d] > DECISION_RANK[decision]:
@@ -538,20 +590,19 @@ class ExperimentController:
         self._take_exploits(skip=trial)
         if results:
             self.searcher.on_trial_result(trial, results[-1])
-            before = self.applied.get(trial, [0, "continue", attempt])
+            before = self.applied.get(trial, Applied(0, "continue", attempt))
             seen = max(
                 (r["training_iteration"] for r in results if is_number(r.get("training_iteration"))),
                 default=self._seen(trial, attempt),
             )
             if (
-                before[2] == attempt
-                and before[1] in ("pause", "stop")
-                and DECISION_RANK[before[1]] > DECISION_RANK[decision]
+                before.attempt == attempt
+                and before.decision in ("pause", "stop")
+                and DECISION_RANK[before.decision] > DECISION_RANK[decision]
             ):
-                decision = before[1]  # an attempt told to pause or stop is told so until it ends
-            self.applied[trial] = [seen, decision, attempt]
-            if exploit is not None:  # the next attempt reports again from the donor's checkpoint
-                self.applied[trial].append(exploit["iteration"])
+                decision = before.decision  # an attempt told to pause or stop is told so until it ends
+            # with an exploit, the next attempt reports again from the donor's checkpoint
+            self.applied[trial] = Applied(seen, decision, attempt, None if exploit is None else exploit["iteration"])
             if trial in self.trials:
                 self._show_result(self.trials[trial], results[-1])
         return decision
@@ -559,12 +610,11 @@ class ExperimentController:
     def _take_exploits(self, skip: str | None = None) -> None:
         """Take the exploits synchronous PBT decided for trials other than ``skip`` (they wait, paused, at their
         last applied attempt); the next attempt of each reports again from its donor's checkpoint."""
-        take = getattr(self.scheduler, "take_exploits", None)
-        for name, exploit in (take() if take is not None else {}).items():
+        for name, exploit in self.scheduler.take_exploits().items():
             if name == skip or name not in self.applied:
                 continue
-            self.exploits[name] = {**exploit, "attempt": self.applied[name][2]}
-            self.applied[name] = [*self.applied[name][:3], exploit["iteration"]]
+            self.exploits[name] = {**exploit, "attempt": self.applied[name].attempt}
+            self.applied[name] = self.applied[name]._replace(restart_at=exploit["iteration"])
 
     def _apply_explored(self, trial: str, outcome: dict) -> None:
         exploit = self.exploits.get(trial)
@@ -573,7 +623,7 @@ class ExperimentController:
             return
         try:
             chosen = self.scheduler.explored(trial, outcome)
-        except (AttributeError, ValueError) as exc:
+        except ValueError as exc:
             raise JournalCorrupt(f"an explored entry of {trial!r} fits no open exploit: {exc}") from exc
         exploit = self.exploits.get(trial)
         if exploit is not None and exploit["config"] is None:
@@ -585,9 +635,7 @@ class ExperimentController:
         """The values ``trial``'s pod (of ``attempt``) drew for its config's ``sample_from`` functions: the trial's
         config from now on (its ``status.config``, the config its later attempts get, a PBT donor's config), as
         Ray draws them once per trial."""
-        sampled = getattr(self.scheduler, "sampled", None)
-        if sampled is not None:
-            sampled(trial, config)
+        self.scheduler.sampled(trial, config)
         self._show_pod_config(trial, config, attempt)
 
     def _apply_pod_explored(self, trial: str, config: dict, attempt: int | None) -> None:
@@ -622,8 +670,7 @@ class ExperimentController:
     # ----- PB2's explore steps, computed off the event loop (kubetune_operator.explore_pool) -------------
     def exploration(self) -> dict | None:
         """The scheduler's next explore job (PB2's ``next_exploration``), or None: nothing to compute."""
-        take = getattr(self.scheduler, "next_exploration", None)
-        return take() if take is not None else None
+        return self.scheduler.next_exploration()
 
     def explored(self, trial: str, outcome: dict) -> None:
         """The outcome of :meth:`exploration`'s job for ``trial`` (``{"error": ...}`` when it failed): journaled,
@@ -632,7 +679,7 @@ class ExperimentController:
         Raises:
             JournalCorrupt: ``trial`` is not the job's (the explorer mixed up Experiments: a bug).
         """
-        self._do("explored", trial, outcome)
+        self._do(Explored(trial, outcome))
 
     def _seen(self, trial: str, attempt: int) -> int:
         """The highest ``training_iteration`` of ``trial`` already applied, as ``attempt`` counts: results at or
@@ -640,7 +687,7 @@ class ExperimentController:
         applied = self.applied.get(trial)
         if applied is None:
             return 0
-        return applied[3] if len(applied) > 3 and attempt > applied[2] else applied[0]
+        return applied.restart_at if applied.restart_at is not None and attempt > applied.attempt else applied.seen
 
     def _apply_end(self, trial: str, result: dict | None, how: str) -> None:
         self.ended.add(trial)
@@ -654,7 +701,7 @@ class ExperimentController:
     def _end(self, trial: TrialState, how: str) -> None:
         """Tell the scheduler and searcher that ``trial`` ended (once): ``complete``, ``remove`` or ``error``."""
         if trial.name not in self.ended:
-            self._do("end", trial.name, trial.status.get("lastResult"), how)
+            self._do(End(trial.name, trial.status.get("lastResult"), how))
 
     def _show_result(self, trial: TrialState, result: dict) -> None:
         trial.status["lastResult"] = st.compact_result(result, self.metric)
@@ -768,12 +815,13 @@ class ExperimentController:
         """The collector refused a batch of ``trial``'s ``attempt`` for ``reason`` (a value the operator cannot
         take): a Warning event ``ResultsRefused`` on the Trial in the next pass, at most one per trial every
         :data:`REFUSED_EVENT_INTERVAL_S` seconds, counting the batches refused since the last one."""
-        entry = self.refused.setdefault(trial, [0, reason, -math.inf])
-        entry[0], entry[1] = entry[0] + 1, f"attempt {attempt}: {reason}"
+        entry = self.refused.setdefault(trial, RefusedBatches(0, reason, -math.inf))
+        entry.count, entry.reason = entry.count + 1, f"attempt {attempt}: {reason}"
 
     def _report_refused(self, plan: Plan, now: float) -> None:
-        for trial, (count, reason, last) in list(self.refused.items()):
-            if now - last < REFUSED_EVENT_INTERVAL_S:
+        for trial, refused in list(self.refused.items()):
+            count, reason = refused.count, refused.reason
+            if now - refused.told_at < REFUSED_EVENT_INTERVAL_S:
                 continue
             if not count:
                 del self.refused[trial]
@@ -787,7 +835,7 @@ class ExperimentController:
                     f"last one for {reason}",
                 )
             )
-            self.refused[trial] = [0, reason, now]
+            self.refused[trial] = RefusedBatches(0, reason, now)
 
     def trial_stalled(self, trial: str, stall: dict | None) -> None:
         """What stalls ``trial``'s current attempt, as its runtime reports it with each batch (``{"reason",
@@ -840,24 +888,24 @@ class ExperimentController:
         if state.phase in TERMINAL or self.stop_reason or self.spec.suspend:
             return "pause" if self.spec.suspend and state.phase not in TERMINAL else "stop"
         if explored is not None and trial in self.pod_explores:  # before any result of the attempt
-            self._do("explored", trial, {"config": explored, "attempt": attempt})
+            self._do(Explored(trial, {"config": explored, "attempt": attempt}))
         elif explored is not None and holds_function(state.config):
             if draws_for(state.config, explored):
-                self._do("sampled", trial, explored, attempt)
+                self._do(Sampled(trial, explored, attempt))
             else:  # not what kubetune's runtime sends: the trial goes on, its later attempts drawing again
                 log.warning(
                     "trial %s/%s reported a config that is not its own with values drawn", self.namespace, trial
                 )
-        applied = self.applied.get(trial, [0, "continue", attempt])
-        _, decision, decided_by = applied[:3]
-        if len(applied) > 3 and decided_by == attempt:
+        applied = self.applied.get(trial, Applied(0, "continue", attempt))
+        decision, decided_by = applied.decision, applied.attempt
+        if applied.restart_at is not None and decided_by == attempt:
             return "pause"  # exploited by PBT: this attempt's later results belong to the lineage it leaves
         seen = self._seen(trial, attempt)
         fresh = [r for r in results if not (is_number(r.get("training_iteration")) and r["training_iteration"] <= seen)]
         if fresh and self._lacks_metric(trial, fresh):
             return "stop"  # as Ray's run raises at such a result: it never reaches the searcher or scheduler
         if fresh:  # a re-sent batch, or iterations a retry runs again, never reach the scheduler twice
-            decision = self._do("results", trial, attempt, fresh)
+            decision = self._do(Results(trial, attempt, fresh))
         elif decided_by != attempt:
             decision = "continue"
         if checkpoint and checkpoint.get("uri"):
@@ -869,7 +917,7 @@ class ExperimentController:
         """Whether a result of ``trial`` lacks the experiment's metric (:func:`kubetune.resultkeys.missing_metrics`,
         Ray's strict metric check); the first such result makes the experiment fail (``MetricMissing``)."""
         metrics = self.metric if isinstance(self.metric, tuple) else (self.metric,) if self.metric else ()
-        required = tuple(a for a in getattr(self.scheduler, "required_attrs", ()) if a not in metrics)
+        required = tuple(a for a in self.scheduler.required_attrs if a not in metrics)
         for result in results if metrics or required else ():
             missing = missing_metrics(result, metrics + required)
             if missing:
@@ -878,10 +926,11 @@ class ExperimentController:
                     if set(missing) & set(required):  # PBT's require_attrs (Ray raises at such a result)
                         expects += " and the scheduler's require_attrs (set it to false to skip such results)"
                     self._do(  # journaled: the collector's "stop" goes out only once it is committed
-                        "metric_missing",
-                        f"trial {trial} returned a result which did not include the specified metric(s) "
-                        f"{', '.join(missing)} that {expects} "
-                        f"expects: make the trainable report it (the result has {', '.join(sorted(result)[:20])})",
+                        MetricMissing(
+                            f"trial {trial} returned a result which did not include the specified metric(s) "
+                            f"{', '.join(missing)} that {expects} "
+                            f"expects: make the trainable report it (the result has {', '.join(sorted(result)[:20])})"
+                        )
                     )
                 return True
         return False
@@ -1426,14 +1475,15 @@ class ExperimentController:
         """The scheduler's pick among ``paused``; journaled when it changes what the scheduler knows
         (a trial chosen, or the first call after the searcher finished)."""
         first_finished = self.search_finished and not self.finish_told
-        chosen = self._apply(["choose", paused, self.search_finished])
+        entry = Choose(paused, self.search_finished)
+        chosen = self._apply(entry)
         if chosen is not None or first_finished:
-            self.journal.record(["choose", paused, self.search_finished])
+            self.journal.record(entry.as_json())
         return chosen
 
     def _new_trials(self, plan: Plan, now: float, stop_reason: str | None, suspended: bool) -> None:
         next_index = self.next_index
-        total = getattr(self.searcher, "total", None)
+        total = self.searcher.total
         started = time.monotonic()
         while not stop_reason and not suspended and self._active() < self._limit():
             if plan.create_trials and time.monotonic() - started > SUGGEST_SECONDS_PER_PASS:
@@ -1444,20 +1494,18 @@ class ExperimentController:
                     break
                 config, tag = self.searcher.variant(index)
             else:
-                suggestion = self._do("suggest", trial_name(self.name, index))
+                suggestion = self._do(Suggest(trial_name(self.name, index)))
                 if not isinstance(suggestion, dict):
                     break  # FINISHED (search_finished from now on), or None: nothing to suggest yet
                 config, tag = suggestion, f"{index}"
             self.missing.discard(index)
-            fill = getattr(self.scheduler, "fill_config", None)  # PB2: bounded keys the config lacks
-            if fill is not None:
-                config = fill(trial_name(self.name, index), config)
+            config = self.scheduler.fill_config(trial_name(self.name, index), config)  # PB2: keys it lacks
             manifest = build_trial(self.experiment, index, config, tag)
             plan.create_trials.append(manifest)
             name = manifest["metadata"]["name"]
             self._add(TrialState(name, index, config, {"phase": "Pending", "attempt": 0}))
             self.next_index = max(self.next_index, index + 1)
-            self._do("add", name)
+            self._do(Add(name))
             next_index = max(next_index, index + 1)
         if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial
             plan.events.append(created_event([m["metadata"]["name"] for m in plan.create_trials]))
@@ -1577,7 +1625,7 @@ class ExperimentController:
     def search_finished(self) -> bool:
         """The searcher will suggest nothing more, as of the trials created (and the journal replayed): a
         random-access searcher's every variant has a Trial, or a suggesting searcher said FINISHED."""
-        total = getattr(self.searcher, "total", None)
+        total = self.searcher.total
         if total is None:
             return self.searcher_finished
         return not self.missing and self.next_index >= total

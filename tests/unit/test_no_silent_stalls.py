@@ -99,7 +99,7 @@ def test_a_result_without_the_metric_fails_the_experiment_with_a_condition_and_a
     assert ["metric_missing", message] in ctl.journal.pending
     replayed = ExperimentController(experiment(), Settings(), KEY)
     for entry in ctl.journal.pending:
-        replayed._apply(entry)
+        replayed._replay(entry)
     assert replayed.metric_missing == message and not replayed.metric_missing_told  # its event is still owed
     assert ExperimentController(experiment(), Settings(), KEY).snapshot()["metricMissing"] is None
     restored = ExperimentController(experiment(), Settings(), KEY)

@@ -194,7 +194,7 @@ def test_a_restarted_operator_gives_the_pod_the_functions_until_it_reports_then_
         again.observe_trial({**trial.as_object(), "metadata": {"name": trial.name, "uid": trial.uid}})
     again._load_snapshot(state)
     assert again.pod_explores[worst]["resample"][0]["path"] == ["lr"]
-    again._apply(["explored", worst, {"config": {"lr": 0.03, "k": 0}}])
+    again._replay(["explored", worst, {"config": {"lr": 0.03, "k": 0}}])
     assert worst not in again.pod_explores and again.trials[worst].config == {"lr": 0.03, "k": 0}
 
 
@@ -219,7 +219,7 @@ def test_a_replayed_explore_never_undoes_a_later_config_and_a_snapshot_keeps_one
 
     later = {**before, "lr": 0.5}  # a later exploit's config, which the status of attempt 2 shows
     again = restarted(2, later)
-    again._apply(entry)
+    again._replay(entry)
     assert again.trials[worst].config == later
     again = restarted(2, later)
     again._load_snapshot(snapshot)
