@@ -161,8 +161,8 @@ def main() -> None:
             finally:
                 journal.MIN_SNAPSHOT_INTERVAL_BYTES = saved
             replay_s, replayed = restore(spec, trials, full)
-            assert json.dumps(replayed.scheduler.get_state(), sort_keys=True) == json.dumps(
-                ctl.scheduler.get_state(), sort_keys=True
+            assert json.dumps(replayed.decisions.scheduler.get_state(), sort_keys=True) == json.dumps(
+                ctl.decisions.scheduler.get_state(), sort_keys=True
             ), "snapshot and replay disagree"
             print(
                 f"{case:22} {trials_n:>7} {seconds:>7.1f} {commits / seconds:>9.0f} {store.size() / 1024:>11.0f} "

@@ -642,12 +642,12 @@ def test_killed_operator_runs_bohb_to_the_end_and_its_journal_keeps_what_bohb_le
     found = run_with_kills(custom, operator, namespace, spec, 10)
     reasons = {name: t["status"]["reason"] for name, t in found.items()}
     ctl = operator_controller(custom, core, namespace, "bohb-storm-2")
-    assert ctl.scheduler.brackets()[:2] == [(9, 1), (5, 3)]
-    learned = ctl.searcher.get_state()["observations"]
+    assert ctl.decisions.scheduler.brackets()[:2] == [(9, 1), (5, 3)]
+    learned = ctl.decisions.searcher.get_state()["observations"]
     lines = {name: lines_once(s3, namespace, "bohb-storm-2", name) for name in found}
     for budget, seen in learned.items():
         for name, loss in seen.items():
             assert loss == -lines[name][int(budget) - 1]["score"], (budget, name)
     assert len(learned["1"]) >= 5, (learned, reasons)
     for name, trial in found.items():
-        assert ctl.searcher.suggest(name) == trial["spec"]["config"], name
+        assert ctl.decisions.searcher.suggest(name) == trial["spec"]["config"], name

@@ -10,12 +10,13 @@ import copy
 import kopf
 
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_TERMINATED
-from kubetune_operator.controller import ExperimentController, InvalidSpec
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.handlers import _mark
 from kubetune_operator.labels import pod_name
 from kubetune_operator.podview import PodView
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
+from kubetune_operator.spec_intake import InvalidSpec
 from tests.unit.journal_store import ConfigMaps
 
 KEY = b"k" * 32
@@ -81,7 +82,7 @@ def states() -> dict[str, dict]:
     deleting["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
     out["deleting"] = deleting
 
-    ctl.degraded = "listing trials failed: 503 Service Unavailable"
+    ctl.health.degraded = "listing trials failed: 503 Service Unavailable"
     ctl.plan(_running(ctl), T0 + 3)
     out["degraded"] = _object(ctl)
 

@@ -178,7 +178,7 @@ def test_a_good_termination_message_shows_its_last_result_and_checkpoint():
 
 def test_a_journal_written_before_the_checks_cannot_put_an_infinite_iteration_in_a_status():
     ctl = started()
-    ctl._show_result(ctl.trials["exp-00000"], {"acc": 1.0, "training_iteration": float("inf")})  # as a replay would
+    ctl.book.show_result(ctl.trials["exp-00000"], {"acc": 1.0, "training_iteration": float("inf")})  # as a replay would
     assert ctl.trials["exp-00000"].status.get("iteration") is None
     json.dumps(ctl.plan({}, T0 + 10).trial_status, allow_nan=False)
 

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from kubernetes.client import ApiException
 
 from kubetune.env import OUTCOME_COMPLETED
-from kubetune_operator.controller import STATUS_WRITE_ATTEMPTS, ExperimentController
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.experiment_health import STATUS_WRITE_ATTEMPTS
 from kubetune_operator.kube import Kube, end_event_name
 from kubetune_operator.podview import PodView
 from kubetune_operator.settings import Settings, StatusSettings

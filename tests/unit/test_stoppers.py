@@ -7,8 +7,9 @@ import math
 import pytest
 
 from kubetune_operator.builtin_stoppers import create_stoppers
-from kubetune_operator.controller import ExperimentController, InvalidSpec
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.settings import Settings
+from kubetune_operator.spec_intake import InvalidSpec
 from tests.unit.test_controller import KEY, T0, adopt_created, experiment
 
 
