@@ -219,7 +219,7 @@ class JournaledDecisions:
         return outcome
 
     def replay(self, stored: list) -> None:
-        """Carry out one stored journal entry (a JSON list) after a restart, as :meth:`_apply` did it live."""
+        """Carry out one stored journal entry (a JSON list) after a restart, as :meth:`apply` did it live."""
         self.apply(entry_from_json(stored))
 
     def apply(self, entry: Entry) -> Any:

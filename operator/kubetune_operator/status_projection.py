@@ -125,7 +125,8 @@ class StatusProjection:
 
     def status_written(self, trial: str) -> None:
         """A status patch of ``trial`` went through: it counts as writable again, and a config its pod computed
-        (:meth:`_show_pod_config`) that the patch showed need not be kept in the journal's snapshots."""
+        (:meth:`JournaledDecisions.show_pod_config`) that the patch showed need not be kept in the journal's
+        snapshots."""
         state = self.book.trials.get(trial)
         if state is not None:
             self.decisions.config_shown(state)
