@@ -98,10 +98,12 @@ class ExperimentController:
 
     @property
     def name(self) -> str:
+        """The Experiment's name."""
         return self.intake.name
 
     @property
     def namespace(self) -> str:
+        """The Experiment's namespace."""
         return self.intake.namespace
 
     @property

@@ -193,6 +193,7 @@ class JournaledDecisions:
         }
 
     def load_snapshot(self, snapshot: dict) -> None:
+        """Resume the searcher, scheduler, stoppers and this object's records from a journal snapshot."""
         try:
             self.scheduler.set_state(snapshot["scheduler"])
             self.stoppers.set_state(snapshot.get("stoppers") or [])

@@ -58,10 +58,12 @@ class SpecIntake:
 
     @property
     def name(self) -> str:
+        """The Experiment's name."""
         return self.experiment["metadata"]["name"]
 
     @property
     def namespace(self) -> str:
+        """The Experiment's namespace."""
         return self.experiment["metadata"]["namespace"]
 
     def parse(self, experiment: Mapping) -> ParsedSpec:

@@ -147,6 +147,7 @@ class StatusProjection:
         entry.count, entry.reason = entry.count + 1, f"attempt {attempt}: {reason}"
 
     def report_refused(self, plan: Plan, now: float) -> None:
+        """Post the ``ResultsRefused`` events due (at most one per trial per interval)."""
         for trial, refused in list(self.refused.items()):
             count, reason = refused.count, refused.reason
             if now - refused.told_at < REFUSED_EVENT_INTERVAL_S:
@@ -172,6 +173,7 @@ class StatusProjection:
         return decision.reason if decision.stop_remaining else None
 
     def phase_decision(self, now: float) -> st.PhaseDecision:
+        """The Experiment's phase and whether to stop the remaining trials, as of ``now``."""
         counts = self.book.counts()
         goal = self.intake.spec.goal
         best = self.book.best() if goal is not None else None  # O(trials): only when a goal needs it
@@ -195,6 +197,7 @@ class StatusProjection:
         )
 
     def write(self, plan: Plan, now: float) -> None:
+        """Add to ``plan`` the Trial statuses due and the Experiment's status, if it changed."""
         interval = self.settings.status.write_interval_s
         periodic = 0  # writes of a new result only: at most PERIODIC_STATUS_WRITES_PER_PASS, the rest next pass
         for trial in self.book.open.values():  # a retired trial is never dirty (status_write_failed opens it)

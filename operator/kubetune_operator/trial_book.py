@@ -187,6 +187,7 @@ class TrialBook:
                 self.retired_best = self.trials[best["name"]]
 
     def show_result(self, trial: TrialState, result: dict) -> None:
+        """Show ``result`` as ``trial``'s latest (``lastResult``, ``iteration``, ``metricValue``)."""
         trial.status["lastResult"] = st.compact_result(result, self.intake.metric)
         iteration = result.get("training_iteration")  # checked by the collector; not by an older journal
         trial.status["iteration"] = iteration if is_iteration(iteration) else None
@@ -196,4 +197,5 @@ class TrialBook:
         trial.dirty = True
 
     def active(self) -> int:
+        """How many open trials are Pending or Running (they hold a slot)."""
         return sum(1 for t in self.open.values() if t.phase in ("Pending", "Running"))

@@ -232,6 +232,7 @@ class TrialLifecycle:
             )
 
     def finish(self, plan: Plan, trial: TrialState, reason: str, now: float, message: str = "") -> None:
+        """End ``trial`` Succeeded for ``reason`` and tell the scheduler and searcher."""
         self.set(trial, now, phase="Succeeded", reason=reason, message=message or None)
         plan.events.append(
             (trial.name, "Normal", "TrialSucceeded", f"{reason} at iteration {trial.status.get('iteration')}")
