@@ -37,7 +37,7 @@ from .journal import (
     load,
 )
 from .podview import DECISION_RANK
-from .schedulers.base import Exploit, TrialScheduler
+from .schedulers.base import Exploit, ExploreInPod, TrialScheduler
 from .searchers.base import Searcher
 from .spec_intake import InvalidSpec, SpecIntake
 from .trial_book import TERMINAL, TrialBook, TrialState
@@ -93,7 +93,7 @@ class JournaledDecisions:
         self.finish_told = False  # the scheduler was told the searcher is finished
         self.exploits: dict[str, Exploit] = {}  # trial -> PBT exploit decided at "attempt", not yet carried out
         # trial -> the user functions of its carried-out PBT exploit its pods call until one reports the config
-        self.pod_explores: dict[str, dict] = {}
+        self.pod_explores: dict[str, ExploreInPod] = {}
         # trial -> the attempt whose pod computed its config (sample_from values, a PBT explore step), until a
         # status write shows that config: a snapshot keeps those configs (the journal's entries may be gone)
         self.pod_configs: dict[str, int] = {}
