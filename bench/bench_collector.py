@@ -72,9 +72,9 @@ from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator import collector
 from kubetune_operator.builders import trial_dir_uri
 from kubetune_operator.collector import make_app
-from kubetune_operator.controller import PodView
 from kubetune_operator.handlers import IDLE_PASS_INTERVAL_S, MIN_PASS_INTERVAL_S
 from kubetune_operator.labels import pod_name
+from kubetune_operator.podview import PodView
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import mint_token, new_key

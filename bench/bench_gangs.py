@@ -5,7 +5,7 @@ same invocation.
 against 400 one-pod trials, the same 400 pods.
 
 Both runs go through the real controller (``ExperimentController.plan``) with the pods as the operator's pod watch
-shows them (``controller.pod_view`` of the manifests the plans created, phase Running). Timed: the pass that creates
+shows them (``podview.pod_view`` of the manifests the plans created, phase Running). Timed: the pass that creates
 every pod (trials adopted, manifests built, gangs' Services and workers included) and the steady pass with every
 pod running (what the daemon repeats every 2 s while nothing changes; for gangs it folds 400 pods into 100 views).
 The ratio is gangs over single pods: what folding and gang manifests cost.
@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devcluster.testkit import experiment_object  # noqa: E402
-from kubetune_operator.controller import ExperimentController, pod_view  # noqa: E402
+from kubetune_operator.controller import ExperimentController  # noqa: E402
+from kubetune_operator.podview import pod_view  # noqa: E402
 from kubetune_operator.settings import Settings, TrialSettings  # noqa: E402
 
 KEY = b"k" * 32

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from devcluster.testkit import ConfigMaps, experiment_object  # noqa: E402
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_STOPPED  # noqa: E402
 from kubetune_operator import journal  # noqa: E402
-from kubetune_operator.controller import ExperimentController, PodView  # noqa: E402
+from kubetune_operator.controller import ExperimentController  # noqa: E402
+from kubetune_operator.podview import PodView  # noqa: E402
 from kubetune_operator.registry import Registry  # noqa: E402
 from kubetune_operator.settings import Settings  # noqa: E402
 
@@ -156,8 +157,8 @@ def main() -> None:
             finally:
                 journal.MIN_SNAPSHOT_INTERVAL_BYTES = saved
             replay_s, replayed = restore(spec, trials, full)
-            assert json.dumps(replayed.scheduler.get_state(), sort_keys=True) == json.dumps(
-                ctl.scheduler.get_state(), sort_keys=True
+            assert json.dumps(replayed.decisions.scheduler.get_state(), sort_keys=True) == json.dumps(
+                ctl.decisions.scheduler.get_state(), sort_keys=True
             ), "snapshot and replay disagree"
             print(
                 f"{case:22} {trials_n:>7} {seconds:>7.1f} {commits / seconds:>9.0f} {store.size() / 1024:>11.0f} "

@@ -1,5 +1,5 @@
 """Benchmark of PB2's explore step: its time against Ray Tune's own on the same data, and how long it holds
-the operator's event loop (not at all: it runs in the worker process of ``kubetune_operator.explorer``)
+the operator's event loop (not at all: it runs in the worker process of ``kubetune_operator.explore_pool``)
 against running it on the loop, as Ray's trial runner does.
 
 Run: ``.venv/bin/python bench/bench_pb2.py [--rows 64 160 400] [--ray-python PATH]``.
@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devcluster.testkit import population_rows  # noqa: E402  (the data the unit tests compare with Ray on)
-from kubetune_operator import explorer  # noqa: E402
-from kubetune_operator.schedulers.pb2_explore import select  # noqa: E402
+from kubetune_operator import explore_pool as explorer  # noqa: E402
+from kubetune_operator.schedulers.pb2_gp import select  # noqa: E402
 
 BOUNDS = {"lr": [1e-4, 0.1], "m": [0.0, 1.0]}
 SEED = 7

@@ -75,8 +75,8 @@ def main() -> None:
         pending: list = []
         new, _ = explore(config, function, 1.0, [1.2, 0.8], rng, pending)
         chosen = explore_in_pod(new, {"resample": pending, "customExploreFn": None}, storage)  # in the pod
-        ctl.pod_explores["t"] = {"resample": pending}  # the exploit carried out: the pod's report is awaited
-        ctl._apply_pod_explored("t", chosen)  # what the collector's batch journals (``explored`` entry)
+        ctl.decisions.pod_explores["t"] = {"resample": pending}  # the exploit carried out: the pod's report is awaited
+        ctl.decisions._apply_pod_explored("t", chosen)  # what the collector's batch journals (``explored`` entry)
         ctl.journal.record(["explored", "t", {"config": chosen}])
         in_pod.append(time.perf_counter() - start)
     a, b = statistics.median(operator), statistics.median(in_pod)

@@ -32,7 +32,7 @@ case "$target" in
         # every registered search algorithm and scheduler imports in exactly this environment
         check="import kubetune_operator.handlers
 import cmaes, scipy.stats.qmc  # what Optuna's cmaes and qmc samplers import when they sample
-import kubetune_operator.schedulers.pb2_explore  # PB2's explore step (scikit-learn), run in a worker process
+import kubetune_operator.schedulers.pb2_gp  # PB2's explore step (scikit-learn), run in a worker process
 from kubetune_operator.algorithms import SCHEDULERS, SEARCH_ALGORITHMS, scheduler_class, searcher_class
 for name in SEARCH_ALGORITHMS: searcher_class(name)
 for name in SCHEDULERS: scheduler_class(name)

@@ -38,10 +38,10 @@ from pydantic import (
 from kubetune.env import COLLECTOR_RESULTS_PATH, MAX_STALL_MESSAGE, STALL_REASONS
 
 from . import metrics
-from .controller import DECISION_RANK
 from .metricsauth import MetricsAuth
 from .params import describe
 from .podinput import checkpoint_problem, explored_problem, result_problem
+from .podview import DECISION_RANK
 from .tokens import token_claims
 
 #: Results handed to the scheduler at a time; the event loop (probes, other requests) runs between steps.

@@ -3,7 +3,7 @@
 Owns what makes a trial's pod a gang: the names of its members and of its headless Service and
 PodGroup, the manifests of both and of the worker pods (:func:`build_gang`, from the head's manifest that
 :func:`kubetune_operator.builders.build_pod` makes), the rendezvous variables, and :func:`fold`, which
-sees an attempt's pods as one :class:`kubetune_operator.controller.PodView` so that the controller's
+sees an attempt's pods as one :class:`kubetune_operator.podview.PodView` so that the controller's
 lifecycle (``lifecycle.py``) decides for the gang as it does for one pod. Called by the controller's
 pass (``controller.py``) and, for the objects' API calls, by ``kube.py``.
 
@@ -20,19 +20,22 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from kubetune.env import HOSTS, RANK, WORLD_SIZE
 
 from .builders import LABEL_KUEUE_QUEUE, pod_resources
-from .labels import LABEL_ATTEMPT, LABEL_MANAGED_BY, LABEL_TRIAL, MAX_LABEL_LENGTH, _bounded
+from .labels import (
+    LABEL_ATTEMPT,
+    LABEL_MANAGED_BY,
+    LABEL_RANK,
+    LABEL_TRIAL,
+    LABEL_WORLD_SIZE,
+    MAX_LABEL_LENGTH,
+    _bounded,
+)
+from .podview import GangView, PodView
 
-if TYPE_CHECKING:
-    from .controller import PodView
-
-#: Labels of a gang member's rank (0: the head) and its gang's size; pods of one-pod trials have neither.
-LABEL_RANK = "kubetune.io/rank"
-LABEL_WORLD_SIZE = "kubetune.io/world-size"
 #: Port of the head's ``MASTER_ADDR`` (``torchrun``'s default).
 MASTER_PORT = 29500
 #: Port of the head's JAX coordinator.
@@ -161,25 +164,6 @@ def build_gang(head: dict, resources: Mapping, podgroups: bool) -> Gang:
             container["resources"] = copy.deepcopy(worker_resources)
             workers.append(pod)
     return Gang(service=service, workers=workers, podgroup=podgroup)
-
-
-@dataclasses.dataclass(frozen=True)
-class GangView:
-    """An attempt's members, on its folded :class:`~kubetune_operator.controller.PodView` (``PodView.gang``).
-
-    Attributes:
-        total: the gang's size.
-        ready: members whose Ready condition is True.
-        scheduled: members bound to a node.
-        active: names of members still Pending or Running and not being deleted: what ending the attempt deletes.
-        scheduled_at: when its first member was bound to a node (RFC 3339), or None while none is.
-    """
-
-    total: int
-    ready: int
-    scheduled: int
-    active: tuple[str, ...]
-    scheduled_at: str | None
 
 
 def fold(pods: Mapping[str, PodView]) -> dict[str, PodView]:

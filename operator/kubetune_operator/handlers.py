@@ -21,9 +21,8 @@ from datetime import datetime, timezone
 
 import kopf
 
-from . import collector, explorer, metrics
+from . import collector, explore_pool, metrics
 from . import status as st
-from .controller import InvalidSpec
 from .kube import EVENT_COMPONENT, Kube, api_message
 from .labels import (
     API_VERSION,
@@ -40,6 +39,7 @@ from .persistence import BoundedProgressStorage, DigestDiffBaseStorage
 from .podwatch import PodWatch
 from .registry import Registry
 from .settings import Settings
+from .spec_intake import InvalidSpec
 
 log = logging.getLogger("kubetune.operator")
 #: Passes of one Experiment start at least this far apart, in seconds (results and pod changes that come
@@ -99,7 +99,7 @@ async def cleanup(memo: kopf.Memo, **_) -> None:
         memo.pods.stop()
     if getattr(memo, "collector", None) is not None:
         await memo.collector.cleanup()
-    explorer.shutdown()
+    explore_pool.shutdown()
 
 
 def _mark(kube: Kube, body, type_: str, reason: str, message: str) -> None:
@@ -229,7 +229,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
         ctl = registry.get(namespace, name)
         if ctl is not None and ctl.finished:
             registry.forget(namespace, name)  # a terminal Experiment leaves memory
-            explorer.forget(namespace, name)
+            explore_pool.forget(namespace, name)
 
 
 async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
@@ -256,9 +256,9 @@ async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
                 break
         for _ in ctl.restore_steps(await kube.call(kube.list_journal, namespace, name)):
             await asyncio.sleep(0)  # a long journal does not hold up the probes or other Experiments
-    explorer.step(ctl, lambda: registry.wake(namespace, name))  # PB2: explore steps in a worker process
+    explore_pool.step(ctl, lambda: registry.wake(namespace, name))  # PB2: explore steps in a worker process
     pods = pod_watch.pods(namespace, label_value(name))
-    ctl.degraded = None
+    ctl.pass_failed(None)
     found = len(ctl.trials)
     planning = time.monotonic()
     plan = ctl.plan(pods)
@@ -287,10 +287,10 @@ async def _report_degraded(kube: Kube, body, ctl, message: str) -> None:
         if ctl is None:
             await kube.call(_mark, kube, body, "Degraded", "ReconcileError", message)
             return
-        ctl.degraded = message
+        ctl.pass_failed(message)
         conditions = ctl.health_conditions(ctl.exp_status.get("conditions"), datetime.now(timezone.utc))
         await kube.call(kube.patch_experiment_status, ctl.namespace, ctl.name, {"conditions": conditions})
-        ctl.exp_status["conditions"] = conditions
+        ctl.show_conditions(conditions)
     except Exception as exc:  # noqa: BLE001
         log.warning(
             "experiment %s/%s: cannot write the Degraded condition: %s",
@@ -325,8 +325,8 @@ async def forget(namespace, name, memo: kopf.Memo, **_) -> None:
     loop, with the registry and the daemons, not in kopf's thread pool."""
     ctl = memo.registry.get(namespace, name)
     if ctl is not None:
-        ctl.deleting = True
+        ctl.mark_deleting()
     memo.registry.wake(namespace, name)  # a daemon waiting for its next pass sees the deletion now
     memo.registry.forget(namespace, name)
     metrics.forget(namespace, name)
-    explorer.forget(namespace, name)
+    explore_pool.forget(namespace, name)

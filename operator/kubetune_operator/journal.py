@@ -24,6 +24,9 @@ dash and the first 8 characters of its uid; every ConfigMap is labelled with the
   entries ``0 .. seq-1``; written only once those entries are committed, so any
   snapshot whose chunks are all present can be used. Entries and snapshots it
   covers are deleted once it is complete.
+
+An entry is stored as a JSON list, its kind first (``["results", trial, attempt, [result, ...]]``); in memory
+it is one of the typed records of :data:`Entry` (:func:`entry_from_json`, :meth:`as_json` at the boundary).
 """
 
 from __future__ import annotations
@@ -32,11 +35,28 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Iterator
+from typing import Any, Awaitable, Callable, Iterable, Iterator, NamedTuple, Union
 
 from .labels import LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, label_value
 
-__all__ = ["Journal", "JournalCorrupt", "Write", "commit", "load", "LABEL_STATE"]
+__all__ = [
+    "Add",
+    "Choose",
+    "End",
+    "Entry",
+    "Explored",
+    "Journal",
+    "JournalCorrupt",
+    "LABEL_STATE",
+    "MetricMissing",
+    "Results",
+    "Sampled",
+    "Suggest",
+    "Write",
+    "commit",
+    "entry_from_json",
+    "load",
+]
 
 #: Label on the journal's ConfigMaps: ``journal`` or ``snapshot``.
 LABEL_STATE = "kubetune.io/state"
@@ -59,6 +79,99 @@ STEP_PAUSE_SECONDS = 0.001
 
 class JournalCorrupt(RuntimeError):
     """The stored journal has a gap after its newest snapshot (an entry was lost): the state cannot be rebuilt."""
+
+
+class Add(NamedTuple):
+    """A Trial was created: the scheduler's ``on_trial_add`` (and ``set_trial_config``)."""
+
+    trial: str
+    kind = "add"
+
+    def as_json(self) -> list:
+        """The stored form: ``[kind, *fields]``."""
+        return [self.kind, *self]
+
+
+class Suggest(NamedTuple):
+    """The searcher was asked for the config of the new trial ``trial``."""
+
+    trial: str
+    kind = "suggest"
+    as_json = Add.as_json
+
+
+class Results(NamedTuple):
+    """A batch of new results of ``trial``'s ``attempt`` went to the stoppers, scheduler and searcher."""
+
+    trial: str
+    attempt: int
+    results: list[dict]
+    kind = "results"
+    as_json = Add.as_json
+
+
+class End(NamedTuple):
+    """``trial`` ended ``how`` (``complete``, ``remove`` or ``error``) with its last ``result``."""
+
+    trial: str
+    result: dict | None
+    how: str
+    kind = "end"
+    as_json = Add.as_json
+
+
+class Choose(NamedTuple):
+    """The scheduler chose among the ``paused`` trials for a free slot (``search_finished`` as it was then)."""
+
+    paused: list[str]
+    search_finished: bool
+    kind = "choose"
+    as_json = Add.as_json
+
+
+class Explored(NamedTuple):
+    """The outcome of ``trial``'s exploration: PB2's explore step, or the config its pod chose (``{"config",
+    "attempt"}``; without ``attempt`` in an entry an earlier operator wrote)."""
+
+    trial: str
+    outcome: dict
+    kind = "explored"
+    as_json = Add.as_json
+
+
+class Sampled(NamedTuple):
+    """The values ``trial``'s pod of ``attempt`` drew for its config's ``sample_from`` functions: ``config``."""
+
+    trial: str
+    config: dict
+    attempt: int
+    kind = "sampled"
+    as_json = Add.as_json
+
+
+class MetricMissing(NamedTuple):
+    """A result lacked the experiment's metric: ``message`` says which (the Experiment fails)."""
+
+    message: str
+    kind = "metric_missing"
+    as_json = Add.as_json
+
+
+#: One journal entry, as the controller records and replays it.
+Entry = Union[Add, Suggest, Results, End, Choose, Explored, Sampled, MetricMissing]
+_KINDS: dict[str, type] = {t.kind: t for t in (Add, Suggest, Results, End, Choose, Explored, Sampled, MetricMissing)}
+
+
+def entry_from_json(stored: list) -> Entry:
+    """The typed record of a stored entry.
+
+    Raises:
+        JournalCorrupt: an unknown kind.
+    """
+    kind = _KINDS.get(stored[0])
+    if kind is None:
+        raise JournalCorrupt(f"unknown journal entry {stored[0]!r}")
+    return kind(*stored[1 : 1 + len(kind._fields)])
 
 
 @dataclass

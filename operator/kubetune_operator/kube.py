@@ -1,7 +1,7 @@
 """Kubernetes API calls of the operator, run in a thread pool off kopf's event loop.
 
 Called by the Experiment daemon (``handlers.py``) to carry out a
-:class:`kubetune_operator.controller.Plan`, and at startup for the collector's
+:class:`kubetune_operator.plan.Plan`, and at startup for the collector's
 key Secret. Creates treat 409 AlreadyExists as success (names are
 deterministic) when the object found is ours (:class:`NameTaken` otherwise: an object of another owner is
 never used); responses are read as plain JSON, not client models.
@@ -18,7 +18,6 @@ from datetime import datetime, timezone
 from kubernetes import client, config
 
 from .builders import controller_uid
-from .controller import Plan, created_event
 from .gang import PODGROUP_API
 from .journal import LABEL_STATE, Write
 from .labels import (
@@ -33,6 +32,7 @@ from .labels import (
     VERSION,
     label_value,
 )
+from .plan import Plan, created_event
 from .tokens import key_from_secret_data, key_secret_data, new_key
 
 log = logging.getLogger("kubetune.kube")
@@ -447,7 +447,7 @@ class Kube:
         outcomes = await asyncio.gather(*pods, *deletes, *(c for _, c in statuses), *exp)
         for manifest, outcome in zip(plan.create_pods, outcomes):
             if outcome is _FAILED:  # ask again on the next pass
-                ctl.created_pods.pop(manifest["metadata"]["name"], None)
+                ctl.pod_not_created(manifest["metadata"]["name"])
         status_outcomes = outcomes[len(pods) + len(deletes) :]
         unwritten = {name: error for (name, _), error in zip(statuses, status_outcomes) if error is not None}
         known = {name for name in unwritten if ctl.unwritable(name)}  # in this plan's Degraded condition already
@@ -481,7 +481,7 @@ class Kube:
             )
         )
         kept = {name for (name, _), outcome in zip(secrets, collected) if outcome is _FAILED}
-        ctl.secrets_deleted -= kept | {name for name, trial in plan.collect_secrets if trial in unwritten}
+        ctl.secrets_not_deleted(kept | {name for name, trial in plan.collect_secrets if trial in unwritten})
         if final:  # announced first: the terminal status stops the daemon, maybe in the middle of what follows it
             if set(unwritten) - known or (
                 plan.end_event

@@ -24,6 +24,9 @@ LABEL_EXPERIMENT = "kubetune.io/experiment"
 LABEL_TRIAL = "kubetune.io/trial"
 #: Label on pods: the attempt number (0, 1, ...) of the Trial the pod runs.
 LABEL_ATTEMPT = "kubetune.io/attempt"
+#: Labels of a gang member's rank (0: the head) and its gang's size; pods of one-pod trials have neither.
+LABEL_RANK = "kubetune.io/rank"
+LABEL_WORLD_SIZE = "kubetune.io/world-size"
 #: The recommended ``app.kubernetes.io/managed-by`` label and its value on every object we create.
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kubetune"

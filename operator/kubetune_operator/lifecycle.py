@@ -1,6 +1,6 @@
 """The trial lifecycle as a table: how an ended pod, seen in the Experiment's situation, moves its Trial.
 
-``ExperimentController._pod_ended`` classifies what it sees (:func:`observe`) and carries out the
+``TrialLifecycle._pod_ended`` (``trial_lifecycle.py``) classifies what it sees (:func:`observe`) and carries out the
 :class:`Transition` :func:`transition` gives; ``tests/unit/test_lifecycle.py`` checks every row.
 Observations:
 

@@ -7,7 +7,7 @@ or their own ``Field`` bounds, so a wrong type or range is refused before the co
 the parameter's name (a ``pydantic.ValidationError``, which is a ``ValueError``). Checks that relate
 several parameters (``grace_period <= max_t``) stay in the constructor. :func:`describe` turns a
 ``ValidationError`` into the line the operator puts in an ``InvalidSpec`` condition
-(:mod:`kubetune_operator.algorithms`, :mod:`kubetune_operator.stoppers`) or a collector's 400
+(:mod:`kubetune_operator.algorithms`, :mod:`kubetune_operator.builtin_stoppers`) or a collector's 400
 (:mod:`kubetune_operator.collector`). Pure: pydantic only.
 """
 

@@ -3,7 +3,7 @@
 Trial pods meet the ``restricted`` level as :func:`kubetune_operator.builders.build_pod` makes
 them; an Experiment's ``spec.template`` (pod ``securityContext``, ``volumes``) can loosen that. The
 operator's ``trials.pod_security_level`` setting (the chart's ``trials.podSecurityLevel``, default
-``restricted``) is the loosest level an Experiment may ask for: ``ExperimentController.update``
+``restricted``) is the loosest level an Experiment may ask for: ``SpecIntake.parse`` (``spec_intake.py``)
 builds a sample pod and refuses the spec (``Ready=False``, ``InvalidSpec``) with every
 :func:`violations` line. Only what a template can change is checked (the fields the levels of the
 Kubernetes "Pod Security Standards" page name for the pod spec, its volumes and the trial container).

@@ -1,7 +1,7 @@
 """The operator's view of trial pods: one list-then-watch of the ``managed-by`` label per watched scope.
 
 Owns :class:`PodWatch`, started by the startup handler (``handlers.py``) and read by every Experiment's
-daemon before each pass. It keeps a :class:`kubetune_operator.controller.PodView` of every trial pod, by
+daemon before each pass. It keeps a :class:`kubetune_operator.podview.PodView` of every trial pod, by
 ``(namespace, experiment label)``, and wakes an Experiment's daemon when one of its pods changes.
 
 Why not a kopf index: kopf treats each pod as an object with its own worker and runs each index handler
@@ -32,8 +32,8 @@ from typing import Callable
 
 from kubernetes import client, watch
 
-from .controller import PodView, pod_view
 from .labels import LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY
+from .podview import PodView, pod_view
 
 log = logging.getLogger("kubetune.podwatch")
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"

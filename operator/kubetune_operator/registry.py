@@ -13,9 +13,10 @@ import asyncio
 from typing import Awaitable, Callable, Mapping
 
 from . import journal
-from .controller import ExperimentController, InvalidSpec
+from .controller import ExperimentController
 from .labels import label_value
 from .settings import Settings
+from .spec_intake import InvalidSpec
 
 #: Carries out a journal :class:`~kubetune_operator.journal.Write` in a namespace (raises on failure).
 JournalWriter = Callable[[str, journal.Write], Awaitable[None]]
@@ -46,7 +47,7 @@ class Registry:
         """Create the controller of ``experiment``, or give the existing one its new version.
 
         Raises:
-            kubetune_operator.controller.InvalidSpec: the spec cannot be run.
+            kubetune_operator.spec_intake.InvalidSpec: the spec cannot be run.
         """
         key = (experiment["metadata"]["namespace"], experiment["metadata"]["name"])
         ctl = self._controllers.get(key)
@@ -58,10 +59,10 @@ class Registry:
         try:
             ctl.update(experiment)
         except InvalidSpec as exc:
-            ctl.invalid = str(exc)  # the previous spec stays in force; Ready stays False until fixed
-            ctl.refused_generation = experiment["metadata"].get("generation")
+            # the previous spec stays in force; Ready stays False until fixed
+            ctl.spec_refused(str(exc), experiment["metadata"].get("generation"))
             raise
-        ctl.invalid = ctl.pod_refused = None
+        ctl.spec_accepted()
         return ctl
 
     async def commit(self, ctl: ExperimentController) -> None:

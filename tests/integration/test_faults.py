@@ -23,7 +23,7 @@ from devcluster.testkit import wait_for
 from kubetune_operator import journal
 from kubetune_operator.algorithms import create_scheduler, create_searcher
 from kubetune_operator.controller import ExperimentController
-from kubetune_operator.schedulers.pb2_explore import select
+from kubetune_operator.schedulers.pb2_gp import select
 from kubetune_operator.settings import Settings
 from kubetune_operator.status import compact_result
 from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
@@ -669,12 +669,12 @@ def test_killed_operator_runs_bohb_to_the_end_and_its_journal_keeps_what_bohb_le
     found = run_with_kills(custom, operator, namespace, spec, 10)
     reasons = {name: t["status"]["reason"] for name, t in found.items()}
     ctl = operator_controller(custom, core, namespace, "bohb-storm-2")
-    assert ctl.scheduler.brackets()[:2] == [(9, 1), (5, 3)]
-    learned = ctl.searcher.get_state()["observations"]
+    assert ctl.decisions.scheduler.brackets()[:2] == [(9, 1), (5, 3)]
+    learned = ctl.decisions.searcher.get_state()["observations"]
     lines = {name: lines_once(s3, namespace, "bohb-storm-2", name) for name in found}
     for budget, seen in learned.items():
         for name, loss in seen.items():
             assert loss == -lines[name][int(budget) - 1]["score"], (budget, name)
     assert len(learned["1"]) >= 5, (learned, reasons)
     for name, trial in found.items():
-        assert ctl.searcher.suggest(name) == trial["spec"]["config"], name
+        assert ctl.decisions.searcher.suggest(name) == trial["spec"]["config"], name

@@ -11,11 +11,13 @@ import kopf
 
 from devcluster.testkit import ConfigMaps, experiment_object
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_TERMINATED
-from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.handlers import _mark
 from kubetune_operator.labels import pod_name
+from kubetune_operator.podview import PodView
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
+from kubetune_operator.spec_intake import InvalidSpec
 
 KEY = b"k" * 32
 T0 = 1_800_000_000.0
@@ -79,7 +81,7 @@ def states() -> dict[str, dict]:
     deleting["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
     out["deleting"] = deleting
 
-    ctl.degraded = "listing trials failed: 503 Service Unavailable"
+    ctl.health.degraded = "listing trials failed: 503 Service Unavailable"
     ctl.plan(_running(ctl), T0 + 3)
     out["degraded"] = _object(ctl)
 

@@ -13,11 +13,12 @@ import pytest
 import kubetune as tune
 from kubetune.schedulers import HyperBandForBOHB
 from kubetune.search.bohb import TuneBOHB
-from kubetune_operator import controller, journal
+from kubetune_operator import journal, trial_admission
 from kubetune_operator.algorithms import create_scheduler, create_searcher
-from kubetune_operator.controller import ExperimentController, InvalidSpec
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.schedulers import CONTINUE, PAUSE, STOP
 from kubetune_operator.settings import Settings
+from kubetune_operator.spec_intake import InvalidSpec
 from tests.unit.test_restarts import KEY, World, experiment
 
 SPACE = {"x": {"uniform": [0, 1]}, "y": {"uniform": [0, 1]}, "opt": {"choice": ["sgd", "adam", "rmsprop"]}}
@@ -205,7 +206,7 @@ def test_killed_at_any_instant_bohb_decides_and_suggests_as_an_uninterrupted_run
     monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 500)  # restarts load snapshots too
     # a pass stops asking for suggestions after 50 ms of them: on a loaded machine the two runs would then create
     # trials at other moments relative to results, which changes what BOHB has seen (not what a restart keeps)
-    monkeypatch.setattr(controller, "SUGGEST_SECONDS_PER_PASS", 60.0)
+    monkeypatch.setattr(trial_admission, "SUGGEST_SECONDS_PER_PASS", 60.0)
     calm = World(BOHB)
     expected = calm.run()
     stormy = World(BOHB, kill_at=range(2, 10_000, 3))
@@ -214,8 +215,8 @@ def test_killed_at_any_instant_bohb_decides_and_suggests_as_an_uninterrupted_run
     assert stormy.kills >= 5
     assert len(expected) == 20
     assert {"stop", "pause"} <= set(calm.decisions.values())
-    learned = calm.ctl.searcher.get_state()["observations"]
+    learned = calm.ctl.decisions.searcher.get_state()["observations"]
     # brackets (9, 1), (5, 3), (3, 9), then the next band's (9, 1) takes the last 3: 12 results at rung 1
     assert set(learned) >= {"1", "3"} and len(learned["1"]) == 12
-    assert calm.ctl.searcher.model_budget() is not None
+    assert calm.ctl.decisions.searcher.model_budget() is not None
     assert math.isfinite(min(learned["1"].values()))

@@ -266,7 +266,8 @@ def test_a_value_the_operator_cannot_take_gets_400_with_the_reason_and_changes_n
     assert status == 400 and reply["error"].startswith("refused batch: ") and words in reply["error"]
     trial = ctl.trials["exp-00000"]
     assert "lastResult" not in trial.status and "iteration" not in trial.status  # not even the good result
-    assert "exp-00000" not in ctl.applied and ctl.journal.next_seq == journal_before  # nor scheduler nor journal
+    # nor scheduler nor journal
+    assert "exp-00000" not in ctl.decisions.applied and ctl.journal.next_seq == journal_before
     plan = ctl.plan({}, 100.0)
     json.dumps(plan.trial_status, allow_nan=False)  # every status patch stays JSON the API server decodes
     refused = [e for e in plan.events if e[2] == "ResultsRefused"]
@@ -287,7 +288,7 @@ def test_refused_batches_are_reported_on_the_trial_at_most_once_a_minute_with_th
     later = [e[3] for e in ctl.plan({}, 161.0).events if e[2] == "ResultsRefused"]
     assert len(later) == 1 and later[0].startswith("the collector refused 3 batch(es)")
     assert not [e for e in ctl.plan({}, 300.0).events if e[2] == "ResultsRefused"]  # none since: nothing said
-    assert "exp-00000" not in ctl.refused
+    assert "exp-00000" not in ctl.projection.refused
 
 
 def test_a_checkpoint_is_taken_only_in_the_trials_own_folder(registry):
@@ -302,7 +303,7 @@ def test_a_checkpoint_is_taken_only_in_the_trials_own_folder(registry):
     ]:
         status, reply = post(registry, batch(checkpoint={"uri": uri, "iteration": 1}), token())
         assert status == 400 and words in reply["error"], uri
-        assert "checkpoint" not in ctl.trials["exp-00000"].status and "exp-00000" not in ctl.applied
+        assert "checkpoint" not in ctl.trials["exp-00000"].status and "exp-00000" not in ctl.decisions.applied
     status, reply = post(registry, batch(checkpoint={"uri": own, "iteration": -1}), token())
     assert status == 400 and "checkpoint.iteration must be an integer" in reply["error"]
     status, reply = post(registry, batch(checkpoint={"uri": own, "iteration": 1}), token())
@@ -332,4 +333,4 @@ def test_accepted_nan_metrics_reach_the_journal_as_values_a_replay_reads_back_an
     for trial in ctl.trials.values():
         again.observe_trial({"metadata": {"name": trial.name, "uid": "uid"}, "spec": {"index": trial.index}})
     again.restore(store.list())
-    assert again.applied["exp-00000"][0] == 2  # the replay read the NaN and infinite results back
+    assert again.decisions.applied["exp-00000"][0] == 2  # the replay read the NaN and infinite results back

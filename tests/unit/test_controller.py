@@ -12,9 +12,11 @@ import pytest
 
 from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED, OUTCOME_TERMINATED
-from kubetune_operator.controller import ExperimentController, InvalidSpec, PodView, pod_view
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.labels import pod_name
+from kubetune_operator.podview import PodView, pod_view
 from kubetune_operator.settings import Settings
+from kubetune_operator.spec_intake import InvalidSpec
 from kubetune_operator.tokens import verify_token
 
 KEY = b"k" * 32
@@ -288,14 +290,15 @@ def test_a_result_that_ends_the_trial_is_never_a_result_the_scheduler_decides_on
     for trial, acc in reversed(list(zip(trials, (0.9, 0.5, 0.4, 0.1)))):  # the first last: top of 4 at iteration 2
         ctl.record_results(trial, 0, [{"acc": acc, "training_iteration": i} for i in (1, 2)], None)
     seen = []
-    decide = ctl.scheduler.on_trial_result
-    ctl.scheduler.on_trial_result = lambda trial, result: (
+    decide = ctl.decisions.scheduler.on_trial_result
+    ctl.decisions.scheduler.on_trial_result = lambda trial, result: (
         seen.append((trial, result["training_iteration"])) or decide(trial, result)
     )
     assert ctl.record_results(trials[0], 0, [{"acc": 0.95, "training_iteration": i} for i in (3, 4)], None) == "stop"
     assert ctl.record_results(trials[1], 0, [{"acc": 0.5, "training_iteration": 3, "done": True}], None) == "stop"
     assert seen == [(trials[0], 3)]  # not iteration 4 of the first, nor the done result of the second
-    assert ctl.scheduler.get_state()["trials"][trials[0]][3] == 2  # its checkpoint iteration as a donor: 2, not 4
+    # its checkpoint iteration as a donor: 2, not 4
+    assert ctl.decisions.scheduler.get_state()["trials"][trials[0]][3] == 2
 
 
 def test_goal_reached_stops_the_rest_and_succeeds_the_experiment():
@@ -362,7 +365,7 @@ def test_spec_changes_to_concurrency_and_samples_take_effect(ctl):
     ctl.update(experiment(maxConcurrentTrials=4, numSamples=2))
     plan = ctl.plan({}, T0 + 1)
     assert [m["metadata"]["name"] for m in plan.create_trials] == ["exp-00002", "exp-00003"]
-    assert ctl.searcher.total == 8
+    assert ctl.decisions.searcher.total == 8
 
 
 @pytest.mark.parametrize(
@@ -518,7 +521,7 @@ def test_a_pod_the_api_server_refuses_makes_the_experiment_not_ready(ctl):
     ctl.pod_accepted()  # the cause went away (a relaxed admission policy): the next pod was created
     ready = next(c for c in ctl.health_conditions(None, datetime.now(timezone.utc)) if c["type"] == "Ready")
     assert ready["status"] == "True"
-    ctl.invalid = "spec.config: bad"  # a refused spec edit is not cleared by a pod of the spec still in force
+    ctl.health.invalid = "spec.config: bad"  # a refused spec edit is not cleared by a pod of the spec still in force
     ctl.pod_accepted()
     ready = next(c for c in ctl.health_conditions(None, datetime.now(timezone.utc)) if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["message"] == "spec.config: bad"
@@ -530,9 +533,9 @@ def test_an_edit_of_scheduler_params_is_refused_and_the_old_ones_stay():
     edited = experiment(scheduler={"name": "asha", "params": {"grace_period": 3, "max_t": 9}})
     with pytest.raises(InvalidSpec, match="scheduler.params cannot change"):
         ctl.update(edited)
-    assert ctl.scheduler.grace_period == 1
+    assert ctl.decisions.scheduler.grace_period == 1
     ctl.update(experiment(scheduler=sched, maxConcurrentTrials=3))  # other edits apply
-    assert ctl._limit() == 3
+    assert ctl.admission.limit() == 3
 
 
 def test_a_restarted_operator_takes_the_newest_attempt_its_pods_show():
@@ -613,9 +616,9 @@ def test_the_pod_retention_policy_chooses_what_is_deleted(policy, collected):
 
 
 def test_a_pass_stops_asking_a_slow_searcher_and_the_next_goes_on(monkeypatch):
-    import kubetune_operator.controller as controller
+    import kubetune_operator.trial_admission as trial_admission
 
-    monkeypatch.setattr(controller, "SUGGEST_SECONDS_PER_PASS", 0.0)  # every searcher is "slow"
+    monkeypatch.setattr(trial_admission, "SUGGEST_SECONDS_PER_PASS", 0.0)  # every searcher is "slow"
     ctl = ExperimentController(
         experiment(
             searchAlgorithm={"name": "optuna", "seed": 1},
@@ -662,27 +665,27 @@ def test_a_pass_looks_only_at_open_trials_and_counts_and_best_stay_those_of_ever
                 None if index == 5 else OUTCOME_COMPLETED,
                 exit_code=1 if index == 5 else None,
             )
-        if not reopened and "exp-00001" in ctl.trials and "exp-00001" not in ctl._open:
+        if not reopened and "exp-00001" in ctl.trials and "exp-00001" not in ctl.book.open:
             ctl.status_write_failed("exp-00001")  # its last status patch failed after it retired
-            assert "exp-00001" in ctl._open
+            assert "exp-00001" in ctl.book.open
             reopened = True
         everyone = ctl.trials.values()
-        assert ctl._counts() == st.trial_counts(t.phase for t in everyone)
+        assert ctl.book.counts() == st.trial_counts(t.phase for t in everyone)
         assert ctl.best() == st.best_trial([t.as_object() for t in everyone], "acc", "max")
-        assert len(ctl._open) <= 3 + len(plan.create_trials) + 1
+        assert len(ctl.book.open) <= 3 + len(plan.create_trials) + 1
         now += 1
-    assert ctl._counts()["succeeded"] == 11 and ctl._counts()["failed"] == 1
+    assert ctl.book.counts()["succeeded"] == 11 and ctl.book.counts()["failed"] == 1
     assert ctl.best()["name"] == "exp-00003"  # acc 0.75 first reached by index 3
-    assert reopened and "exp-00001" not in ctl._open  # written on the next pass, then retired again
+    assert reopened and "exp-00001" not in ctl.book.open  # written on the next pass, then retired again
 
 
 def test_result_only_status_writes_are_spread_over_passes(monkeypatch):
     """At most PERIODIC_STATUS_WRITES_PER_PASS Trials per pass get a status write that only shows a new
     result: 150 running trials are written over two passes, and none is forgotten."""
-    from kubetune_operator import controller
-    from kubetune_operator.controller import PERIODIC_STATUS_WRITES_PER_PASS
+    from kubetune_operator import trial_admission
+    from kubetune_operator.status_projection import PERIODIC_STATUS_WRITES_PER_PASS
 
-    monkeypatch.setattr(controller, "SUGGEST_SECONDS_PER_PASS", 60.0)  # all 150 created in the first pass
+    monkeypatch.setattr(trial_admission, "SUGGEST_SECONDS_PER_PASS", 60.0)  # all 150 created in the first pass
     ctl = ExperimentController(
         experiment(config={"lr": {"grid_search": list(range(150))}}, maxConcurrentTrials=150), Settings(), KEY
     )
@@ -718,7 +721,7 @@ def test_a_multi_objective_experiment_keeps_its_pareto_front_over_retired_trials
     ended = {f"{n}-0": pod(f"{n}-0", "Succeeded", OUTCOME_COMPLETED) for n in results}
     plan = ctl.plan(ended, T0 + 3)
     ctl.plan(ended, T0 + 4)  # the statuses were written: the trials retire
-    assert not ctl._open and [t.name for t in ctl._retired_front] == ["exp-00000", "exp-00001"]
+    assert not ctl.book.open and [t.name for t in ctl.book.retired_front] == ["exp-00000", "exp-00001"]
     ctl.status_write_failed("exp-00001")  # re-opened until its status is written: still one entry
     front = {
         "count": 2,
@@ -756,7 +759,7 @@ def test_a_trial_asha_stops_reaches_optuna_as_pruned_with_prune_early_stopped(pr
     }
     ctl.plan(ended, T0 + 2)
     assert [ctl.trials[n].status["reason"] for n in ("exp-00000", "exp-00001")] == ["Completed", "EarlyStopped"]
-    study = {t.number: t for t in ctl.searcher._study.trials}
+    study = {t.number: t for t in ctl.decisions.searcher._study.trials}
     assert study[0].state == TrialState.COMPLETE and study[0].value == 0.9
     assert study[1].state == (TrialState.PRUNED if prune else TrialState.COMPLETE) and study[1].value == 0.1
     assert study[1].intermediate_values == ({1: 0.1} if prune else {})

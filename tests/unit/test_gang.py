@@ -11,8 +11,9 @@ import pytest
 from test_controller import KEY, T0, adopt_created, experiment
 
 from kubetune.env import OUTCOME_COMPLETED, read_trial_env
-from kubetune_operator.controller import ExperimentController, pod_view
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.gang import LABEL_RANK, fold, gang_name, member_name
+from kubetune_operator.podview import pod_view
 from kubetune_operator.settings import Settings, TrialSettings
 
 WORKERS = {"replicas": 3, "cpu": 2, "gpu": 1, "memory": "1Gi", "scheduleTimeoutSeconds": 60}

@@ -12,8 +12,9 @@ import pytest
 
 from kubetune.limits import MAX_FIELD_BYTES, SpecTooLarge, check_spec_sizes, json_size
 from kubetune.sdk.tuner import create_experiment
-from kubetune_operator.controller import ExperimentController, InvalidSpec
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.settings import Settings
+from kubetune_operator.spec_intake import InvalidSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

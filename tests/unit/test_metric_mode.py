@@ -7,7 +7,7 @@ import pytest
 from kubetune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler
 from kubetune.sdk.tuner import build_experiment
 from kubetune.search import OptunaSearch
-from kubetune_operator.spec import ExperimentSpec
+from kubetune_operator.experiment_spec import ExperimentSpec
 
 
 def build(**kwargs):

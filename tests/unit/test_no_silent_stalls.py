@@ -22,7 +22,8 @@ from kubetune.resultkeys import missing_metrics
 from kubetune.runtime.reporter import Reporter
 from kubetune.sdk.progress import status_lines
 from kubetune.storage import S3Storage, open_storage
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.settings import Settings
 
 KEY = b"k" * 32
@@ -72,8 +73,8 @@ def test_a_result_without_the_metric_fails_the_experiment_with_a_condition_and_a
     ctl, running = running_controller()
     assert ctl.record_results("exp-00000", 0, [{"acc": 0.5, "training_iteration": 1}], None) == "continue"
     seen = []
-    decide = ctl.scheduler.on_trial_result
-    ctl.scheduler.on_trial_result = lambda trial, result: seen.append(trial) or decide(trial, result)
+    decide = ctl.decisions.scheduler.on_trial_result
+    ctl.decisions.scheduler.on_trial_result = lambda trial, result: seen.append(trial) or decide(trial, result)
     assert ctl.record_results("exp-00001", 0, [{"loss": 0.3, "training_iteration": 1}], None) == "stop"
     assert seen == []  # as in Ray, the result never reaches the scheduler
     plan = ctl.plan(running, T0 + 3)
@@ -89,17 +90,18 @@ def test_a_result_without_the_metric_fails_the_experiment_with_a_condition_and_a
     assert ctl.record_results("exp-00000", 0, [{"acc": 0.6, "training_iteration": 2}], None) == "stop"
 
     restarted = ExperimentController({**experiment(), "status": ctl.exp_status}, Settings(), KEY)
-    assert restarted.metric_missing == message and restarted.metric_missing_told
+    assert restarted.decisions.metric_missing == message and restarted.projection.metric_missing_told
     # killed before that status was written: the verdict is in the journal, committed before the "stop" went out
     assert ["metric_missing", message] in ctl.journal.pending
     replayed = ExperimentController(experiment(), Settings(), KEY)
     for entry in ctl.journal.pending:
-        replayed._apply(entry)
-    assert replayed.metric_missing == message and not replayed.metric_missing_told  # its event is still owed
+        replayed.decisions.replay(entry)
+    # its event is still owed
+    assert replayed.decisions.metric_missing == message and not replayed.projection.metric_missing_told
     assert ExperimentController(experiment(), Settings(), KEY).snapshot()["metricMissing"] is None
     restored = ExperimentController(experiment(), Settings(), KEY)
-    restored._load_snapshot(ctl.snapshot())
-    assert restored.metric_missing == message
+    restored.decisions.load_snapshot(ctl.snapshot())
+    assert restored.decisions.metric_missing == message
 
     ended = {n: pod(n, "Succeeded", OUTCOME_TERMINATED) for n in running}
     plan = ctl.plan(ended, T0 + 5)
@@ -113,7 +115,7 @@ def test_a_result_without_the_metric_fails_the_experiment_with_a_condition_and_a
 def test_without_a_metric_nothing_is_checked():
     ctl, _ = running_controller(metric=None, mode=None, scheduler={"name": "fifo"})
     assert ctl.record_results("exp-00000", 0, [{"loss": 0.3, "training_iteration": 1}], None) == "continue"
-    assert ctl.metric_missing is None
+    assert ctl.decisions.metric_missing is None
 
 
 # ----------------------------------------------------------------------------- storage that does not answer
@@ -197,7 +199,7 @@ def test_a_stalled_trial_shows_in_a_condition_with_one_warning_event():
     assert next(c for c in ctl.exp_status["conditions"] if c["type"] == "TrialsStalled")["message"].startswith("2 ")
 
     restarted = ExperimentController({**experiment(), "status": ctl.exp_status}, Settings(), KEY)
-    assert restarted.stall_told == "StorageUnreachable"
+    assert restarted.projection.stall_told == "StorageUnreachable"
 
     ctl.trial_stalled("exp-00000", None)
     ctl.trial_stalled("exp-00001", None)

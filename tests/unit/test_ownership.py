@@ -94,7 +94,7 @@ def test_a_trial_name_held_by_an_orphaned_trial_is_never_adopted_and_says_so():
     ctl, k = ExperimentController(experiment(), Settings(status=StatusSettings(write_interval_s=0.0)), KEY), kube(api)
     plan, errors = run_pass(ctl, k, T0)
     assert api.created == ["same-00001", "same-00002"]
-    assert "same-00000" not in ctl.trials and 0 in ctl.missing  # not used, asked for again
+    assert "same-00000" not in ctl.trials and 0 in ctl.book.missing  # not used, asked for again
     assert len(errors) == 1 and "same-00000 already exists and is not this Experiment's" in errors[0]
     # the event names only what was created; the condition and a Warning event say why the first is not
     assert [e[3] for e in plan.events if e[2] == "TrialsCreated"] == ["created 2 trials: same-00001 .. same-00002"]
@@ -123,10 +123,11 @@ def test_a_trial_of_another_controller_and_a_pod_of_an_earlier_trial_are_not_use
     }
     plan, errors = run_pass(ctl, k, T0 + 1)
     assert any("Pod same-00000-0 already exists" in e for e in errors)
-    assert "same-00000-0" in ctl.names_taken and "same-00000-0" not in ctl.created_pods  # asked for again
+    # asked for again
+    assert "same-00000-0" in ctl.health.names_taken and "same-00000-0" not in ctl.lifecycle.created_pods
     del api.objects["same-00000-0"]
     run_pass(ctl, k, T0 + 2)
-    assert "same-00000-0" in api.created and "same-00000-0" not in ctl.names_taken
+    assert "same-00000-0" in api.created and "same-00000-0" not in ctl.health.names_taken
 
 
 def test_the_controller_of_an_object_is_its_controller_reference():

@@ -18,7 +18,8 @@ from kubetune.schedulers import PopulationBasedTraining
 from kubetune.shipping import FUNCTION_KEY, FunctionPickles, dumps
 from kubetune.storage import FileStorage
 from kubetune_operator.algorithms import create_scheduler
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.schedulers.base import PAUSE
 from kubetune_operator.schedulers.pbt import PodFunction, explore
 from kubetune_operator.settings import Settings
@@ -165,7 +166,7 @@ def test_the_pod_is_told_which_functions_to_call_and_the_config_it_reports_is_jo
     trial = ctl.trials[worst]
     assert trial.config == trial.status["config"] == chosen
     assert trial.status["perturbations"][-1]["newConfig"]["lr"] == 0.0421
-    assert ctl.scheduler.get_state()["configs"][worst] == chosen
+    assert ctl.decisions.scheduler.get_state()["configs"][worst] == chosen
     ctl.record_results(worst, 1, [{"training_iteration": 3, "acc": 5}], None, explored={**chosen, "lr": 9.0})
     assert ctl.journal.next_seq == before + 2  # the results; a second report is not journaled
     assert trial.config["lr"] == 0.0421
@@ -187,10 +188,10 @@ def test_a_restarted_operator_gives_the_pod_the_functions_until_it_reports_then_
     again = ExperimentController(experiment(), Settings(), b"k" * 32)
     for trial in ctl.trials.values():
         again.observe_trial({**trial.as_object(), "metadata": {"name": trial.name, "uid": trial.uid}})
-    again._load_snapshot(state)
-    assert again.pod_explores[worst]["resample"][0]["path"] == ["lr"]
-    again._apply(["explored", worst, {"config": {"lr": 0.03, "k": 0}}])
-    assert worst not in again.pod_explores and again.trials[worst].config == {"lr": 0.03, "k": 0}
+    again.decisions.load_snapshot(state)
+    assert again.decisions.pod_explores[worst]["resample"][0]["path"] == ["lr"]
+    again.decisions.replay(["explored", worst, {"config": {"lr": 0.03, "k": 0}}])
+    assert worst not in again.decisions.pod_explores and again.trials[worst].config == {"lr": 0.03, "k": 0}
 
 
 def test_a_replayed_explore_never_undoes_a_later_config_and_a_snapshot_keeps_one_no_status_shows_yet():
@@ -214,13 +215,13 @@ def test_a_replayed_explore_never_undoes_a_later_config_and_a_snapshot_keeps_one
 
     later = {**before, "lr": 0.5}  # a later exploit's config, which the status of attempt 2 shows
     again = restarted(2, later)
-    again._apply(entry)
+    again.decisions.replay(entry)
     assert again.trials[worst].config == later
     again = restarted(2, later)
-    again._load_snapshot(snapshot)
+    again.decisions.load_snapshot(snapshot)
     assert again.trials[worst].config == later
     again = restarted(1, before)  # the status write that showed the pod's config was lost: the snapshot has it
-    again._load_snapshot(snapshot)
+    again.decisions.load_snapshot(snapshot)
     assert again.trials[worst].config == again.trials[worst].status["config"] == chosen
     running = PodView(f"{worst}-1", worst, 1, "Running")
     for name in ctl.plan({f"{worst}-1": running}, 1010.0).trial_status:
@@ -370,7 +371,7 @@ def test_require_attrs_fails_the_experiment_at_a_result_without_time_attr_as_ray
     ctl.plan({}, 1001.0)
     name = sorted(ctl.trials)[0]
     assert ctl.record_results(name, 0, [{"training_iteration": 1, "acc": 0.5}], None) == "stop"
-    assert "step" in ctl.metric_missing and "require_attrs" in ctl.metric_missing
+    assert "step" in ctl.decisions.metric_missing and "require_attrs" in ctl.decisions.metric_missing
     lenient = ExperimentController(experiment(time_attr="step", require_attrs=False), Settings(), b"k" * 32)
     lenient.restore([])
     plan = lenient.plan({}, 1000.0)

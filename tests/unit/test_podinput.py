@@ -10,7 +10,7 @@ import pytest
 from devcluster.testkit import experiment_object
 from kubetune.checkpoint_store import checkpoint_uri
 from kubetune.env import OUTCOME_COMPLETED
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.podinput import (
     MAX_ITERATION,
     checkpoint_problem,
@@ -18,6 +18,7 @@ from kubetune_operator.podinput import (
     parse_outcome,
     result_problem,
 )
+from kubetune_operator.podview import PodView
 from kubetune_operator.settings import Settings
 
 KEY = b"k" * 32
@@ -169,7 +170,7 @@ def test_a_good_termination_message_shows_its_last_result_and_checkpoint():
 
 def test_a_journal_written_before_the_checks_cannot_put_an_infinite_iteration_in_a_status():
     ctl = started()
-    ctl._show_result(ctl.trials["exp-00000"], {"acc": 1.0, "training_iteration": float("inf")})  # as a replay would
+    ctl.book.show_result(ctl.trials["exp-00000"], {"acc": 1.0, "training_iteration": float("inf")})  # as a replay would
     assert ctl.trials["exp-00000"].status.get("iteration") is None
     json.dumps(ctl.plan({}, T0 + 10).trial_status, allow_nan=False)
 

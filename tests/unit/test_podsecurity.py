@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kubetune_operator.builders import sample_pod
-from kubetune_operator.controller import ExperimentController, InvalidSpec
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.podsecurity import violations
 from kubetune_operator.settings import Settings, TrialSettings
+from kubetune_operator.spec_intake import InvalidSpec
 from tests.unit.test_controller import KEY, experiment
 
 

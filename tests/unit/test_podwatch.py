@@ -8,8 +8,8 @@ import asyncio
 import json
 import time
 
-from kubetune_operator.controller import pod_view
 from kubetune_operator.labels import LABEL_ATTEMPT, LABEL_EXPERIMENT, LABEL_TRIAL
+from kubetune_operator.podview import pod_view
 from kubetune_operator.podwatch import TOMBSTONE_S, PodWatch
 
 

@@ -15,7 +15,7 @@ import pytest
 from kubetune.algorithm_spec import AlgorithmSpec
 from kubetune.sdk import schedulers, stopper
 from kubetune_operator.algorithms import SCHEDULERS, scheduler_class
-from kubetune_operator.stoppers import STOPPERS
+from kubetune_operator.builtin_stoppers import STOPPERS
 
 #: SDK class → (parameters only the SDK has, parameters only the operator has), each with why.
 PAIRS = {

@@ -22,9 +22,10 @@ from devcluster.testkit import ConfigMaps, experiment_object
 from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED
 from kubetune.shipping import FUNCTION_KEY, holds_function
 from kubetune_operator import journal
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.registry import Registry
-from kubetune_operator.schedulers.pb2_explore import select
+from kubetune_operator.schedulers.pb2_gp import select
 from kubetune_operator.settings import Settings
 
 KEY = b"k" * 32
@@ -416,7 +417,7 @@ def test_a_failed_commit_sends_no_decision_and_loses_nothing():
     with pytest.raises(RuntimeError, match="injected"):
         world.commit()
     world.ctl.plan_not_carried_out(plan)
-    assert world.ctl.trials == {} and world.ctl.missing == {0, 1, 2}
+    assert world.ctl.trials == {} and world.ctl.book.missing == {0, 1, 2}
     world.reconcile()
     assert sorted(world.trials) == ["exp-00000", "exp-00001", "exp-00002"]
     configs = [t["spec"]["config"] for t in world.trials.values()]
@@ -433,9 +434,9 @@ def test_a_re_sent_batch_reaches_the_scheduler_once_and_gets_the_same_answer():
     pod = world.pods["exp-00000-0"]
     result = {"training_iteration": 1, "score": 0.5}
     assert world.ctl.record_results(pod.trial, 0, [result], None) == "continue"
-    state = json.dumps(world.ctl.scheduler.get_state())
+    state = json.dumps(world.ctl.decisions.scheduler.get_state())
     assert world.ctl.record_results(pod.trial, 0, [result], None) == "continue"
-    assert json.dumps(world.ctl.scheduler.get_state()) == state
+    assert json.dumps(world.ctl.decisions.scheduler.get_state()) == state
     assert [e[0] for e in world.ctl.journal.pending] == ["results"]
 
 
@@ -461,7 +462,7 @@ def test_the_journal_of_an_earlier_experiment_of_the_same_name_is_ignored():
     world.exp["metadata"]["uid"] = "another-uid"
     world.trials.clear()
     world.boot()
-    assert world.ctl.journal.next_seq == 0 and world.ctl.applied == {} and not world.ctl.trials
+    assert world.ctl.journal.next_seq == 0 and world.ctl.decisions.applied == {} and not world.ctl.trials
 
 
 def test_nan_and_infinite_metrics_reach_the_scheduler_and_the_journal_but_never_a_status():
@@ -474,12 +475,12 @@ def test_nan_and_infinite_metrics_reach_the_scheduler_and_the_journal_but_never_
     ]
     assert decisions == ["continue", "continue", "stop"]  # NaN is ignored by the cutoff, -inf is below inf
     world.commit()
-    rung = world.ctl.scheduler.rungs[0][-1][1]  # the grace-period rung
+    rung = world.ctl.decisions.scheduler.rungs[0][-1][1]  # the grace-period rung
     assert math.isnan(rung["exp-00000"]) and rung["exp-00001"] == math.inf
     plan = world.ctl.plan(dict(world.pods), world.now + 10)
     json.dumps([plan.trial_status, plan.experiment_status], allow_nan=False)  # Kubernetes' JSON has no NaN
     world.boot()  # the journal keeps NaN and infinities as they were
-    rung = world.ctl.scheduler.rungs[0][-1][1]
+    rung = world.ctl.decisions.scheduler.rungs[0][-1][1]
     assert math.isnan(rung["exp-00000"]) and rung["exp-00001"] == math.inf and rung["exp-00002"] == -math.inf
 
 

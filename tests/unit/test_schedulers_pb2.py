@@ -12,11 +12,13 @@ import pytest
 
 from devcluster.testkit import experiment_object, population_rows
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
-from kubetune_operator import explorer
+from kubetune_operator import explore_pool as explorer
 from kubetune_operator.algorithms import create_scheduler
-from kubetune_operator.controller import EXPLORING_MESSAGE, ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.pbt_perturbation import EXPLORING_MESSAGE
+from kubetune_operator.podview import PodView
 from kubetune_operator.schedulers.base import PAUSE
-from kubetune_operator.schedulers.pb2_explore import TimeVaryingSquaredExp, select, steps
+from kubetune_operator.schedulers.pb2_gp import TimeVaryingSquaredExp, select, steps
 from kubetune_operator.settings import Settings
 
 BOUNDS = {"lr": [1e-4, 0.1], "m": [0.0, 1.0]}
@@ -213,7 +215,7 @@ def test_the_operator_waits_for_the_explore_step_then_restarts_the_trial_with_it
     ctl.plan(ended, 1002.0)  # paused, its config not chosen yet: it waits, and says so
     trial = ctl.trials[worst]
     assert (trial.phase, trial.attempt, trial.status["reason"]) == ("Paused", 0, "Exploring")
-    assert trial.status["message"] == EXPLORING_MESSAGE and ctl._scheduler_paused() == []
+    assert trial.status["message"] == EXPLORING_MESSAGE and ctl.admission.scheduler_paused() == []
     job = ctl.exploration()
     assert job["trial"] == worst and ctl.plan(ended, 1003.0).create_pods == []
     outcome = select(job)
@@ -245,7 +247,7 @@ def test_a_failed_explore_step_keeps_the_donors_config_and_says_so():
         for i, name in enumerate(names):
             ctl.record_results(name, 0, [{"training_iteration": it, "acc": i * it}], None)
     worst = names[0]
-    donor = ctl.exploits[worst]["donor"]
+    donor = ctl.decisions.exploits[worst]["donor"]
     ctl.explored(worst, {"error": "LinAlgError: matrix is singular"})
     ended = {
         f"{worst}-0": PodView(
@@ -285,4 +287,4 @@ def test_the_explorer_hands_a_finished_job_to_the_controller_that_still_wants_it
     finally:
         explorer.shutdown()
     assert ctl.journal.pending[-1] == ["explored", job["trial"], select(job)]
-    assert ctl.exploits[job["trial"]]["config"] is not None and ctl.exploration() is None
+    assert ctl.decisions.exploits[job["trial"]]["config"] is not None and ctl.exploration() is None

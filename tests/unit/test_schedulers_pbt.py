@@ -12,7 +12,8 @@ from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_PAUSED, read_trial_env
 from kubetune.search import parse_space
 from kubetune_operator.algorithms import create_scheduler
-from kubetune_operator.controller import ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.podview import PodView
 from kubetune_operator.schedulers.base import CHECKPOINT
 from kubetune_operator.schedulers.pbt import explore
 from kubetune_operator.settings import Settings
@@ -209,7 +210,7 @@ def test_the_operator_restarts_an_exploited_trial_from_the_donors_checkpoint_wit
     assert any(e[2] == "TrialPerturbed" and "restoring exp-00003 at iteration 2" in e[3] for e in plan.events)
     # the new attempt reports again from the donor's iteration: results 3, 4 count anew
     assert ctl.record_results(worst, 1, [{"training_iteration": 3, "acc": 9}], None) == "continue"
-    assert ctl.applied[worst][0] == 3
+    assert ctl.decisions.applied[worst][0] == 3
 
 
 def test_the_kept_ranking_gives_rays_quantiles_at_every_step():

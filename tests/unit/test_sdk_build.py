@@ -25,8 +25,8 @@ from kubetune.stopper import (
 )
 from kubetune.storage import open_storage
 from kubetune_operator.algorithms import create_scheduler, create_searcher
-from kubetune_operator.spec import ExperimentSpec
-from kubetune_operator.stoppers import create_stoppers
+from kubetune_operator.builtin_stoppers import create_stoppers
+from kubetune_operator.experiment_spec import ExperimentSpec
 
 STORAGE = "s3://bucket/root"
 TRAINABLE = {"entrypoint": "pkg.mod:Train"}

@@ -1,4 +1,4 @@
-"""The typed Experiment spec (kubetune_operator.spec): the CRD's defaults in one place, and clear errors."""
+"""The typed Experiment spec (kubetune_operator.experiment_spec): the CRD's defaults in one place, and clear errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from conftest_crds import root_schema, walk
 
 from kubetune.env import CheckpointPolicy
 from kubetune_operator.builders import DEFAULT_CPU, DEFAULT_GPU_RESOURCE
-from kubetune_operator.spec import ExperimentSpec
+from kubetune_operator.experiment_spec import ExperimentSpec
 
 # CRD path -> the default the operator applies when the API server did not
 OPERATOR_DEFAULTS = {

@@ -12,8 +12,10 @@ from kubernetes.client import ApiException
 
 from devcluster.testkit import experiment_object
 from kubetune.env import OUTCOME_COMPLETED
-from kubetune_operator.controller import STATUS_WRITE_ATTEMPTS, ExperimentController, PodView
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.experiment_health import STATUS_WRITE_ATTEMPTS
 from kubetune_operator.kube import Kube, end_event_name
+from kubetune_operator.podview import PodView
 from kubetune_operator.settings import Settings, StatusSettings
 
 KEY = b"k" * 32

@@ -1,4 +1,4 @@
-"""Declarative stoppers (kubetune_operator.stoppers): Ray Tune 2.x's rules, their state, and the Experiment's use."""
+"""Declarative stoppers (kubetune_operator.builtin_stoppers): Ray Tune 2.x's rules, their state, their use."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from kubetune_operator.controller import ExperimentController, InvalidSpec
+from kubetune_operator.builtin_stoppers import create_stoppers
+from kubetune_operator.controller import ExperimentController
 from kubetune_operator.settings import Settings
-from kubetune_operator.stoppers import create_stoppers
+from kubetune_operator.spec_intake import InvalidSpec
 from tests.unit.test_controller import KEY, T0, adopt_created, experiment
 
 

@@ -7,8 +7,8 @@ with Population-Based Bandits" (NeurIPS 2020); parameters, data and steps as Ray
 - exploit, as :class:`~kubetune_operator.schedulers.pbt.PopulationBasedTraining`: at a perturbation-time result
   a bottom-quantile trial pauses to continue from a top trial's checkpoint; its new config is left open;
 - explore, off the event loop: the controller takes :meth:`PB2.next_exploration` (a job for
-  :func:`kubetune_operator.schedulers.pb2_explore.select`, run in a worker process by
-  :mod:`kubetune_operator.explorer`) and journals its outcome as an ``explored`` entry, which calls
+  :func:`kubetune_operator.schedulers.pb2_gp.select`, run in a worker process by
+  :mod:`kubetune_operator.explore_pool`) and journals its outcome as an ``explored`` entry, which calls
   :meth:`PB2.explored`; the trial's next attempt starts then. Jobs are taken one at a time in the order the
   exploits were decided, each on the data as they were at its exploit (later results are not in it), so the
   choices are those Ray makes synchronously, whatever the timing and across operator restarts.
@@ -186,7 +186,7 @@ class PB2(PopulationBasedTraining):
 
     def next_exploration(self) -> dict | None:
         """The oldest exploit whose config is not chosen yet, as a job for
-        :func:`~kubetune_operator.schedulers.pb2_explore.select` plus ``"trial"``; None when there is none."""
+        :func:`~kubetune_operator.schedulers.pb2_gp.select` plus ``"trial"``; None when there is none."""
         index = self._next_open()
         if index is None:
             return None
@@ -206,7 +206,7 @@ class PB2(PopulationBasedTraining):
         """Take the outcome of the job :meth:`next_exploration` gave for ``trial_id``.
 
         Args:
-            outcome: :func:`~kubetune_operator.schedulers.pb2_explore.select`'s result, or ``{"error": str}``
+            outcome: :func:`~kubetune_operator.schedulers.pb2_gp.select`'s result, or ``{"error": str}``
                 when it failed: then, as when the donor has no data yet, the donor's config is kept.
 
         Returns:

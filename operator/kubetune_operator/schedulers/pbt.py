@@ -37,7 +37,7 @@ from kubetune.resultkeys import check_mode, is_number
 from kubetune.search import Domain, parse_space
 from kubetune.shipping import FUNCTION_KEY
 from kubetune_operator.params import Flag, NonNegative, Number, Positive, checked
-from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, TrialScheduler
+from kubetune_operator.schedulers.base import CHECKPOINT, CONTINUE, PAUSE, Exploit, TrialScheduler
 from kubetune_operator.searchers.base import decode_number, encode_number
 
 __all__ = ["PodFunction", "PopulationBasedTraining", "PopulationBasedTrainingReplay", "explore", "pod_function"]
@@ -227,7 +227,7 @@ class PopulationBasedTraining(TrialScheduler):
         # trial -> [last_perturbation_time, last_train_time, last_score, last_checkpoint iteration, perturbations]
         self._state: dict[str, list] = {}
         self._finished: set[str] = set()
-        self._exploits: dict[str, dict] = {}
+        self._exploits: dict[str, Exploit] = {}
         self._configs: dict[str, dict] = {}  # each trial's current config: its first, then each exploit's
         self._order: dict[str, int] = {}  # trial -> when it was added: ties rank in that order, as Ray's stable sort
         self._ranked: list[tuple[float, int, str]] = []  # (score, order, trial) of live trials with a score
@@ -385,7 +385,7 @@ class PopulationBasedTraining(TrialScheduler):
         self._configs[trial_id] = copy.deepcopy(outcome["config"])
         return {"config": copy.deepcopy(outcome["config"])}
 
-    def take_exploit(self, trial_id: str) -> dict | None:
+    def take_exploit(self, trial_id: str) -> Exploit | None:
         """The exploit decided for ``trial_id`` by its last result, once (then forgotten): ``{"donor",
         "iteration" (of the donor's checkpoint), "config" (explored; None while PB2 has yet to choose it),
         "oldConfig", "donorConfig", "operations", "trialIteration" (of the exploited trial's result),
@@ -393,7 +393,7 @@ class PopulationBasedTraining(TrialScheduler):
         "function", "int"}], "customExploreFn": uri | None}``}``; None when that result did not exploit."""
         return self._exploits.pop(trial_id, None)
 
-    def take_exploits(self) -> dict[str, dict]:
+    def take_exploits(self) -> dict[str, Exploit]:
         """Every exploit decided and not taken yet (synchronous PBT decides those of waiting trials), by trial."""
         exploits, self._exploits = self._exploits, {}
         return exploits
@@ -480,7 +480,7 @@ class PopulationBasedTrainingReplay(TrialScheduler):
         self.policy, self.time_attr = policy, time_attr
         self._next: dict[str, int] = {}
         self._configs: dict[str, dict] = {}
-        self._exploits: dict[str, dict] = {}
+        self._exploits: dict[str, Exploit] = {}
 
     def on_trial_add(self, trial_id: str) -> None:
         self._next.setdefault(trial_id, 0)
@@ -513,7 +513,7 @@ class PopulationBasedTrainingReplay(TrialScheduler):
         self._configs[trial_id] = new
         return PAUSE
 
-    def take_exploit(self, trial_id: str) -> dict | None:
+    def take_exploit(self, trial_id: str) -> Exploit | None:
         """As :meth:`PopulationBasedTraining.take_exploit`; the donor is the trial itself."""
         return self._exploits.pop(trial_id, None)
 

@@ -52,6 +52,9 @@ class Searcher:
     FINISHED = FINISHED
     #: True when the searcher's suggestions are a function of the spec alone (the operator journals nothing).
     stateless = False
+    #: How many configs a random-access searcher has (the operator then reads :meth:`variant` ``i`` for trial
+    #: ``i`` instead of calling :meth:`suggest`); None for a searcher that suggests.
+    total: int | None = None
 
     def __init__(self, metric: str | None = None, mode: str | None = None):
         check_mode(metric, mode, required=False)
@@ -61,6 +64,14 @@ class Searcher:
     def suggest(self, trial_id: str) -> dict | None | str:
         """A config for the new trial ``trial_id``, None for "not now", or :data:`FINISHED`."""
         raise NotImplementedError
+
+    def variant(self, index: int) -> tuple[dict, str]:
+        """``(config, tag)`` of config ``index`` of a random-access searcher (one with :attr:`total` set).
+
+        Raises:
+            NotImplementedError: a searcher that suggests (this default).
+        """
+        raise NotImplementedError(f"{type(self).__name__} suggests: it has no random-access variants")
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """An intermediate result of ``trial_id`` (default: ignored)."""

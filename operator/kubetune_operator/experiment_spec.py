@@ -1,8 +1,8 @@
 """The Experiment's ``spec`` as the operator decides by it: one typed model, parsed once, with the CRD's defaults.
 
-``ExperimentController.update`` parses each new spec with :meth:`ExperimentSpec.parse` (a
-``ValueError`` becomes ``Ready=False``, ``InvalidSpec``) and reads every decision's input from the
-model, never from the raw dict. Each default below equals the CRD's ``default:`` for the field
+``SpecIntake.parse`` (``spec_intake.py``, for ``ExperimentController.update``) parses each new spec with
+:meth:`ExperimentSpec.parse` (a ``ValueError`` becomes ``Ready=False``, ``InvalidSpec``) and reads every decision's
+input from the model, never from the raw dict. Each default below equals the CRD's ``default:`` for the field
 (``tests/unit/test_spec.py`` checks every one against ``crds/``), so an object the API server did
 not default (a unit test, a stored object from an older CRD) behaves as one it did. What the pod
 builder copies into manifests (``template``, ``trainable``, ``resourcesPerTrial``,
@@ -78,7 +78,7 @@ class ExperimentSpec:
     suspend: bool = False
     storage_uri: str | None = None
     stoppers: tuple = ()
-    """``spec.stoppers``: ``({"name", "params"}, ...)`` (:mod:`kubetune_operator.stoppers`)."""
+    """``spec.stoppers``: ``({"name", "params"}, ...)`` (:mod:`kubetune_operator.builtin_stoppers`)."""
     workers_schedule_timeout_s: int = 300
     """``resourcesPerTrial.workers.scheduleTimeoutSeconds``: longest a gang waits partly scheduled; 0: forever."""
 

@@ -5,7 +5,7 @@ and ``pb2_utils.py`` compute it.
 Owns :func:`select` (one explore step, a pure function of its job), the time-varying squared-exponential kernel
 (:class:`TimeVaryingSquaredExp`, Bogunovic et al., "Time-Varying Gaussian Process Bandit Optimization", AISTATS
 2016) and the UCB acquisition. The Gaussian process is scikit-learn's. Called by
-:mod:`kubetune_operator.explorer` in a worker process (a step fits several GPs: 0.1 s to minutes), never on the
+:mod:`kubetune_operator.explore_pool` in a worker process (a step fits several GPs: 0.1 s to minutes), never on the
 operator's event loop; :class:`kubetune_operator.schedulers.pb2.PB2` makes the jobs and takes the outcomes.
 
 The data are rows ``[trial, time, [hyperparameter values], reward]`` (reward: the metric, sign-adjusted so that

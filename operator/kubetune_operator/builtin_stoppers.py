@@ -1,7 +1,7 @@
 """Declarative stoppers (``spec.stoppers``): Ray Tune's built-in ``tune.stopper`` classes, run in the operator.
 
 They need no user code, so the operator runs them on every result it applies
-(``ExperimentController._apply_results``, live and when the journal is replayed, so they continue
+(``JournaledDecisions._apply_results`` in ``decisions.py``, live and when the journal is replayed, so they continue
 exactly where they were after a restart; their state is in the journal's snapshots). A stopper
 that says a trial should stop makes the collector's answer ``stop``; one that says the whole
 experiment should stop ends it (reason ``StopperStoppedAll``). Several stoppers combine as Ray's

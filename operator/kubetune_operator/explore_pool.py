@@ -5,7 +5,7 @@ and the job in flight of each Experiment. :func:`step` is called by ``handlers._
 hands a finished job's outcome to the controller (which journals it as an ``explored`` entry; the
 exploited trial starts in that pass), then submits the controller's next job, if any. A job's outcome wakes
 the Experiment's daemon. Jobs are pure functions of their input
-(:func:`kubetune_operator.schedulers.pb2_explore.select`), so one lost with a restarted operator is computed
+(:func:`kubetune_operator.schedulers.pb2_gp.select`), so one lost with a restarted operator is computed
 again with the same outcome. A job that raises, or a worker that dies, gives ``{"error": ...}``: the trial
 continues with its donor's config, and the controller posts an ``ExploreFailed`` event.
 """
@@ -29,7 +29,7 @@ _running: dict[tuple[str, str], tuple[dict, asyncio.Future]] = {}
 
 
 def _select(job: dict) -> dict:
-    from kubetune_operator.schedulers.pb2_explore import select  # in the worker: scikit-learn loads there only
+    from kubetune_operator.schedulers.pb2_gp import select  # in the worker: scikit-learn loads there only
 
     return select(job)
 

@@ -1,0 +1,492 @@
+"""The journaled decisions of one Experiment: every call that changes what its searcher, scheduler and
+stoppers know, recorded in its journal and replayed, in the same order, after a restart.
+
+Owns :class:`JournaledDecisions`: the searcher, the scheduler and the stoppers, the journal
+(:mod:`kubetune_operator.journal`) and what the journal rebuilds beside their own state: each trial's applied
+decision (:class:`Applied`), the trials told ended, the PBT exploits decided and not carried out yet
+(:class:`~kubetune_operator.schedulers.base.Exploit`), the user functions an exploited trial's pods call, the
+configs pods computed, and why the Experiment fails for a missing metric. Called by the controller
+(:class:`kubetune_operator.controller.ExperimentController`: spec intake, results from the collector, journal
+restore and snapshots, PB2's explore steps), the trial lifecycle (a trial ended), the admission of new and
+paused trials (suggest, add, choose) and the PBT perturbation (exploits carried out). Pure: no API calls.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator, NamedTuple
+
+from kubetune.resultkeys import is_number, missing_metrics
+from kubetune.shipping import draws_for, holds_function
+from kubetune.stop_criteria import should_stop
+
+from .builtin_stoppers import Stoppers
+from .journal import (
+    Add,
+    Choose,
+    End,
+    Entry,
+    Explored,
+    Journal,
+    JournalCorrupt,
+    MetricMissing,
+    Results,
+    Sampled,
+    Suggest,
+    entry_from_json,
+    load,
+)
+from .podview import DECISION_RANK
+from .schedulers.base import Exploit, ExploreInPod, TrialScheduler
+from .searchers.base import Searcher
+from .spec_intake import InvalidSpec, SpecIntake
+from .trial_book import TERMINAL, TrialBook, TrialState
+
+log = logging.getLogger(__name__)
+
+
+class Applied(NamedTuple):
+    """What the scheduler decided for a trial's attempt, as the journal rebuilds it after a restart.
+
+    Attributes:
+        seen: the highest ``training_iteration`` of the trial applied: results at or below it are not new.
+        decision: the decision for ``attempt``.
+        attempt: the attempt the decision is for.
+        restart_at: the iteration a later attempt starts over at (a PBT exploit's donor checkpoint), or None.
+    """
+
+    seen: int
+    decision: str
+    attempt: int
+    restart_at: int | None = None
+
+    def as_json(self) -> list:
+        """The snapshot's form: ``[seen, decision, attempt]``, and ``restart_at`` when set."""
+        return [self.seen, self.decision, self.attempt, *([] if self.restart_at is None else [self.restart_at])]
+
+    @classmethod
+    def from_json(cls, stored: list) -> Applied:
+        """Inverse of :meth:`as_json`."""
+        return cls(*stored)
+
+
+class JournaledDecisions:
+    """The searcher, scheduler and stoppers of one Experiment behind its journal: each call that changes what they
+    know is an entry (:mod:`kubetune_operator.journal`), applied live by :meth:`do` and replayed by :meth:`replay`.
+
+    Args:
+        journal: the Experiment's journal.
+        book: its trials (the configs the scheduler is told, the results shown in their status).
+        intake: its spec in force (stop criteria, metric).
+    """
+
+    def __init__(self, journal: Journal, book: TrialBook, intake: SpecIntake, metric_missing: str | None = None):
+        self.journal, self.book, self.intake = journal, book, intake
+        self.searcher: Searcher | None = None
+        self.scheduler: TrialScheduler | None = None
+        self.scheduler_params: dict = {}
+        self.stoppers: Stoppers | None = None
+        self.searcher_finished = False
+        # trial -> what the scheduler decided for its attempt: rebuilt by the journal after a restart
+        self.applied: dict[str, Applied] = {}
+        self.ended: set[str] = set()  # trials the searcher and scheduler were told have ended
+        self.finish_told = False  # the scheduler was told the searcher is finished
+        self.exploits: dict[str, Exploit] = {}  # trial -> PBT exploit decided at "attempt", not yet carried out
+        # trial -> the user functions of its carried-out PBT exploit its pods call until one reports the config
+        self.pod_explores: dict[str, ExploreInPod] = {}
+        # trial -> the attempt whose pod computed its config (sample_from values, a PBT explore step), until a
+        # status write shows that config: a snapshot keeps those configs (the journal's entries may be gone)
+        self.pod_configs: dict[str, int] = {}
+        self.metric_missing = metric_missing  # why the experiment fails: a result lacked its metric
+
+    def take_spec(
+        self,
+        searcher: Searcher,
+        scheduler: TrialScheduler,
+        params: dict,
+        stoppers: Stoppers,
+        spec_changed: bool,
+        pods_draw: bool,
+    ) -> None:
+        """Use the searcher, scheduler and stoppers a new version of the spec makes (the controller's
+        :meth:`~kubetune_operator.controller.ExperimentController.update` has checked they may replace the
+        current ones): a model-based searcher of the same kind keeps what it learned, the scheduler and stoppers
+        in force stay unless the scheduler's kind changed, and the journal records what they keep (``pods_draw``:
+        the spec's config has ``sample_from`` functions its trial pods draw, which the journal keeps).
+        """
+        old = self.searcher
+        if self.stoppers is None:
+            self.stoppers = stoppers
+        if self.scheduler is None or type(self.scheduler) is not type(scheduler):
+            self.journal.snapshot_due = self.scheduler is not None
+            self.scheduler, self.scheduler_params = scheduler, params
+        self.journal.snapshot_due |= old is not None and not searcher.stateless
+        stateless = searcher.stateless and self.scheduler.stateless and not self.stoppers.stoppers
+        self.journal.enabled = not stateless or pods_draw
+        self.journal.kinds = frozenset({"sampled"}) if stateless else None  # the values trial pods drew, alone
+        self.searcher = searcher
+        if spec_changed:
+            self.searcher_finished = False  # an edit (more samples) may give the searcher more to do
+
+    def check_spec(self, searcher: Searcher, scheduler: TrialScheduler, params: dict, stoppers_changed: bool) -> None:
+        """Refuse a new spec whose searcher cannot take what the one in force learned (a model-based searcher of
+        the same kind is given its state here), or whose scheduler parameters or stoppers differ.
+
+        Raises:
+            InvalidSpec: the new searcher cannot take the old one's state; ``scheduler.params`` or
+                ``spec.stoppers`` changed while the experiment runs.
+        """
+        old = self.searcher
+        if old is not None and type(old) is type(searcher) and not searcher.stateless:
+            try:
+                searcher.set_state(old.get_state())  # model-based searchers keep what they learned
+            except (ValueError, TypeError, KeyError) as exc:
+                raise InvalidSpec(f"the new spec does not fit what the searcher has learned: {exc}") from exc
+        if self.scheduler is not None and type(self.scheduler) is type(scheduler) and params != self.scheduler_params:
+            raise InvalidSpec(
+                "scheduler.params cannot change while the experiment runs (what the scheduler "
+                "has decided belongs to the parameters it started with); the previous ones stay in "
+                "force: create a new Experiment to use new ones"
+            )
+        if self.stoppers is not None and stoppers_changed:
+            raise InvalidSpec(
+                "spec.stoppers cannot change while the experiment runs (what they saw belongs to "
+                "the stoppers it started with); the previous ones stay in force"
+            )
+
+    def exploit_done(self, name: str, pods_explore: bool) -> Exploit:
+        """Forget ``name``'s exploit: carried out, or no longer to be (the trial ended, or a later attempt runs);
+        with ``pods_explore``, the trial's pods call its user explore functions until one reports the config."""
+        exploit = self.exploits.pop(name)
+        if pods_explore and exploit.get("explore"):
+            self.pod_explores[name] = exploit["explore"]
+        return exploit
+
+    def config_shown(self, trial: TrialState) -> None:
+        """A status write of ``trial`` went through: a config its pod computed (:meth:`show_pod_config`) that the
+        write showed need not be kept in the journal's snapshots."""
+        if trial.name in self.pod_configs and trial.written.get("config") == trial.config:
+            del self.pod_configs[trial.name]
+
+    def snapshot(self) -> dict:
+        """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions; a copy
+        that later calls do not change (the journal encodes it in steps)."""
+        last = {
+            name: self.book.trials[name].status.get("lastResult") for name in self.applied if name in self.book.trials
+        }
+        return {
+            "scheduler": self.scheduler.get_state(),
+            "stoppers": self.stoppers.get_state(),
+            "searcher": None if self.searcher.stateless else self.searcher.get_state(),
+            "applied": {name: value.as_json() for name, value in self.applied.items()},
+            "ended": sorted(self.ended),
+            "finishTold": self.finish_told,
+            "exploits": {name: dict(value) for name, value in self.exploits.items()},
+            "podExplores": {name: dict(value) for name, value in self.pod_explores.items()},
+            "podConfigs": {
+                name: [attempt, dict(self.book.trials[name].config)]
+                for name, attempt in sorted(self.pod_configs.items())
+                if name in self.book.trials
+            },
+            "lastResult": {name: result for name, result in last.items() if result},
+            "metricMissing": self.metric_missing,
+        }
+
+    def load_snapshot(self, snapshot: dict) -> None:
+        """Resume the searcher, scheduler, stoppers and this object's records from a journal snapshot."""
+        try:
+            self.scheduler.set_state(snapshot["scheduler"])
+            self.stoppers.set_state(snapshot.get("stoppers") or [])
+            if snapshot["searcher"] is not None and not self.searcher.stateless:
+                self.searcher.set_state(snapshot["searcher"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise JournalCorrupt(f"the searcher or scheduler cannot resume from its snapshot: {exc}") from exc
+        self.applied = {name: Applied.from_json(value) for name, value in snapshot["applied"].items()}
+        self.ended, self.finish_told = set(snapshot["ended"]), snapshot["finishTold"]
+        self.exploits = {name: dict(value) for name, value in (snapshot.get("exploits") or {}).items()}
+        self.pod_explores = {name: dict(value) for name, value in (snapshot.get("podExplores") or {}).items()}
+        self.metric_missing = self.metric_missing or snapshot.get("metricMissing")
+        for name, (attempt, config) in (snapshot.get("podConfigs") or {}).items():
+            self.show_pod_config(name, config, attempt)  # the scheduler's state has them; the Trial may not
+        for name, result in snapshot["lastResult"].items():
+            trial = self.book.trials.get(name)
+            if trial is not None and (trial.status.get("iteration") or 0) < (result.get("training_iteration") or 0):
+                self.book.show_result(trial, result)
+
+    def do(self, entry: Entry) -> Any:
+        """Apply ``entry`` and record it in the journal (recorded only once applied without error)."""
+        outcome = self.apply(entry)
+        self.journal.record(entry.as_json())
+        return outcome
+
+    def replay(self, stored: list) -> None:
+        """Carry out one stored journal entry (a JSON list) after a restart, as :meth:`apply` did it live."""
+        self.apply(entry_from_json(stored))
+
+    def apply(self, entry: Entry) -> Any:
+        """Carry out one journal entry, live or replayed after a restart: the same calls, in the same order."""
+        if isinstance(entry, Add):
+            self.scheduler.on_trial_add(entry.trial)
+            if entry.trial in self.book.trials:
+                trial = self.book.trials[entry.trial]
+                config = trial.spec_config if trial.spec_config is not None else trial.config
+                self.scheduler.set_trial_config(entry.trial, config)
+        elif isinstance(entry, Suggest):
+            suggestion = self.searcher.suggest(entry.trial)
+            if suggestion is not None and not isinstance(suggestion, dict):
+                self.searcher_finished = True  # replayed after a restart too
+            return suggestion
+        elif isinstance(entry, Results):
+            return self._apply_results(entry.trial, entry.attempt, entry.results)
+        elif isinstance(entry, End):
+            self._apply_end(entry.trial, entry.result, entry.how)
+            self._take_exploits()
+        elif isinstance(entry, Choose):
+            self.finish_told |= entry.search_finished
+            chosen = self.scheduler.choose_trial_to_run(entry.paused, entry.search_finished)
+            self._take_exploits()
+            return chosen
+        elif isinstance(entry, Explored):
+            self._apply_explored(entry.trial, entry.outcome)
+        elif isinstance(entry, Sampled):
+            self._apply_sampled(entry.trial, entry.config, entry.attempt)
+        else:  # MetricMissing
+            self.metric_missing = self.metric_missing or entry.message
+        return None
+
+    def _apply_results(self, trial: str, attempt: int, results: list[dict]) -> str:
+        decision, exploit = "continue", None
+        for result in results:
+            stop, _ = should_stop(result, self.intake.spec.stop)
+            if self.stoppers(trial, result) or stop or result.get("done"):
+                # as Ray's controller: a result that ends the trial reaches the scheduler as the trial's
+                # completion (on_trial_complete, when its pod ends), never as a result to decide on, so
+                # it cannot make the trial a PBT donor or a rung winner after it has stopped
+                d = "stop"
+            else:
+                d = self.scheduler.on_trial_result(trial, result)
+                if d == "pause":
+                    exploit = self.scheduler.take_exploit(trial)
+                budget = self.scheduler.take_budget(trial)  # HyperBandForBOHB
+                if budget is not None:  # a rung result, handed to the searcher with its budget as Ray does
+                    self.searcher.on_trial_result(trial, {**result, "hyperband_info": {"budget": budget}})
+            if DECISION_RANK[d] > DECISION_RANK[decision]:
+                decision = d
+            if exploit is not None:  # the rest of the batch belongs to the lineage the trial leaves
+                self.exploits[trial] = {**exploit, "attempt": attempt}
+                break
+        self._take_exploits(skip=trial)
+        if results:
+            self.searcher.on_trial_result(trial, results[-1])
+            before = self.applied.get(trial, Applied(0, "continue", attempt))
+            seen = max(
+                (r["training_iteration"] for r in results if is_number(r.get("training_iteration"))),
+                default=self.seen(trial, attempt),
+            )
+            if (
+                before.attempt == attempt
+                and before.decision in ("pause", "stop")
+                and DECISION_RANK[before.decision] > DECISION_RANK[decision]
+            ):
+                decision = before.decision  # an attempt told to pause or stop is told so until it ends
+            # with an exploit, the next attempt reports again from the donor's checkpoint
+            self.applied[trial] = Applied(seen, decision, attempt, None if exploit is None else exploit["iteration"])
+            if trial in self.book.trials:
+                self.book.show_result(self.book.trials[trial], results[-1])
+        return decision
+
+    def _take_exploits(self, skip: str | None = None) -> None:
+        """Take the exploits synchronous PBT decided for trials other than ``skip`` (they wait, paused, at their
+        last applied attempt); the next attempt of each reports again from its donor's checkpoint."""
+        for name, exploit in self.scheduler.take_exploits().items():
+            if name == skip or name not in self.applied:
+                continue
+            self.exploits[name] = {**exploit, "attempt": self.applied[name].attempt}
+            self.applied[name] = self.applied[name]._replace(restart_at=exploit["iteration"])
+
+    def _apply_explored(self, trial: str, outcome: dict) -> None:
+        exploit = self.exploits.get(trial)
+        if trial in self.pod_explores or (exploit is not None and exploit.get("explore")):
+            self._apply_pod_explored(trial, outcome["config"], outcome.get("attempt"))
+            return
+        try:
+            chosen = self.scheduler.explored(trial, outcome)
+        except ValueError as exc:
+            raise JournalCorrupt(f"an explored entry of {trial!r} fits no open exploit: {exc}") from exc
+        exploit = self.exploits.get(trial)
+        if exploit is not None and exploit["config"] is None:
+            exploit.update(chosen)
+            if outcome.get("error"):
+                exploit["error"] = outcome["error"]
+
+    def _apply_sampled(self, trial: str, config: dict, attempt: int) -> None:
+        """The values ``trial``'s pod (of ``attempt``) drew for its config's ``sample_from`` functions: the trial's
+        config from now on (its ``status.config``, the config its later attempts get, a PBT donor's config), as
+        Ray draws them once per trial."""
+        self.scheduler.sampled(trial, config)
+        self.show_pod_config(trial, config, attempt)
+
+    def _apply_pod_explored(self, trial: str, config: dict, attempt: int | None) -> None:
+        """The config ``trial``'s pod of ``attempt`` chose by calling the user functions of its PBT exploit: the
+        trial's config from now on (its status, its last perturbation record, the scheduler's donor config); its
+        later pods call nothing. ``attempt`` is None in an entry an earlier operator journaled without it."""
+        self.pod_explores.pop(trial, None)
+        exploit = self.exploits.get(trial)
+        if exploit is not None and exploit.get("explore"):  # replayed before the exploit is known carried out
+            exploit.update(explore=None, config=dict(config))
+        self.scheduler.explored(trial, {"config": config})
+        self.show_pod_config(trial, config, attempt)
+
+    def show_pod_config(self, trial: str, config: dict, attempt: int | None) -> None:
+        """Make ``config``, computed by ``trial``'s pod of ``attempt``, the Trial's config and ``status.config``
+        (and the new values of its last perturbation record), unless the Trial's status is of a later attempt:
+        replayed after a restart, an entry never undoes a later exploit's config, which that status shows."""
+        state = self.book.trials.get(trial)
+        if state is None or (attempt is not None and state.attempt > attempt):
+            return
+        state.config = dict(config)
+        state.status["config"] = state.config
+        records = state.status.get("perturbations") or []
+        if records:  # new objects: the status writer compares them with what it last wrote
+            record = records[-1]
+            new = {**record, "newConfig": {k: config.get(k) for k in record.get("newConfig") or {}}}
+            state.status["perturbations"] = [*records[:-1], new]
+        state.dirty = True
+        if attempt is not None:
+            self.pod_configs[trial] = attempt
+
+    def exploration(self) -> dict | None:
+        """The scheduler's next explore job (PB2's ``next_exploration``), or None: nothing to compute."""
+        return self.scheduler.next_exploration()
+
+    def explored(self, trial: str, outcome: dict) -> None:
+        """The outcome of :meth:`exploration`'s job for ``trial`` (``{"error": ...}`` when it failed): journaled,
+        and the exploit's config is chosen; the trial's next attempt starts in a later pass.
+
+        Raises:
+            JournalCorrupt: ``trial`` is not the job's (the explorer mixed up Experiments: a bug).
+        """
+        self.do(Explored(trial, outcome))
+
+    def seen(self, trial: str, attempt: int) -> int:
+        """The highest ``training_iteration`` of ``trial`` already applied, as ``attempt`` counts: results at or
+        below it are not new. An attempt after a PBT exploit starts over at the donor's iteration."""
+        applied = self.applied.get(trial)
+        if applied is None:
+            return 0
+        return applied.restart_at if applied.restart_at is not None and attempt > applied.attempt else applied.seen
+
+    def _apply_end(self, trial: str, result: dict | None, how: str) -> None:
+        self.ended.add(trial)
+        self.applied.pop(trial, None)
+        if how == "complete":
+            self.scheduler.on_trial_complete(trial, result)
+        else:
+            self.scheduler.on_trial_remove(trial)
+        self.searcher.on_trial_complete(trial, result, error=how == "error", early_stopped=how == "remove")
+
+    def end(self, trial: TrialState, how: str) -> None:
+        """Tell the scheduler and searcher that ``trial`` ended (once): ``complete``, ``remove`` or ``error``."""
+        if trial.name not in self.ended:
+            self.do(End(trial.name, trial.status.get("lastResult"), how))
+
+    def lacks_metric(self, trial: str, results: list[dict]) -> bool:
+        """Whether a result of ``trial`` lacks the experiment's metric (:func:`kubetune.resultkeys.missing_metrics`,
+        Ray's strict metric check); the first such result makes the experiment fail (``MetricMissing``)."""
+        metrics = (
+            self.intake.metric
+            if isinstance(self.intake.metric, tuple)
+            else (self.intake.metric,)
+            if self.intake.metric
+            else ()
+        )
+        required = tuple(a for a in self.scheduler.required_attrs if a not in metrics)
+        for result in results if metrics or required else ():
+            missing = missing_metrics(result, metrics + required)
+            if missing:
+                if self.metric_missing is None:
+                    expects = f"spec.{'objectives' if self.intake.spec.multi_objective else 'metric'}"
+                    if set(missing) & set(required):  # PBT's require_attrs (Ray raises at such a result)
+                        expects += " and the scheduler's require_attrs (set it to false to skip such results)"
+                    self.do(  # journaled: the collector's "stop" goes out only once it is committed
+                        MetricMissing(
+                            f"trial {trial} returned a result which did not include the specified metric(s) "
+                            f"{', '.join(missing)} that {expects} "
+                            f"expects: make the trainable report it (the result has {', '.join(sorted(result)[:20])})"
+                        )
+                    )
+                return True
+        return False
+
+    def choose(self, paused: list[str]) -> str | None:
+        """The scheduler's pick among ``paused``; journaled when it changes what the scheduler knows
+        (a trial chosen, or the first call after the searcher finished)."""
+        first_finished = self.search_finished and not self.finish_told
+        entry = Choose(paused, self.search_finished)
+        chosen = self.apply(entry)
+        if chosen is not None or first_finished:
+            self.journal.record(entry.as_json())
+        return chosen
+
+    @property
+    def search_finished(self) -> bool:
+        """The searcher will suggest nothing more, as of the trials created (and the journal replayed): a
+        random-access searcher's every variant has a Trial, or a suggesting searcher said FINISHED."""
+        total = self.searcher.total
+        if total is None:
+            return self.searcher_finished
+        return not self.book.missing and self.book.next_index >= total
+
+    def restore_steps(self, configmaps: list[dict], entries_per_step: int = 500) -> Iterator[None]:
+        """Rebuild what the searcher and scheduler knew from the stored journal (``configmaps``: see
+        :mod:`kubetune_operator.journal`), in steps of ``entries_per_step`` entries: the caller lets the event
+        loop run (probes, other Experiments) between them; after every Trial in the API is in the book.
+
+        Raises:
+            JournalCorrupt: the journal cannot be replayed (an entry is missing or unknown).
+        """
+        snapshot, entries = load(self.journal, configmaps)
+        if snapshot is not None:
+            self.load_snapshot(snapshot)
+        for i, entry in enumerate(entries):
+            if i and i % entries_per_step == 0:
+                yield
+            self.replay(entry)
+        if snapshot is None and not entries:  # a new Experiment, or one from before the journal
+            for trial in sorted(self.book.trials.values(), key=lambda t: t.index):
+                if trial.phase not in TERMINAL:
+                    self.do(Add(trial.name))
+        self.book.find_missing()
+
+    def take_results(
+        self, state: TrialState, attempt: int, results: list[dict], checkpoint: dict | None, explored: dict | None
+    ) -> str:
+        """Take a batch of results of the current ``attempt`` of the open trial ``state`` (the collector's, through
+        :meth:`kubetune_operator.controller.ExperimentController.record_results`, which says what the arguments
+        are); return the decision for the runtime: ``continue``, ``checkpoint``, ``pause`` or ``stop``."""
+        trial = state.name
+        if explored is not None and trial in self.pod_explores:  # before any result of the attempt
+            self.do(Explored(trial, {"config": explored, "attempt": attempt}))
+        elif explored is not None and holds_function(state.config):
+            if draws_for(state.config, explored):
+                self.do(Sampled(trial, explored, attempt))
+            else:  # not what kubetune's runtime sends: the trial goes on, its later attempts drawing again
+                log.warning(
+                    "trial %s/%s reported a config that is not its own with values drawn", self.intake.namespace, trial
+                )
+        applied = self.applied.get(trial, Applied(0, "continue", attempt))
+        decision, decided_by = applied.decision, applied.attempt
+        if applied.restart_at is not None and decided_by == attempt:
+            return "pause"  # exploited by PBT: this attempt's later results belong to the lineage it leaves
+        seen = self.seen(trial, attempt)
+        fresh = [r for r in results if not (is_number(r.get("training_iteration")) and r["training_iteration"] <= seen)]
+        if fresh and self.lacks_metric(trial, fresh):
+            return "stop"  # as Ray's run raises at such a result: it never reaches the searcher or scheduler
+        if fresh:  # a re-sent batch, or iterations a retry runs again, never reach the scheduler twice
+            decision = self.do(Results(trial, attempt, fresh))
+        elif decided_by != attempt:
+            decision = "continue"
+        if checkpoint and checkpoint.get("uri"):
+            state.status["checkpoint"] = {"uri": checkpoint["uri"], "iteration": checkpoint.get("iteration")}
+            state.dirty = True
+        return decision
