@@ -390,8 +390,16 @@ def test_ctrl_c_detaches_and_the_experiment_keeps_running(operator, custom, name
                  storage={storage(storage_secret)!r}, config={{"x": 1, "sleep": 1}},
                  stop={{"training_iteration": 30}}, poll_interval_s=0.5)
     """)
+    # Ctrl-C as a terminal sends it: SIGINT handled as by default. A test run started in the background by a shell
+    # (`make test &`, a CI runner) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], env=sdk_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script],
+        env=sdk_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         wait_for(
