@@ -62,7 +62,8 @@ def _trials(custom, namespace: str) -> list[str]:
     lines = [f"Trials: {len(items)}" + (f" (the first {MAX_TRIALS})" if len(items) > MAX_TRIALS else "")]
     for trial in items[:MAX_TRIALS]:
         status = trial.get("status", {})
-        shown = {k: status.get(k) for k in ("phase", "reason", "attempt", "iteration", "message") if status.get(k)}
+        keys = ("phase", "reason", "attempt", "iteration", "message")
+        shown = {k: status[k] for k in keys if status.get(k) is not None}
         lines.append(f"  {trial['metadata']['name']}: {json.dumps(shown, default=str)[:300]}")
     return lines
 

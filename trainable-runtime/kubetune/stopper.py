@@ -4,22 +4,5 @@ The code lives in :mod:`kubetune.sdk.stopper` (client-side specifications the op
 keeps Ray's import path for users' scripts.
 """
 
-from kubetune.sdk.stopper import (
-    CombinedStopper,
-    ExperimentPlateauStopper,
-    FunctionStopper,
-    MaximumIterationStopper,
-    Stopper,
-    TimeoutStopper,
-    TrialPlateauStopper,
-)
-
-__all__ = [
-    "Stopper",
-    "MaximumIterationStopper",
-    "TrialPlateauStopper",
-    "ExperimentPlateauStopper",
-    "CombinedStopper",
-    "TimeoutStopper",
-    "FunctionStopper",
-]
+from kubetune.sdk.stopper import *  # noqa: F403 - the names of its __all__
+from kubetune.sdk.stopper import __all__  # noqa: F401

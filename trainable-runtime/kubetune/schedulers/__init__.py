@@ -8,33 +8,7 @@ re-exporting the names of Ray's module of that name. A scheduler kubetune has no
 """
 
 from kubetune.algorithm_spec import unsupported_names
-from kubetune.sdk.schedulers import (
-    PB2,
-    UNSUPPORTED,
-    ASHAScheduler,
-    AsyncHyperBandScheduler,
-    FIFOScheduler,
-    HyperBandForBOHB,
-    HyperBandScheduler,
-    MedianStoppingRule,
-    PopulationBasedTraining,
-    PopulationBasedTrainingReplay,
-    TrialScheduler,
-    load_policy,
-)
-
-__all__ = [
-    "TrialScheduler",
-    "FIFOScheduler",
-    "AsyncHyperBandScheduler",
-    "ASHAScheduler",
-    "HyperBandScheduler",
-    "HyperBandForBOHB",
-    "MedianStoppingRule",
-    "PopulationBasedTraining",
-    "PopulationBasedTrainingReplay",
-    "PB2",
-    "load_policy",
-]
+from kubetune.sdk.schedulers import *  # noqa: F403 - the names of its __all__
+from kubetune.sdk.schedulers import UNSUPPORTED, __all__  # noqa: F401
 
 __getattr__ = unsupported_names(__name__, UNSUPPORTED)

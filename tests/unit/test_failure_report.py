@@ -1,0 +1,52 @@
+"""The section a failed cluster test adds to its report (``tests/conftest.py``): what it reads, and that a cluster it
+cannot read is said, not raised."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from tests.conftest import LOG_LINES, cluster_state
+
+
+class Custom:
+    def list_namespaced_custom_object(self, group, version, namespace, plural, _request_timeout=None):
+        assert (group, version, namespace, _request_timeout) == ("kubetune.io", "v1alpha1", "t-1", 10)
+        if plural == "experiments":
+            condition = {"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": "bad domain"}
+            status = {"phase": "Running", "trials": {"total": 2}, "conditions": [condition]}
+            return {"items": [{"metadata": {"name": "exp"}, "status": status}]}
+        return {"items": [{"metadata": {"name": "exp-00000"}, "status": {"phase": "Pending", "attempt": 0}}]}
+
+
+class Core:
+    def list_namespaced_event(self, namespace, field_selector=None, _request_timeout=None):
+        assert field_selector == "type=Warning"
+        event = SimpleNamespace(
+            last_timestamp="2026-11-27T13:00:00Z", event_time=None, involved_object=SimpleNamespace(name="exp")
+        )
+        event.reason, event.message = "TrialNameTaken", "exp-00000 already exists"
+        return SimpleNamespace(items=[event])
+
+
+class Down:
+    def list_namespaced_custom_object(self, *args, **kwargs):
+        raise ConnectionError("the API server is gone")
+
+
+def test_the_section_shows_conditions_trials_warnings_and_the_operator_log_tail(tmp_path):
+    log = tmp_path / "operator.log"
+    log.write_text("\n".join(f"line {i}" for i in range(100)))
+    text = cluster_state({"namespace": "t-1", "custom": Custom(), "core": Core(), "operator": SimpleNamespace(log=log)})
+    lines = text.splitlines()
+    assert "  exp: phase=Running trials={'total': 2}" in lines
+    assert "    Ready=False InvalidSpec: bad domain" in lines
+    assert '  exp-00000: {"phase": "Pending", "attempt": 0}' in lines
+    assert "  exp: TrialNameTaken: exp-00000 already exists" in lines
+    assert lines[-LOG_LINES:] == [f"line {i}" for i in range(100 - LOG_LINES, 100)]
+
+
+def test_a_test_without_a_cluster_gets_nothing_and_an_unreadable_cluster_is_said():
+    assert cluster_state({"tmp_path": "/tmp"}) == ""
+    text = cluster_state({"namespace": "t-1", "custom": Down(), "core": Core()})
+    assert "(experiments of t-1 not read: ConnectionError: the API server is gone)" in text
+    assert "  exp: TrialNameTaken: exp-00000 already exists" in text
