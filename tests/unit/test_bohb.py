@@ -13,7 +13,7 @@ import pytest
 import kubetune as tune
 from kubetune.schedulers import HyperBandForBOHB
 from kubetune.search.bohb import TuneBOHB
-from kubetune_operator import journal, trial_admission
+from kubetune_operator import journal
 from kubetune_operator.algorithms import create_scheduler, create_searcher
 from kubetune_operator.controller import ExperimentController
 from kubetune_operator.schedulers import CONTINUE, PAUSE, STOP
@@ -204,9 +204,6 @@ BOHB = {
 
 def test_killed_at_any_instant_bohb_decides_and_suggests_as_an_uninterrupted_run(monkeypatch):
     monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 500)  # restarts load snapshots too
-    # a pass stops asking for suggestions after 50 ms of them: on a loaded machine the two runs would then create
-    # trials at other moments relative to results, which changes what BOHB has seen (not what a restart keeps)
-    monkeypatch.setattr(trial_admission, "SUGGEST_SECONDS_PER_PASS", 60.0)
     calm = World(BOHB)
     expected = calm.run()
     stormy = World(BOHB, kill_at=range(2, 10_000, 3))

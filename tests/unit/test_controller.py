@@ -679,13 +679,11 @@ def test_a_pass_looks_only_at_open_trials_and_counts_and_best_stay_those_of_ever
     assert reopened and "exp-00001" not in ctl.book.open  # written on the next pass, then retired again
 
 
-def test_result_only_status_writes_are_spread_over_passes(monkeypatch):
+def test_result_only_status_writes_are_spread_over_passes():
     """At most PERIODIC_STATUS_WRITES_PER_PASS Trials per pass get a status write that only shows a new
     result: 150 running trials are written over two passes, and none is forgotten."""
-    from kubetune_operator import trial_admission
     from kubetune_operator.status_projection import PERIODIC_STATUS_WRITES_PER_PASS
 
-    monkeypatch.setattr(trial_admission, "SUGGEST_SECONDS_PER_PASS", 60.0)  # all 150 created in the first pass
     ctl = ExperimentController(
         experiment(config={"lr": {"grid_search": list(range(150))}}, maxConcurrentTrials=150), Settings(), KEY
     )
