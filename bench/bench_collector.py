@@ -203,7 +203,7 @@ def serve(kind: str, key: bytes, trials: int, reconcile: bool, freeze: bool, con
         if passes is not None:
             passes.cancel()
         if registry is not None:
-            scheduler = registry.get(NAMESPACE, EXPERIMENT).scheduler
+            scheduler = registry.get(NAMESPACE, EXPERIMENT).decisions.scheduler
             stats = {
                 "asha_stops": scheduler.num_stopped,
                 "rung_sizes": [len(recorded) for _, recorded in scheduler.rungs[0]],

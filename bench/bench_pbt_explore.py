@@ -75,9 +75,10 @@ def main() -> None:
         pending: list = []
         new, _ = explore(config, function, 1.0, [1.2, 0.8], rng, pending)
         chosen = explore_in_pod(new, {"resample": pending, "customExploreFn": None}, storage)  # in the pod
-        ctl.decisions.pod_explores["t"] = {"resample": pending}  # the exploit carried out: the pod's report is awaited
-        ctl.decisions._apply_pod_explored("t", chosen)  # what the collector's batch journals (``explored`` entry)
-        ctl.journal.record(["explored", "t", {"config": chosen}])
+        # the exploit carried out: the pod's report is awaited
+        ctl.decisions.pod_explores["t"] = {"resample": pending, "customExploreFn": None}
+        ctl.decisions._apply_pod_explored("t", chosen, 1)  # what the collector's batch journals (``explored`` entry)
+        ctl.journal.record(["explored", "t", {"config": chosen, "attempt": 1}])
         in_pod.append(time.perf_counter() - start)
     a, b = statistics.median(operator), statistics.median(in_pod)
     print(f"operator-side explore: {a * 1e6:.1f} us per exploit (median of {rounds})")

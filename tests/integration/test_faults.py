@@ -189,7 +189,7 @@ def operator_controller(custom, core, namespace, name):
 
 def operator_scheduler(custom, core, namespace, name):
     """The Experiment's scheduler as a restarted operator rebuilds it from the journal in the cluster."""
-    return operator_controller(custom, core, namespace, name).scheduler
+    return operator_controller(custom, core, namespace, name).decisions.scheduler
 
 
 def test_killed_operator_suggests_what_an_uninterrupted_optuna_search_suggests(
@@ -241,7 +241,7 @@ def test_killed_operator_tells_optuna_the_trials_asha_stopped_as_pruned_with_pru
     found = run_with_kills(custom, operator, namespace, spec, 8)
     reasons = {name: t["status"]["reason"] for name, t in found.items()}
     assert {"Completed", "EarlyStopped"} <= set(reasons.values()), reasons
-    searcher = operator_controller(custom, core, namespace, "bohb-storm").searcher
+    searcher = operator_controller(custom, core, namespace, "bohb-storm").decisions.searcher
     study = {t.number: t for t in searcher._study.trials}
     for name, reason in reasons.items():
         lines = lines_once(s3, namespace, "bohb-storm", name)
