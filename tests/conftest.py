@@ -36,9 +36,9 @@ def cluster_state(fixtures: dict) -> str:
     custom, core = fixtures.get("custom"), fixtures.get("core")
     lines: list[str] = []
     if isinstance(namespace, str) and custom is not None and core is not None:
-        for part in (_experiments, _trials, _events):
+        for part, api in ((_experiments, custom), (_trials, custom), (_events, core)):
             try:
-                lines += part(custom if part is not _events else core, namespace)
+                lines += part(api, namespace)
             except Exception as exc:  # noqa: BLE001 - the section says what it could not read
                 lines.append(f"({part.__name__[1:]} of {namespace} not read: {type(exc).__name__}: {exc})")
     lines += _operator_log(fixtures, core)

@@ -41,6 +41,7 @@ class Killer:
 
     def __init__(self, operator, every_s: float = 3.0, may_kill=None):
         self.operator, self.every_s, self.may_kill, self.kills = operator, every_s, may_kill, 0
+        self.gate_error: Exception | None = None  # the last error of may_kill, shown if too few kills happened
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -56,7 +57,8 @@ class Killer:
     def _may_kill(self) -> bool:
         try:
             return self.may_kill()
-        except Exception:  # noqa: BLE001 - a journal read racing a journal write: ask again at the next poll
+        except Exception as exc:  # noqa: BLE001 - a journal read racing a journal write: ask again at the next poll
+            self.gate_error = exc
             return False
 
     def __enter__(self):
@@ -89,7 +91,7 @@ def run_with_kills(custom, operator, namespace, spec, expected_trials, every_s=3
                 for n, t in sorted(trials(custom, namespace).items())
             }
             raise AssertionError(f"{exc}; trials: {states}") from None
-    assert killer.kills >= 2
+    assert killer.kills >= 2, f"{killer.kills} kills; the kill gate's last error: {killer.gate_error!r}"
     exp = get(custom, namespace, "experiments", name)
     assert exp["status"]["phase"] == "Succeeded", exp["status"]
     found = dict(sorted(trials(custom, namespace).items(), key=lambda kv: kv[1]["spec"]["index"]))
