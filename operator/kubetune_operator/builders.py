@@ -29,6 +29,7 @@ from kubetune.env import (
 )
 from kubetune.resultkeys import spec_objectives
 
+from .container_trials import references, trial_container
 from .labels import (
     API_VERSION,
     LABEL_ATTEMPT,
@@ -267,10 +268,29 @@ def build_pod(
     exp_name = experiment["metadata"]["name"]
     name_of_trial = trial["metadata"]["name"]
     name = pod_name(name_of_trial, attempt)
-    _, endpoint, region = _storage(spec, settings)
     if restore_from is None and not ((trial.get("status") or {}).get("checkpoint") or {}).get("uri"):
         restore_from = trial["spec"].get("restoreFrom")
     trainable = spec.get("trainable") or {}
+    user_env = template.get("env") or []
+    reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
+    if reserved:
+        raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
+    if trainable.get("command"):  # a container trial: the user's container as it is
+        container = trial_container(
+            TRIAL_CONTAINER,
+            spec.get("image") or settings.trials.default_image,
+            trainable["command"],
+            trainable.get("args") or (),
+            user_env,
+            trial["spec"].get("config") or {},
+        )
+        container["resources"] = pod_resources(spec.get("resourcesPerTrial"))
+        if template.get("envFrom"):
+            container["envFrom"] = template["envFrom"]
+        if template.get("volumeMounts"):
+            container["volumeMounts"] = template["volumeMounts"]
+        return _pod_manifest(experiment, template, settings, trial, attempt, container, [])
+    _, endpoint, region = _storage(spec, settings)
     checkpoint = spec.get("checkpoint") or {}
     trial_env = TrialEnv(
         namespace=namespace,
@@ -302,14 +322,10 @@ def build_pod(
         if (spec.get("scheduler") or {}).get("name", "fifo") != "fifo" or spec.get("stoppers")
         else 0.0,
     )
-    user_env = template.get("env") or []
-    reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
-    if reserved:
-        raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
+    secret_name = token_secret_name(name, trial["metadata"]["uid"])
     taken = {v.get("name") for v in template.get("volumes") or ()} & {ATTEMPT_VOLUME, SCRATCH_VOLUME}
     if taken:
         raise ValueError(f"template.volumes may not name a volume {', '.join(sorted(taken))}: it belongs to kubetune")
-    secret_name = token_secret_name(name, trial["metadata"]["uid"])
     env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
     resources = spec.get("resourcesPerTrial") or {"cpu": DEFAULT_CPU}
     env.append({"name": RESOURCES, "value": json.dumps(resources, sort_keys=True)})  # tune.get_context()
@@ -341,6 +357,24 @@ def build_pod(
         *([{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}] if scratch else []),
         *user_mounts,
     ]
+    attempt_volume = {"name": ATTEMPT_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
+    scratch_volume = [{"name": SCRATCH_VOLUME, "emptyDir": {}}] if scratch else []
+    return _pod_manifest(experiment, template, settings, trial, attempt, container, [attempt_volume, *scratch_volume])
+
+
+def _pod_manifest(
+    experiment: Mapping,
+    template: Mapping,
+    settings: Settings,
+    trial: Mapping,
+    attempt: int,
+    container: dict,
+    volumes: list,
+) -> dict:
+    """The pod of ``attempt`` of ``trial`` around its trial ``container``, with kubetune's ``volumes`` before the
+    template's: labels, owner, restricted security, the template's pod fields (:func:`build_pod` says which)."""
+    spec, exp_name, name_of_trial = experiment["spec"], experiment["metadata"]["name"], trial["metadata"]["name"]
+    name = pod_name(name_of_trial, attempt)
     labels = {
         **(template.get("labels") or {}),
         **({LABEL_KUEUE_QUEUE: spec["queueName"]} if spec.get("queueName") else {}),
@@ -349,6 +383,7 @@ def build_pod(
         LABEL_ATTEMPT: str(attempt),
         LABEL_MANAGED_BY: MANAGED_BY,
     }
+    namespace = experiment["metadata"]["namespace"]
     metadata = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_reference(trial)]}
     if template.get("annotations"):
         metadata["annotations"] = template["annotations"]
@@ -365,9 +400,9 @@ def build_pod(
         "containers": [container],
     }
     pod_spec.update({k: template[k] for k in _POD_SPEC_FIELDS if template.get(k)})
-    attempt_volume = {"name": ATTEMPT_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
-    scratch_volume = [{"name": SCRATCH_VOLUME, "emptyDir": {}}] if scratch else []
-    pod_spec["volumes"] = [attempt_volume, *scratch_volume, *(pod_spec.get("volumes") or [])]
+    all_volumes = [*volumes, *(pod_spec.get("volumes") or [])]
+    if all_volumes:
+        pod_spec["volumes"] = all_volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
@@ -426,8 +461,12 @@ def sample_pod(experiment: Mapping, settings: Settings) -> dict:
     Raises:
         ValueError: as :func:`build_pod`.
     """
-    meta = experiment["metadata"]
-    trial = trial_object(meta["namespace"], trial_name(meta["name"], 0), "sample", 0, {})
+    meta, spec = experiment["metadata"], experiment["spec"]
+    trainable, env = spec.get("trainable") or {}, (spec.get("template") or {}).get("env") or []
+    texts = [*(trainable.get("command") or ()), *(trainable.get("args") or ())]
+    texts += [e["value"] for e in env if isinstance(e.get("value"), str)]
+    config = {path: "0" for path in references(texts)}  # a container trial's parameters, as flat keys
+    trial = trial_object(meta["namespace"], trial_name(meta["name"], 0), "sample", 0, config)
     return build_pod(experiment, trial, 0, settings)
 
 

@@ -32,6 +32,7 @@ from kubetune.shipping import holds_function
 
 from .decisions import JournaledDecisions
 from .experiment_health import ExperimentHealth
+from .experiment_spec import ContainerTrial
 from .gang import fold
 from .journal import Explored, Journal
 from .pbt_perturbation import Perturbation
@@ -115,6 +116,29 @@ class ExperimentController:
     def trials(self) -> dict[str, TrialState]:
         """Every trial, by name."""
         return self.book.trials
+
+    def open_trials(self) -> list[TrialState]:
+        """The trials a pass looks at (not retired)."""
+        return list(self.book.open.values())
+
+    @property
+    def container_trial(self) -> ContainerTrial | None:
+        """The command and metrics collector of a container trial (``spec.trainable.command``), or None."""
+        return self.intake.spec.container
+
+    @property
+    def metric(self) -> str | tuple[str, ...] | None:
+        """The metric, or the objectives' metrics."""
+        return self.intake.metric
+
+    def output_read(self, pod: str) -> bool:
+        """Whether the output of container-trial pod ``pod``, ended, was read to its end."""
+        return pod in self.lifecycle.output_read
+
+    def output_read_to_end(self, pod: str) -> None:
+        """The output of container-trial pod ``pod`` was read to its end (``logstream.py``): its outcome may
+        follow (:meth:`TrialLifecycle.read_to_end`)."""
+        self.lifecycle.read_to_end(pod)
 
     @property
     def journal(self) -> Journal:

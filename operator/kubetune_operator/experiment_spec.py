@@ -15,11 +15,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kubetune.output_metrics import FORMATS, metrics_format_problem
 from kubetune.resultkeys import check_mode, objectives, spec_objectives
 
+from .container_trials import references
 from .status import parse_duration
 
 RETENTION = ("Retain", "Delete")
+#: Schedulers that pause trials and resume them from a checkpoint: a container trial has no checkpoint yet.
+_PAUSING_SCHEDULERS = ("hyperband", "hyperband_bohb", "pbt", "pbt_replay", "pb2")
 #: Stoppers that can run in a multi-objective experiment: they need no metric, or name their own.
 _STOPPERS_WITHOUT_METRIC = ("maximum_iteration",)
 
@@ -56,6 +60,20 @@ class PodRetentionPolicy:
 
 
 @dataclass(frozen=True)
+class ContainerTrial:
+    """``spec.trainable.command`` with ``args`` and ``spec.metricsCollector``: a trial that is the user's container,
+    its results read from its output (docs/api.md, "Any container as a trial")."""
+
+    command: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    kind: str = "StdOut"
+    format: str = "TEXT"
+    metrics_format: tuple[str, ...] = ()
+    """Regexes with two groups; empty: Katib's default (``kubetune.output_metrics.KATIB_METRICS_FORMAT``)."""
+    iteration_key: str | None = None
+
+
+@dataclass(frozen=True)
 class ExperimentSpec:
     """What the operator decides an Experiment by. Field names are the spec's, in snake case."""
 
@@ -81,6 +99,8 @@ class ExperimentSpec:
     """``spec.stoppers``: ``({"name", "params"}, ...)`` (:mod:`kubetune_operator.builtin_stoppers`)."""
     workers_schedule_timeout_s: int = 300
     """``resourcesPerTrial.workers.scheduleTimeoutSeconds``: longest a gang waits partly scheduled; 0: forever."""
+    container: ContainerTrial | None = None
+    """A container trial's command and metrics collector; None: the trial runs kubetune's runtime."""
 
     @property
     def multi_objective(self) -> bool:
@@ -139,7 +159,9 @@ class ExperimentSpec:
             if retention.get(key, "Retain") not in RETENTION:
                 raise ValueError(f"spec.podRetentionPolicy.{key} must be Retain or Delete, got {retention[key]!r}")
         budget = spec.get("timeBudget")
+        container = _container_trial(spec, algorithm("scheduler", "fifo").name)
         return cls(
+            container=container,
             metric=metric,
             mode=mode,
             config=dict(obj("config")),
@@ -169,6 +191,75 @@ class ExperimentSpec:
                 integer=True,
             ),
         )
+
+
+def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial | None:
+    """``spec.trainable.command`` and ``spec.metricsCollector`` as a :class:`ContainerTrial`, or None without a command.
+
+    Raises:
+        ValueError: a command or args that are not lists of strings, a parameter reference (in them or in
+            ``template.env``) to a key ``spec.config`` does not have, a metricsCollector without a command, an unknown
+            format, a ``metricsFormat`` without two groups, or what container trials cannot do yet: a scheduler that
+            pauses trials (it resumes them from checkpoints), periodic checkpoints, and worker pods.
+    """
+    trainable, collector = spec.get("trainable") or {}, spec.get("metricsCollector") or {}
+    command = trainable.get("command")
+    if command is None:
+        if spec.get("metricsCollector") is not None:
+            raise ValueError("spec.metricsCollector is only for a container trial (spec.trainable.command)")
+        return None
+    for key in ("command", "args"):
+        value = trainable.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"spec.trainable.{key} must be a list of strings, got {value!r}")
+    if not command:
+        raise ValueError("spec.trainable.command must not be empty")
+    refused = []
+    if scheduler in _PAUSING_SCHEDULERS:
+        refused.append(f"scheduler {scheduler!r} (it pauses trials and resumes them from checkpoints)")
+    if (spec.get("checkpoint") or {}).get("frequency"):
+        refused.append("spec.checkpoint.frequency")
+    if (spec.get("resourcesPerTrial") or {}).get("workers"):
+        refused.append("resourcesPerTrial.workers")
+    if refused:
+        raise ValueError(
+            "a container trial (spec.trainable.command) has no checkpoints or worker pods yet; it cannot use: "
+            + "; ".join(refused)
+        )
+    kind, format = collector.get("kind", "StdOut"), collector.get("format", "TEXT")
+    if kind != "StdOut":
+        raise ValueError(f"spec.metricsCollector.kind must be StdOut, got {kind!r}")
+    if format not in FORMATS:
+        raise ValueError(f"spec.metricsCollector.format must be one of {', '.join(FORMATS)}, got {format!r}")
+    patterns = collector.get("metricsFormat") or []
+    for pattern in patterns:
+        problem = metrics_format_problem(pattern) if isinstance(pattern, str) else "metricsFormat holds strings"
+        if problem:
+            raise ValueError(f"spec.metricsCollector.{problem}")
+    if patterns and format != "TEXT":
+        raise ValueError("spec.metricsCollector.metricsFormat is for format TEXT")
+    env = ((spec.get("template") or {}).get("env")) or []
+    texts = [
+        *command,
+        *(trainable.get("args") or ()),
+        *(e.get("value") for e in env if isinstance(e.get("value"), str)),
+    ]
+    config = spec.get("config") or {}
+    unknown = sorted({p for p in references(texts) if p not in config and p.split(".")[0] not in config})
+    if unknown:
+        raise ValueError(
+            f"spec.trainable refers to parameters that are not in spec.config: {', '.join(unknown)} "
+            "(${trialParameters.NAME} and ${config.NAME} name a key of spec.config)"
+        )
+    key = collector.get("iterationKey")
+    return ContainerTrial(
+        command=tuple(command),
+        args=tuple(trainable.get("args") or ()),
+        kind=kind,
+        format=format,
+        metrics_format=tuple(patterns),
+        iteration_key=str(key) if key else None,
+    )
 
 
 def _objectives(spec: Mapping[str, Any]) -> tuple[Any, Any]:

@@ -34,6 +34,7 @@ from .labels import (
     VERSION,
     label_value,
 )
+from .logstream import LogStreams
 from .metricsauth import MetricsAuth
 from .persistence import BoundedProgressStorage, DigestDiffBaseStorage
 from .podwatch import PodWatch
@@ -87,6 +88,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None
     memo.collector = await collector.start(memo.registry, metrics_auth)
     memo.pods = PodWatch(kube.core, cfg.watch.namespaces, memo.registry.wake)
     memo.pods.start()
+    pods = memo.pods
+    memo.logs = LogStreams(
+        kube.core.api_client.configuration, memo.registry, lambda ns, exp, pod: pods.pods(ns, label_value(exp)).get(pod)
+    )
     # What is imported and built by now (kopf, the Kubernetes client, aiohttp: about 100,000 objects) lives as
     # long as the process: out of the cyclic collector's reach, a full collection no longer holds the event loop
     # (collector replies, passes, probes) the ~20 ms it took to walk them (bench/bench_collector.py).
@@ -97,6 +102,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None
 async def cleanup(memo: kopf.Memo, **_) -> None:
     if getattr(memo, "pods", None) is not None:
         memo.pods.stop()
+    if getattr(memo, "logs", None) is not None:
+        await memo.logs.close()
     if getattr(memo, "collector", None) is not None:
         await memo.collector.cleanup()
     explore_pool.shutdown()
@@ -182,7 +189,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
                     except InvalidSpec:  # marked by validate(); wait for a spec change, or the deletion
                         await _sleep(wake, 30, stopped=stopped)
                         continue
-                plan, errors, planned_s = await _pass(ctl, kube, registry, memo.pods)
+                plan, errors, planned_s = await _pass(ctl, kube, registry, memo.pods, memo.logs)
             except Exception as exc:  # noqa: BLE001 - any failure: a condition, an event, back-off; never a crash loop
                 failures += 1
                 delay = min(BACKOFF_S[0] * 2 ** (failures - 1), BACKOFF_S[1])
@@ -232,7 +239,7 @@ async def reconcile(stopped: kopf.DaemonStopped, body, namespace, name, memo: ko
             explore_pool.forget(namespace, name)
 
 
-async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
+async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch, logs: LogStreams):
     """One reconcile pass: adopt after a (re)start, plan, commit the journal, carry the plan out.
 
     Returns:
@@ -278,6 +285,7 @@ async def _pass(ctl, kube: Kube, registry: Registry, pod_watch: PodWatch):
     except Exception:
         ctl.plan_not_carried_out(plan)
         raise
+    logs.follow(ctl, pods)  # container trials: their results are read from their pods' logs
     return plan, await kube.execute(ctl, plan), planned_s
 
 

@@ -99,8 +99,10 @@ class SpecIntake:
             raise InvalidSpec(str(exc)) from exc
         except ImportError as exc:
             raise InvalidSpec(f"the operator cannot load what the spec chooses: {exc}") from exc
-        if not (model.storage_uri or self.settings.storage.default_uri):
-            raise InvalidSpec("spec.storage.uri is required (the operator has no default storage)")
+        if not (model.storage_uri or self.settings.storage.default_uri or model.container):
+            raise InvalidSpec(  # a container trial stores nothing yet: its results are read from its log
+                "spec.storage.uri is required (the operator has no default storage)"
+            )
         self._check_pod(experiment)
         return ParsedSpec(model, searcher, scheduler, stoppers)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kubetune.env import STALL_REASONS
+from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, OUTCOME_STOPPED, STALL_REASONS
+from kubetune.stop_criteria import should_stop
 
 from . import status as st
 from .builders import build_pod, build_token_secret, token_secret_name, trial_object
@@ -40,6 +41,10 @@ _KILLED_MESSAGES = {
     "OOMKilled": "the container went over its memory limit and the kernel killed it (OOMKilled, exit code 137); "
     "give trials more memory (spec.resourcesPerTrial.memory)",
 }
+_NO_RUNTIME_MESSAGE = " without the runtime's message"
+#: Longest the outcome of a container trial's ended pod waits for its output to be read to its end (seconds): past
+#: it, the trial ends on the results read (an event says so).
+OUTPUT_WAIT_S = 60.0
 #: Back-off before a gang that timed out partly scheduled is created again: the first value, doubled per
 #: timeout in a row, up to the second (seconds).
 GANG_BACKOFF_S = (10.0, 300.0)
@@ -59,6 +64,38 @@ class TrialLifecycle:
         self.intake, self.book, self.decisions, self.settings, self.key = intake, book, decisions, settings, key
         self.created_pods: dict[str, float] = {}  # pod name -> when it was asked for
         self.secrets_deleted: set[str] = set()  # token Secrets of ended attempts asked to go (not kept across restarts)
+        self.output_read: set[str] = set()  # ended container-trial pods whose output was read to its end
+        self.ended_at: dict[str, float] = {}  # ended container-trial pods waiting for that -> when first seen ended
+
+    def read_to_end(self, pod: str) -> None:
+        """The output of container-trial pod ``pod`` was read to its end (``logstream.py``): its outcome may follow."""
+        self.output_read.add(pod)
+
+    def _output_pending(self, plan: Plan, trial: TrialState, pod: PodView, now: float) -> bool:
+        """Whether the outcome of container-trial pod ``pod``, ended, waits for its output to be read to its end."""
+        if pod.name in self.output_read:
+            return False
+        since = self.ended_at.setdefault(pod.name, now)
+        if now - since < OUTPUT_WAIT_S:
+            return True
+        plan.events.append(
+            (
+                trial.name,
+                "Warning",
+                "OutputNotRead",
+                f"the output of pod {pod.name} was not read to its end within {OUTPUT_WAIT_S:.0f} s of its end; "
+                f"the trial ends on the {trial.status.get('iteration') or 0} result(s) read",
+            )
+        )
+        return False
+
+    def _container_decision(self, trial: TrialState) -> str | None:
+        """``stop`` or ``pause`` when the scheduler or a stopper decided so for a container trial's current attempt
+        (its pod, which hears no answer, is deleted), else None."""
+        applied = self.decisions.applied.get(trial.name)
+        if applied is None or applied.attempt != trial.attempt or applied.decision not in ("stop", "pause"):
+            return None
+        return applied.decision
 
     def pod_not_created(self, name: str) -> None:
         """The create of pod ``name`` failed or was not sent: ask for it again next pass."""
@@ -94,9 +131,16 @@ class TrialLifecycle:
             if (stop_reason or suspended) and pod_active:
                 self.delete_attempt(plan, pod, grace)
                 continue
+            container = self.intake.spec.container is not None
+            if container and pod_active and self._container_decision(trial):
+                self.delete_attempt(plan, pod, grace)  # what the runtime does on the answer, for a container
             if pod is not None and pod.phase == "Pending" and self._gang_timed_out(plan, trial, pod, now):
                 continue
             if pod is not None and (pod.phase in TERMINAL or pod.gone):  # a pod deleted while it ran ended too
+                if container and trial.phase != "Paused" and self._output_pending(plan, trial, pod, now):
+                    continue  # its last lines may still be on their way
+                self.output_read.discard(pod.name)
+                self.ended_at.pop(pod.name, None)
                 if trial.phase != "Paused":  # a paused trial's attempt ended before: its outcome is recorded
                     self._pod_ended(plan, trial, pod, stop_reason, now)
                 self.delete_attempt(plan, pod, grace)  # a gang's members still running
@@ -241,7 +285,9 @@ class TrialLifecycle:
 
     def _pod_ended(self, plan: Plan, trial: TrialState, pod: PodView, stop_reason: str | None, now: float) -> None:
         outcome, refused = (
-            parse_outcome(pod.message, self.intake.trial_dir(trial.name)) if pod.phase == "Succeeded" else ({}, [])
+            parse_outcome(pod.message, self.intake.trial_dir(trial.name))
+            if pod.phase == "Succeeded" and self.intake.spec.container is None
+            else ({}, [])
         )
         if refused:
             plan.events.append(
@@ -253,13 +299,24 @@ class TrialLifecycle:
                 )
             )
         kind = outcome.get("outcome")
+        end = "Succeeded" if pod.phase == "Succeeded" else "Disrupted" if pod.disruption or pod.deleting else "Failed"
+        if self.intake.spec.container is not None:  # no runtime says how it ended: the operator knows
+            decided = self._container_decision(trial)
+            if decided:
+                end, kind = "Succeeded", OUTCOME_STOPPED if decided == "stop" else OUTCOME_PAUSED
+                if decided == "stop" and self._met_stop(trial):  # as a runtime that stops on spec.stop completes
+                    kind = OUTCOME_COMPLETED
+            elif end == "Succeeded" and not trial.status.get("iteration"):
+                self._fail_attempt(plan, trial, "MetricMissing", self._no_metric_message(pod), now)
+                return
+            elif end == "Succeeded":
+                kind = OUTCOME_COMPLETED
         result = outcome.get("result")
         if result is not None and (result.get("training_iteration") or 0) > (trial.status.get("iteration") or 0):
             self.book.show_result(trial, result)  # its last results never reached this operator (it was down)
         checkpoint, iteration = outcome.get("checkpoint"), outcome.get("iteration")
         if checkpoint is not None and (iteration or 0) > ((trial.status.get("checkpoint") or {}).get("iteration") or 0):
             trial.status["checkpoint"] = {"uri": checkpoint, "iteration": iteration}
-        end = "Succeeded" if pod.phase == "Succeeded" else "Disrupted" if pod.disruption or pod.deleting else "Failed"
         situation = "stopping" if stop_reason else "suspending" if self.intake.spec.suspend else "running"
         step = transition(end, kind, situation)
         reason = stop_reason if step.reason == STOP_REASON else step.reason
@@ -295,10 +352,27 @@ class TrialLifecycle:
                 reason,
                 pod.message
                 or _KILLED_MESSAGES.get(reason)
-                or f"exit code {pod.exit_code} without the runtime's message; `kubectl logs {pod.name}` "
-                "shows what the program printed",
+                or f"exit code {pod.exit_code}{_NO_RUNTIME_MESSAGE if self.intake.spec.container is None else ''}; "
+                f"`kubectl logs {pod.name}` shows what the program printed",
                 now,
             )
+
+    def _met_stop(self, trial: TrialState) -> bool:
+        """Whether the last result of ``trial`` meets ``spec.stop`` or says ``done``: the trial ended as done, not
+        stopped early (Ray's ``Trial.should_stop``)."""
+        last = {**(trial.status.get("lastResult") or {}), "training_iteration": trial.status.get("iteration")}
+        return bool(last.get("done")) or should_stop(last, self.intake.spec.stop)[0]
+
+    def _no_metric_message(self, pod: PodView) -> str:
+        spec = self.intake.spec
+        metrics = spec.metric if isinstance(spec.metric, tuple) else (spec.metric,)
+        collector = spec.container
+        return (
+            f"the container exited 0 and no line of its output reported {' and '.join(metrics)} "
+            f"(metricsCollector: {collector.kind}, format {collector.format}"
+            f"{', custom metricsFormat' if collector.metrics_format else ''}); "
+            f"`kubectl logs {pod.name}` shows what it printed"
+        )
 
     def delete_attempt(self, plan: Plan, pod: PodView, grace: int) -> None:
         """Delete the attempt's pod, or every member of its gang still Pending or Running."""

@@ -281,7 +281,15 @@ def _rule_with(kind: str, text: str) -> tuple[str, dict]:
 @pytest.mark.parametrize(
     "message, path, fields",
     [
-        ("exactly one of entrypoint, source or pickleURI", ".spec.trainable", ("entrypoint", "source", "pickleURI")),
+        (
+            "exactly one of entrypoint, source, pickleURI or command",
+            ".spec.trainable",
+            ("entrypoint", "source", "pickleURI", "command"),
+        ),
+        ("args is allowed only with command", ".spec.trainable", ("args", "command")),
+        ("workerEntrypoint is not allowed with command", ".spec.trainable", ("command", "workerEntrypoint")),
+        ("trainable.command needs metric and mode", ".spec", ("trainable.command", "metric", "objectives")),
+        ("metricsCollector is only for a container trial", ".spec", ("metricsCollector", "trainable.command")),
         ("name is required with source", ".spec.trainable", ("source", "name")),
         ("trainable is immutable", ".spec.trainable", ("oldSelf",)),
         ("metric and mode must be set together", ".spec", ("metric", "mode")),

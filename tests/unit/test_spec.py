@@ -10,7 +10,7 @@ from conftest_crds import root_schema, walk
 
 from kubetune.env import CheckpointPolicy
 from kubetune_operator.builders import DEFAULT_CPU, DEFAULT_GPU_RESOURCE
-from kubetune_operator.experiment_spec import ExperimentSpec
+from kubetune_operator.experiment_spec import ContainerTrial, ExperimentSpec
 
 # CRD path -> the default the operator applies when the API server did not
 OPERATOR_DEFAULTS = {
@@ -28,6 +28,8 @@ OPERATOR_DEFAULTS = {
     ".spec.resourcesPerTrial.workers.cpu": int(DEFAULT_CPU),
     ".spec.resourcesPerTrial.workers.gpu": 0,
     ".spec.resourcesPerTrial.workers.scheduleTimeoutSeconds": ExperimentSpec().workers_schedule_timeout_s,
+    ".spec.metricsCollector.kind": ContainerTrial(()).kind,
+    ".spec.metricsCollector.format": ContainerTrial(()).format,
 }
 
 
