@@ -77,7 +77,7 @@ def test_a_plain_python_image_runs_katibs_command_with_its_parameters_and_nothin
             "numSamples": 3,
             "maxConcurrentTrials": 3,
             "searchAlgorithm": {"name": "basic", "seed": 30},
-            "resourcesPerTrial": {"cpu": "500m", "memory": "256Mi"},
+            "resourcesPerTrial": {"cpu": "250m", "memory": "256Mi"},  # a request: 3 fit on a 2-core node
             "podRetentionPolicy": {"whenSucceeded": "Retain"},  # the pods are read below
         },
     )
@@ -180,6 +180,7 @@ def test_a_container_that_never_prints_the_metric_ends_metric_missing(node_clust
             "mode": "min",
             "config": {"lr": 0.1},
             "failure": {"maxFailures": 0},
+            "resourcesPerTrial": {"cpu": "100m", "memory": "64Mi"},
         },
     )
     custom.create_namespaced_custom_object(GROUP, VERSION, team, "experiments", body)
