@@ -8,7 +8,10 @@ The chain, each step a real tool from Debian's packages:
    with ``python3`` (3.11, the minor version of the client that cloudpickles trainables) from the
    host's own apt sources, imported by ``buildah`` as ``kubetune.local/debian-python:bookworm``;
 2. the Dockerfile's ``operator``, ``runtime`` and ``examples`` targets, built by ``buildah bud`` with
-   ``--build-arg PYTHON_IMAGE=`` that base (users with a registry keep the Dockerfile's default);
+   ``--build-arg PYTHON_IMAGE=`` that base (users with a registry keep the Dockerfile's default), and the
+   trial images without kubetune (``examples/container-trials/Containerfile``: ``trial-python``, Debian's
+   python3 with scikit-learn's digits data copied in from this environment, and ``trial-shell``, busybox
+   from scratch) with ``--build-arg DEBIAN_IMAGE=`` that base;
 3. the pause program (:mod:`devcluster.nodebuild`) as the sandbox image;
 4. each image saved as a docker archive and imported with ``ctr -n k8s.io images import``.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -41,6 +45,9 @@ DEBIAN_SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "passwd", "tzdata")
 #: The Dockerfile's targets built for the real node, in build order.
 TARGETS = ("runtime", "operator", "examples")
+#: Targets of the container trials' Containerfile (images with no kubetune in them), in build order.
+TRIAL_TARGETS = ("trial-python", "trial-shell")
+TRIALS_DIR = ROOT / "examples" / "container-trials"
 #: Files outside the target folders that every image depends on.
 _CONTEXT_ROOTS = ("Dockerfile", ".dockerignore", "docker", "trainable-runtime", "operator", "examples")
 
@@ -102,10 +109,10 @@ def _ca_args() -> list[str]:
     return ["--volume", f"{Path(bundle).resolve()}:{inside}:ro", "--build-arg", f"PIP_CERT={inside}"]
 
 
-def _context_files() -> list[Path]:
-    """Every file of the build contexts (tracked or untracked, not ignored by git), sorted."""
+def _context_files(roots=_CONTEXT_ROOTS) -> list[Path]:
+    """Every file under ``roots`` (tracked or untracked, not ignored by git), sorted."""
     out = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "--", *_CONTEXT_ROOTS],
+        ["git", "ls-files", "-co", "--exclude-standard", "--", *roots],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -170,8 +177,56 @@ def _save(ref: str, name: str, archive: Path) -> None:
     partial.rename(archive)
 
 
+def _build(target: str, digest_parts: list[bytes], bud_args: list[str]) -> Image:
+    """The image of ``target`` tagged by the digest of ``digest_parts``: its cached archive, else built with
+    ``buildah bud --target`` and ``bud_args`` (options, then the context) and saved."""
+    cached = sorted(images_dir().glob(f"{target}-*.tar"), key=lambda p: p.stat().st_mtime)
+    if os.environ.get("KUBETUNE_DEVCLUSTER_IMAGES") == "latest" and cached:
+        # a developer's shortcut: the newest image even if the tree changed since
+        tag = cached[-1].stem.rsplit("-", 1)[1]
+        _log(f"image {target}: reusing {cached[-1].name} (KUBETUNE_DEVCLUSTER_IMAGES=latest)")
+        return Image(target, f"docker.io/kubetune/{target}:{tag}", cached[-1])
+    tag = _digest(digest_parts)
+    ref = f"docker.io/kubetune/{target}:{tag}"
+    archive = images_dir() / f"{target}-{tag}.tar"
+    if not archive.is_file():
+        started = time.monotonic()
+        _log(f"image {target}: buildah bud --target {target}")
+        _buildah("bud", "--isolation", "chroot", "--target", target, "-t", ref, *bud_args, timeout=3600)
+        _save(ref, target, archive)
+        _record(target, time.monotonic() - started, ref=ref, bytes=archive.stat().st_size)
+    _prune(target, keep=archive)
+    return Image(target, ref, archive)
+
+
+def digits_data() -> Path:
+    """scikit-learn's copy of the UCI handwritten digits (``digits.csv.gz``), found without importing it.
+
+    Raises:
+        RuntimeError: scikit-learn is not installed here.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the trial-python image takes its data from scikit-learn: pip install scikit-learn")
+    return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+
+
+def _trial_images(base: str, targets) -> dict[str, Image]:
+    """Build (or find cached) the container trials' images on ``base``, from a context holding the files of
+    :data:`TRIALS_DIR` and :func:`digits_data`."""
+    with tempfile.TemporaryDirectory(prefix="kubetune-trials-", dir=images_dir()) as tmp:
+        context = Path(tmp)
+        for path in _context_files([str(TRIALS_DIR.relative_to(ROOT))]):
+            shutil.copy2(path, context / path.name)  # keeps train.sh executable
+        shutil.copy2(digits_data(), context / "digits.csv.gz")
+        parts = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(context.iterdir())]
+        bud_args = ["--layers", "--build-arg", f"DEBIAN_IMAGE={base}", "-f", str(context / "Containerfile"), tmp]
+        return {target: _build(target, [base.encode(), target.encode(), *parts], bud_args) for target in targets}
+
+
 def build_images(targets=TARGETS) -> dict[str, Image]:
-    """Build (or find cached) images and return them by name (``pause`` and each target).
+    """Build (or find cached) images and return them by name (``pause``, each target and each of
+    :data:`TRIAL_TARGETS`).
 
     Raises:
         RuntimeError: a tool is missing (naming its Debian package) or a build step failed (with its
@@ -184,41 +239,14 @@ def build_images(targets=TARGETS) -> dict[str, Image]:
     out: dict[str, Image] = {}
     base = _base_image()
     context = [str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() for p in _context_files()]
-    reuse = os.environ.get("KUBETUNE_DEVCLUSTER_IMAGES") == "latest"
     for target in targets:
-        cached = sorted(images_dir().glob(f"{target}-*.tar"), key=lambda p: p.stat().st_mtime)
-        if reuse and cached:  # a developer's shortcut: the newest image even if the tree changed since
-            tag = cached[-1].stem.split("-", 1)[1]
-            _log(f"image {target}: reusing {cached[-1].name} (KUBETUNE_DEVCLUSTER_IMAGES=latest)")
-            out[target] = Image(target, f"docker.io/kubetune/{target}:{tag}", cached[-1])
-            continue
-        tag = _digest([base.encode(), target.encode(), *context])
-        ref = f"docker.io/kubetune/{target}:{tag}"
-        archive = images_dir() / f"{target}-{tag}.tar"
-        if not archive.is_file():
-            started = time.monotonic()
-            _log(f"image {target}: buildah bud --target {target} (FROM {base})")
-            _buildah(
-                "bud",
-                "--isolation",
-                "chroot",
-                "--layers",  # a stage whose inputs did not change is reused (the runtime's under examples)
-                *_ca_args(),
-                "--build-arg",
-                f"PYTHON_IMAGE={base}",
-                "--target",
-                target,
-                "-t",
-                ref,
-                "-f",
-                str(ROOT / "Dockerfile"),
-                str(ROOT),
-                timeout=3600,
-            )
-            _save(ref, target, archive)
-            _record(target, time.monotonic() - started, ref=ref, bytes=archive.stat().st_size)
-        out[target] = Image(target, ref, archive)
-        _prune(target, keep=archive)
+        out[target] = _build(
+            target,
+            [base.encode(), target.encode(), *context],
+            # --layers: a stage whose inputs did not change is reused (the runtime's under examples)
+            ["--layers", *_ca_args(), "--build-arg", f"PYTHON_IMAGE={base}", "-f", str(ROOT / "Dockerfile"), str(ROOT)],
+        )
+    out.update(_trial_images(base, TRIAL_TARGETS))
     out["pause"] = _pause_image()  # last: `make node` builds the node's binaries meanwhile
     return out
 
@@ -266,7 +294,7 @@ def _prune(target: str, keep: Path, newest: int = 2) -> None:
     archives = sorted(images_dir().glob(f"{target}-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in [a for a in archives[newest:] if a != keep]:
         old.unlink(missing_ok=True)
-        tag = old.stem.split("-", 1)[1]
+        tag = old.stem.rsplit("-", 1)[1]  # names hold dashes (trial-python), tags do not
         subprocess.run(_buildah_argv("rmi", f"docker.io/kubetune/{target}:{tag}"), capture_output=True)
 
 

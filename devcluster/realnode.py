@@ -261,7 +261,8 @@ class RealNode:
         )
 
     def image(self, name: str) -> str:
-        """The reference of a loaded image: ``runtime``, ``operator``, ``examples`` or ``pause``."""
+        """The reference of a loaded image: ``runtime``, ``operator``, ``examples``, ``trial-python``, ``trial-shell``
+        or ``pause``."""
         return self.images[name].ref
 
     # ----- pieces ------------------------------------------------------------------------
