@@ -135,6 +135,11 @@ class ExperimentController:
         """Whether the output of container-trial pod ``pod``, ended, was read to its end."""
         return pod in self.lifecycle.output_read
 
+    def output_unreadable(self, pod: str, error: str) -> bool:
+        """Why the log of container-trial pod ``pod`` could not be read (kept for the ``OutputNotRead`` event);
+        returns whether that error was already the last one (so it is logged once)."""
+        return self.lifecycle.output_unreadable(pod, error)
+
     def output_read_to_end(self, pod: str) -> None:
         """The output of container-trial pod ``pod`` was read to its end (``logstream.py``): its outcome may
         follow (:meth:`TrialLifecycle.read_to_end`)."""

@@ -118,6 +118,7 @@ class LogStreams:
                 raise
             except Exception as exc:  # noqa: BLE001 - a broken stream is read again from its start
                 log.warning("experiment %s/%s: log of pod %s: %s (reading it again)", namespace, experiment, pod, exc)
+                ctl.output_unreadable(pod, f"{type(exc).__name__}: {exc}"[:300])
                 ended = False
             if ended is None:
                 return
@@ -138,6 +139,16 @@ class LogStreams:
             if response.status == 404:
                 return True  # the pod went, its log with it: what was read is all there is
             if response.status != 200:  # 400 while the container is being created
+                text = (await response.text())[:300]
+                if response.status != 400 and not ctl.output_unreadable(pod, f"HTTP {response.status}: {text}"):
+                    log.warning(
+                        "experiment %s/%s: log of pod %s: HTTP %d: %s",
+                        ctl.namespace,
+                        ctl.name,
+                        pod,
+                        response.status,
+                        text,
+                    )
                 return False
             pending, results = b"", []
             async for chunk in response.content.iter_chunked(CHUNK_BYTES):

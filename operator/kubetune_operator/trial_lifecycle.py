@@ -66,10 +66,18 @@ class TrialLifecycle:
         self.secrets_deleted: set[str] = set()  # token Secrets of ended attempts asked to go (not kept across restarts)
         self.output_read: set[str] = set()  # ended container-trial pods whose output was read to its end
         self.ended_at: dict[str, float] = {}  # ended container-trial pods waiting for that -> when first seen ended
+        self.output_errors: dict[str, str] = {}  # container-trial pods -> why their log could not be read, last
 
     def read_to_end(self, pod: str) -> None:
         """The output of container-trial pod ``pod`` was read to its end (``logstream.py``): its outcome may follow."""
         self.output_read.add(pod)
+
+    def output_unreadable(self, pod: str, error: str) -> bool:
+        """Why the log of container-trial pod ``pod`` could not be read, for the ``OutputNotRead`` event; returns
+        whether it was the last error already."""
+        known = self.output_errors.get(pod) == error
+        self.output_errors[pod] = error
+        return known
 
     def _output_pending(self, plan: Plan, trial: TrialState, pod: PodView, now: float) -> bool:
         """Whether the outcome of container-trial pod ``pod``, ended, waits for its output to be read to its end."""
@@ -84,7 +92,10 @@ class TrialLifecycle:
                 "Warning",
                 "OutputNotRead",
                 f"the output of pod {pod.name} was not read to its end within {OUTPUT_WAIT_S:.0f} s of its end; "
-                f"the trial ends on the {trial.status.get('iteration') or 0} result(s) read",
+                f"the trial ends on the {trial.status.get('iteration') or 0} result(s) read"
+                + (
+                    f"; reading it failed with {self.output_errors[pod.name]}" if pod.name in self.output_errors else ""
+                ),
             )
         )
         return False
@@ -141,6 +152,7 @@ class TrialLifecycle:
                     continue  # its last lines may still be on their way
                 self.output_read.discard(pod.name)
                 self.ended_at.pop(pod.name, None)
+                self.output_errors.pop(pod.name, None)
                 if trial.phase != "Paused":  # a paused trial's attempt ended before: its outcome is recorded
                     self._pod_ended(plan, trial, pod, stop_reason, now)
                 self.delete_attempt(plan, pod, grace)  # a gang's members still running

@@ -230,9 +230,12 @@ def test_an_output_never_read_to_its_end_holds_the_outcome_for_a_bounded_time_th
     ctl.record_results("exp-00000", 0, [{"loss": 0.5, "training_iteration": 1}], None)
     pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Succeeded", exit_code=0)
     assert "phase" not in ctl.plan(pods, T0 + 3).trial_status.get("exp-00000", {})
+    assert ctl.output_unreadable("exp-00000-0", "HTTP 403: pods/log is forbidden") is False
+    assert ctl.output_unreadable("exp-00000-0", "HTTP 403: pods/log is forbidden") is True  # logged once
     plan = ctl.plan(pods, T0 + 3 + OUTPUT_WAIT_S)
     assert plan.trial_status["exp-00000"]["reason"] == "Completed"
-    assert any(event[2] == "OutputNotRead" for event in plan.events)
+    (message,) = [event[3] for event in plan.events if event[2] == "OutputNotRead"]
+    assert "the trial ends on the 1 result(s) read; reading it failed with HTTP 403: pods/log" in message
 
 
 def test_a_failed_container_is_retried_with_its_exit_code_in_the_message():

@@ -91,6 +91,10 @@ that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itsel
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
+# LogStreams (logstream.py) follows the log of each container trial's pod: its results are read from it.
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 # The Experiments' journals (kubetune_operator.journal): Kube.list_journal when a controller
 # (re)starts, Kube.write_journal (create, patch; delete what a snapshot covers).
 - apiGroups: [""]
