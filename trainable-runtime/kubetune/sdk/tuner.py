@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kubetune.resources import resources_per_trial as resources_per_trial_spec
-from kubetune.resultkeys import check_mode, is_multi_objective, is_number, objectives, objectives_spec, spec_objectives
+from kubetune.resultkeys import check_mode, is_multi_objective, objectives, objectives_spec, spec_objectives
 from kubetune.sdk.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay, TrialScheduler
 from kubetune.sdk.stopper import CombinedStopper, Stopper, TimeoutStopper
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 from kubetune.search.sample import space_spec
+from kubetune.stop_criteria import is_threshold
 from kubetune.storage import join_uri
 
 __all__ = [
@@ -228,8 +229,8 @@ def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
             if isinstance(value, dict):
                 for k, v in value.items():
                     walk(f"{prefix}/{k}" if prefix else k, v)
-            elif not is_number(value):
-                raise ValueError(f"stop[{prefix!r}] must be a number, got {value!r}")
+            elif not is_threshold(value):  # a bool too: Ray compares result[key] >= True
+                raise ValueError(f"stop[{prefix!r}] must be a number or a bool, got {value!r}")
             else:
                 flat[prefix] = value
 
