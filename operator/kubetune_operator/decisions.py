@@ -20,6 +20,7 @@ from kubetune.resultkeys import is_number, missing_metrics
 from kubetune.shipping import draws_for, holds_function
 from kubetune.stop_criteria import should_stop
 
+from . import status as st
 from .builtin_stoppers import Stoppers
 from .journal import (
     Add,
@@ -53,16 +54,23 @@ class Applied(NamedTuple):
         decision: the decision for ``attempt``.
         attempt: the attempt the decision is for.
         restart_at: the iteration a later attempt starts over at (a PBT exploit's donor checkpoint), or None.
+        stopped_at: the result the trial was stopped at (as ``status.lastResult`` shows it), once ``decision`` is
+            ``stop``: the result the searcher and scheduler are told the trial completed with, as Ray's
+            ``last_result``; None before.
     """
 
     seen: int
     decision: str
     attempt: int
     restart_at: int | None = None
+    stopped_at: dict | None = None
 
     def as_json(self) -> list:
-        """The snapshot's form: ``[seen, decision, attempt]``, and ``restart_at`` when set."""
-        return [self.seen, self.decision, self.attempt, *([] if self.restart_at is None else [self.restart_at])]
+        """The snapshot's form: ``[seen, decision, attempt]``, then ``restart_at`` and ``stopped_at`` when set."""
+        tail = [self.restart_at, self.stopped_at]
+        while tail and tail[-1] is None:
+            tail.pop()
+        return [self.seen, self.decision, self.attempt, *tail]
 
     @classmethod
     def from_json(cls, stored: list) -> Applied:
@@ -255,8 +263,18 @@ class JournaledDecisions:
         return None
 
     def _apply_results(self, trial: str, attempt: int, results: list[dict]) -> str:
-        decision, exploit = "continue", None
-        for result in results:
+        before = self.applied.get(trial, Applied(0, "continue", attempt))
+        if before.decision == "stop":
+            # as Ray's controller, which never feeds a stopped trial's results: a pod that did not hear its stop
+            # (the operator restarting) and ran on reaches neither scheduler, searcher nor stoppers again, so it
+            # cannot take a place at a later rung; its results are still shown on the Trial
+            seen = max((r["training_iteration"] for r in results if is_number(r.get("training_iteration"))), default=0)
+            self.applied[trial] = before._replace(seen=max(before.seen, seen), attempt=attempt)
+            if trial in self.book.trials and results:
+                self.book.show_result(self.book.trials[trial], results[-1])
+            return "stop"
+        decision, exploit, fed = "continue", None, results
+        for i, result in enumerate(results):
             stop, _ = should_stop(result, self.intake.spec.stop)
             if self.stoppers(trial, result) or stop or result.get("done"):
                 # as Ray's controller: a result that ends the trial reaches the scheduler as the trial's
@@ -272,13 +290,15 @@ class JournaledDecisions:
                     self.searcher.on_trial_result(trial, {**result, "hyperband_info": {"budget": budget}})
             if DECISION_RANK[d] > DECISION_RANK[decision]:
                 decision = d
+            if d == "stop":  # the trial ends at this result: the rest of the batch is never fed (Ray's rule)
+                fed = results[: i + 1]
+                break
             if exploit is not None:  # the rest of the batch belongs to the lineage the trial leaves
                 self.exploits[trial] = {**exploit, "attempt": attempt}
                 break
         self._take_exploits(skip=trial)
         if results:
-            self.searcher.on_trial_result(trial, results[-1])
-            before = self.applied.get(trial, Applied(0, "continue", attempt))
+            self.searcher.on_trial_result(trial, fed[-1])
             seen = max(
                 (r["training_iteration"] for r in results if is_number(r.get("training_iteration"))),
                 default=self.seen(trial, attempt),
@@ -289,8 +309,11 @@ class JournaledDecisions:
                 and DECISION_RANK[before.decision] > DECISION_RANK[decision]
             ):
                 decision = before.decision  # an attempt told to pause or stop is told so until it ends
+            stopped_at = st.compact_result(fed[-1], self.intake.metric) if decision == "stop" else None
             # with an exploit, the next attempt reports again from the donor's checkpoint
-            self.applied[trial] = Applied(seen, decision, attempt, None if exploit is None else exploit["iteration"])
+            self.applied[trial] = Applied(
+                seen, decision, attempt, None if exploit is None else exploit["iteration"], stopped_at
+            )
             if trial in self.book.trials:
                 self.book.show_result(self.book.trials[trial], results[-1])
         return decision
@@ -386,9 +409,13 @@ class JournaledDecisions:
         self.searcher.on_trial_complete(trial, result, error=how == "error", early_stopped=how == "remove")
 
     def end(self, trial: TrialState, how: str) -> None:
-        """Tell the scheduler and searcher that ``trial`` ended (once): ``complete``, ``remove`` or ``error``."""
+        """Tell the scheduler and searcher that ``trial`` ended (once): ``complete``, ``remove`` or ``error``, with
+        the result it was stopped at when it was (:attr:`Applied.stopped_at`: results its pod reported after it are
+        shown on the Trial only), else its last result."""
         if trial.name not in self.ended:
-            self.do(End(trial.name, trial.status.get("lastResult"), how))
+            applied = self.applied.get(trial.name)
+            stopped_at = applied.stopped_at if applied is not None else None
+            self.do(End(trial.name, stopped_at or trial.status.get("lastResult"), how))
 
     def lacks_metric(self, trial: str, results: list[dict]) -> bool:
         """Whether a result of ``trial`` lacks the experiment's metric (:func:`kubetune.resultkeys.missing_metrics`,
@@ -478,13 +505,14 @@ class JournaledDecisions:
         decision, decided_by = applied.decision, applied.attempt
         if applied.restart_at is not None and decided_by == attempt:
             return "pause"  # exploited by PBT: this attempt's later results belong to the lineage it leaves
+        stopped = decision == "stop"  # its later results reach no scheduler, searcher or metric check
         seen = self.seen(trial, attempt)
         fresh = [r for r in results if not (is_number(r.get("training_iteration")) and r["training_iteration"] <= seen)]
-        if fresh and self.lacks_metric(trial, fresh):
+        if fresh and not stopped and self.lacks_metric(trial, fresh):
             return "stop"  # as Ray's run raises at such a result: it never reaches the searcher or scheduler
         if fresh:  # a re-sent batch, or iterations a retry runs again, never reach the scheduler twice
             decision = self.do(Results(trial, attempt, fresh))
-        elif decided_by != attempt:
+        elif decided_by != attempt and not stopped:
             decision = "continue"
         if checkpoint and checkpoint.get("uri"):
             state.status["checkpoint"] = {"uri": checkpoint["uri"], "iteration": checkpoint.get("iteration")}

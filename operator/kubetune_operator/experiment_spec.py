@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from kubetune.output_metrics import FORMATS, metrics_format_problem
 from kubetune.resultkeys import check_mode, objectives, spec_objectives
+from kubetune.stop_criteria import is_threshold
 
 from .container_trials import references
 from .status import parse_duration
@@ -158,6 +159,10 @@ class ExperimentSpec:
         for key in ("whenSucceeded", "whenFailed"):
             if retention.get(key, "Retain") not in RETENTION:
                 raise ValueError(f"spec.podRetentionPolicy.{key} must be Retain or Delete, got {retention[key]!r}")
+        stop = dict(obj("stop"))
+        for key, value in stop.items():  # the CRD takes any JSON value here: a number or a bool (Ray's {"done": True})
+            if not is_threshold(value):
+                raise ValueError(f"spec.stop.{key} must be a number or a bool, got {value!r}")
         budget = spec.get("timeBudget")
         container = _container_trial(spec, algorithm("scheduler", "fifo").name)
         return cls(
@@ -168,7 +173,7 @@ class ExperimentSpec:
             num_samples=number("numSamples", spec.get("numSamples", 1), 1, integer=True),
             search_algorithm=algorithm("searchAlgorithm", "basic"),
             scheduler=algorithm("scheduler", "fifo"),
-            stop=dict(obj("stop")),
+            stop=stop,
             goal=number("goal", spec.get("goal")),
             time_budget_s=parse_duration(budget) if budget else None,
             max_concurrent_trials=number(

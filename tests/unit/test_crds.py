@@ -71,15 +71,19 @@ def test_metadata_schema_only_says_object(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_schema_is_structural(kind):
+    # Kubernetes' structural schema rule: every node has a type, but for x-kubernetes-int-or-string and for
+    # x-kubernetes-preserve-unknown-fields (any JSON value: spec.stop's thresholds, a number or a bool)
     for path, node in walk(root_schema(kind)):
         if node.get("x-kubernetes-int-or-string"):
             assert "type" not in node, path
+        elif node.get("x-kubernetes-preserve-unknown-fields") and "type" not in node:
+            assert set(node) <= {"x-kubernetes-preserve-unknown-fields", "description"}, path
         else:
             assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean"), path
         if node.get("type") == "array":
             assert isinstance(node.get("items"), dict), path
         if node.get("x-kubernetes-preserve-unknown-fields"):
-            assert node.get("type") == "object", path
+            assert node.get("type", "object") == "object", path
         assert not ("properties" in node and "additionalProperties" in node), path
         for key in node.get("required", ()):
             assert key in node.get("properties", {}), f"{path}: required {key} is not a property"

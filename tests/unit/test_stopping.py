@@ -68,3 +68,50 @@ def test_goal_none_and_bad_mode():
     assert not goal_reached(1.0, None, "max")
     with pytest.raises(ValueError, match="mode"):
         goal_reached(1.0, 0.5, "maximize")
+
+
+def test_a_bool_threshold_compares_as_ray_does():
+    """Ray's ``result[key] >= value``: a bool is 0 or 1 on either side (``pbt_example.py``'s ``{"done": True}``)."""
+    stop = {"done": True, "training_iteration": 10}
+    assert should_stop({"done": False, "training_iteration": 9}, stop) == (False, None)
+    assert should_stop({"done": True, "training_iteration": 3}, stop) == (True, "done")
+    assert should_stop({"done": False, "training_iteration": 10}, stop) == (True, "training_iteration")
+    assert should_stop({"converged": 1}, {"converged": True}) == (True, "converged")
+    assert should_stop({"converged": 0.5}, {"converged": True}) == (False, None)
+    assert should_stop({"converged": True}, {"converged": 0.5}) == (True, "converged")
+    assert should_stop({"converged": False}, {"converged": False}) == (True, "converged")  # False >= False
+
+
+def test_a_bool_stop_goes_from_the_sdk_through_the_crd_to_the_operator_and_the_trial_pod():
+    from kubetune.env import TrialEnv, encode_trial_env, read_trial_env
+    from kubetune.sdk.tuner import build_experiment
+    from kubetune_operator.controller import ExperimentController
+    from kubetune_operator.settings import Settings
+    from tests.unit.conftest_crds import root_schema, validate
+    from tests.unit.test_controller import KEY, T0, adopt_created, experiment
+
+    stop = {"done": True, "training_iteration": 10, "info": {"converged": True}}
+    spec = build_experiment("exp", "m:T", stop=stop, storage="s3://bucket/prefix")["spec"]
+    assert spec["stop"] == {"done": True, "training_iteration": 10, "info/converged": True}
+    assert validate(spec["stop"], root_schema("Experiment")["properties"]["spec"]["properties"]["stop"]) == []
+    ctl = ExperimentController(experiment(stop=spec["stop"]), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    first = {"acc": 0.1, "training_iteration": 1, "done": False}
+    assert ctl.record_results("exp-00000", 0, [first], None) == "continue"
+    converged = {"acc": 0.2, "training_iteration": 2, "done": False, "info": {"converged": True}}
+    assert ctl.record_results("exp-00000", 0, [converged], None) == "stop"
+    trial = TrialEnv("ns", "exp", "exp-00000", 0, {}, "s3://bucket/prefix/t", stop=spec["stop"])
+    pod_env = read_trial_env(encode_trial_env(trial), config_text="{}")  # what the trial pod applies
+    assert pod_env.stop == spec["stop"] and should_stop(converged, pod_env.stop) == (True, "info/converged")
+
+
+@pytest.mark.parametrize("value", ["yes", None, [1], {"a": "b"}, math.nan])
+def test_a_stop_threshold_neither_a_number_nor_a_bool_is_refused_by_the_sdk_and_the_operator(value):
+    from kubetune.sdk.tuner import build_experiment
+    from kubetune_operator.experiment_spec import ExperimentSpec
+
+    with pytest.raises(ValueError, match=r"stop\['x.*'\] must be a number or a bool"):
+        build_experiment("exp", "m:T", stop={"x": value}, storage="s3://bucket/prefix")
+    if not isinstance(value, dict):  # the SDK flattens a dict; the operator gets JSON from the API server
+        with pytest.raises(ValueError, match=r"spec.stop.x must be a number or a bool"):
+            ExperimentSpec.parse({"trainable": {"entrypoint": "m:T"}, "stop": {"x": value}})

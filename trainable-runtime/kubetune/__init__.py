@@ -14,7 +14,8 @@ The package's layout shows where code runs: ``kubetune.runtime`` runs in the tri
 ``kubetune`` command); the modules at the top are the contracts both sides (and the operator) share
 (storage, the trial environment, result keys, limits, shipping, checkpoints) and Ray's public paths
 (``kubetune.schedulers``, ``kubetune.stopper``, ``kubetune.tuner``, ``kubetune.analysis``,
-``kubetune.trainable``, ``kubetune.session``, ``kubetune.track``, ``kubetune.search``, ``kubetune.suggest``).
+``kubetune.trainable``, ``kubetune.session``, ``kubetune.track``, ``kubetune.search``, ``kubetune.suggest``,
+``kubetune.result``, ``kubetune.logger``, ``kubetune.utils.mock_trainable``).
 """
 
 import importlib
@@ -87,6 +88,9 @@ _SUBMODULES = {
     "tuner": "kubetune.tuner",
     "progress": "kubetune.sdk.progress",
     "suggest": "kubetune.suggest",
+    "logger": "kubetune.logger",
+    "result": "kubetune.result",
+    "utils": "kubetune.utils",
 }
 #: Ray names kubetune cannot honour: name → (why, what to use).
 _UNSUPPORTED = {

@@ -18,14 +18,15 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from kubetune.resources import resources_per_trial as resources_per_trial_spec
-from kubetune.resultkeys import check_mode, is_multi_objective, is_number, objectives, objectives_spec, spec_objectives
+from kubetune.resultkeys import check_mode, is_multi_objective, objectives, objectives_spec, spec_objectives
 from kubetune.sdk.schedulers import PopulationBasedTraining, PopulationBasedTrainingReplay, TrialScheduler
 from kubetune.sdk.stopper import CombinedStopper, Stopper, TimeoutStopper
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 from kubetune.search.sample import space_spec
+from kubetune.stop_criteria import is_threshold
 from kubetune.storage import join_uri
 
 __all__ = [
@@ -54,15 +55,36 @@ IGNORED = {
     "log_to_file": "trial output goes to the pod's log (kubetune logs TRIAL)",
     "sync_config": "trials write to object storage themselves",
     "queue_trials": "pods wait in the Kubernetes scheduler's queue",
+    # Ray 0.8's user guide
+    "sync_to_cloud": "trial pods upload their results and checkpoints to the experiment's storage themselves "
+    "(storage= or upload_dir=); no sync command runs",
+    "sync_to_driver": "results are read from the experiment's storage, never synced to this machine",
+    "sync_on_checkpoint": "a checkpoint counts only once its pod has committed it to the experiment's storage",
+    "global_checkpoint_period": "the operator journals the experiment's state in the cluster as it decides",
+    "ray_auto_init": "there is no Ray cluster to start: trials are pods",
+    "server_port": "there is no Tune server: the Experiment and its Trials are Kubernetes objects",
 }
-#: Ray arguments kubetune cannot honour: name → what to do instead.
+#: Ray arguments kubetune cannot honour: name → why, and what to do instead. A value of None or False (Ray's
+#: defaults) is accepted.
 REFUSED = {
-    "callbacks": "callbacks are user code run by Ray's driver; read results with the returned analysis",
-    "trial_name_creator": "Trial names are Kubernetes object names, <experiment>-<index>",
+    "callbacks": "callbacks are user code that Ray runs in its driver, and kubetune has no driver process to run "
+    "them in yet (a driver pod per Experiment is planned); read results with the returned analysis. Ray's "
+    "JsonLoggerCallback, CSVLoggerCallback and TBXLoggerCallback are accepted: the trial pods write their files",
+    "loggers": "a Logger of your own is user code that Ray runs in its driver, and kubetune has no driver process "
+    "to run it in yet (a driver pod per Experiment is planned); the trial pods write result.json, progress.csv and "
+    "TensorBoard events themselves, so Ray's JsonLogger, CSVLogger and TBXLogger (DEFAULT_LOGGERS) are accepted",
+    "trial_name_creator": "Trial names are Kubernetes object names, <experiment>-<index>; each Trial's config is in "
+    "its status and in the analysis",
     "trial_dirname_creator": "trial directories are named after their Trial",
     "export_formats": "checkpoints are kept in Ray's 1.x layout only",
     "search_alg_state": "the searcher's state lives in the operator's journal",
+    "trial_executor": "each trial is a pod that the operator creates and watches, so there is no trial executor to "
+    "replace; shape the pods with resources_per_trial= and template=",
+    "with_server": "there is no Tune server to add or read trials through: the Experiment and its Trials are "
+    "Kubernetes objects (kubectl get experiments,trials; kubetune get NAME; kubetune run to add an experiment)",
 }
+#: ``tune.run(resume=...)`` values (Ray 0.8's and 1.x's) that re-attach to the Experiment named ``name``.
+RESUME_ATTACH = ("LOCAL", "REMOTE")
 
 
 class TuneError(Exception):
@@ -228,8 +250,8 @@ def _stop_spec(stop: Any) -> tuple[dict, list[dict], float | None]:
             if isinstance(value, dict):
                 for k, v in value.items():
                     walk(f"{prefix}/{k}" if prefix else k, v)
-            elif not is_number(value):
-                raise ValueError(f"stop[{prefix!r}] must be a number, got {value!r}")
+            elif not is_threshold(value):  # a bool too: Ray compares result[key] >= True
+                raise ValueError(f"stop[{prefix!r}] must be a number or a bool, got {value!r}")
             else:
                 flat[prefix] = value
 
@@ -664,15 +686,90 @@ def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
     )
 
 
-def _check_ray_kwargs(kwargs: dict) -> None:
+class LegacyRunArgs(NamedTuple):
+    """What Ray's ``tune.run`` keywords beyond :func:`run`'s own make of a run (:func:`legacy_run_args`).
+
+    Attributes:
+        restore: the Experiment to attach to (``restore=``, or the run's name with ``resume=``), or None.
+        storage: the storage (``storage=``/``storage_path=``, or ``upload_dir=``).
+        return_trials: return the trials instead of the analysis (Ray 0.8's ``return_trials=True``).
+    """
+
+    restore: str | None
+    storage: str | dict | None
+    return_trials: bool
+
+
+def legacy_run_args(
+    kwargs: dict, *, name: str | None, restore: str | None, storage: str | dict | None
+) -> LegacyRunArgs:
+    """Honour or refuse Ray's ``tune.run`` keywords that :func:`run` does not name (``docs/sdk.md``).
+
+    ``upload_dir`` is the storage URI; ``resume=True`` (or ``"LOCAL"``, ``"REMOTE"``) re-attaches to the
+    Experiment named ``name``, as ``restore=`` does; ``return_trials`` returns the trials; ``loggers`` and
+    ``callbacks`` may hold only what the trial pods write anyway (:data:`kubetune.logger.WRITTEN_BY_THE_PODS`);
+    each of :data:`IGNORED` is accepted with a warning that says why it means nothing here.
+
+    Args:
+        kwargs: the keywords.
+        name, restore, storage: the run's own arguments (``storage`` or ``storage_path``).
+
+    Raises:
+        ValueError: a keyword of :data:`REFUSED` set, a logger or callback of the user's own, a ``resume`` that
+            cannot be honoured, or ``upload_dir`` and another storage, or ``resume`` and ``restore``, that disagree;
+            the message says why and what to use.
+        TypeError: a keyword Ray's ``tune.run`` does not have either.
+    """
+    kwargs = dict(kwargs)
+    upload_dir = kwargs.pop("upload_dir", None)
+    if upload_dir:
+        if storage and storage != upload_dir:
+            raise ValueError(f"upload_dir={upload_dir!r} and storage {storage!r} differ: give one storage URI")
+        storage = upload_dir
+    restore = _resume(kwargs.pop("resume", None), name, restore)
+    return_trials = bool(kwargs.pop("return_trials", False))
+    for key in ("loggers", "callbacks"):
+        _check_logging(key, kwargs.pop(key, None))
     for key, value in kwargs.items():
         if key in IGNORED:
             warnings.warn(f"{key} is ignored by kubetune: {IGNORED[key]}", stacklevel=3)
         elif key in REFUSED:
-            if value is not None:
+            if value is not None and value is not False:
                 raise ValueError(f"{key} is not supported by kubetune: {REFUSED[key]}")
         else:
             raise TypeError(f"run() got an unexpected keyword argument {key!r}")
+    return LegacyRunArgs(restore, storage, return_trials)
+
+
+def _resume(resume: Any, name: str | None, restore: str | None) -> str | None:
+    """The Experiment ``resume=`` re-attaches to (Ray's ``resume=True``, ``"LOCAL"``, ``"REMOTE"``: the run's
+    ``name``); ``restore`` when ``resume`` is unset or False."""
+    if resume is None or resume is False:
+        return restore
+    if resume is not True and str(resume).upper() not in RESUME_ATTACH:
+        raise ValueError(
+            f"resume={resume!r} is not supported by kubetune: resume=True re-attaches to the Experiment named by "
+            "name= (it raises ExperimentNotFound when there is none; leave resume out to create it), and unfinished "
+            "trials go on while ended ones keep their outcome, Ray's default; a prompt, AUTO, or restarting errored "
+            "trials has no equivalent"
+        )
+    target = kubernetes_name(name or "")
+    if not target:
+        raise ValueError(f"resume={resume!r} re-attaches to the Experiment of the run's name: pass name=")
+    if restore and restore != target:
+        raise ValueError(f"resume={resume!r} attaches to {target!r} and restore= to {restore!r}: give one")
+    return target
+
+
+def _check_logging(key: str, given: Any) -> None:
+    """Refuse a ``loggers`` or ``callbacks`` entry that is not one of :data:`kubetune.logger.WRITTEN_BY_THE_PODS`
+    (``loggers`` holds classes, ``callbacks`` instances), naming it."""
+    from kubetune.logger import WRITTEN_BY_THE_PODS
+
+    for item in given or ():
+        cls = item if key == "loggers" else type(item)
+        if cls not in WRITTEN_BY_THE_PODS:
+            raise ValueError(f"{key}: {getattr(cls, '__name__', cls)!s} is not supported by kubetune: {REFUSED[key]}")
 
 
 def run(
@@ -722,8 +819,12 @@ def run(
     ``checkpoint_at_end``, ``keep_checkpoints_num`` and ``checkpoint_score_attr``. After the run, the
     searcher's ``total_samples`` is the number of trials.
 
+    Ray's other keywords, those of Ray 0.8's user guide included (``upload_dir``, ``resume``, ``return_trials``,
+    ``loggers``, ...), are honoured or refused by name, with why and what to use (:func:`legacy_run_args`).
+
     Returns:
-        A :class:`kubetune.sdk.analysis.ExperimentAnalysis` of the ended Experiment.
+        A :class:`kubetune.sdk.analysis.ExperimentAnalysis` of the ended Experiment; with ``return_trials=True``
+        (Ray 0.8) its trials (:attr:`~kubetune.sdk.analysis.ExperimentAnalysis.trials`) instead.
 
     Raises:
         ValueError: an argument kubetune cannot honour, or the operator refused the spec
@@ -737,7 +838,9 @@ def run(
             while the run followed it.
         kubernetes.client.ApiException: the API refused the Experiment (e.g. 409, the name is taken).
     """
-    _check_ray_kwargs(ray_kwargs)
+    restore, storage, return_trials = legacy_run_args(
+        ray_kwargs, name=name, restore=restore, storage=storage or storage_path
+    )
     if checkpoint_config is not None:
         if checkpoint_freq or checkpoint_at_end or keep_checkpoints_num or checkpoint_score_attr:
             raise ValueError(
@@ -753,7 +856,7 @@ def run(
         namespace=namespace,
         context=context,
         restore=restore,
-        storage=storage or storage_path,
+        storage=storage,
         resources_per_trial=resources_per_trial,
         config=config,
         verbose=verbose,
@@ -781,7 +884,7 @@ def run(
     if failed and raise_on_failed_trial:
         first, message = next(iter(failed.items()))
         raise TuneError(f"Trials did not complete: {list(failed)}; {first}: {message.strip().splitlines()[-1:]}")
-    return analysis
+    return analysis.trials if return_trials else analysis
 
 
 def run_experiments(experiments: dict, *, verbose: int = 2, raise_on_failed_trial: bool = True, **kwargs: Any) -> list:
@@ -882,8 +985,7 @@ class Tuner:
         for key in ("trial_name_creator", "trial_dirname_creator"):
             if getattr(tc, key) is not None:
                 raise ValueError(f"{key} is not supported by kubetune: {REFUSED[key]}")
-        if rc.callbacks:
-            raise ValueError(f"callbacks is not supported by kubetune: {REFUSED['callbacks']}")
+        _check_logging("callbacks", rc.callbacks)
         cc = rc.checkpoint_config or CheckpointConfig()
         fc = rc.failure_config or FailureConfig()
         checkpoint_freq, checkpoint_at_end, keep, score = _checkpoint_args(cc)
