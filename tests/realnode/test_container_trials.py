@@ -181,6 +181,7 @@ def test_a_container_that_never_prints_the_metric_ends_metric_missing(node_clust
             "config": {"lr": 0.1},
             "failure": {"maxFailures": 0},
             "resourcesPerTrial": {"cpu": "100m", "memory": "64Mi"},
+            "podRetentionPolicy": {"whenSucceeded": "Retain"},  # its pod Succeeded (exit 0): kept to be read
         },
     )
     custom.create_namespaced_custom_object(GROUP, VERSION, team, "experiments", body)
@@ -190,7 +191,7 @@ def test_a_container_that_never_prints_the_metric_ends_metric_missing(node_clust
     assert "loss" in trial.get("message", ""), trial  # it names the metric it never saw
     assert not trial.get("lastResult"), trial
     # the container itself succeeded: only the operator's reading tells this trial from a good one
-    (pod,) = pods_of(core, team, "no-metric").values()  # a failed attempt's pod is retained by default
+    (pod,) = pods_of(core, team, "no-metric").values()
     assert pod.status.container_statuses[0].state.terminated.exit_code == 0
     log = node_cluster.kubectl("logs", "-n", team, pod.metadata.name).stdout
     assert "training with lr 0.1 for 0 epochs" in log and not metrics(log)
