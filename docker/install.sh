@@ -24,9 +24,10 @@ prefix=$2
 src=$(cd "$(dirname "$0")/.." && pwd)
 
 case "$target" in
-    runtime) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard]"
-        check="import kubetune, kubetune.runtime, tensorboardX, crc32c" ;;
-    examples) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard] scikit-learn jax jaxlib"
+    runtime) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard,sidecar]"
+        check="import kubetune, kubetune.runtime, kubetune.runtime.sidecar, tensorboardX, crc32c
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader" ;;
+    examples) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard,sidecar] scikit-learn jax jaxlib"
         check="import kubetune.runtime, sklearn, jax" ;;
     operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna,pb2]"
         # every registered search algorithm and scheduler imports in exactly this environment

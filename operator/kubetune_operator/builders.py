@@ -29,7 +29,14 @@ from kubetune.env import (
 )
 from kubetune.resultkeys import spec_objectives
 
-from .container_trials import references, trial_container
+from .container_trials import (
+    METRICS_SIDECAR,
+    METRICS_VOLUME,
+    metrics_sidecar,
+    references,
+    shared_folder,
+    trial_container,
+)
 from .labels import (
     API_VERSION,
     LABEL_ATTEMPT,
@@ -242,6 +249,13 @@ def build_pod(
     never restarts (a retry is a new attempt), and takes its termination message
     from the runtime's capped file only (``terminationMessagePolicy: File``: what
     the program printed, credentials included, never reaches the Trial's status).
+    ``template.containers`` run beside the trial's container.
+
+    A container trial's pod (``spec.trainable.command``) runs the user's container as it is
+    (:func:`kubetune_operator.container_trials.trial_container`: parameters substituted, no variable or file of
+    kubetune's, no read-only root) and, for a ``metricsCollector.kind`` other than ``StdOut``, kubetune's metrics
+    sidecar (:func:`kubetune_operator.container_trials.metrics_sidecar`) with, for ``File`` and
+    ``TensorFlowEvent``, the emptyDir both mount at the metrics' folder; it needs no storage.
 
     Args:
         experiment: the Experiment object.
@@ -258,8 +272,9 @@ def build_pod(
 
     Raises:
         ValueError: no storage URI (neither ``spec.storage.uri`` nor a default in settings),
-            ``template.env`` sets a ``KUBETUNE_`` variable, ``template.volumes`` has one named
-            :data:`ATTEMPT_VOLUME`, a negative attempt, or a Trial without ``metadata.uid``.
+            ``template.env`` sets a ``KUBETUNE_`` variable, ``template.volumes`` names a volume of kubetune's,
+            ``template.containers`` a container of kubetune's, a container trial refers to a parameter its
+            config does not have, a negative attempt, or a Trial without ``metadata.uid``.
     """
     spec = experiment["spec"]
     metric, mode = spec_objectives(spec)
@@ -275,6 +290,12 @@ def build_pod(
     reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
     if reserved:
         raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
+    taken = {v.get("name") for v in template.get("volumes") or ()} & {ATTEMPT_VOLUME, SCRATCH_VOLUME, METRICS_VOLUME}
+    if taken:
+        raise ValueError(f"template.volumes may not name a volume {', '.join(sorted(taken))}: it belongs to kubetune")
+    names = {c.get("name") for c in template.get("containers") or ()} & {TRIAL_CONTAINER, METRICS_SIDECAR}
+    if names:
+        raise ValueError(f"template.containers may not name a container {', '.join(sorted(names))}: it is kubetune's")
     if trainable.get("command"):  # a container trial: the user's container as it is
         container = trial_container(
             TRIAL_CONTAINER,
@@ -287,9 +308,45 @@ def build_pod(
         container["resources"] = pod_resources(spec.get("resourcesPerTrial"))
         if template.get("envFrom"):
             container["envFrom"] = template["envFrom"]
-        if template.get("volumeMounts"):
-            container["volumeMounts"] = template["volumeMounts"]
-        return _pod_manifest(experiment, template, settings, trial, attempt, container, [])
+        collector = spec.get("metricsCollector") or {}
+        folder = shared_folder(collector.get("kind", "StdOut"), collector.get("path"))
+        mounts = [
+            *([{"name": METRICS_VOLUME, "mountPath": folder}] if folder else []),
+            *(template.get("volumeMounts") or []),
+        ]
+        if mounts:
+            container["volumeMounts"] = mounts
+        pod = _pod_manifest(
+            experiment,
+            template,
+            settings,
+            trial,
+            attempt,
+            container,
+            [{"name": METRICS_VOLUME, "emptyDir": {}}] if folder else [],
+        )
+        if collector.get("kind", "StdOut") != "StdOut":
+            identity = {
+                "namespace": namespace,
+                "experiment": exp_name,
+                "trial": name_of_trial,
+                "attempt": attempt,
+                "pod": name,
+                "collector": settings.collector.base_url(),
+            }
+            token = {
+                "secretKeyRef": {"name": token_secret_name(name, trial["metadata"]["uid"]), "key": TOKEN_SECRET_KEY}
+            }
+            sidecar = metrics_sidecar(
+                collector,
+                [metric] if isinstance(metric, str) else list(metric or ()),
+                settings.trials.default_image,
+                identity,
+                token,
+                settings.trials.termination_grace_period_s,
+            )
+            pod["spec"]["initContainers"] = [sidecar]
+        return pod
     _, endpoint, region = _storage(spec, settings)
     checkpoint = spec.get("checkpoint") or {}
     trial_env = TrialEnv(
@@ -323,9 +380,6 @@ def build_pod(
         else 0.0,
     )
     secret_name = token_secret_name(name, trial["metadata"]["uid"])
-    taken = {v.get("name") for v in template.get("volumes") or ()} & {ATTEMPT_VOLUME, SCRATCH_VOLUME}
-    if taken:
-        raise ValueError(f"template.volumes may not name a volume {', '.join(sorted(taken))}: it belongs to kubetune")
     env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
     resources = spec.get("resourcesPerTrial") or {"cpu": DEFAULT_CPU}
     env.append({"name": RESOURCES, "value": json.dumps(resources, sort_keys=True)})  # tune.get_context()
@@ -397,7 +451,7 @@ def _pod_manifest(
             "seccompProfile": {"type": "RuntimeDefault"},
             **(template.get("securityContext") or {}),
         },
-        "containers": [container],
+        "containers": [container, *(template.get("containers") or [])],
     }
     pod_spec.update({k: template[k] for k in _POD_SPEC_FIELDS if template.get(k)})
     all_volumes = [*volumes, *(pod_spec.get("volumes") or [])]

@@ -12,6 +12,7 @@ builder copies into manifests (``template``, ``trainable``, ``resourcesPerTrial`
 from __future__ import annotations
 
 import math
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -19,10 +20,12 @@ from kubetune.output_metrics import FORMATS, metrics_format_problem
 from kubetune.resultkeys import check_mode, objectives, spec_objectives
 from kubetune.stop_criteria import is_threshold
 
-from .container_trials import references
+from .container_trials import DEFAULT_PUSH_PORT, references
 from .status import parse_duration
 
 RETENTION = ("Retain", "Delete")
+#: ``metricsCollector.kind``: StdOut is read by the operator, the others by kubetune's metrics sidecar in the pod.
+COLLECTOR_KINDS = ("StdOut", "File", "TensorFlowEvent", "Push")
 #: Schedulers that pause trials and resume them from a checkpoint: a container trial has no checkpoint yet.
 _PAUSING_SCHEDULERS = ("hyperband", "hyperband_bohb", "pbt", "pbt_replay", "pb2")
 #: Stoppers that can run in a multi-objective experiment: they need no metric, or name their own.
@@ -72,6 +75,15 @@ class ContainerTrial:
     metrics_format: tuple[str, ...] = ()
     """Regexes with two groups; empty: Katib's default (``kubetune.output_metrics.KATIB_METRICS_FORMAT``)."""
     iteration_key: str | None = None
+    path: str | None = None
+    """``File``: the metrics file; ``TensorFlowEvent``: the event files' folder."""
+    port: int = DEFAULT_PUSH_PORT
+    """``Push``: the pod-local endpoint's port."""
+
+    @property
+    def sidecar(self) -> bool:
+        """Whether kubetune's metrics sidecar reads the metrics (every kind but ``StdOut``)."""
+        return self.kind != "StdOut"
 
 
 @dataclass(frozen=True)
@@ -232,8 +244,23 @@ def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial 
             + "; ".join(refused)
         )
     kind, format = collector.get("kind", "StdOut"), collector.get("format", "TEXT")
-    if kind != "StdOut":
-        raise ValueError(f"spec.metricsCollector.kind must be StdOut, got {kind!r}")
+    if kind not in COLLECTOR_KINDS:
+        raise ValueError(f"spec.metricsCollector.kind must be one of {', '.join(COLLECTOR_KINDS)}, got {kind!r}")
+    path = collector.get("path")
+    if (path is not None) != (kind in ("File", "TensorFlowEvent")):
+        raise ValueError("spec.metricsCollector.path is required with kind File or TensorFlowEvent, and only there")
+    if path is not None and (
+        not isinstance(path, str)
+        or not path.startswith("/")
+        or posixpath.normpath(path) == "/"
+        or (kind == "File" and posixpath.dirname(posixpath.normpath(path)) == "/")
+    ):
+        raise ValueError(
+            f"spec.metricsCollector.path must be an absolute path below a folder of its own, got {path!r} "
+            "(the folder becomes an emptyDir shared with the metrics sidecar)"
+        )
+    if collector.get("port") is not None and kind != "Push":
+        raise ValueError("spec.metricsCollector.port is only for kind Push")
     if format not in FORMATS:
         raise ValueError(f"spec.metricsCollector.format must be one of {', '.join(FORMATS)}, got {format!r}")
     patterns = collector.get("metricsFormat") or []
@@ -241,8 +268,8 @@ def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial 
         problem = metrics_format_problem(pattern) if isinstance(pattern, str) else "metricsFormat holds strings"
         if problem:
             raise ValueError(f"spec.metricsCollector.{problem}")
-    if patterns and format != "TEXT":
-        raise ValueError("spec.metricsCollector.metricsFormat is for format TEXT")
+    if patterns and (format != "TEXT" or kind == "TensorFlowEvent"):
+        raise ValueError("spec.metricsCollector.metricsFormat is for format TEXT (not kind TensorFlowEvent)")
     env = ((spec.get("template") or {}).get("env")) or []
     texts = [
         *command,
@@ -264,6 +291,8 @@ def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial 
         format=format,
         metrics_format=tuple(patterns),
         iteration_key=str(key) if key else None,
+        path=posixpath.normpath(path) if path else None,
+        port=int(collector.get("port") or DEFAULT_PUSH_PORT),
     )
 
 

@@ -77,9 +77,10 @@ class LogStreams:
 
     def follow(self, ctl, pods: Mapping[str, PodView]) -> None:
         """Follow the log of each current attempt's pod of ``ctl``'s container trials that is running, or has ended
-        with its log not read to the end yet; a no-op for an Experiment of runtime trials."""
-        if ctl.container_trial is None:
-            return
+        with its log not read to the end yet; a no-op for an Experiment of runtime trials, or of container trials whose
+        metrics a sidecar reads (``metricsCollector.kind`` other than ``StdOut``)."""
+        if ctl.container_trial is None or ctl.container_trial.sidecar:
+            return  # runtime trials post their results; a metrics sidecar posts a container's
         for trial in ctl.open_trials():
             if trial.phase in TERMINAL or trial.phase == "Paused":
                 continue

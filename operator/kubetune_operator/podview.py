@@ -72,6 +72,7 @@ class PodView:
     scheduled_at: str | None = None  # when it was bound to a node: its PodScheduled condition's time (RFC 3339)
     finished_at: str | None = None  # the trial container's terminated.finishedAt (RFC 3339)
     gang: GangView | None = None  # a gang's members, on the head's view as gang.fold makes it
+    lingering: bool = False  # the trial container ended but other containers of the pod still run (it is deleted)
 
 
 def pod_view(pod: Mapping) -> PodView:
@@ -121,4 +122,6 @@ def pod_view(pod: Mapping) -> PodView:
             view.exit_code, view.message = term.get("exitCode"), term.get("message") or view.message
             view.finished_at = term.get("finishedAt")
             view.reason = term.get("reason") if term.get("reason") not in (None, "Completed", "Error") else view.reason
+            if view.phase in ("Pending", "Running"):  # other containers hold the pod: the attempt ended all the same
+                view.phase, view.lingering = "Succeeded" if term.get("exitCode") == 0 else "Failed", True
     return view

@@ -149,6 +149,8 @@ class TrialLifecycle:
                 continue
             if pod is not None and (pod.phase in TERMINAL or pod.gone):  # a pod deleted while it ran ended too
                 if container and trial.phase != "Paused" and self._output_pending(plan, trial, pod, now):
+                    if pod.lingering:  # other containers hold the pod, and the metrics sidecar's last read with it
+                        self.delete_attempt(plan, pod, grace)
                     continue  # its last lines may still be on their way
                 self.output_read.discard(pod.name)
                 self.ended_at.pop(pod.name, None)
@@ -390,7 +392,7 @@ class TrialLifecycle:
         """Delete the attempt's pod, or every member of its gang still Pending or Running."""
         if pod.gang is not None:
             plan.delete_pods.extend((name, grace) for name in pod.gang.active)
-        elif not pod.deleting and not pod.gone and pod.phase in ("Pending", "Running"):
+        elif not pod.deleting and not pod.gone and (pod.phase in ("Pending", "Running") or pod.lingering):
             plan.delete_pods.append((pod.name, grace))
 
     def lingering(self, pods: Mapping[str, PodView]) -> dict[str, int]:

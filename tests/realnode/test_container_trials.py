@@ -195,3 +195,95 @@ def test_a_container_that_never_prints_the_metric_ends_metric_missing(node_clust
     assert pod.status.container_statuses[0].state.terminated.exit_code == 0
     log = node_cluster.kubectl("logs", "-n", team, pod.metadata.name).stdout
     assert "training with lr 0.1 for 0 epochs" in log and not metrics(log)
+
+
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+#: A container standing in for a service-mesh proxy: it runs until it is killed.
+PROXY = {"name": "proxy", "command": ["sleep", "3600"], "securityContext": RESTRICTED}
+
+
+def test_a_metrics_file_is_read_by_the_native_sidecar_and_a_proxy_beside_the_trial_never_holds_it(
+    node_cluster, core, custom, team
+):
+    """The shell trial writes its lines to a file (its own redirection), a second container sleeps for an hour as a
+    service-mesh proxy would: the trial ends when train.sh ends, its results read from the file by the sidecar."""
+    image = node_cluster.node.image("trial-shell")
+    body = experiment(
+        "file-metrics",
+        image,
+        node_cluster,
+        {
+            "trainable": {
+                "command": ["sh", "-c", "/app/train.sh --lr ${config.lr} --epochs 3 --sleep 1 > /var/log/train/m.log"]
+            },
+            "metricsCollector": {"kind": "File", "path": "/var/log/train/m.log", "iterationKey": "epoch"},
+            "metric": "loss",
+            "mode": "min",
+            "config": {"lr": 0.3},
+            "resourcesPerTrial": {"cpu": "100m", "memory": "64Mi"},
+            "template": {"containers": [{**PROXY, "image": image}]},
+        },
+    )
+    started = time.monotonic()
+    custom.create_namespaced_custom_object(GROUP, VERSION, team, "experiments", body)
+    status = wait_finished(custom, team, "file-metrics", timeout=240)
+    assert status["phase"] == "Succeeded", status
+    (trial,) = trials_of(custom, team, "file-metrics").values()
+    assert (trial["phase"], trial["reason"], trial["iteration"]) == ("Succeeded", "Completed", 3), trial
+    assert trial["lastResult"]["loss"] == shell_loss(0.3, 3)
+    assert time.monotonic() - started < 180  # not the proxy's hour, nor the grace period of a stuck pod
+
+
+def test_pushed_metrics_and_tensorflow_event_files_reach_the_scheduler(node_cluster, core, custom, team):
+    """``Push``: busybox's wget posts each epoch's line to the pod-local endpoint; ``TensorFlowEvent``: the runtime
+    image writes event files with tensorboardX (any image would do). Both runs end with every result read."""
+    shell = node_cluster.node.image("trial-shell")
+    push = (
+        "for e in 1 2 3; do wget -q -O- --post-data \"epoch=$e loss=$(awk -v e=$e 'BEGIN{print 1/e}')\" "
+        "http://127.0.0.1:9109/metrics; sleep 1; done"
+    )
+    events = (
+        "from tensorboardX import SummaryWriter\n"
+        "w = SummaryWriter('/var/log/tb/train')\n"
+        "for step in range(1, 4):\n"
+        "    w.add_scalar('accuracy', 0.5 + step / 10, step)\n"
+        "w.close()\n"
+    )
+    common = {"resourcesPerTrial": {"cpu": "100m", "memory": "128Mi"}, "config": {"x": 1}}
+    bodies = [
+        experiment(
+            "push-metrics",
+            shell,
+            node_cluster,
+            {
+                "trainable": {"command": ["sh", "-c", push]},
+                "metricsCollector": {"kind": "Push", "iterationKey": "epoch"},
+                "metric": "loss",
+                "mode": "min",
+                **common,
+            },
+        ),
+        experiment(
+            "tf-events",
+            node_cluster.node.image("runtime"),
+            node_cluster,
+            {
+                "trainable": {"command": ["python", "-c", events]},
+                "metricsCollector": {"kind": "TensorFlowEvent", "path": "/var/log/tb"},
+                "metric": "accuracy",
+                "mode": "max",
+                **common,
+            },
+        ),
+    ]
+    for body in bodies:
+        custom.create_namespaced_custom_object(GROUP, VERSION, team, "experiments", body)
+    for body in bodies:
+        name = body["metadata"]["name"]
+        assert wait_finished(custom, team, name, timeout=240)["phase"] == "Succeeded", name
+    (pushed,) = trials_of(custom, team, "push-metrics").values()
+    assert (pushed["reason"], pushed["iteration"]) == ("Completed", 3) and abs(
+        pushed["lastResult"]["loss"] - 1 / 3
+    ) < 1e-4
+    (tb,) = trials_of(custom, team, "tf-events").values()
+    assert (tb["reason"], tb["iteration"]) == ("Completed", 3) and abs(tb["lastResult"]["accuracy"] - 0.8) < 1e-6

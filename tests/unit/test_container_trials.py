@@ -257,3 +257,16 @@ def test_a_container_trial_that_meets_spec_stop_is_stopped_and_reads_as_complete
     ctl.output_read_to_end("exp-00000-0")
     status = ctl.plan(pods, T0 + 4).trial_status["exp-00000"]
     assert (status["phase"], status["reason"]) == ("Succeeded", "Completed")
+
+
+def test_a_trial_container_that_ended_beside_a_running_proxy_has_its_pod_deleted_before_its_outcome():
+    ctl = ExperimentController(container_experiment(), Settings(), KEY)
+    pods = running(ctl)
+    ctl.record_results("exp-00000", 0, [{"loss": 0.5, "training_iteration": 1}], None)
+    pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Succeeded", exit_code=0, lingering=True)
+    plan = ctl.plan(pods, T0 + 3)
+    assert plan.delete_pods == [("exp-00000-0", Settings().trials.termination_grace_period_s)]
+    assert "phase" not in plan.trial_status.get("exp-00000", {})  # the sidecar's last batch comes as the pod goes
+    ctl.output_read_to_end("exp-00000-0")
+    pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Succeeded", exit_code=0, gone=True)
+    assert ctl.plan(pods, T0 + 4).trial_status["exp-00000"]["reason"] == "Completed"

@@ -144,6 +144,11 @@ class OutputParser:
         if len(line) > MAX_LINE_BYTES:
             return None
         when, values = self._pairs(line.rstrip("\r\n"))
+        return self.take(values, when)
+
+    def take(self, values: dict[str, float], when: float | None = None) -> dict | None:
+        """Take metric values printed together (a line's, or one step of TensorFlow event files); return the
+        result they make, as :meth:`feed` does, or None. ``when``: their time, in seconds since the epoch."""
         if not values:
             return None
         key = self.iteration_key

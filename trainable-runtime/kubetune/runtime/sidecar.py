@@ -1,0 +1,245 @@
+"""The metrics sidecar of a container trial: reads the metrics the trial's container writes to a file or to TensorFlow
+event files, or pushes over HTTP, and reports them to the operator's collector as they come.
+
+Runs as ``python -m kubetune.runtime.sidecar`` in a native sidecar (an init container with ``restartPolicy: Always``,
+Kubernetes 1.29 and later) that the operator's pod builder adds to a container trial's pod for
+``metricsCollector.kind`` ``File``, ``TensorFlowEvent`` or ``Push`` (docs/api.md, "Any container as a trial"); the
+trial's own container is left as it is. A native sidecar never holds the pod: the pod ends when the trial's
+container ends, and the kubelet then sends this process SIGTERM; it reads what is left, reports it, and its last
+batch says ``done`` (the operator then knows the output was read to its end). Results are made by
+:class:`kubetune.output_metrics.OutputParser` and sent by :class:`kubetune.runtime.reporter.Reporter` (retried,
+de-duplicated by iteration at the operator); the collector's decisions need no answer here: the operator deletes a
+pod it stops. Configured by :data:`kubetune.env.METRICS_SOURCE` and the trial's identity variables of
+:mod:`kubetune.env`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Iterator
+
+from kubetune.env import (
+    ATTEMPT,
+    COLLECTOR_URL,
+    EXPERIMENT,
+    GRACE_PERIOD,
+    METRICS_SOURCE,
+    NAMESPACE,
+    TOKEN,
+    TRIAL,
+)
+from kubetune.output_metrics import MAX_LINE_BYTES, OutputParser
+from kubetune.runtime.reporter import Reporter
+
+log = logging.getLogger("kubetune.sidecar")
+
+#: Seconds between reads of a file or an event folder.
+POLL_S = 0.5
+#: The path the push endpoint serves (``POST http://127.0.0.1:<port>/metrics``).
+PUSH_PATH = "/metrics"
+#: Largest body a push may send, in bytes.
+MAX_PUSH_BYTES = 1 << 20
+
+
+class FileSource:
+    """New whole lines of a file the trial's container appends to; a file that shrank is read again from its
+    start (it was truncated or replaced)."""
+
+    def __init__(self, path: str):
+        self.path, self.offset, self.pending = path, 0, b""
+
+    def lines(self, final: bool = False) -> list[str]:
+        """The lines written since the last call (with the unfinished last line when ``final``)."""
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return []
+        if size < self.offset:
+            self.offset, self.pending = 0, b""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        parts = (self.pending + data).split(b"\n")
+        self.pending = parts.pop()
+        if len(self.pending) > MAX_LINE_BYTES:
+            self.pending = b""
+        if final and self.pending:
+            parts.append(self.pending)
+            self.pending = b""
+        return [p.decode("utf-8", "replace") for p in parts]
+
+
+class EventSource:
+    """Scalars of the TensorFlow event files (``*tfevents*``) under a folder, read with TensorBoard's own event file
+    loader (which keeps its place in each file), grouped by step: ``(step, wall time, {tag: value})``. A step is
+    handed over once a later one appears, or at the end."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.loaders: dict[str, object] = {}
+        self.step: int | None = None
+        self.wall_time: float | None = None
+        self.values: dict[str, float] = {}
+
+    def steps(self, final: bool = False) -> list[tuple[int, float, dict[str, float]]]:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.util import tensor_util
+
+        out: list[tuple[int, float, dict[str, float]]] = []
+        pattern = os.path.join(self.folder, "**", "*tfevents*")
+        for path in sorted(glob.glob(pattern, recursive=True)):
+            loader = self.loaders.get(path)
+            if loader is None:
+                loader = self.loaders[path] = EventFileLoader(path)
+            for event in loader.Load():
+                if not event.HasField("summary"):
+                    continue
+                for value in event.summary.value:
+                    if value.HasField("simple_value"):
+                        number = float(value.simple_value)
+                    elif value.HasField("tensor") and not value.tensor.tensor_shape.dim:
+                        number = float(tensor_util.make_ndarray(value.tensor).item())
+                    else:
+                        continue
+                    if self.step is not None and event.step != self.step:
+                        out.append((self.step, self.wall_time, self.values))
+                        self.values = {}
+                    self.step, self.wall_time = event.step, event.wall_time
+                    self.values[value.tag] = number
+        if final and self.values:
+            out.append((self.step, self.wall_time, self.values))
+            self.values = {}
+        return out
+
+
+class PushSource:
+    """An HTTP endpoint on the pod's loopback interface: the trial's container posts lines in the collector's format
+    (``curl -d 'loss=0.31' http://127.0.0.1:<port>/metrics``); each line is taken in the order received."""
+
+    def __init__(self, port: int):
+        self.received: queue.Queue[str] = queue.Queue()
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                length = int(self.headers.get("Content-Length") or 0)
+                if self.path != PUSH_PATH:
+                    self._answer(404, {"error": f"post metrics to {PUSH_PATH}"})
+                elif length > MAX_PUSH_BYTES:
+                    self._answer(413, {"error": f"body over {MAX_PUSH_BYTES} bytes"})
+                else:
+                    lines = self.rfile.read(length).decode("utf-8", "replace").splitlines()
+                    for line in lines:
+                        received.put(line)
+                    self._answer(202, {"lines": len(lines)})
+
+            def _answer(self, status: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):  # the trial's lines are not logged
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="push", daemon=True)
+        self.thread.start()
+
+    def lines(self, final: bool = False) -> list[str]:
+        if final:
+            self.server.shutdown()
+        out = []
+        while True:
+            try:
+                out.append(self.received.get_nowait())
+            except queue.Empty:
+                return out
+
+
+def results(source, parser: OutputParser, final: bool = False) -> Iterator[dict]:
+    """The results ``source`` has for ``parser`` since the last call."""
+    if isinstance(source, EventSource):
+        for step, wall_time, values in source.steps(final):
+            result = parser.take({**values, "step": float(step)}, wall_time)
+            if result is not None:
+                yield result
+    else:
+        for line in source.lines(final):
+            result = parser.feed(line)
+            if result is not None:
+                yield result
+
+
+def make_source(spec: dict):
+    """The source of ``spec`` (:data:`kubetune.env.METRICS_SOURCE`): ``kind`` ``File`` (``path``), ``TensorFlowEvent``
+    (``path``, a folder) or ``Push`` (``port``).
+
+    Raises:
+        ValueError: another kind.
+    """
+    kind = spec.get("kind")
+    if kind == "File":
+        return FileSource(spec["path"])
+    if kind == "TensorFlowEvent":
+        return EventSource(spec["path"])
+    if kind == "Push":
+        return PushSource(int(spec["port"]))
+    raise ValueError(f"no metrics source of kind {kind!r}")
+
+
+def make_parser(spec: dict) -> OutputParser:
+    """The parser of ``spec``; TensorFlow event files' steps are the iterations unless ``iterationKey`` says else."""
+    key = spec.get("iterationKey") or ("step" if spec.get("kind") == "TensorFlowEvent" else None)
+    return OutputParser(spec["objectives"], spec.get("format") or "TEXT", spec.get("metricsFormat") or (), key)
+
+
+def run(source, parser: OutputParser, report: Callable[[dict], object], stopping: threading.Event) -> int:
+    """Hand every result of ``source`` to ``report`` until ``stopping`` is set, then what is left; return how many."""
+    count = 0
+    while True:
+        final = stopping.wait(POLL_S)
+        for result in results(source, parser, final):
+            report(result)
+            count += 1
+        if final:
+            return count
+
+
+def main(environ=os.environ) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    spec = json.loads(environ[METRICS_SOURCE])
+    reporter = Reporter(
+        environ[COLLECTOR_URL],
+        environ.get(TOKEN),
+        namespace=environ[NAMESPACE],
+        experiment=environ[EXPERIMENT],
+        trial=environ[TRIAL],
+        attempt=int(environ[ATTEMPT]),
+    )
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    source, parser = make_source(spec), make_parser(spec)
+    reporter.start()
+    log.info("reading %s metrics from %s", spec["kind"], spec.get("path") or f"127.0.0.1:{spec.get('port')}")
+    count = run(source, parser, reporter.report, stopping)
+    grace = float(environ.get(GRACE_PERIOD) or 30)
+    sent = reporter.close(max(1.0, grace - 2))
+    log.info("%d results read; the last batch %s", count, "acknowledged" if sent else "not acknowledged")
+    return 0 if sent else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
