@@ -54,8 +54,9 @@ TOKEN = "KUBETUNE_TOKEN"
 POD_NAME = "KUBETUNE_POD_NAME"
 GRACE_PERIOD = "KUBETUNE_GRACE_PERIOD_S"
 DECISION_WAIT = "KUBETUNE_DECISION_WAIT_S"
-#: A container trial's metrics sidecar (``kubetune.runtime.sidecar``): what it reads, as JSON: ``kind`` (``File``,
-#: ``TensorFlowEvent``, ``Push``), ``path`` or ``port``, ``format``, ``metricsFormat``, ``iterationKey``, ``objectives``.
+#: A container trial's metrics sidecar (``kubetune.runtime.sidecar``): what it reads, as JSON: ``kind``
+#: (``File``, ``TensorFlowEvent``, ``Push``), ``path`` or ``port``, ``format``, ``metricsFormat``, ``iterationKey``,
+#: ``objectives``.
 METRICS_SOURCE = "KUBETUNE_METRICS_SOURCE"
 #: ``spec.resourcesPerTrial`` as JSON (``{"cpu": "1"}`` when unset): what ``tune.get_context()`` tells the trial.
 RESOURCES = "KUBETUNE_RESOURCES"
