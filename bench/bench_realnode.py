@@ -25,8 +25,14 @@ memory request, no service-account token; its command imports kubetune and sleep
 first watch event with the container's ``state.running``. The machine is shared and noisy: compare
 the two figures of one run, not figures of different runs.
 
+The overhead of a container trial (``--phases overhead``): the chart installed as above, ``--overhead-trials``
+trials of the same work (4 results 0.5 s apart) run two at a time as container trials (a plain script in the runtime
+image printing its lines, read by the operator from the pod's log) and as runtime trials (a function reporting
+through the collector), alternating twice; per side, each trial's seconds from its ``startTime`` to its
+``completionTime`` beyond the work, and the Experiments' makespan, with the ratio container / runtime.
+
 Run (as root, after ``make node``): ``.venv/bin/python bench/bench_realnode.py [--pods 100]
-[--phases pods,collector] [--trials 1000] [--rate 2000] [--duration 20]``.
+[--phases pods,collector,overhead] [--trials 1000] [--rate 2000] [--duration 20] [--overhead-trials 8]``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import statistics
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -346,6 +353,110 @@ def collector_load(cluster: Cluster, args) -> list[dict]:
     return runs
 
 
+#: The work of one trial in the ``overhead`` phase, the same on both sides: 4 results, 0.5 s apart.
+OVERHEAD_EPOCHS, OVERHEAD_SLEEP_S = 4, 0.5
+_FUNCTION = f"""
+import time
+import kubetune
+
+def train(config):
+    for epoch in range(1, {OVERHEAD_EPOCHS} + 1):
+        time.sleep({OVERHEAD_SLEEP_S})
+        kubetune.report({{"loss": config["lr"] / epoch}})
+"""
+_SCRIPT = f"""
+import sys, time
+lr = float(sys.argv[1])
+for epoch in range(1, {OVERHEAD_EPOCHS} + 1):
+    time.sleep({OVERHEAD_SLEEP_S})
+    print(f"epoch {{epoch}}: loss={{lr / epoch}}", flush=True)
+"""
+
+
+def overhead_experiment(cluster: Cluster, name: str, image: str, container: bool, trials: int) -> dict:
+    """``trials`` trials of the same work, two at a time: a container trial running a plain script whose lines the
+    operator reads, or a runtime trial running a function that reports through the collector."""
+    trainable = (
+        {"command": ["python", "-c", _SCRIPT], "args": ["${config.lr}"]}
+        if container
+        else {"source": _FUNCTION, "name": "train"}
+    )
+    return {
+        "apiVersion": "kubetune.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": name},
+        "spec": {
+            "trainable": trainable,
+            "image": image,
+            "config": {"lr": {"uniform": [0.1, 1.0]}},
+            "numSamples": trials,
+            "maxConcurrentTrials": 2,
+            "metric": "loss",
+            "mode": "min",
+            "resourcesPerTrial": {"cpu": "250m", "memory": "256Mi"},
+            "storage": {
+                "uri": f"s3://{S3_BUCKET}/overhead",
+                "endpoint": cluster.s3_endpoint,
+                "region": "us-east-1",
+                "credentialsSecret": install.CREDENTIALS_SECRET,
+            },
+        },
+    }
+
+
+def trial_overhead(cluster: Cluster, image: str, trials: int) -> dict[str, dict]:
+    """Run the container Experiment and the runtime one in turn (twice, alternating); per side, each trial's
+    seconds from its start to its completion beyond the work itself, and each Experiment's makespan."""
+    install.install(cluster, timeout_s=300)
+    custom = client.CustomObjectsApi(cluster.api_client())
+    out: dict[str, dict] = {"container": {"extra": [], "makespan": []}, "runtime": {"extra": [], "makespan": []}}
+    work = OVERHEAD_EPOCHS * OVERHEAD_SLEEP_S
+    for round_ in range(2):
+        for side in ("container", "runtime"):
+            name = f"overhead-{side}-{round_}"
+            body = overhead_experiment(cluster, name, image, side == "container", trials)
+            started = time.monotonic()
+            custom.create_namespaced_custom_object("kubetune.io", "v1alpha1", "default", "experiments", body)
+            deadline = started + 600
+            while time.monotonic() < deadline:
+                exp = custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", "default", "experiments", name)
+                if (exp.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    break
+                time.sleep(1)
+            out[side]["makespan"].append(time.monotonic() - started)
+            items = custom.list_namespaced_custom_object(
+                "kubetune.io", "v1alpha1", "default", "trials", label_selector=f"kubetune.io/experiment={name}"
+            )["items"]
+            for trial in items:
+                status = trial.get("status") or {}
+                if status.get("phase") != "Succeeded" or status.get("iteration") != OVERHEAD_EPOCHS:
+                    raise RuntimeError(f"{trial['metadata']['name']}: {status}")
+                spent = iso_seconds(status["completionTime"]) - iso_seconds(status["startTime"])
+                out[side]["extra"].append(spent - work)
+    return out
+
+
+def iso_seconds(stamp: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time of a status."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def print_overhead(out: dict[str, dict], trials: int) -> None:
+    work = OVERHEAD_EPOCHS * OVERHEAD_SLEEP_S
+    for side, figures in out.items():
+        extra = figures["extra"]
+        print(
+            f"overhead, {side} trials ({len(extra)} trials of {work:g} s of work, 2 at a time): seconds beyond the "
+            f"work from a trial's start to its completion p50 {pct(extra, 50):.2f}, p99 {pct(extra, 99):.2f}; "
+            f"makespan of {trials} trials {statistics.mean(figures['makespan']):.1f} s"
+        )
+    c, r = out["container"], out["runtime"]
+    print(
+        f"ratio container / runtime: per-trial overhead p50 {pct(c['extra'], 50) / pct(r['extra'], 50):.2f}x, "
+        f"makespan {statistics.mean(c['makespan']) / statistics.mean(r['makespan']):.2f}x"
+    )
+
+
 def print_collector_load(runs: list[dict], args) -> None:
     """The figures of each slice and the ratios pod / host process."""
     print(
@@ -380,7 +491,12 @@ def print_collector_load(runs: list[dict], args) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pods", type=int, default=100)
-    parser.add_argument("--phases", default="pods,collector", help="pods (start latencies), collector (load)")
+    parser.add_argument(
+        "--phases",
+        default="pods,collector",
+        help="pods (start latencies), collector (load), overhead (container trials against runtime trials)",
+    )
+    parser.add_argument("--overhead-trials", type=int, default=8, help="trials of each overhead Experiment")
     parser.add_argument("--trials", type=int, default=1000, help="trials of the collector load's Experiment")
     parser.add_argument("--rate", type=float, default=2000, help="results/s offered in the paced slices")
     parser.add_argument("--duration", type=float, default=20, help="measured seconds of each slice")
@@ -398,7 +514,7 @@ def main() -> int:
     built = images.build_images()
     cached_s = time.monotonic() - started
 
-    results, runs = {}, []
+    results, runs, overhead = {}, [], None
     nodes = (
         ("process kubelet", ClusterConfig(nodes=1, node_pods=args.pods + 10)),
         ("real node", ClusterConfig(real_node=True, gpus_per_node=0)),
@@ -417,6 +533,8 @@ def main() -> int:
                 time.sleep(10)  # the deleted pods' containers go before the next round
             if cluster.node is not None and "collector" in phases:
                 runs = collector_load(cluster, args)
+            if cluster.node is not None and "overhead" in phases:
+                overhead = trial_overhead(cluster, built["runtime"].ref, args.overhead_trials)
     for mode in ("one at a time", "burst, 20 ms apart") if "pods" in phases else ():
         real, proc = results["real node", mode], results["process kubelet", mode]
         print(
@@ -425,6 +543,8 @@ def main() -> int:
         )
     if runs:
         print_collector_load(runs, args)
+    if overhead:
+        print_overhead(overhead, args.overhead_trials)
     for name, image in built.items():
         print(
             f"image {name}: {image.archive.stat().st_size / 2**20:.1f} MiB (docker archive), "
