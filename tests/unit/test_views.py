@@ -20,7 +20,7 @@ import pytest
 from conftest_storage import AWS_TEST_ENV, aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
 from matplotlib.figure import Figure
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-from stored_experiment import EXPERIMENT, METRIC, NAMESPACE, SEARCHED, SPACE, TRIALS, store
+from stored_experiment import EXPERIMENT, METRIC, NAMESPACE, SEARCHED, SPACE, TRIALS, UID, store
 
 from kubetune.sdk import cli
 from kubetune.sdk.analysis import ExperimentAnalysis, ResultGrid
@@ -265,3 +265,40 @@ def test_the_dashboard_command_serves_the_study_until_ctrl_c(s3_exp):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_plot_command_takes_the_objective_space_and_failures_from_the_experiment(tmp_path, monkeypatch, capsys):
+    """Without --storage-only the Experiment (here from a stand-in API server) names the storage, the metric, the
+    search space (the lr axis spans the space's 1e-4 to 1e-1, not the values' range) and the failed trials."""
+    from test_cli_errors import DISCOVERY, SERVED, ApiServer, kubeconfig
+
+    root = f"file://{tmp_path}/store"
+    store(root, tmp_path)
+    api = ApiServer()
+    try:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path / "kubeconfig", api.url))
+        api.routes[DISCOVERY] = SERVED
+        api.routes[f"{DISCOVERY}/namespaces/{NAMESPACE}/experiments/{EXPERIMENT}"] = {
+            "metadata": {"name": EXPERIMENT, "namespace": NAMESPACE, "uid": f"{UID}-0000"},
+            "spec": {"storage": {"uri": root}, "metric": METRIC, "mode": "max", "config": SPACE},
+        }
+        owner = [{"uid": f"{UID}-0000"}]
+        api.routes[f"{DISCOVERY}/namespaces/{NAMESPACE}/trials"] = {
+            "items": [
+                {
+                    "metadata": {"name": t.name, "ownerReferences": owner},
+                    "spec": {"index": i},
+                    "status": {"phase": "Failed", "message": t.error} if t.error else {"phase": "Succeeded"},
+                }
+                for i, t in enumerate(TRIALS)
+            ]
+        }
+        out = tmp_path / "digits.svg"
+        with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to read it back
+            assert cli.main(["plot", EXPERIMENT, "--out", str(out)]) == cli.OK
+    finally:
+        api.close()
+    assert capsys.readouterr().err == f"wrote {out} (learning_curves, parallel_coordinates, importance)\n"
+    svg = out.read_text()
+    assert ">0.0001<" in svg and ">0.1<" in svg and f"importance for {METRIC}" in svg
+    assert "failed (1)" in svg and "stopped early (2)" in svg
