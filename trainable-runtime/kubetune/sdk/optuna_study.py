@@ -162,7 +162,8 @@ def fill_study(
 
     Raises:
         ValueError: no metric or mode here nor in the analysis (for an experiment with several
-            objectives: pass one of them), a bad mode, a study of that name already in ``storage``.
+            objectives: pass one of them), a bad mode.
+        optuna.exceptions.DuplicatedStudyError: a study of that name is already in ``storage``.
         ImportError: Optuna is not installed (``pip install 'kubetune[views]'``).
     """
     try:
