@@ -5,8 +5,9 @@ PY ?= python3
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 
-# Debian packages of the real node (devcluster/realnode.py) and of its images (devcluster/images.py).
-NODE_PACKAGES := runc containernetworking-plugins conntrack iptables iproute2 buildah mmdebstrap gcc libc6-dev
+# Debian packages of the real node (devcluster/realnode.py) and of its images (devcluster/images.py), and the
+# browser the dashboard's browser test drives (chromium: tests/unit/test_dashboard_browser.py, through Playwright).
+NODE_PACKAGES := runc containernetworking-plugins conntrack iptables iproute2 buildah mmdebstrap gcc libc6-dev chromium
 
 .PHONY: venv binaries host-packages node test unit demo docs clean
 

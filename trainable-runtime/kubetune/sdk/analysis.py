@@ -310,6 +310,7 @@ class ExperimentAnalysis:
         default_metric, default_mode: as given; None for several objectives.
         objectives: ``(metrics, modes)`` of a multi-objective experiment, else None.
         storage: the :class:`kubetune.storage.Storage` read.
+        param_space: as given (None when not).
         trials: the :class:`TrialRecord` of each trial, by name (creation order for the operator's names).
 
     Raises:
@@ -337,6 +338,7 @@ class ExperimentAnalysis:
             raise ValueError("`default_mode` has to be None or one of [min, max]")
         self.default_metric = default_metric
         self.default_mode = default_mode
+        self.param_space = param_space
         if "://" not in experiment_path:
             experiment_path = Path(experiment_path).resolve().as_uri()
         self.storage = open_storage(experiment_path, storage_endpoint, storage_region)
@@ -536,6 +538,49 @@ class ExperimentAnalysis:
         Builds a frame per trial (seconds for thousands of trials); :meth:`dataframe` does not need them.
         """
         return {trial.path: self._trial_dataframe(trial) for trial in self.trials}
+
+    def metric_history(self, trial: TrialRecord | str, metric: str) -> list[tuple[int, float]]:
+        """``(training_iteration, value)`` of each result of ``trial`` that reports a finite number for ``metric``.
+
+        Args:
+            trial: a :class:`TrialRecord`, a trial name or a trial path.
+            metric: result key (``a/b`` for nested ones).
+
+        Returns:
+            Pairs in increasing ``training_iteration`` (results without an integer one are left out; of two
+            with the same iteration, the later wins); [] when none.
+
+        Raises:
+            ValueError: no such trial.
+        """
+        out: dict[int, float] = {}
+        for row in self._history(self._trial(trial)):
+            step, value = row.get(TRAINING_ITERATION), finite_number(_lookup(row, metric))
+            if value is not None and isinstance(step, int) and not isinstance(step, bool):
+                out[step] = value
+        return sorted(out.items())
+
+    def plot(self, kind: str = "learning_curves", metric: str | None = None, mode: str | None = None, ax: Any = None):
+        """Draw the experiment with matplotlib (:mod:`kubetune.sdk.plots`); in a notebook the figure shows inline.
+
+        Args:
+            kind: ``"learning_curves"`` (``metric`` against ``training_iteration``, one line per trial; stopped
+                and failed trials marked), ``"parallel_coordinates"`` (one line per trial across its searched
+                parameters to its value) or ``"importance"`` (each searched parameter's importance, Optuna's
+                PED-ANOVA, as Optuna Dashboard computes it).
+            metric, mode: default the experiment's (``default_metric``, ``default_mode``).
+            ax: the matplotlib ``Axes`` to draw on; default a new figure's.
+
+        Returns:
+            The ``Axes`` drawn on.
+
+        Raises:
+            ValueError: an unknown ``kind``; no metric or mode here nor as default, a bad mode.
+            ImportError: matplotlib or Optuna is not installed (``pip install 'kubetune[views]'``).
+        """
+        from kubetune.sdk.plots import plot
+
+        return plot(self, kind, metric, mode, ax)
 
     def dataframe(self, metric: str | None = None, mode: str | None = None):
         """One row per trial: its last result or, with ``metric`` and ``mode``, its best result.
@@ -891,6 +936,10 @@ class ResultGrid:
     def pareto_front(self) -> list[Result]:
         """The Results of :attr:`ExperimentAnalysis.pareto_front` (several objectives; raises as it does)."""
         return [Result(self._analysis, trial) for trial in self._analysis.pareto_front]
+
+    def plot(self, kind: str = "learning_curves", metric: str | None = None, mode: str | None = None, ax: Any = None):
+        """:meth:`ExperimentAnalysis.plot` of the trials (same arguments, returns and errors)."""
+        return self._analysis.plot(kind, metric, mode, ax)
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):
         """:meth:`ExperimentAnalysis.dataframe` with ``metric=filter_metric, mode=filter_mode``."""

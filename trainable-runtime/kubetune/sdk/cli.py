@@ -2,8 +2,9 @@
 
 Owns argument parsing, output formats (``-o json|yaml|wide``, ``csv`` for ``analysis``) and exit
 codes; the work is done by :mod:`kubetune.sdk.client` (API calls), :mod:`kubetune.sdk.progress` (the live
-table), :mod:`kubetune.sdk.analysis` (results from storage) and :mod:`kubetune.sdk.tuner` (``run
-module:Trainable``). Installed as a console script by the ``kubetune`` package.
+table), :mod:`kubetune.sdk.analysis` (results from storage), :mod:`kubetune.sdk.tuner` (``run
+module:Trainable``), :mod:`kubetune.sdk.plots` (``plot``) and :mod:`kubetune.sdk.dashboard`
+(``dashboard``). Installed as a console script by the ``kubetune`` package.
 
 Exit codes (:data:`EXIT_CODES`): 0 success (for ``run --watch`` and ``watch``: the Experiment
 succeeded); 1 the Experiment failed, or a trial failed where the command reports on trials; 2 bad
@@ -26,6 +27,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from kubetune.env import STORAGE_URI
 from kubetune.resultkeys import is_multi_objective, spec_objectives
 
 OK, FAILED, USAGE, NOT_FOUND, CLUSTER, STORAGE, UNEXPECTED, INTERRUPTED = 0, 1, 2, 3, 4, 5, 70, 130
@@ -257,6 +259,74 @@ def cmd_analysis(args: argparse.Namespace) -> int:
     return OK
 
 
+def _stored_analysis(args: argparse.Namespace):
+    """The experiment ``args.name`` read from storage: with ``--storage-only`` from ``--storage`` (or
+    ``$KUBETUNE_STORAGE_URI``)/``<namespace>``/``<name>`` alone, the metric and mode from ``--metric`` and
+    ``--mode``; otherwise as ``kubetune analysis`` finds it (the Experiment's spec gives the storage, the
+    objective, the search space and which trials failed), ``--metric``/``--mode`` overriding its objective.
+
+    Raises:
+        ValueError: ``--storage-only`` without a storage URI or without ``--metric`` and ``--mode``.
+        ExperimentNotFound: nothing is stored for the experiment (``--storage-only``).
+    """
+    from kubetune.sdk.analysis import ExperimentAnalysis
+    from kubetune.sdk.client import ExperimentNotFound
+    from kubetune.sdk.tuner import experiment_analysis
+    from kubetune.storage import join_uri
+
+    if not args.storage_only:
+        cluster = _cluster(args)
+        exp = cluster.get(args.name)
+        return experiment_analysis(exp, cluster.trials(exp))
+    root = args.storage or os.environ.get(STORAGE_URI)
+    if not root:
+        raise ValueError(f"--storage-only needs the storage URI: --storage s3://bucket/prefix or ${STORAGE_URI}")
+    if not (args.metric and args.mode):
+        raise ValueError("--storage-only needs --metric and --mode: storage does not hold the Experiment's spec")
+    path = join_uri(root, args.namespace or "default", args.name)
+    try:
+        return ExperimentAnalysis(path, args.metric, args.mode)
+    except FileNotFoundError as exc:
+        raise ExperimentNotFound(f"no experiment stored at {path} ({exc}); -n sets the namespace") from exc
+
+
+def _quiet_optuna() -> None:
+    """Keep Optuna's INFO lines (a study created in memory) off the command's stderr."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from kubetune.sdk.plots import KINDS, save
+
+    _quiet_optuna()
+    kinds = [kind.replace("-", "_") for kind in args.kind] if args.kind else list(KINDS)
+    save(_stored_analysis(args), args.out, kinds, args.metric, args.mode)
+    print(f"wrote {args.out} ({', '.join(kinds)})", file=sys.stderr)
+    return OK
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from kubetune.sdk.dashboard import Dashboard, serve
+
+    _quiet_optuna()
+    analysis = _stored_analysis(args)
+    try:
+        dashboard = Dashboard(analysis, args.metric, args.mode, host=args.host, port=args.port)
+    except OSError as exc:
+        return _error(f"cannot listen on {args.host}:{args.port}: {exc}; --port chooses another port", USAGE)
+    print(
+        f"Optuna Dashboard of {len(analysis.trials)} trials as stored now: {dashboard.url} (Ctrl-C ends it)",
+        file=sys.stderr,
+    )
+    try:
+        serve(dashboard, open_browser=not args.no_browser)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+    return OK
+
+
 def _suspend(value: bool):
     def command(args: argparse.Namespace) -> int:
         _cluster(args).set_suspend(args.name, value)
@@ -280,8 +350,8 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
     sub = top.add_subparsers(dest="command", required=True)
 
-    def add(name: str, func, help_: str, output: Sequence[str] = ()) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=help_, description=help_)
+    def add(name: str, func, help_: str, output: Sequence[str] = (), parents=()) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common, *parents], help=help_, description=help_)
         p.set_defaults(func=func)
         if output:
             p.add_argument("-o", "--output", choices=output)
@@ -321,6 +391,39 @@ def parser() -> argparse.ArgumentParser:
     add(
         "analysis", cmd_analysis, "print one row per trial (Ray's dataframe) from storage", ("csv", "json")
     ).add_argument("name")
+    stored = argparse.ArgumentParser(add_help=False)
+    stored.add_argument("name")
+    stored.add_argument("--metric", help="the result key drawn (default: the Experiment's spec.metric)")
+    stored.add_argument("--mode", choices=("min", "max"), help="default: the Experiment's spec.mode")
+    stored.add_argument(
+        "--storage-only",
+        action="store_true",
+        help="read storage alone, no cluster (needs --metric and --mode): --storage/<namespace>/<name>, "
+        "the namespace -n's or default",
+    )
+    stored.add_argument("--storage", help="--storage-only: the storage URI (default: $KUBETUNE_STORAGE_URI)")
+    p = add(
+        "plot",
+        cmd_plot,
+        "draw an Experiment's learning curves, parallel coordinates and importance to a file",
+        parents=[stored],
+    )
+    p.add_argument("--out", required=True, help="the image file: .png, .svg or .pdf")
+    p.add_argument(
+        "--kind",
+        action="append",
+        choices=("learning-curves", "parallel-coordinates", "importance"),
+        help="what to draw; repeat for several (default: all three, one below the other)",
+    )
+    p = add(
+        "dashboard",
+        cmd_dashboard,
+        "serve Optuna Dashboard of an Experiment as stored now, until Ctrl-C",
+        parents=[stored],
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: loopback only)")
+    p.add_argument("--port", type=int, default=8080, help="the port (default 8080; 0 picks a free one)")
+    p.add_argument("--no-browser", action="store_true", help="do not open the browser")
     add("suspend", _suspend(True), "suspend an Experiment: running trials checkpoint and stop").add_argument("name")
     add("resume", _suspend(False), "resume a suspended Experiment").add_argument("name")
     add("delete", cmd_delete, "delete an Experiment with its trials and pods").add_argument("name")

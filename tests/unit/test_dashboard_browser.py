@@ -1,0 +1,91 @@
+"""The storage-only dashboard in a real browser: Debian's Chromium (``/usr/bin/chromium``, the Makefile's
+host-packages install it), driven by Playwright's Python API on that system browser (no browser download), over
+Optuna Dashboard serving the study kubetune.sdk.dashboard fills from an experiment stored on moto's S3 by the
+runtime's own writers.
+
+Checks what the user sees: every trial in the trial list with its state and name, each trial's intermediate values
+(one per finite result, the values themselves), a learning curve for every trial that has a value, and the
+importance view naming every searched parameter. Screenshots go to the folder the test prints. A missing browser
+fails the test: it is never skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
+from playwright.sync_api import expect, sync_playwright
+from stored_experiment import METRIC, SEARCHED, SPACE, TRIALS, store
+
+from kubetune.sdk.analysis import ExperimentAnalysis
+from kubetune.sdk.dashboard import Dashboard
+from kubetune.sdk.optuna_study import TRIAL_NAME_ATTR
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: How the dashboard names each Optuna state in the trial list.
+SHOWN_STATE = {"COMPLETE": "Complete", "PRUNED": "Pruned", "FAIL": "Fail"}
+#: How long a view may take to show, in milliseconds (the dashboard fetches the study, then renders with Plotly).
+SHOW_MS = 30_000
+expect.set_options(timeout=SHOW_MS)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, headless, under Playwright."""
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: apt-get install chromium (`make host-packages` installs it)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def dashboard(tmp_path, aws_env, moto_endpoint):  # noqa: F811 - fixtures
+    """The dashboard of the experiment stored on moto's S3, serving on loopback."""
+    uri = store(f"s3://{new_bucket(moto_endpoint)}/kubetune", tmp_path, moto_endpoint)
+    analysis = ExperimentAnalysis(uri, METRIC, "max", storage_endpoint=moto_endpoint, param_space=SPACE)
+    with Dashboard(analysis) as served:
+        yield served
+
+
+@pytest.fixture
+def shots(tmp_path):
+    folder = tmp_path / "screenshots"
+    folder.mkdir()
+    print(f"screenshots of the dashboard in {folder}")
+    return folder
+
+
+def test_every_trial_shows_with_its_intermediate_values(browser, dashboard, shots):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{dashboard.url}/trials")
+    expect(page.get_by_text(f"{len(TRIALS)} Trials", exact=True)).to_be_visible()
+    for number, stored in enumerate(TRIALS):
+        page.goto(f"{dashboard.url}/trials?numbers={number}")
+        expect(page.get_by_text(f"Trial {number} (trial_id={number})", exact=True)).to_be_visible()
+        values = page.locator("p", has_text=re.compile(r"^Intermediate Values$")).locator(
+            "xpath=following-sibling::div[1]//p"
+        )
+        expect(values).to_have_count(len(stored.history))
+        shown = [tuple(text.split()) for text in values.all_inner_texts()]
+        assert [(int(step), float(value)) for step, value in shown] == stored.history, stored.name
+        expect(page.get_by_text(f"{TRIAL_NAME_ATTR} {stored.name}", exact=False)).to_be_visible()
+        listed = page.get_by_role("button", name=re.compile(rf"^Trial {number} {SHOWN_STATE[stored.state]}\b"))
+        expect(listed).to_have_count(1)
+        if number == 6:
+            page.screenshot(path=shots / "failed-trial.png", full_page=True)
+
+
+def test_the_study_page_draws_every_curve_and_names_every_searched_parameter(browser, dashboard, shots):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(dashboard.url)
+    importance = page.locator("#graph-hyperparameter-importances")
+    for name in SEARCHED:
+        expect(importance.locator(".ytick text", has_text=re.compile(rf"^{name}$"))).to_have_count(1)
+    expect(importance.locator(".ytick text")).to_have_count(len(SEARCHED))
+    curves = page.locator("#graph-intermediate-values .legendtext")
+    with_curve = [f"trial #{n}" for n, t in enumerate(TRIALS) if t.state != "FAIL"]
+    expect(curves).to_have_text(with_curve)
+    page.screenshot(path=shots / "study.png", full_page=True)

@@ -1,0 +1,121 @@
+"""Optuna Dashboard over an experiment read from storage alone: ``kubetune dashboard NAME --storage-only``.
+
+Owns serving Optuna Dashboard (PyPI ``optuna-dashboard``: its web application, over an Optuna storage) for
+one experiment, on a local address, from the Optuna study :func:`kubetune.sdk.optuna_study.fill_study` builds
+from an :class:`kubetune.sdk.analysis.ExperimentAnalysis`. The study lives in an Optuna ``InMemoryStorage``
+in this process (no database, nothing written anywhere); it is a snapshot of storage when the server
+starts, not updated later. Callers: the ``kubetune dashboard`` command (:func:`serve`, until Ctrl-C) and
+tests or notebooks (:class:`Dashboard` in a thread, stopped with :meth:`Dashboard.close`).
+
+The server is the standard library's WSGI server with a thread per request (the dashboard's pages poll
+its API while the user looks); Optuna's ``InMemoryStorage`` takes a lock for each call.
+"""
+
+from __future__ import annotations
+
+import socketserver
+import threading
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from kubetune.sdk.optuna_study import fill_study
+
+if TYPE_CHECKING:
+    from kubetune.sdk.analysis import ExperimentAnalysis
+
+__all__ = ["Dashboard", "serve"]
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """Leave each request unlogged (the dashboard polls every few seconds)."""
+
+
+class Dashboard:
+    """Optuna Dashboard of one experiment, listening on ``host:port`` (bound when made; served by :meth:`start`).
+
+    Args:
+        analysis: the experiment, read from storage.
+        metric, mode: the study's objective; default the analysis's (:func:`fill_study`).
+        host: the address to listen on; the default, loopback, keeps it on this machine.
+        port: the TCP port; 0 picks a free one.
+
+    Attributes:
+        study: the Optuna study served (in an ``InMemoryStorage``).
+        url: ``http://host:port/dashboard/studies/<id>``, the study's page.
+
+    Raises:
+        ValueError: as :func:`fill_study` (no metric or mode...).
+        ImportError: Optuna Dashboard is not installed (``pip install 'kubetune[views]'``).
+        OSError: the port cannot be bound (taken, say).
+    """
+
+    def __init__(
+        self,
+        analysis: ExperimentAnalysis,
+        metric: str | None = None,
+        mode: str | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
+        try:
+            from optuna_dashboard import wsgi
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ImportError("the dashboard needs Optuna Dashboard: pip install 'kubetune[views]'") from exc
+        from optuna.storages import InMemoryStorage
+
+        storage = InMemoryStorage()
+        self.study = fill_study(analysis, metric, mode, storage=storage)
+        study_id = storage.get_study_id_from_name(self.study.study_name)
+        self._server = make_server(
+            host, port, wsgi(storage), server_class=_ThreadingServer, handler_class=_QuietHandler
+        )
+        self._thread: threading.Thread | None = None
+        bound_host, bound_port = self._server.server_address[:2]
+        self.url = f"http://{bound_host}:{bound_port}/dashboard/studies/{study_id}"
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until :meth:`close` (from another thread) or an exception (Ctrl-C)."""
+        self._server.serve_forever(poll_interval=0.2)
+
+    def start(self) -> Dashboard:
+        """Serve in a daemon thread; return self."""
+        self._thread = threading.Thread(target=self.serve_forever, name="kubetune-dashboard", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving (waits for :meth:`serve_forever` to return when it runs) and release the port."""
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> Dashboard:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(dashboard: Dashboard, open_browser: bool = True) -> None:
+    """Serve ``dashboard`` in this thread until Ctrl-C, which ends it (``KeyboardInterrupt`` propagates).
+
+    Args:
+        dashboard: the dashboard, bound.
+        open_browser: open :attr:`Dashboard.url` in the user's browser first (Python's ``webbrowser``).
+    """
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(dashboard.url)
+    try:
+        dashboard.serve_forever()
+    finally:
+        dashboard.close()
