@@ -161,10 +161,11 @@ def test_kubernetes_typed_fields_are_preserved_not_pruned():
         "envFrom",
         "volumes",
         "volumeMounts",
+        "containers",
     }
     for name in ("affinity", "securityContext"):
         assert template[name]["x-kubernetes-preserve-unknown-fields"] is True
-    for name in ("tolerations", "env", "envFrom", "volumes", "volumeMounts"):
+    for name in ("tolerations", "env", "envFrom", "volumes", "volumeMounts", "containers"):
         assert template[name]["items"]["x-kubernetes-preserve-unknown-fields"] is True
     for path in (".spec.config", ".spec.scheduler.params", ".spec.searchAlgorithm.params", ".status.bestTrial.config"):
         assert node_at(root_schema("Experiment"), path)["x-kubernetes-preserve-unknown-fields"] is True
