@@ -456,7 +456,9 @@ def parser() -> argparse.ArgumentParser:
     add("resume", _suspend(False), "resume a suspended Experiment").add_argument("name")
     add("delete", cmd_delete, "delete an Experiment with its trials and pods").add_argument("name")
     help_ = "rewrite another tool's Experiments as kubetune Experiments (no cluster needed)"
-    kinds = sub.add_parser("convert", help=help_, description=help_).add_subparsers(dest="source", required=True)
+    kinds = sub.add_parser("convert", help=help_, description=help_).add_subparsers(
+        dest="source", required=True, metavar="katib"
+    )
     help_ = (
         "convert Katib kubeflow.org/v1beta1 Experiments (every document of each FILE), each change of meaning "
         "or dropped field a comment; docs/katib.md"
