@@ -3,15 +3,16 @@
 Owns argument parsing, output formats (``-o json|yaml|wide``, ``csv`` for ``analysis``) and exit
 codes; the work is done by :mod:`kubetune.sdk.client` (API calls), :mod:`kubetune.sdk.progress` (the live
 table), :mod:`kubetune.sdk.analysis` (results from storage), :mod:`kubetune.sdk.tuner` (``run
-module:Trainable``), :mod:`kubetune.sdk.plots` (``plot``) and :mod:`kubetune.sdk.dashboard`
-(``dashboard``). Installed as a console script by the ``kubetune`` package.
+module:Trainable``), :mod:`kubetune.sdk.plots` (``plot``), :mod:`kubetune.sdk.dashboard` (``dashboard``)
+and :mod:`kubetune.sdk.katib_convert` (``convert katib``, no cluster). Installed as a console script by the
+``kubetune`` package.
 
 Exit codes (:data:`EXIT_CODES`): 0 success (for ``run --watch`` and ``watch``: the Experiment
 succeeded); 1 the Experiment failed, or a trial failed where the command reports on trials; 2 bad
-usage or a spec the API server or the operator refused; 3 not found (an Experiment, Trial or pod, or
-an Experiment deleted while watched); 4 the cluster cannot be used (no kubeconfig, an unknown
-context, the API server unreachable or refusing the request, kubetune's CRDs not installed); 5 the
-storage cannot be written (``run``: unreachable, refused, no such bucket; nothing is created); 70 an
+usage, a spec the API server or the operator refused, or a document ``convert`` cannot convert; 3 not
+found (an Experiment, Trial or pod, or an Experiment deleted while watched); 4 the cluster cannot be used
+(no kubeconfig, an unknown context, the API server unreachable or refusing the request, kubetune's CRDs not
+installed); 5 the storage cannot be written (``run``: unreachable, refused, no such bucket; nothing is created); 70 an
 unexpected error (a bug; ``KUBETUNE_DEBUG=1`` prints its traceback instead); 130 interrupted (the
 Experiment keeps running). Every error is one line on stderr, ``error: ...``, that says what to do.
 """
@@ -342,6 +343,33 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_convert_katib(args: argparse.Namespace) -> int:
+    """Convert every Katib Experiment of ``args.files``; write them to stdout, or one file per Experiment under
+    ``args.output_dir``. Nothing is written unless every document converts."""
+    from kubetune.sdk.katib_convert import convert_text
+
+    conversions = []
+    for path in args.files:
+        with open(path) as f:
+            conversions += [(path, c) for c in convert_text(f.read(), path)]
+    names = [c.experiment["metadata"]["name"] for _, c in conversions]
+    if args.output_dir is None:
+        sys.stdout.write("---\n".join(c.to_yaml() for _, c in conversions))
+    else:
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"several Experiments are named {', '.join(twice)}; each is written to NAME.yaml")
+        os.makedirs(args.output_dir, exist_ok=True)
+        for _, conversion in conversions:
+            target = os.path.join(args.output_dir, f"{conversion.experiment['metadata']['name']}.yaml")
+            with open(target, "w") as f:
+                f.write(conversion.to_yaml())
+    for path, conversion in conversions:
+        where = f" -> {args.output_dir}/{conversion.source}.yaml" if args.output_dir is not None else ""
+        print(f"{path}: {conversion.source}{where}: {len(conversion.notes)} notes", file=sys.stderr)
+    return OK
+
+
 def parser() -> argparse.ArgumentParser:
     """Return the command's argument parser."""
     top = argparse.ArgumentParser(prog="kubetune", description="Run, watch and read kubetune Experiments.")
@@ -427,6 +455,20 @@ def parser() -> argparse.ArgumentParser:
     add("suspend", _suspend(True), "suspend an Experiment: running trials checkpoint and stop").add_argument("name")
     add("resume", _suspend(False), "resume a suspended Experiment").add_argument("name")
     add("delete", cmd_delete, "delete an Experiment with its trials and pods").add_argument("name")
+    help_ = "rewrite another tool's Experiments as kubetune Experiments (no cluster needed)"
+    kinds = sub.add_parser("convert", help=help_, description=help_).add_subparsers(
+        dest="source", required=True, metavar="katib"
+    )
+    help_ = (
+        "convert Katib kubeflow.org/v1beta1 Experiments (every document of each FILE), each change of meaning "
+        "or dropped field a comment; docs/katib.md"
+    )
+    p = kinds.add_parser("katib", help=help_, description=help_)
+    p.set_defaults(func=cmd_convert_katib)
+    p.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Katib Experiments")
+    p.add_argument(
+        "-o", "--output-dir", metavar="DIR", help="write one NAME.yaml per Experiment here (default: stdout)"
+    )
     return top
 
 

@@ -1,0 +1,384 @@
+"""``kubetune convert katib`` on Katib's own examples (tests/unit/data/katib, Apache-2.0, see its README): each
+converted Experiment is accepted by the CRD schema and by the operator's spec check, its configs (drawn by the
+operator's basic searcher) stay inside each Katib parameter's feasible space, and its command keeps every word
+of Katib's with each parameter in place; the examples kubetune cannot run are refused with the reason. Then the
+single fields: each one mapped, or named in a note and a YAML comment."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest_crds import root_schema, validate
+from ruamel.yaml import YAML
+
+from kubetune.sdk.cli import main
+from kubetune.sdk.katib_convert import KatibConversionError, convert, convert_text
+from kubetune_operator.algorithms import create_searcher
+from kubetune_operator.container_trials import substitute
+from kubetune_operator.controller import ExperimentController
+from kubetune_operator.searchers.basic import BasicVariantSearcher
+from kubetune_operator.settings import Settings
+
+DATA = Path(__file__).parent / "data" / "katib"
+DOCS = Path(__file__).parents[2] / "docs"
+CONVERTED = [
+    "hp-tuning/random.yaml",
+    "hp-tuning/grid.yaml",
+    "hp-tuning/tpe.yaml",
+    "hp-tuning/multivariate-tpe.yaml",
+    "hp-tuning/cma-es.yaml",
+    "hp-tuning/bayesian-optimization.yaml",
+    "hp-tuning/sobol.yaml",
+    "hp-tuning/hyperopt-distribution.yaml",
+    "hp-tuning/optuna-distribution.yaml",
+    "early-stopping/median-stop.yaml",
+    "early-stopping/median-stop-with-json-format.yaml",
+    "metrics-collector/file-metrics-collector.yaml",
+    "metrics-collector/file-metrics-collector-with-json-format.yaml",
+    "metrics-collector/metrics-collection-strategy.yaml",
+    "resume-experiment/long-running-resume.yaml",
+    "resume-experiment/from-volume-resume.yaml",
+]
+#: Example -> what the refusal must say.
+REFUSED = {
+    "hp-tuning/hyperband.yaml": r"algorithmName: hyperband .*container trials have no checkpoints",
+    "hp-tuning/simple-pbt.yaml": r"algorithmName: pbt .*container trials have no checkpoints",
+    "metrics-collector/custom-metrics-collector.yaml": r"collector.kind: Custom is refused",
+    "kubeflow-training-operator/tfjob-mnist-with-summaries.yaml": r"a kubeflow.org/v1 TFJob trial",
+    "kubeflow-trainer/trainjob-pytorch.yaml": r"a trainer.kubeflow.org/v1alpha1 TrainJob trial",
+    "trial-template/trial-metadata-substitution.yaml": r"'\$\{trialSpec.Name\}' is not a parameter",
+    "trial-template/trial-configmap-source.yaml": r"trialTemplate.configMap: .*put it inline",
+}
+SAMPLES = 200
+
+
+def _katib(name: str) -> dict:
+    return yaml.safe_load((DATA / name).read_text())
+
+
+def _accepted(experiment: dict) -> None:
+    assert validate(experiment["spec"], root_schema("Experiment")["properties"]["spec"], ".spec") == []
+    experiment = {**experiment, "metadata": {**experiment["metadata"], "namespace": "default", "uid": "u-1"}}
+    ExperimentController(experiment, Settings(), b"k" * 32)  # raises InvalidSpec with the reason if not
+
+
+def _primary(katib: dict) -> dict:
+    template = katib["spec"]["trialTemplate"]
+    name = template.get("primaryContainerName", "training-container")
+    containers = template["trialSpec"]["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == name)
+
+
+def test_the_data_covers_every_example_named_here():
+    on_disk = {str(p.relative_to(DATA)) for p in DATA.rglob("*.yaml")}
+    assert on_disk == set(CONVERTED) | set(REFUSED)
+
+
+@pytest.mark.parametrize("name", CONVERTED)
+def test_katibs_example_converts_to_an_experiment_the_crd_and_the_operator_accept(name):
+    (conversion,) = convert_text((DATA / name).read_text(), name)
+    _accepted(conversion.experiment)
+    text = conversion.to_yaml()
+    # the YAML written, comments and all, reads back as the Experiment (in YAML 1.2 and in PyYAML's 1.1)
+    assert YAML(typ="safe").load(text) == conversion.experiment
+    assert yaml.safe_load(text) == conversion.experiment
+    for note in conversion.notes:  # every note is a comment of the file
+        assert note.katib in text
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_katibs_example_that_kubetune_cannot_run_is_refused_with_the_reason(name):
+    with pytest.raises(KatibConversionError, match=REFUSED[name]):
+        convert_text((DATA / name).read_text(), name)
+
+
+def _inside(value, param: dict, grid: bool) -> None:
+    """``value`` is one Katib could give ``param``."""
+    kind, space = param["parameterType"], param["feasibleSpace"]
+    if kind == "categorical":
+        assert value in space["list"]
+        return
+    if kind == "discrete":
+        assert str(value) in [str(v) for v in space["list"]]
+        return
+    step = float(space["step"]) if space.get("step") else None
+    low, high = float(space["min"]), float(space["max"])
+    if kind == "int" and space.get("distribution") != "normal":
+        assert isinstance(value, int) and not isinstance(value, bool)
+    if space.get("distribution") == "normal" and not grid:  # Katib's normal is not bounded either
+        assert step is None or math.isclose(value / step, round(value / step), abs_tol=1e-9)
+        return
+    assert low <= value <= high, (param["name"], value)
+    if step is not None:
+        k = (value - low) / step
+        assert math.isclose(k, round(k), abs_tol=1e-6), (param["name"], value)
+
+
+@pytest.mark.parametrize("name", CONVERTED)
+def test_configs_stay_in_katibs_feasible_space_and_commands_keep_every_word(name):
+    katib = _katib(name)
+    experiment = convert(katib).experiment
+    spec = experiment["spec"]
+    grid = katib["spec"]["algorithm"]["algorithmName"] == "grid"
+    searcher = BasicVariantSearcher(spec["config"], num_samples=1 if grid else SAMPLES, seed=3)
+    configs = [searcher.variant(i)[0] for i in range(searcher.total)]
+    params = {p["name"]: p for p in katib["spec"]["parameters"]}
+    assert all(set(c) == set(params) for c in configs)
+    for config in configs:
+        for key, value in config.items():
+            _inside(value, params[key], grid)
+    if grid:  # every point of Katib's grid, once
+        sizes = [len({c[k] for c in configs}) for k in params]
+        assert len(configs) == math.prod(sizes) == len({json.dumps(c, sort_keys=True) for c in configs})
+    references = {p["name"]: p["reference"] for p in katib["spec"]["trialTemplate"]["trialParameters"]}
+    container = _primary(katib)
+    katib_words = container.get("command", []) + container.get("args", [])
+    words = spec["trainable"]["command"] + spec["trainable"].get("args", [])
+    assert len(words) == len(katib_words)
+    for reference in set(references.values()):
+        assert any("${config." + reference + "}" in w for w in words), reference
+    for config in configs[:20]:
+
+        def katib_value(match: re.Match, config=config) -> str:
+            value = config[references[match.group(1)]]
+            return value if isinstance(value, str) else json.dumps(value)
+
+        katib_said = [re.sub(r"\$\{trialParameters\.([^}]*)\}", katib_value, w) for w in katib_words]
+        assert [substitute(w, config) for w in words] == katib_said
+
+
+@pytest.mark.parametrize("name", [n for n in CONVERTED if "grid" not in n])
+def test_the_experiments_own_search_algorithm_suggests_inside_katibs_feasible_space(name):
+    katib = _katib(name)
+    spec = convert(katib).experiment["spec"]
+    search = spec["searchAlgorithm"]
+    searcher = create_searcher(
+        search["name"], spec["config"], spec["metric"], spec["mode"], spec["numSamples"], 5, **search.get("params", {})
+    )
+    params = {p["name"]: p for p in katib["spec"]["parameters"]}
+    for index in range(spec["numSamples"]):
+        config = searcher.suggest(f"t{index}")
+        for key, value in config.items():
+            _inside(value, params[key], grid=False)
+
+
+def test_katibs_grid_of_doubles_is_every_step_from_min_to_max_inclusive():
+    config = convert(_katib("hp-tuning/grid.yaml")).experiment["spec"]["config"]
+    assert config == {
+        "lr": {"grid_search": [0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.045, 0.05]},
+        "momentum": {"grid_search": [0.5, 0.6, 0.7, 0.8, 0.9]},
+    }
+
+
+def test_algorithms_map_to_the_searchers_and_samplers_docs_api_names():
+    def search(name: str) -> dict:
+        return convert(_katib(name)).experiment["spec"]["searchAlgorithm"]
+
+    assert search("hp-tuning/random.yaml") == {"name": "basic"}
+    assert search("hp-tuning/tpe.yaml") == {"name": "optuna", "params": {"sampler": "tpe"}}
+    multivariate = {"sampler": "tpe", "sampler_args": {"multivariate": True}}
+    assert search("hp-tuning/multivariate-tpe.yaml") == {"name": "optuna", "params": multivariate}
+    assert search("hp-tuning/cma-es.yaml") == {"name": "optuna", "params": {"sampler": "cmaes"}}
+    sobol = {"sampler": "qmc", "sampler_args": {"qmc_type": "sobol"}}
+    assert search("hp-tuning/sobol.yaml") == {"name": "optuna", "params": sobol}
+    assert search("hp-tuning/bayesian-optimization.yaml") == {
+        "name": "optuna",
+        "params": {"sampler": "tpe"},
+        "seed": 10,
+    }
+    notes = convert(_katib("hp-tuning/cma-es.yaml")).notes
+    assert any("restart_strategy" in n.katib and "dropped" in n.text for n in notes)
+
+
+def test_median_stop_becomes_the_median_stopping_rule_and_says_katib_computes_a_mean():
+    conversion = convert(_katib("early-stopping/median-stop.yaml"))
+    assert conversion.experiment["spec"]["scheduler"] == {
+        "name": "median_stopping_rule",
+        "params": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 1},
+    }
+    (note,) = [n for n in conversion.notes if n.katib == "spec.earlyStopping"]
+    assert "arithmetic mean" in note.text and note.target == ("spec", "scheduler")
+    assert "arithmetic mean" in conversion.to_yaml()
+    assert conversion.experiment["spec"]["podRetentionPolicy"] == {"whenSucceeded": "Retain", "whenFailed": "Retain"}
+
+
+def test_the_metrics_collectors_map_to_kubetunes():
+    def collector(name: str) -> dict:
+        return convert(_katib(name)).experiment["spec"]["metricsCollector"]
+
+    assert collector("hp-tuning/random.yaml") == {"kind": "StdOut"}
+    assert collector("metrics-collector/file-metrics-collector.yaml") == {
+        "kind": "File",
+        "path": "/katib/mnist.log",
+        "metricsFormat": ["{metricName: ([\\w|-]+), metricValue: ((-?\\d+)(\\.\\d+)?)}"],
+    }
+    json_file = "metrics-collector/file-metrics-collector-with-json-format.yaml"
+    assert collector(json_file) == {"kind": "File", "path": "/katib/mnist.json", "format": "JSON"}
+
+
+def _random() -> dict:
+    return _katib("hp-tuning/random.yaml")
+
+
+def test_a_tensorflow_event_directory_and_push_are_kubetunes_collectors_too():
+    katib = _random()
+    katib["spec"]["metricsCollectorSpec"] = {
+        "source": {"fileSystemPath": {"path": "/logs/train", "kind": "Directory"}},
+        "collector": {"kind": "TensorFlowEvent"},
+    }
+    experiment = convert(katib).experiment
+    assert experiment["spec"]["metricsCollector"] == {"kind": "TensorFlowEvent", "path": "/logs/train"}
+    _accepted(experiment)
+    katib["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "Push"}}
+    conversion = convert(katib)
+    assert conversion.experiment["spec"]["metricsCollector"] == {"kind": "Push"}
+    assert any("report_metrics" in n.text and "not served yet" in n.text for n in conversion.notes)
+    _accepted(conversion.experiment)
+    katib["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "PrometheusMetric"}}
+    with pytest.raises(KatibConversionError, match="PrometheusMetric is refused"):
+        convert(katib)
+
+
+def test_parameter_domains_follow_katibs_bounds_steps_and_distributions():
+    def domain(kind: str, **space) -> object:
+        katib = _random()
+        katib["spec"]["parameters"][0] = {"name": "lr", "parameterType": kind, "feasibleSpace": space}
+        return convert(katib).experiment["spec"]["config"]["lr"]
+
+    assert domain("int", min="1", max="5") == {"randint": [1, 6]}  # Katib's max is included
+    assert domain("int", min="2", max="10", step="2") == {"qrandint": [2, 10, 2]}
+    assert domain("int", min="1", max="9", step="4") == {"choice": [1, 5, 9]}  # 1 is no multiple of 4
+    assert domain("int", min="1", max="100", distribution="logUniform") == {"lograndint": [1, 101]}
+    assert domain("double", min="0.2", max="0.6", step="0.2") == {"quniform": [0.2, 0.6, 0.2]}
+    assert domain("double", min="0.1", max="0.5", step="0.2") == {"choice": [0.1, 0.3, 0.5]}
+    assert domain("double", min="0.15", max="0.5", step="0.1") == {"choice": [0.15, 0.25, 0.35, 0.45]}
+    assert domain("double", min="0.001", max="0.1", distribution="logUniform") == {"loguniform": [0.001, 0.1]}
+    assert domain("double", min="0", max="6", distribution="normal") == {"randn": [3.0, 1.0]}
+    assert domain("double", min="1", max="1") == 1.0
+    assert domain("categorical", list=["sgd", "adam"]) == {"choice": ["sgd", "adam"]}
+    assert domain("discrete", list=["1", "0.5", "1e-3"]) == {"choice": [1, 0.5, "1e-3"]}  # the command's words
+    with pytest.raises(KatibConversionError, match="min and max are required"):
+        domain("double", min="1")
+    with pytest.raises(KatibConversionError, match="needs min above 0"):
+        domain("double", min="0", max="1", distribution="logUniform")
+    katib = _random()
+    katib["spec"]["algorithm"]["algorithmName"] = "grid"
+    with pytest.raises(KatibConversionError, match="a grid needs a step for a double parameter"):
+        convert(katib)
+
+
+def test_counts_and_katibs_defaults():
+    katib = _random()
+    del katib["spec"]["parallelTrialCount"]
+    katib["spec"]["maxFailedTrialCount"] = 0
+    conversion = convert(katib)
+    spec = conversion.experiment["spec"]
+    assert (spec["maxConcurrentTrials"], spec["numSamples"], spec["failure"]) == (3, 12, {"maxFailedTrials": 0})
+    assert any(n.katib == "spec.parallelTrialCount" and "3" in n.text for n in conversion.notes)
+    del katib["spec"]["maxTrialCount"]
+    with pytest.raises(KatibConversionError, match="maxTrialCount: missing"):
+        convert(katib)
+
+
+def test_the_pod_maps_to_the_template_and_what_it_cannot_hold_is_noted():
+    katib = _random()
+    pod = katib["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
+    pod.update(
+        nodeSelector={"gpu": "l4"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        hostNetwork=True,
+        volumes=[{"name": "data", "emptyDir": {}}],
+    )
+    primary = pod["containers"][0]
+    primary.update(
+        env=[{"name": "LR", "value": "${trialParameters.learningRate}"}, {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        volumeMounts=[{"name": "data", "mountPath": "/data"}],
+        workingDir="/opt",
+        resources={"limits": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": 1}},
+    )
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    pod["containers"].append({"name": "proxy", "image": "envoy:1", "securityContext": restricted})
+    katib["spec"]["trialTemplate"]["trialSpec"]["spec"]["backoffLimit"] = 2
+    conversion = convert(katib)
+    spec = conversion.experiment["spec"]
+    assert spec["template"] == {
+        "nodeSelector": {"gpu": "l4"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "proxy", "image": "envoy:1", "securityContext": restricted}],
+        "env": [{"name": "LR", "value": "${config.lr}"}, {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    assert spec["resourcesPerTrial"] == {"cpu": "2", "memory": "2Gi", "gpu": 1}
+    assert spec["failure"]["maxFailures"] == 2
+    dropped = {n.katib for n in conversion.notes if not n.target}
+    assert "spec.trialTemplate.trialSpec.spec.template.spec.hostNetwork" in dropped
+    assert "spec.trialTemplate.trialSpec.spec.template.spec.containers[training-container].workingDir" in dropped
+    text = conversion.to_yaml()
+    assert "hostNetwork: dropped" in text and "workingDir: dropped" in text
+    _accepted(conversion.experiment)
+
+
+def test_what_kubetune_cannot_substitute_or_katib_does_not_have_is_refused():
+    katib = _random()
+    pod = katib["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
+    pod["nodeSelector"] = {"lr": "${trialParameters.learningRate}"}
+    with pytest.raises(KatibConversionError, match="outside the primary container's command"):
+        convert(katib)
+    katib = _random()
+    _primary(katib)["command"].append("--x=${trialParameters.nope}")
+    with pytest.raises(KatibConversionError, match="names no item of trialTemplate.trialParameters"):
+        convert(katib)
+    katib = _random()
+    katib["spec"]["surprise"] = 1
+    with pytest.raises(KatibConversionError, match="does not have: surprise"):
+        convert(katib)
+    katib = _random()
+    del _primary(katib)["command"]
+    with pytest.raises(KatibConversionError, match="write the entrypoint as command"):
+        convert(katib)
+    with pytest.raises(KatibConversionError, match="not a Katib Experiment"):
+        convert({"apiVersion": "v1", "kind": "Pod"})
+
+
+def test_a_file_of_several_documents_converts_each_and_names_the_one_refused():
+    text = (DATA / "hp-tuning/random.yaml").read_text() + (DATA / "hp-tuning/grid.yaml").read_text()
+    assert [c.source for c in convert_text(text)] == ["random", "grid"]
+    with pytest.raises(KatibConversionError, match=r"two.yaml \(document 2\): .*hyperband"):
+        convert_text(text.replace("algorithmName: grid", "algorithmName: hyperband"), "two.yaml")
+
+
+def test_the_command_writes_one_file_per_experiment_or_stdout(tmp_path, capsys):
+    files = [str(DATA / "hp-tuning/random.yaml"), str(DATA / "metrics-collector/file-metrics-collector.yaml")]
+    assert main(["convert", "katib", *files, "-o", str(tmp_path / "out")]) == 0
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["file-metrics-collector.yaml", "random.yaml"]
+    assert yaml.safe_load((tmp_path / "out" / "random.yaml").read_text())["kind"] == "Experiment"
+    capsys.readouterr()
+    assert main(["convert", "katib", *files]) == 0
+    out = capsys.readouterr().out
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(io.StringIO(out))] == ["random", "file-metrics-collector"]
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")
+    assert main(["convert", "katib", files[0], str(pod), "-o", str(tmp_path / "none")]) == 2
+    assert "pod.yaml (document 1): not a Katib Experiment" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()  # nothing written unless every document converts
+
+
+def test_the_example_of_docs_katib_md_is_what_the_command_writes():
+    block = re.findall(r"```yaml\n(.*?)```", (DOCS / "katib.md").read_text(), re.S)[0]
+    assert block == convert_text((DATA / "early-stopping/median-stop.yaml").read_text())[0].to_yaml()
+
+
+def test_conversion_does_not_change_its_input():
+    katib = _random()
+    before = copy.deepcopy(katib)
+    convert(katib)
+    assert katib == before
