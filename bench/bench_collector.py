@@ -86,14 +86,14 @@ GOAL_RESULTS_PER_S, GOAL_P99_MS = 5000, 20.0
 ASHA_PARAMS = {"max_t": 4**8, "grace_period": 1, "reduction_factor": 4}
 
 
-def experiment(trials: int, scheduler: dict | None = None) -> dict:
+def experiment(trials: int, scheduler: dict | None = None, trainable: dict | None = None) -> dict:
     """The benchmark's Experiment object: ``trials`` random ``lr`` samples, all running at once, under
-    ``scheduler`` (default ASHA with :data:`ASHA_PARAMS`)."""
+    ``scheduler`` (default ASHA with :data:`ASHA_PARAMS`), of ``trainable`` (default a runtime trial's)."""
     return experiment_object(
         EXPERIMENT,
         EXPERIMENT_UID,
         namespace=NAMESPACE,
-        trainable={"entrypoint": "bench:Trainable"},
+        trainable=trainable or {"entrypoint": "bench:Trainable"},
         image="bench",
         config={"lr": {"loguniform": [1e-5, 1e-1]}},
         numSamples=trials,
@@ -107,10 +107,10 @@ def experiment(trials: int, scheduler: dict | None = None) -> dict:
 
 
 def load_registry(
-    key: bytes, trials: int, scheduler: dict | None = None
+    key: bytes, trials: int, scheduler: dict | None = None, trainable: dict | None = None
 ) -> tuple[Registry, dict[str, PodView], list[dict]]:
-    """A registry holding the Experiment (``scheduler`` as for :func:`experiment`) with all its trials
-    created and their pods Running.
+    """A registry holding the Experiment (``scheduler`` and ``trainable`` as for :func:`experiment`) with all its
+    trials created and their pods Running.
 
     Returns:
         The registry, the pods by name (as the daemon observes them), and
@@ -122,7 +122,7 @@ def load_registry(
     # The journal is committed before every answer, as in the operator, into ConfigMaps held in memory:
     # this measures the collector's own work, not the API server's write latency.
     registry = Registry(Settings(), key, ConfigMaps().write)
-    ctl = registry.load(experiment(trials, scheduler))
+    ctl = registry.load(experiment(trials, scheduler, trainable))
     ctl.restore([])  # no Trials or journal existed before: what the daemon's first pass finds
     now = time.time()
     pods, created = {}, True

@@ -2,8 +2,8 @@
 results posted by kubetune's runtime to the collector (``kubetune_operator.collector``): the baseline.
 
 Stand-alone script (no pytest). The operator side runs in a child process (spawn): a real
-:class:`~kubetune_operator.registry.Registry` with one Experiment of ``N`` running trials under ASHA (``loss``,
-``min``), its journal committed before each decision into ConfigMaps held in memory (``devcluster.testkit``; the API
+:class:`~kubetune_operator.registry.Registry` with ``bench_collector.py``'s Experiment of ``N`` running trials under
+ASHA (``loss``, ``min``), its journal committed before each decision into ConfigMaps held in memory (the API
 server's write latency is left out, as in ``bench_collector.py``), and either
 
 * **logs**: a container-trial Experiment whose trials' logs the real :class:`~kubetune_operator.logstream.LogStreams`
@@ -44,53 +44,15 @@ from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from devcluster.testkit import ConfigMaps, experiment_object
+from bench_collector import EXPERIMENT, NAMESPACE, load_registry  # the same Experiment, as a container trial
+
 from kubetune.env import COLLECTOR_RESULTS_PATH
 from kubetune_operator.collector import make_app
 from kubetune_operator.logstream import LogStreams
-from kubetune_operator.podview import PodView
-from kubetune_operator.registry import Registry
-from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import new_key
 
-NAMESPACE, EXPERIMENT = "bench", "output-bench"
-ASHA = {"name": "asha", "params": {"max_t": 4**8, "grace_period": 1, "reduction_factor": 4}}
-
-
-def experiment(trials: int, container: bool) -> dict:
-    trainable = {"command": ["train"], "args": ["--lr=${config.lr}"]} if container else {"entrypoint": "b:T"}
-    return experiment_object(
-        EXPERIMENT,
-        "bench-uid",
-        namespace=NAMESPACE,
-        trainable=trainable,
-        image="bench",
-        config={"lr": {"loguniform": [1e-5, 1e-1]}},
-        numSamples=trials,
-        metric="loss",
-        mode="min",
-        maxConcurrentTrials=trials,
-        searchAlgorithm={"name": "basic", "seed": 7},
-        scheduler=ASHA,
-        storage={"uri": "s3://bench/results"},
-    )
-
-
-def load(registry: Registry, trials: int, container: bool) -> dict[str, PodView]:
-    """Load the Experiment and bring its ``trials`` to Running, as the daemon's passes do; the pods by name."""
-    ctl = registry.load(experiment(trials, container))
-    ctl.restore([])
-    pods, created, now = {}, True, time.time()
-    while created:
-        plan = ctl.plan({}, now)
-        created = plan.create_trials
-        for manifest in created:
-            ctl.trial_created(manifest["metadata"]["name"], "uid-" + manifest["metadata"]["name"])
-        for manifest in plan.create_pods:
-            name = manifest["metadata"]["name"]
-            pods[name] = PodView(name, name.rsplit("-", 1)[0], 0, "Running")
-    ctl.plan(pods, now + 1)
-    return pods
+#: A container trial of the same Experiment (``bench_collector.experiment``): its results are read from its log.
+CONTAINER = {"command": ["train"], "args": ["--lr=${config.lr}"]}
 
 
 def cpu_seconds() -> float:
@@ -109,9 +71,7 @@ def operator_side(mode: str, trials: int, log_url: str, warmup: float, duration:
     figures once the measured window has passed."""
 
     async def main() -> None:
-        key = new_key()
-        registry = Registry(Settings(), key, ConfigMaps().write)
-        pods = load(registry, trials, mode == "logs")
+        registry, pods, _ = load_registry(new_key(), trials, trainable=CONTAINER if mode == "logs" else None)
         ctl = registry.get(NAMESPACE, EXPERIMENT)
         latencies, sent_of_batch = [], []
         record = ctl.record_results
