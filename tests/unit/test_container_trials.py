@@ -270,3 +270,16 @@ def test_a_trial_container_that_ended_beside_a_running_proxy_has_its_pod_deleted
     ctl.output_read_to_end("exp-00000-0")
     pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Succeeded", exit_code=0, gone=True)
     assert ctl.plan(pods, T0 + 4).trial_status["exp-00000"]["reason"] == "Completed"
+
+
+def test_a_container_trial_pod_takes_the_queue_gpus_and_placement_a_runtime_trial_pod_takes():
+    exp = container_experiment(
+        queueName="team-queue",
+        resourcesPerTrial={"cpu": 1, "memory": "2Gi", "gpu": 2},
+        template={"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+    )
+    pod = build_pod(exp, trial_object("ns", "exp-00000", "u1", 0, {"lr": 0.1}), 1, Settings())
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
+    assert pod["metadata"]["labels"]["kubetune.io/attempt"] == "1"
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"memory": "2Gi", "nvidia.com/gpu": "2"}
+    assert pod["spec"]["nodeSelector"] == {"pool": "gpu"} and pod["spec"]["tolerations"][0]["key"] == "gpu"
