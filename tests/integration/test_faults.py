@@ -163,15 +163,21 @@ def test_killed_operator_stops_the_trials_an_uninterrupted_scheduler_stops(
         replay.on_trial_add(name)
         lines = lines_once(s3, namespace, "storm", name)
         # as the operator and Ray's controller: a result that meets spec.stop reaches the scheduler only as the
-        # trial's completion (on_trial_complete below), never through on_trial_result
-        decisions = [replay.on_trial_result(name, r) for r in lines if r["training_iteration"] < MAX_T]
+        # trial's completion (on_trial_complete below), never through on_trial_result; once a trial is stopped,
+        # none of its later results reaches it (a pod that did not hear the stop trains on, unheard)
+        decisions = []
+        for r in lines:
+            if r["training_iteration"] >= MAX_T or "stop" in decisions:
+                break
+            decisions.append(replay.on_trial_result(name, r))
         stops += "stop" in decisions
         if trial["status"]["reason"] == "EarlyStopped":
             assert "stop" in decisions, (name, decisions)  # never stopped by a decision Ray would not make
             replay.on_trial_remove(name)
         else:  # a trial may end before a stop reaches it (the runtime trains on while the operator is down)
             assert trial["status"]["reason"] == "Completed" and len(lines) == MAX_T, (name, trial["status"])
-            replay.on_trial_complete(name, compact_result(lines[-1], "score"))
+            final = lines[len(decisions) - 1] if "stop" in decisions else lines[-1]  # the result it was stopped at
+            replay.on_trial_complete(name, compact_result(final, "score"))
     assert stops >= 2  # the scheduler had decisions to make
     # What the restarted operators' scheduler knows at the end is what it knows uninterrupted.
     assert json.dumps(operator_scheduler(custom, core, namespace, "storm").get_state(), sort_keys=True) == json.dumps(
@@ -243,15 +249,19 @@ def test_killed_operator_tells_optuna_the_trials_asha_stopped_as_pruned_with_pru
     found = run_with_kills(custom, operator, namespace, spec, 8)
     reasons = {name: t["status"]["reason"] for name, t in found.items()}
     assert {"Completed", "EarlyStopped"} <= set(reasons.values()), reasons
-    searcher = operator_controller(custom, core, namespace, "bohb-storm").decisions.searcher
+    decisions = operator_controller(custom, core, namespace, "bohb-storm").decisions
+    searcher = decisions.searcher
     study = {t.number: t for t in searcher._study.trials}
     for name, reason in reasons.items():
         lines = lines_once(s3, namespace, "bohb-storm", name)
         told = study[searcher._trials[name]["number"]]
+        # a trial ASHA stopped is told with the result it was stopped at, whatever its pod ran on to unheard
+        stopped_at = (decisions.applied[name].stopped_at or {}).get("training_iteration")
+        at = stopped_at or len(lines)
         if reason == "EarlyStopped":
-            assert told.state.name == "PRUNED" and told.intermediate_values == {len(lines): lines[-1]["score"]}, name
+            assert told.state.name == "PRUNED" and told.intermediate_values == {at: lines[at - 1]["score"]}, name
         else:
-            assert told.state.name == "COMPLETE" and told.value == lines[-1]["score"] and len(lines) == 6, name
+            assert told.state.name == "COMPLETE" and told.value == lines[at - 1]["score"] and len(lines) == 6, name
     assert len(study) == 8
 
 
