@@ -122,6 +122,12 @@ def pod_view(pod: Mapping) -> PodView:
             view.exit_code, view.message = term.get("exitCode"), term.get("message") or view.message
             view.finished_at = term.get("finishedAt")
             view.reason = term.get("reason") if term.get("reason") not in (None, "Completed", "Error") else view.reason
-            if view.phase in ("Pending", "Running"):  # other containers hold the pod: the attempt ended all the same
-                view.phase, view.lingering = "Succeeded" if term.get("exitCode") == 0 else "Failed", True
+    others_alive = any(
+        cs.get("name") != TRIAL_CONTAINER and not (cs.get("state") or {}).get("terminated")
+        for cs in status.get("containerStatuses") or []
+    )
+    if view.exit_code is not None and others_alive and view.phase in ("Pending", "Running"):
+        # another container (template.containers: a mesh proxy) holds the pod: the attempt ended all the same. A pod
+        # whose containers all ended but whose phase the kubelet has not written yet still holds its resources.
+        view.phase, view.lingering = "Succeeded" if view.exit_code == 0 else "Failed", True
     return view

@@ -195,6 +195,11 @@ def test_a_trial_container_that_ended_ends_its_attempt_while_another_container_h
     assert (view.phase, view.lingering, view.exit_code) == ("Succeeded", True, 0)
     body["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 3, "reason": "Error"}}
     assert (pod_view(body).phase, pod_view(body).lingering) == ("Failed", True)
+    # every container ended, the kubelet has not written the phase yet: the pod still holds its resources
+    body["status"]["containerStatuses"][1]["state"] = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+    assert (pod_view(body).phase, pod_view(body).lingering) == ("Running", False)
+    body["status"]["containerStatuses"] = body["status"]["containerStatuses"][:1]
+    assert (pod_view(body).phase, pod_view(body).lingering) == ("Running", False)
 
 
 def test_the_sidecar_process_reports_to_the_real_collector_and_its_last_batch_ends_the_output(tmp_path):
