@@ -331,7 +331,6 @@ def build_pod(
                 "experiment": exp_name,
                 "trial": name_of_trial,
                 "attempt": attempt,
-                "pod": name,
                 "collector": settings.collector.base_url(),
             }
             token = {

@@ -21,7 +21,6 @@ from kubetune.env import (
     GRACE_PERIOD,
     METRICS_SOURCE,
     NAMESPACE,
-    POD_NAME,
     TOKEN,
     TRIAL,
 )
@@ -149,7 +148,7 @@ def metrics_sidecar(
         collector: ``spec.metricsCollector``.
         objectives: the objective metrics (a result is a line that reports them).
         image: kubetune's runtime image (``trials.defaultImage``).
-        identity: ``{"namespace", "experiment", "trial", "attempt", "pod", "collector"}``: whose results it reports,
+        identity: ``{"namespace", "experiment", "trial", "attempt", "collector"}``: whose results it reports,
             and where.
         token: the ``valueFrom`` of the attempt's collector token (its Secret's key).
         grace_period_s: the pod's grace period: the sidecar's last batch goes out within it.
@@ -169,7 +168,6 @@ def metrics_sidecar(
         {"name": EXPERIMENT, "value": identity["experiment"]},
         {"name": TRIAL, "value": identity["trial"]},
         {"name": ATTEMPT, "value": str(identity["attempt"])},
-        {"name": POD_NAME, "value": identity["pod"]},
         {"name": COLLECTOR_URL, "value": identity["collector"]},
         {"name": GRACE_PERIOD, "value": str(grace_period_s)},
         {"name": METRICS_SOURCE, "value": json.dumps({k: v for k, v in source.items() if v is not None})},
