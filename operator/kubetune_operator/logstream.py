@@ -34,6 +34,8 @@ log = logging.getLogger("kubetune.logstream")
 
 #: Seconds between tries to open a log that cannot be read yet (the container is still being created).
 RETRY_S = 1.0
+#: Longest the end of a log waits for the pod watch to show its container ended before the log is read again.
+END_WAIT_S = 3.0
 #: Results handed to the controller at a time, at most.
 RESULTS_PER_BATCH = 50
 #: Bytes read from the stream at a time.
@@ -168,8 +170,19 @@ class LogStreams:
                 result = parser.feed(pending.decode("utf-8", "replace"))
                 if result is not None and not await self._deliver(ctl, trial, attempt, [result]):
                     return None
-        view = self.pod_of(ctl.namespace, ctl.name, pod)
-        return view is None or view.gone or view.phase in ("Succeeded", "Failed") or view.deleting
+        return await self._ended(ctl, pod)
+
+    async def _ended(self, ctl, pod: str) -> bool:
+        """Whether the pod's container ended, as the pod watch shows it within :data:`END_WAIT_S` of the log's end
+        (the log ends as the container does; the watch's event follows shortly): else the log broke."""
+        deadline = asyncio.get_running_loop().time() + END_WAIT_S
+        while True:
+            view = self.pod_of(ctl.namespace, ctl.name, pod)
+            if view is None or view.gone or view.phase in ("Succeeded", "Failed") or view.deleting:
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
 
     async def _deliver(self, ctl, trial: str, attempt: int, results: list[dict]) -> bool:
         """Hand ``results`` to the controller and commit its decisions; False when ``attempt`` is not current."""
