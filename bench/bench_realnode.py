@@ -48,7 +48,6 @@ import statistics
 import sys
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,6 +64,7 @@ from devcluster.operator import OPERATOR_NAMESPACE, OperatorProcess  # noqa: E40
 from devcluster.testkit import wait_for  # noqa: E402
 from kubetune.env import COLLECTOR_RESULTS_PATH  # noqa: E402
 from kubetune_operator.builders import trial_dir_uri  # noqa: E402
+from kubetune_operator.status import parse_time  # noqa: E402
 
 COMMAND = ["python", "-c", "import kubetune, time; time.sleep(20)"]
 
@@ -431,14 +431,9 @@ def trial_overhead(cluster: Cluster, image: str, trials: int) -> dict[str, dict]
                 status = trial.get("status") or {}
                 if status.get("phase") != "Succeeded" or status.get("iteration") != OVERHEAD_EPOCHS:
                     raise RuntimeError(f"{trial['metadata']['name']}: {status}")
-                spent = iso_seconds(status["completionTime"]) - iso_seconds(status["startTime"])
+                spent = parse_time(status["completionTime"]).timestamp() - parse_time(status["startTime"]).timestamp()
                 out[side]["extra"].append(spent - work)
     return out
-
-
-def iso_seconds(stamp: str) -> float:
-    """Seconds since the epoch of an RFC 3339 time of a status."""
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def print_overhead(out: dict[str, dict], trials: int) -> None:

@@ -514,11 +514,8 @@ def sample_pod(experiment: Mapping, settings: Settings) -> dict:
     Raises:
         ValueError: as :func:`build_pod`.
     """
-    meta, spec = experiment["metadata"], experiment["spec"]
-    trainable, env = spec.get("trainable") or {}, (spec.get("template") or {}).get("env") or []
-    texts = [*(trainable.get("command") or ()), *(trainable.get("args") or ())]
-    texts += [e["value"] for e in env if isinstance(e.get("value"), str)]
-    config = {path: "0" for path in references(texts)}  # a container trial's parameters, as flat keys
+    meta = experiment["metadata"]
+    config = {path: "0" for path in references(experiment["spec"])}  # a container trial's parameters, as flat keys
     trial = trial_object(meta["namespace"], trial_name(meta["name"], 0), "sample", 0, config)
     return build_pod(experiment, trial, 0, settings)
 

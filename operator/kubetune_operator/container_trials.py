@@ -53,8 +53,13 @@ SIDECAR_RESOURCES = {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"m
 REFERENCE = re.compile(r"\$\{(trialParameters|config)\.([A-Za-z0-9_][A-Za-z0-9_.\-]*)\}")
 
 
-def references(texts: Iterable[str]) -> list[str]:
-    """The parameter paths ``texts`` refer to (``["lr", "optimizer.lr"]``), in order, repeats kept."""
+def references(spec: Mapping[str, Any]) -> list[str]:
+    """The parameter paths (``["lr", "optimizer.lr"]``) an Experiment's ``spec`` refers to where they are substituted:
+    ``trainable.command``, ``trainable.args`` and the string ``value`` of ``template.env`` items; in order, repeats
+    kept."""
+    trainable, env = spec.get("trainable") or {}, (spec.get("template") or {}).get("env") or []
+    texts = [*(trainable.get("command") or ()), *(trainable.get("args") or ())]
+    texts += [e["value"] for e in env if isinstance(e.get("value"), str)]
     return [m.group(2) for text in texts for m in REFERENCE.finditer(text)]
 
 

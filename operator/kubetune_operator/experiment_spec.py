@@ -270,14 +270,8 @@ def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial 
             raise ValueError(f"spec.metricsCollector.{problem}")
     if patterns and (format != "TEXT" or kind == "TensorFlowEvent"):
         raise ValueError("spec.metricsCollector.metricsFormat is for format TEXT (not kind TensorFlowEvent)")
-    env = ((spec.get("template") or {}).get("env")) or []
-    texts = [
-        *command,
-        *(trainable.get("args") or ()),
-        *(e.get("value") for e in env if isinstance(e.get("value"), str)),
-    ]
     config = spec.get("config") or {}
-    unknown = sorted({p for p in references(texts) if p not in config and p.split(".")[0] not in config})
+    unknown = sorted({p for p in references(spec) if p not in config and p.split(".")[0] not in config})
     if unknown:
         raise ValueError(
             f"spec.trainable refers to parameters that are not in spec.config: {', '.join(unknown)} "
