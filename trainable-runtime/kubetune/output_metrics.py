@@ -109,8 +109,6 @@ class OutputParser:
         """The latest value of every metric printed so far."""
         self.iteration = 0
         """``training_iteration`` of the last result made."""
-        self.lines = 0
-        """Lines read."""
 
     def _pairs(self, line: str) -> tuple[float | None, dict[str, float]]:
         if self.format == "JSON":
@@ -140,7 +138,6 @@ class OutputParser:
         A result is ``{metric: value, ..., "training_iteration": n}`` plus ``timestamp`` (whole seconds since the
         epoch) when the line starts with an RFC 3339 time (``TEXT``) or has a ``timestamp`` key (``JSON``).
         """
-        self.lines += 1
         if len(line) > MAX_LINE_BYTES:
             return None
         when, values = self._pairs(line.rstrip("\r\n"))
