@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from kubetune.output_metrics import MAX_LINE_BYTES, OutputParser
+from kubetune.output_metrics import LineBuffer, OutputParser
 
 from .labels import TRIAL_CONTAINER, pod_name
 from .podinput import result_problem
@@ -153,23 +153,14 @@ class LogStreams:
                         text,
                     )
                 return False
-            pending, results = b"", []
+            lines = LineBuffer()
             async for chunk in response.content.iter_chunked(CHUNK_BYTES):
-                lines = (pending + chunk).split(b"\n")
-                pending = lines.pop()
-                if len(pending) > MAX_LINE_BYTES:  # a line that never ends is skipped to its newline
-                    pending = b""
-                for line in lines:
-                    result = parser.feed(line.decode("utf-8", "replace"))
-                    if result is not None:
-                        results.append(result)
+                results = parser.feed_all(lines.feed(chunk))
                 if results and not await self._deliver(ctl, trial, attempt, results):
                     return None
-                results = []
-            if pending:
-                result = parser.feed(pending.decode("utf-8", "replace"))
-                if result is not None and not await self._deliver(ctl, trial, attempt, [result]):
-                    return None
+            results = parser.feed_all(lines.end())
+            if results and not await self._deliver(ctl, trial, attempt, results):
+                return None
         return await self._ended(ctl, pod)
 
     async def _ended(self, ctl, pod: str) -> bool:

@@ -254,3 +254,12 @@ def test_the_sidecar_process_reports_to_the_real_collector_and_its_last_batch_en
         assert ctl.output_read("boxes-00000-0")
 
     asyncio.run(scenario())
+
+
+def test_lines_arriving_in_pieces_come_out_whole_and_an_endless_one_is_dropped_to_its_newline():
+    from kubetune.output_metrics import MAX_LINE_BYTES, LineBuffer
+
+    lines = LineBuffer()
+    assert lines.feed(b"loss=0.5\nlo") == ["loss=0.5"] and lines.feed(b"ss=0.4\n") == ["loss=0.4"]
+    assert lines.feed(b"x" * (MAX_LINE_BYTES + 1)) == [] and lines.feed(b"yz\nloss=1") == ["yz"]
+    assert lines.end() == ["loss=1"] and lines.end() == []

@@ -19,7 +19,7 @@ import re
 from datetime import datetime
 from typing import Iterable, Sequence
 
-__all__ = ["KATIB_METRICS_FORMAT", "FORMATS", "MAX_LINE_BYTES", "OutputParser", "metrics_format_problem"]
+__all__ = ["KATIB_METRICS_FORMAT", "FORMATS", "MAX_LINE_BYTES", "LineBuffer", "OutputParser", "metrics_format_problem"]
 
 #: Katib's default ``filter.metricsFormat``: a metric name (word characters, ``|`` and ``-``), ``=``, a number.
 KATIB_METRICS_FORMAT = r"([\w|-]+)\s*=\s*([+-]?\d*(\.\d+)?([Ee][+-]?\d+)?)"
@@ -69,6 +69,27 @@ def _number(value: object) -> float | None:
     else:
         return None
     return number if math.isfinite(number) else None
+
+
+class LineBuffer:
+    """Whole lines out of bytes that arrive in pieces (a followed log, a growing file): the unfinished last line
+    waits for the rest, and one over :data:`MAX_LINE_BYTES` is dropped up to its newline."""
+
+    def __init__(self):
+        self.pending = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        """The lines ``data`` completes, decoded (UTF-8, undecodable bytes replaced), without their newlines."""
+        lines = (self.pending + data).split(b"\n")
+        self.pending = lines.pop()
+        if len(self.pending) > MAX_LINE_BYTES:
+            self.pending = b""
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def end(self) -> list[str]:
+        """The unfinished last line, once nothing more comes (an empty list without one)."""
+        rest, self.pending = self.pending, b""
+        return [rest.decode("utf-8", "replace")] if rest else []
 
 
 class OutputParser:

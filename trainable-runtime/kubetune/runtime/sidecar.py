@@ -36,7 +36,7 @@ from kubetune.env import (
     TOKEN,
     TRIAL,
 )
-from kubetune.output_metrics import MAX_LINE_BYTES, OutputParser
+from kubetune.output_metrics import LineBuffer, OutputParser
 from kubetune.runtime.reporter import Reporter
 
 log = logging.getLogger("kubetune.sidecar")
@@ -54,7 +54,7 @@ class FileSource:
     start (it was truncated or replaced)."""
 
     def __init__(self, path: str):
-        self.path, self.offset, self.pending = path, 0, b""
+        self.path, self.offset, self.buffer = path, 0, LineBuffer()
 
     def lines(self, final: bool = False) -> list[str]:
         """The lines written since the last call (with the unfinished last line when ``final``)."""
@@ -63,19 +63,12 @@ class FileSource:
         except OSError:
             return []
         if size < self.offset:
-            self.offset, self.pending = 0, b""
+            self.offset, self.buffer = 0, LineBuffer()
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             data = f.read()
         self.offset += len(data)
-        parts = (self.pending + data).split(b"\n")
-        self.pending = parts.pop()
-        if len(self.pending) > MAX_LINE_BYTES:
-            self.pending = b""
-        if final and self.pending:
-            parts.append(self.pending)
-            self.pending = b""
-        return [p.decode("utf-8", "replace") for p in parts]
+        return self.buffer.feed(data) + (self.buffer.end() if final else [])
 
 
 class EventSource:
