@@ -372,10 +372,12 @@ class TrialLifecycle:
             )
 
     def _met_stop(self, trial: TrialState) -> bool:
-        """Whether the last result of ``trial`` meets ``spec.stop`` or says ``done``: the trial ended as done, not
-        stopped early (Ray's ``Trial.should_stop``)."""
-        last = {**(trial.status.get("lastResult") or {}), "training_iteration": trial.status.get("iteration")}
-        return bool(last.get("done")) or should_stop(last, self.intake.spec.stop)[0]
+        """Whether the result ``trial`` was stopped at (:attr:`Applied.stopped_at`, not a later one its pod printed
+        before it heard) meets ``spec.stop`` or says ``done``: the trial ended as done, not stopped early (Ray's
+        ``Trial.should_stop``)."""
+        applied = self.decisions.applied.get(trial.name)
+        last = applied.stopped_at if applied is not None and applied.stopped_at else trial.status.get("lastResult")
+        return bool((last or {}).get("done")) or should_stop(last or {}, self.intake.spec.stop)[0]
 
     def _no_metric_message(self, pod: PodView) -> str:
         spec = self.intake.spec

@@ -283,3 +283,15 @@ def test_a_container_trial_pod_takes_the_queue_gpus_and_placement_a_runtime_tria
     assert pod["metadata"]["labels"]["kubetune.io/attempt"] == "1"
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"memory": "2Gi", "nvidia.com/gpu": "2"}
     assert pod["spec"]["nodeSelector"] == {"pool": "gpu"} and pod["spec"]["tolerations"][0]["key"] == "gpu"
+
+
+def test_a_container_trial_a_stopper_stopped_that_printed_on_to_spec_stop_is_still_early_stopped():
+    stoppers = [{"name": "maximum_iteration", "params": {"max_iter": 1}}]
+    ctl = ExperimentController(container_experiment(stop={"training_iteration": 3}, stoppers=stoppers), Settings(), KEY)
+    pods = running(ctl)
+    assert ctl.record_results("exp-00000", 0, [{"loss": 0.5, "training_iteration": 1}], None) == "stop"
+    ctl.record_results("exp-00000", 0, [{"loss": 0.4, "training_iteration": 3}], None)  # printed before SIGTERM
+    pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Running", deleting=True, gone=True)
+    ctl.output_read_to_end("exp-00000-0")
+    status = ctl.plan(pods, T0 + 4).trial_status["exp-00000"]
+    assert (status["phase"], status["reason"]) == ("Succeeded", "EarlyStopped")
