@@ -89,7 +89,7 @@ class ProcessKubelet:
         return any(
             w.meta["namespace"] == namespace and w.meta["name"] == pod and not c.exited
             for w in workers
-            for c in w.containers
+            for c in [*w.init_containers, *w.containers]
             if c.name == container
         )
 

@@ -8,6 +8,11 @@ where volumes are bind-mounted at their ``mountPath`` (parents first, each
 host path held open from before the first mount) and a per-container file at
 ``terminationMessagePath``, so the process cannot tell it is not in a
 container; the working directory is ``workingDir`` (``/`` by default).
+
+Init containers run as the kubelet runs them: each regular one to its end, in order, before the next (a failure
+ends a ``restartPolicy: Never`` pod as Failed); a native sidecar (``restartPolicy: Always``) starts in its turn,
+after its ``exec`` startup probe passes when it has one, and runs beside the pod's containers until they have all
+ended, then gets SIGTERM (Kubernetes 1.29's sidecar containers).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from kubernetes import client
@@ -195,6 +201,7 @@ class PodWorker(threading.Thread):
         self.gpu_ids: list[int] = []
         self.pod_dir = kubelet.workdir / "pods" / f"{self.meta['namespace']}_{self.meta['name']}"
         self.containers = [Container(c, self.pod_dir) for c in pod["spec"]["containers"]]
+        self.init_containers = [Container(c, self.pod_dir) for c in pod["spec"].get("initContainers") or ()]
         self.events: queue.Queue = queue.Queue()
         self.deleting: float | None = None
         self.phase = "Pending"
@@ -211,8 +218,9 @@ class PodWorker(threading.Thread):
             self.events.put(("delete", grace))
 
     def kill_processes(self, grace: float) -> None:
-        """Stop every running container's process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
-        for c in self.containers:
+        """Stop every running container's process group, the pod's containers before its init containers (its
+        sidecars): SIGTERM, then SIGKILL after ``grace`` seconds."""
+        for c in [*self.containers, *reversed(self.init_containers)]:
             if c.proc is not None and c.proc.poll() is None:
                 procs.stop_pid(c.proc.pid, timeout=grace, group=True)
 
@@ -241,11 +249,19 @@ class PodWorker(threading.Thread):
             self._write_status()
             return
         self.gpu_ids = ids
+        if not self._initialize(env_by_container):
+            self.gpus.release(self.gpu_ids)
+            self.gpu_ids = []
+            self._write_status()
+            if self.deleting is not None:
+                self._final_delete()
+            return
         for c in self.containers:
             self._start(c, env_by_container[c.name])
         self.phase = "Running"
         self._write_status()
         self._supervise(env_by_container)
+        self._stop_sidecars()
         self.gpus.release(self.gpu_ids)
         self.gpu_ids = []
         self._write_status()
@@ -265,7 +281,8 @@ class PodWorker(threading.Thread):
             try:
                 self.volumes = podenv.prepare_volumes(self.kubelet.core, self.pod, self.pod_dir)
                 return {
-                    c.name: podenv.container_env(self.kubelet.core, self.pod, c.spec, base) for c in self.containers
+                    c.name: podenv.container_env(self.kubelet.core, self.pod, c.spec, base)
+                    for c in [*self.init_containers, *self.containers]
                 }
             except podenv.ConfigError as exc:
                 for c in self.containers:
@@ -303,6 +320,61 @@ class PodWorker(threading.Thread):
         c.start(argv, env, mounts, self.kubelet.isolate_mounts)
         threading.Thread(target=lambda: self.events.put(("exit", c, c.proc.wait())), daemon=True).start()
 
+    def _initialize(self, env_by_container: dict) -> bool:
+        """Run the init containers in order; False when the pod ended before its containers could start (an init
+        container failed, or the pod was deleted)."""
+        for c in self.init_containers:
+            if self.deleting is not None:
+                return False
+            self._start(c, env_by_container[c.name])
+            self._write_status()
+            if c.spec.get("restartPolicy") == "Always":  # a sidecar: on once started (and its probe passes)
+                if not self._probe(c, env_by_container[c.name]):
+                    self.kill_processes(grace=1)
+                    self.phase = "Failed"
+                    return False
+                continue
+            while True:
+                kind, *rest = self.events.get()
+                if kind == "delete":
+                    self.kill_processes(rest[0])
+                    continue
+                done, code = rest
+                done.finish(code)
+                if done is c:
+                    break
+            self._write_status()
+            if code != 0:
+                self.kill_processes(grace=1)  # the sidecars started before it
+                self.phase = "Failed"
+                return False
+        return True
+
+    def _probe(self, c: Container, env: dict) -> bool:
+        """Wait for ``c``'s ``exec`` startup probe to pass (run here, with its environment); True without one."""
+        probe = (c.spec.get("startupProbe") or {}).get("exec")
+        if not probe:
+            return True
+        settings = c.spec["startupProbe"]
+        for _ in range(int(settings.get("failureThreshold", 3))):
+            if self.deleting is not None or c.proc.poll() is not None:
+                return False
+            if subprocess.run(probe["command"], env=env, capture_output=True, timeout=10).returncode == 0:
+                return True
+            time.sleep(float(settings.get("periodSeconds", 10)))
+        return False
+
+    def _stop_sidecars(self) -> None:
+        """The pod's containers have all ended: SIGTERM its sidecars, last started first, and wait for them."""
+        grace = float(self.pod["spec"].get("terminationGracePeriodSeconds", 30))
+        for c in reversed(self.init_containers):
+            if c.proc is not None and c.proc.poll() is None:
+                procs.stop_pid(c.proc.pid, timeout=grace, group=True)
+        while not all(c.exited for c in self.init_containers if c.proc is not None):
+            kind, *rest = self.events.get()
+            if kind == "exit":
+                rest[0].finish(rest[1])
+
     def _supervise(self, env_by_container: dict) -> None:
         policy = self.pod["spec"].get("restartPolicy", "Always")
         while not all(c.exited for c in self.containers):
@@ -333,15 +405,16 @@ class PodWorker(threading.Thread):
                 self._write_status()
         codes = [c.state["terminated"]["exitCode"] for c in self.containers]
         self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+        self._write_status()  # the containers' end, while the sidecars finish
 
     def _write_status(self) -> None:
         running = self.phase == "Running" and all("running" in c.state for c in self.containers)
         now = now_rfc3339()
         conds = [c for c in (self.pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"]
-        started = self.phase != "Pending" or any(c.proc for c in self.containers)
+        started = self.phase != "Pending" or any(c.proc for c in [*self.init_containers, *self.containers])
         for ctype, ok in (
             ("PodReadyToStartContainers", started),
-            ("Initialized", True),
+            ("Initialized", self.phase != "Pending" or not self.init_containers),
             ("ContainersReady", running),
             ("Ready", running),
         ):
@@ -359,6 +432,8 @@ class PodWorker(threading.Thread):
             "startTime": (self.pod.get("status") or {}).get("startTime") or now,
             "containerStatuses": [c.status() for c in self.containers],
         }
+        if self.init_containers:
+            status["initContainerStatuses"] = [c.status() for c in self.init_containers]
         if self.reason:
             status["reason"], status["message"] = self.reason, self.message
         self.pod.setdefault("status", {})["startTime"] = status["startTime"]

@@ -18,8 +18,11 @@ from typing import Mapping
 
 from kubetune.env import (
     ATTEMPT_DIR,
+    CHECKPOINT_DIR,
     CONFIG_KEY,
     RESOURCES,
+    STORAGE_ENDPOINT,
+    STORAGE_REGION,
     TERMINATION_MESSAGE_PATH,
     TOKEN,
     CheckpointPolicy,
@@ -30,10 +33,16 @@ from kubetune.env import (
 from kubetune.resultkeys import spec_objectives
 
 from .container_trials import (
+    CHECKPOINT_VOLUME,
     METRICS_SIDECAR,
     METRICS_VOLUME,
+    RESTORE_CONTAINER,
+    STATE_VOLUME,
+    checkpoint_path,
+    folder_env,
     metrics_sidecar,
     references,
+    restore_container,
     shared_folder,
     trial_container,
 )
@@ -290,62 +299,24 @@ def build_pod(
     reserved = sorted(e.get("name", "") for e in user_env if e.get("name", "").startswith(RESERVED_ENV_PREFIX))
     if reserved:
         raise ValueError(f"template.env may not set {', '.join(reserved)}: {RESERVED_ENV_PREFIX}* belong to kubetune")
-    taken = {v.get("name") for v in template.get("volumes") or ()} & {ATTEMPT_VOLUME, SCRATCH_VOLUME, METRICS_VOLUME}
+    taken = {v.get("name") for v in template.get("volumes") or ()} & {
+        ATTEMPT_VOLUME,
+        SCRATCH_VOLUME,
+        METRICS_VOLUME,
+        CHECKPOINT_VOLUME,
+        STATE_VOLUME,
+    }
     if taken:
         raise ValueError(f"template.volumes may not name a volume {', '.join(sorted(taken))}: it belongs to kubetune")
-    names = {c.get("name") for c in template.get("containers") or ()} & {TRIAL_CONTAINER, METRICS_SIDECAR}
+    names = {c.get("name") for c in template.get("containers") or ()} & {
+        TRIAL_CONTAINER,
+        METRICS_SIDECAR,
+        RESTORE_CONTAINER,
+    }
     if names:
         raise ValueError(f"template.containers may not name a container {', '.join(sorted(names))}: it is kubetune's")
     if trainable.get("command"):  # a container trial: the user's container as it is
-        container = trial_container(
-            TRIAL_CONTAINER,
-            spec.get("image") or settings.trials.default_image,
-            trainable["command"],
-            trainable.get("args") or (),
-            user_env,
-            trial["spec"].get("config") or {},
-        )
-        container["resources"] = pod_resources(spec.get("resourcesPerTrial"))
-        if template.get("envFrom"):
-            container["envFrom"] = template["envFrom"]
-        collector = spec.get("metricsCollector") or {}
-        folder = shared_folder(collector.get("kind", "StdOut"), collector.get("path"))
-        mounts = [
-            *([{"name": METRICS_VOLUME, "mountPath": folder}] if folder else []),
-            *(template.get("volumeMounts") or []),
-        ]
-        if mounts:
-            container["volumeMounts"] = mounts
-        pod = _pod_manifest(
-            experiment,
-            template,
-            settings,
-            trial,
-            attempt,
-            container,
-            [{"name": METRICS_VOLUME, "emptyDir": {}}] if folder else [],
-        )
-        if collector.get("kind", "StdOut") != "StdOut":
-            identity = {
-                "namespace": namespace,
-                "experiment": exp_name,
-                "trial": name_of_trial,
-                "attempt": attempt,
-                "collector": settings.collector.base_url(),
-            }
-            token = {
-                "secretKeyRef": {"name": token_secret_name(name, trial["metadata"]["uid"]), "key": TOKEN_SECRET_KEY}
-            }
-            sidecar = metrics_sidecar(
-                collector,
-                [metric] if isinstance(metric, str) else list(metric or ()),
-                settings.trials.default_image,
-                identity,
-                token,
-                settings.trials.termination_grace_period_s,
-            )
-            pod["spec"]["initContainers"] = [sidecar]
-        return pod
+        return _container_trial_pod(experiment, trial, attempt, settings, template, restore_from)
     _, endpoint, region = _storage(spec, settings)
     checkpoint = spec.get("checkpoint") or {}
     trial_env = TrialEnv(
@@ -413,6 +384,84 @@ def build_pod(
     attempt_volume = {"name": ATTEMPT_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}
     scratch_volume = [{"name": SCRATCH_VOLUME, "emptyDir": {}}] if scratch else []
     return _pod_manifest(experiment, template, settings, trial, attempt, container, [attempt_volume, *scratch_volume])
+
+
+def _container_trial_pod(
+    experiment: Mapping, trial: Mapping, attempt: int, settings: Settings, template: dict, restore_from: str | None
+) -> dict:
+    """The pod of a container trial (:func:`build_pod` says what it holds)."""
+    spec = experiment["spec"]
+    metric, _ = spec_objectives(spec)
+    namespace, exp_name = experiment["metadata"]["namespace"], experiment["metadata"]["name"]
+    name_of_trial, trainable, user_env = trial["metadata"]["name"], spec["trainable"], template.get("env") or []
+    name = pod_name(name_of_trial, attempt)
+    container = trial_container(
+        TRIAL_CONTAINER,
+        spec.get("image") or settings.trials.default_image,
+        trainable["command"],
+        trainable.get("args") or (),
+        user_env,
+        trial["spec"].get("config") or {},
+    )
+    container["resources"] = pod_resources(spec.get("resourcesPerTrial"))
+    if template.get("envFrom"):
+        container["envFrom"] = template["envFrom"]
+    collector = spec.get("metricsCollector") or {}
+    kind = collector.get("kind", "StdOut")
+    folder = shared_folder(kind, collector.get("path"))
+    path = checkpoint_path(spec)
+    mounts = [
+        *([{"name": METRICS_VOLUME, "mountPath": folder}] if folder else []),
+        *([{"name": CHECKPOINT_VOLUME, "mountPath": path}] if path else []),
+        *(template.get("volumeMounts") or []),
+    ]
+    if mounts:
+        container["volumeMounts"] = mounts
+    checkpoint = None
+    if path:  # the one variable of kubetune's in the container: where its checkpoint folder is
+        container["env"] = [{"name": CHECKPOINT_DIR, "value": path}, *(container.get("env") or ())]
+        _, endpoint, region = _storage(spec, settings)
+        secret = (spec.get("storage") or {}).get("credentialsSecret")
+        checkpoint = (
+            folder_env(
+                path,
+                experiment_trial_dir(experiment, settings, name_of_trial),
+                restore_from,
+                spec.get("checkpoint") or {},
+                {STORAGE_ENDPOINT: endpoint, STORAGE_REGION: region},
+            ),
+            [{"secretRef": {"name": secret}}] if secret else [],  # kubetune's containers only, never the trial's
+            path,
+        )
+    volumes = [
+        *([{"name": METRICS_VOLUME, "emptyDir": {}}] if folder else []),
+        *([{"name": CHECKPOINT_VOLUME, "emptyDir": {}}, {"name": STATE_VOLUME, "emptyDir": {}}] if path else []),
+    ]
+    pod = _pod_manifest(experiment, template, settings, trial, attempt, container, volumes)
+    init = [restore_container(settings.trials.default_image, attempt, checkpoint)] if checkpoint else []
+    if kind != "StdOut" or checkpoint:
+        identity = {
+            "namespace": namespace,
+            "experiment": exp_name,
+            "trial": name_of_trial,
+            "attempt": attempt,
+            "collector": settings.collector.base_url(),
+        }
+        token = {"secretKeyRef": {"name": token_secret_name(name, trial["metadata"]["uid"]), "key": TOKEN_SECRET_KEY}}
+        init.append(
+            metrics_sidecar(
+                collector,
+                [metric] if isinstance(metric, str) else list(metric or ()),
+                settings.trials.default_image,
+                identity,
+                token,
+                settings.trials.termination_grace_period_s,
+                checkpoint,
+            )
+        )
+    if init:
+        pod["spec"]["initContainers"] = init
+    return pod
 
 
 def _pod_manifest(

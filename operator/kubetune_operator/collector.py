@@ -198,8 +198,8 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
                     return _error(401, "stale token: not the trial's current attempt")
                 decision = max(decision, step, key=DECISION_RANK.__getitem__)
             ctl.trial_stalled(trial, batch.stalled.model_dump() if batch.stalled else None)
-            if batch.done and ctl.container_trial is not None:  # a metrics sidecar's last batch: nothing more comes
-                ctl.output_read_to_end(pod_name(trial, attempt))
+            if batch.done and ctl.container_trial is not None:  # the sidecar's last batch: nothing more comes
+                ctl.output_read_to_end(pod_name(trial, attempt), "sidecar")
         try:
             await registry.commit(ctl)  # the decision is durable before the trial acts on it
         except Exception as exc:  # noqa: BLE001 - the runtime retries; the results are de-duplicated

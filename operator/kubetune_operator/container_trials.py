@@ -3,7 +3,8 @@ parameters substituted, nothing of kubetune's added.
 
 Owns the parameter references (``${trialParameters.NAME}``, Katib's form, and ``${config.NAME}``, kubetune's, where
 NAME may be a dotted path into a nested config; docs/api.md, "Any container as a trial"): :func:`substitute` and
-:func:`references`, and :func:`trial_container`, the container ``builders.build_pod`` puts in such a trial's pod.
+:func:`references`; and the containers ``builders.build_pod`` puts in such a trial's pod: :func:`trial_container`,
+kubetune's :func:`metrics_sidecar` and, for a trial with a checkpoint folder, :func:`restore_container`.
 Called by ``builders.py`` (each attempt's pod) and ``experiment_spec.py`` (references checked at admission). Pure.
 """
 
@@ -16,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from kubetune.env import (
     ATTEMPT,
+    CHECKPOINT_FOLDER,
     COLLECTOR_URL,
     EXPERIMENT,
     GRACE_PERIOD,
@@ -25,14 +27,24 @@ from kubetune.env import (
     TRIAL,
 )
 
+from .labels import RESTORE_CONTAINER
+
 __all__ = [
+    "CHECKPOINT_VOLUME",
+    "DEFAULT_CHECKPOINT_PATH",
     "DEFAULT_PUSH_PORT",
     "METRICS_SIDECAR",
     "METRICS_VOLUME",
+    "RESTORE_CONTAINER",
+    "STATE_DIR",
+    "STATE_VOLUME",
     "REFERENCE",
     "SIDECAR_COMMAND",
+    "checkpoint_path",
+    "folder_env",
     "metrics_sidecar",
     "references",
+    "restore_container",
     "shared_folder",
     "substitute",
     "trial_container",
@@ -43,11 +55,23 @@ METRICS_SIDECAR = "kubetune-metrics"
 #: The emptyDir the trial's container shares with the sidecar (``File``, ``TensorFlowEvent``); ``template.volumes``
 #: may not use the name.
 METRICS_VOLUME = "kubetune-metrics"
+#: The restore's command, in kubetune's runtime image.
+RESTORE_COMMAND = ("python", "-m", "kubetune.runtime.checkpoint_folder")
+#: The emptyDir of the checkpoint folder (``spec.checkpoint.path``), the trial's container's and kubetune's.
+CHECKPOINT_VOLUME = "kubetune-checkpoint"
+#: The emptyDir only kubetune's containers mount, at :data:`STATE_DIR`: the restore's record, the copy being saved.
+STATE_VOLUME = "kubetune-state"
+STATE_DIR = "/var/run/kubetune-state"
+#: ``spec.checkpoint.path`` of a container trial whose scheduler pauses trials, when unset.
+DEFAULT_CHECKPOINT_PATH = "/kubetune/checkpoint"
+#: Schedulers that pause trials and resume them from a checkpoint: a container trial of theirs keeps a checkpoint
+#: folder, :data:`DEFAULT_CHECKPOINT_PATH` when ``spec.checkpoint.path`` is unset.
+PAUSING_SCHEDULERS = ("hyperband", "hyperband_bohb", "pbt", "pbt_replay", "pb2")
 #: ``metricsCollector.port`` when unset (``Push``).
 DEFAULT_PUSH_PORT = 9109
 #: The sidecar's command, in kubetune's runtime image.
 SIDECAR_COMMAND = ("python", "-m", "kubetune.runtime.sidecar")
-#: The sidecar's resources: it tails a file or serves a few posts a second.
+#: The sidecar's and the restore's resources: it tails a file, serves a few posts a second, copies a checkpoint.
 SIDECAR_RESOURCES = {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
 #: A parameter reference: ``${trialParameters.lr}`` or ``${config.optimizer.lr}``.
 REFERENCE = re.compile(r"\$\{(trialParameters|config)\.([A-Za-z0-9_][A-Za-z0-9_.\-]*)\}")
@@ -143,11 +167,12 @@ def metrics_sidecar(
     identity: Mapping[str, str],
     token: Mapping[str, Any],
     grace_period_s: int,
+    checkpoint: tuple[list, list, str] | None = None,
 ) -> dict:
-    """The metrics sidecar of a container trial whose ``metricsCollector`` (the spec's dict) is not ``StdOut``: a
-    native sidecar (``restartPolicy: Always``) running :data:`SIDECAR_COMMAND` in ``image`` (kubetune's runtime),
-    the shared folder mounted read-only, under the *restricted* settings with a read-only root filesystem. For
-    ``Push``, a startup probe holds the trial's container until the endpoint listens.
+    """The metrics sidecar of a container trial whose ``metricsCollector`` (the spec's dict) is not ``StdOut``, or
+    that keeps a checkpoint folder: a native sidecar (``restartPolicy: Always``) running :data:`SIDECAR_COMMAND` in
+    ``image`` (kubetune's runtime), the metrics' folder mounted read-only, under the *restricted* settings with a
+    read-only root filesystem. For ``Push``, a startup probe holds the trial's container until the endpoint listens.
 
     Args:
         collector: ``spec.metricsCollector``.
@@ -157,6 +182,8 @@ def metrics_sidecar(
             and where.
         token: the ``valueFrom`` of the attempt's collector token (its Secret's key).
         grace_period_s: the pod's grace period: the sidecar's last batch goes out within it.
+        checkpoint: ``(env, envFrom, path)`` of the checkpoint folder (:func:`folder_env`, the storage credentials,
+            the folder), or None.
     """
     kind = collector.get("kind", "StdOut")
     source = {
@@ -177,6 +204,7 @@ def metrics_sidecar(
         {"name": GRACE_PERIOD, "value": str(grace_period_s)},
         {"name": METRICS_SOURCE, "value": json.dumps({k: v for k, v in source.items() if v is not None})},
         {"name": TOKEN, "valueFrom": dict(token)},
+        *(checkpoint[0] if checkpoint else ()),
     ]
     sidecar = {
         "name": METRICS_SIDECAR,
@@ -185,12 +213,10 @@ def metrics_sidecar(
         "restartPolicy": "Always",
         "env": env,
         "resources": SIDECAR_RESOURCES,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-        },
+        "securityContext": _kubetune_security(),
     }
+    if checkpoint and checkpoint[1]:
+        sidecar["envFrom"] = checkpoint[1]
     if kind == "Push":  # the trial's container starts once the endpoint listens (a native sidecar's startup probe)
         check = f"import socket; socket.create_connection(('127.0.0.1', {source['port']}), 1).close()"
         sidecar["startupProbe"] = {
@@ -199,6 +225,85 @@ def metrics_sidecar(
             "failureThreshold": 60,
         }
     folder = shared_folder(kind, collector.get("path"))
-    if folder:
-        sidecar["volumeMounts"] = [{"name": METRICS_VOLUME, "mountPath": folder, "readOnly": True}]
+    mounts = [{"name": METRICS_VOLUME, "mountPath": folder, "readOnly": True}] if folder else []
+    if checkpoint:
+        mounts += _folder_mounts(checkpoint[2])
+    if mounts:
+        sidecar["volumeMounts"] = mounts
     return sidecar
+
+
+def checkpoint_path(spec: Mapping[str, Any]) -> str | None:
+    """A container trial's checkpoint folder as ``spec`` sets it: ``spec.checkpoint.path`` (normalised), else
+    :data:`DEFAULT_CHECKPOINT_PATH` when the scheduler pauses trials, else None (no checkpoints). Unchecked:
+    ``experiment_spec`` refuses a malformed one at admission."""
+    path = (spec.get("checkpoint") or {}).get("path")
+    if path is None and (spec.get("scheduler") or {}).get("name", "fifo") in PAUSING_SCHEDULERS:
+        return DEFAULT_CHECKPOINT_PATH
+    return posixpath.normpath(path) if isinstance(path, str) else path
+
+
+def _kubetune_security() -> dict:
+    """The *restricted* settings of kubetune's containers in a container trial's pod, root filesystem read-only."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
+
+
+def _folder_mounts(path: str) -> list[dict]:
+    return [{"name": CHECKPOINT_VOLUME, "mountPath": path}, {"name": STATE_VOLUME, "mountPath": STATE_DIR}]
+
+
+def folder_env(
+    path: str,
+    trial_dir: str,
+    restore_from: str | None,
+    policy: Mapping[str, Any],
+    storage_env: Mapping[str, str | None],
+) -> list[dict]:
+    """The variables of kubetune's containers that restore and save a checkpoint folder: ``CHECKPOINT_FOLDER``
+    (``kubetune.runtime.checkpoint_folder.FolderSpec``), the storage's endpoint and region, ``HOME`` in the state
+    folder (the root filesystem is read-only).
+
+    Args:
+        path: ``spec.checkpoint.path``.
+        trial_dir: the trial's storage folder.
+        restore_from: the checkpoint that seeds the trial's lineage (a PBT exploit's donor), or None.
+        policy: ``spec.checkpoint`` (``atEnd``, ``keep``, ``scoreAttribute``).
+        storage_env: ``{variable: value}`` of the storage (None values left out).
+    """
+    folder = {
+        "path": path,
+        "trialDir": trial_dir,
+        "state": STATE_DIR,
+        "restoreFrom": restore_from,
+        "atEnd": policy.get("atEnd", True),
+        "keep": policy.get("keep", 0),
+        "scoreAttribute": policy.get("scoreAttribute", "training_iteration"),
+    }
+    env = [{"name": CHECKPOINT_FOLDER, "value": json.dumps(folder, sort_keys=True)}]
+    env += [{"name": k, "value": v} for k, v in storage_env.items() if v]
+    return env + [{"name": "HOME", "value": STATE_DIR}]
+
+
+def restore_container(image: str, attempt: int, checkpoint: tuple[list, list, str]) -> dict:
+    """The init container that fills the checkpoint folder before the trial's container starts
+    (``kubetune.runtime.checkpoint_folder``): it ends when the folder holds the trial's checkpoint, and its
+    termination message says which and at what iteration (``{"uri", "iteration"}``), or why it failed.
+
+    Args:
+        image: kubetune's runtime image.
+        attempt: the attempt it restores for.
+        checkpoint: ``(env, envFrom, path)`` as for :func:`metrics_sidecar`.
+    """
+    container = {
+        "name": RESTORE_CONTAINER,
+        "image": image,
+        "command": list(RESTORE_COMMAND),
+        "env": [{"name": ATTEMPT, "value": str(attempt)}, *checkpoint[0]],
+        "resources": SIDECAR_RESOURCES,
+        "securityContext": _kubetune_security(),
+        "terminationMessagePolicy": "File",
+        "volumeMounts": _folder_mounts(checkpoint[2]),
+    }
+    if checkpoint[1]:
+        container["envFrom"] = checkpoint[1]
+    return container

@@ -131,19 +131,22 @@ class ExperimentController:
         """The metric, or the objectives' metrics."""
         return self.intake.metric
 
-    def output_read(self, pod: str) -> bool:
-        """Whether the output of container-trial pod ``pod``, ended, was read to its end."""
-        return pod in self.lifecycle.output_read
+    def output_read(self, pod: str, reader: str | None = None) -> bool:
+        """Whether the output of container-trial pod ``pod``, ended, was read to its end: by ``reader`` (``log``:
+        the operator's log stream; ``sidecar``: kubetune's sidecar in the pod, which also saved the last
+        checkpoint), or by every reader the pod has (None)."""
+        return self.lifecycle.read_by(pod, reader)
 
     def output_unreadable(self, pod: str, error: str) -> bool:
         """Why the log of container-trial pod ``pod`` could not be read (kept for the ``OutputNotRead`` event);
         returns whether that error was already the last one (so it is logged once)."""
         return self.lifecycle.output_unreadable(pod, error)
 
-    def output_read_to_end(self, pod: str) -> None:
-        """The output of container-trial pod ``pod`` was read to its end (``logstream.py``): its outcome may
-        follow (:meth:`TrialLifecycle.read_to_end`)."""
-        self.lifecycle.read_to_end(pod)
+    def output_read_to_end(self, pod: str, reader: str) -> None:
+        """``reader`` (``log``: ``logstream.py``; ``sidecar``: the sidecar's last batch) read the output of
+        container-trial pod ``pod`` to its end: once every reader did, its outcome may follow
+        (:meth:`TrialLifecycle.read_to_end`)."""
+        self.lifecycle.read_to_end(pod, reader)
 
     @property
     def journal(self) -> Journal:

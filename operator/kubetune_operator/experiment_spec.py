@@ -11,6 +11,7 @@ builder copies into manifests (``template``, ``trainable``, ``resourcesPerTrial`
 
 from __future__ import annotations
 
+import json
 import math
 import posixpath
 from dataclasses import dataclass, field
@@ -20,16 +21,16 @@ from kubetune.output_metrics import FORMATS, metrics_format_problem
 from kubetune.resultkeys import check_mode, objectives, spec_objectives
 from kubetune.stop_criteria import is_threshold
 
-from .container_trials import DEFAULT_PUSH_PORT, references
+from .container_trials import DEFAULT_PUSH_PORT, checkpoint_path, references, shared_folder
 from .status import parse_duration
 
 RETENTION = ("Retain", "Delete")
 #: ``metricsCollector.kind``: StdOut is read by the operator, the others by kubetune's metrics sidecar in the pod.
 COLLECTOR_KINDS = ("StdOut", "File", "TensorFlowEvent", "Push")
-#: Schedulers that pause trials and resume them from a checkpoint: a container trial has no checkpoint yet.
-_PAUSING_SCHEDULERS = ("hyperband", "hyperband_bohb", "pbt", "pbt_replay", "pb2")
 #: Stoppers that can run in a multi-objective experiment: they need no metric, or name their own.
 _STOPPERS_WITHOUT_METRIC = ("maximum_iteration",)
+#: How the SDK writes a Python function into a spec (a pickle in storage that kubetune's runtime loads).
+_PICKLED = "kubetune/pickled_function"
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,18 @@ class ContainerTrial:
     """``File``: the metrics file; ``TensorFlowEvent``: the event files' folder."""
     port: int = DEFAULT_PUSH_PORT
     """``Push``: the pod-local endpoint's port."""
+    checkpoint_path: str | None = None
+    """The checkpoint folder in the trial's container (``spec.checkpoint.path``); None: no checkpoints."""
+
+    @property
+    def sidecar_reads_metrics(self) -> bool:
+        """Whether kubetune's metrics sidecar reads the metrics (every kind but ``StdOut``)."""
+        return self.kind != "StdOut"
 
     @property
     def sidecar(self) -> bool:
-        """Whether kubetune's metrics sidecar reads the metrics (every kind but ``StdOut``)."""
-        return self.kind != "StdOut"
+        """Whether the pod has kubetune's sidecar: it reads the metrics, or saves the checkpoint folder."""
+        return self.sidecar_reads_metrics or self.checkpoint_path is not None
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,7 @@ class ExperimentSpec:
             if not is_threshold(value):
                 raise ValueError(f"spec.stop.{key} must be a number or a bool, got {value!r}")
         budget = spec.get("timeBudget")
-        container = _container_trial(spec, algorithm("scheduler", "fifo").name)
+        container = _container_trial(spec)
         return cls(
             container=container,
             metric=metric,
@@ -210,20 +218,26 @@ class ExperimentSpec:
         )
 
 
-def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial | None:
+def _container_trial(spec: Mapping[str, Any]) -> ContainerTrial | None:
     """``spec.trainable.command`` and ``spec.metricsCollector`` as a :class:`ContainerTrial`, or None without a command.
 
     Raises:
         ValueError: a command or args that are not lists of strings, a parameter reference (in them or in
             ``template.env``) to a key ``spec.config`` does not have, a metricsCollector without a command, an unknown
-            format, a ``metricsFormat`` without two groups, or what container trials cannot do yet: a scheduler that
-            pauses trials (it resumes them from checkpoints), periodic checkpoints, and worker pods.
+            format, a ``metricsFormat`` without two groups, a malformed ``spec.checkpoint.path`` (or one without a
+            command), or what container trials cannot do: periodic checkpoints (the container asks for each),
+            worker pods, Python functions (they run in kubetune's runtime).
     """
     trainable, collector = spec.get("trainable") or {}, spec.get("metricsCollector") or {}
     command = trainable.get("command")
     if command is None:
         if spec.get("metricsCollector") is not None:
             raise ValueError("spec.metricsCollector is only for a container trial (spec.trainable.command)")
+        if (spec.get("checkpoint") or {}).get("path") is not None:
+            raise ValueError(
+                "spec.checkpoint.path is only for a container trial (spec.trainable.command): kubetune's runtime "
+                "keeps its checkpoints itself"
+            )
         return None
     for key in ("command", "args"):
         value = trainable.get(key) or []
@@ -232,17 +246,17 @@ def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial 
     if not command:
         raise ValueError("spec.trainable.command must not be empty")
     refused = []
-    if scheduler in _PAUSING_SCHEDULERS:
-        refused.append(f"scheduler {scheduler!r} (it pauses trials and resumes them from checkpoints)")
     if (spec.get("checkpoint") or {}).get("frequency"):
-        refused.append("spec.checkpoint.frequency")
-    if (spec.get("resourcesPerTrial") or {}).get("workers"):
-        refused.append("resourcesPerTrial.workers")
-    if refused:
-        raise ValueError(
-            "a container trial (spec.trainable.command) has no checkpoints or worker pods yet; it cannot use: "
-            + "; ".join(refused)
+        refused.append(
+            "spec.checkpoint.frequency (the container asks for each checkpoint: docs/api.md, "
+            '"Checkpoints of a container trial")'
         )
+    if (spec.get("resourcesPerTrial") or {}).get("workers"):
+        refused.append("resourcesPerTrial.workers (a container trial is one pod)")
+    if _PICKLED in json.dumps([spec.get("config"), (spec.get("scheduler") or {}).get("params")], default=str):
+        refused.append("Python functions in spec.config or the scheduler's params (they run in kubetune's runtime)")
+    if refused:
+        raise ValueError("a container trial (spec.trainable.command) cannot use: " + "; ".join(refused))
     kind, format = collector.get("kind", "StdOut"), collector.get("format", "TEXT")
     if kind not in COLLECTOR_KINDS:
         raise ValueError(f"spec.metricsCollector.kind must be one of {', '.join(COLLECTOR_KINDS)}, got {kind!r}")
@@ -278,6 +292,9 @@ def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial 
             "(${trialParameters.NAME} and ${config.NAME} name a key of spec.config)"
         )
     key = collector.get("iterationKey")
+    folder = checkpoint_path(spec)
+    if folder is not None:
+        _check_checkpoint_path((spec.get("checkpoint") or {}).get("path", folder), shared_folder(kind, path))
     return ContainerTrial(
         command=tuple(command),
         args=tuple(trainable.get("args") or ()),
@@ -287,7 +304,22 @@ def _container_trial(spec: Mapping[str, Any], scheduler: str) -> ContainerTrial 
         iteration_key=str(key) if key else None,
         path=posixpath.normpath(path) if path else None,
         port=int(collector.get("port") or DEFAULT_PUSH_PORT),
+        checkpoint_path=folder,
     )
+
+
+def _check_checkpoint_path(path: Any, metrics_folder: str | None) -> None:
+    """Raises: ValueError: ``spec.checkpoint.path`` is not an absolute folder below ``/``, or it and the metrics'
+    folder hold one another (each is an emptyDir of its own)."""
+    if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) == "/":
+        raise ValueError(f"spec.checkpoint.path must be an absolute path below /, got {path!r}")
+    path = posixpath.normpath(path)
+    if metrics_folder is not None and (
+        path == metrics_folder or path.startswith(metrics_folder + "/") or metrics_folder.startswith(path + "/")
+    ):
+        raise ValueError(
+            f"spec.checkpoint.path {path!r} and the metrics' folder {metrics_folder!r} must not hold one another"
+        )
 
 
 def _objectives(spec: Mapping[str, Any]) -> tuple[Any, Any]:

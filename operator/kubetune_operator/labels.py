@@ -39,6 +39,8 @@ FINALIZER = "kubetune.io/finalizer"
 
 #: Name of the trial container in every trial pod.
 TRIAL_CONTAINER = "trial"
+#: The init container that restores a container trial's checkpoint folder before the trial's container starts.
+RESTORE_CONTAINER = "kubetune-restore"
 
 #: Longest name :func:`trial_name` returns: leaves room for ``-<attempt>`` (up to 6 digits)
 #: in the pod name within a DNS-1123 label's 63 characters.

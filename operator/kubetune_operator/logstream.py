@@ -8,9 +8,11 @@ are checked as the collector checks a runtime's (:func:`kubetune_operator.podinp
 :meth:`ExperimentController.record_results` and committed to the journal before the next line is read, so a
 decision is durable before the pod is deleted on it. A stream that breaks while its pod runs (an operator restart,
 an API server's timeout) reads the log again from its start: the parser makes the same results and the controller
-drops the iterations it holds, so none is lost or taken twice. Once the container has ended and its log has been
-read to the end, the pod's outcome may follow (:meth:`ExperimentController.output_read_to_end`). Started by the
-operator's startup handler (``handlers.py``); each reconcile pass calls :meth:`LogStreams.follow`.
+drops the iterations it holds, so none is lost or taken twice. A trial with a checkpoint folder numbers its results
+from the iteration its restore init container restored (its termination message, ``PodView.restored_iteration``).
+Once the container has ended and its log has been read to the end, the pod's outcome may follow
+(:meth:`ExperimentController.output_read_to_end`). Started by the operator's startup handler (``handlers.py``); each
+reconcile pass calls :meth:`LogStreams.follow`.
 """
 
 from __future__ import annotations
@@ -81,13 +83,19 @@ class LogStreams:
         """Follow the log of each current attempt's pod of ``ctl``'s container trials that is running, or has ended
         with its log not read to the end yet; a no-op for an Experiment of runtime trials, or of container trials whose
         metrics a sidecar reads (``metricsCollector.kind`` other than ``StdOut``)."""
-        if ctl.container_trial is None or ctl.container_trial.sidecar:
+        if ctl.container_trial is None or ctl.container_trial.sidecar_reads_metrics:
             return  # runtime trials post their results; a metrics sidecar posts a container's
         for trial in ctl.open_trials():
             if trial.phase in TERMINAL or trial.phase == "Paused":
                 continue
             pod = pods.get(pod_name(trial.name, trial.attempt))
-            if pod is None or pod.gone or pod.phase == "Pending" or ctl.output_read(pod.name):
+            if (
+                pod is None
+                or pod.gone
+                or pod.phase == "Pending"
+                or pod.restore_failed
+                or ctl.output_read(pod.name, "log")
+            ):
                 continue
             key = (ctl.namespace, pod.name)
             if key not in self.tasks:
@@ -127,7 +135,7 @@ class LogStreams:
                 return
             view = self.pod_of(namespace, experiment, pod)
             if ended or view is None or view.gone:  # read to its end, or nothing more can be read
-                ctl.output_read_to_end(pod)
+                ctl.output_read_to_end(pod, "log")
                 self.registry.wake(namespace, experiment)
                 return
             await asyncio.sleep(RETRY_S)
@@ -138,6 +146,11 @@ class LogStreams:
         spec = ctl.container_trial
         metrics = ctl.metric if isinstance(ctl.metric, tuple) else (ctl.metric,)
         parser = OutputParser(metrics, spec.format, spec.metrics_format, spec.iteration_key)
+        if spec.checkpoint_path is not None:  # results go on from the restored checkpoint's iteration
+            view = self.pod_of(ctl.namespace, ctl.name, pod)
+            if view is None or view.restored_iteration is None:
+                return False  # the watch has not shown the restore's end yet
+            parser.iteration = view.restored_iteration
         async with self.session().get(url, headers=self._headers()) as response:
             if response.status == 404:
                 return True  # the pod went, its log with it: what was read is all there is

@@ -10,10 +10,11 @@ the strongest decision of a batch) and the controller's pass. Pure: it imports o
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from .labels import LABEL_ATTEMPT, LABEL_RANK, LABEL_TRIAL, LABEL_WORLD_SIZE, TRIAL_CONTAINER
+from .labels import LABEL_ATTEMPT, LABEL_RANK, LABEL_TRIAL, LABEL_WORLD_SIZE, RESTORE_CONTAINER, TRIAL_CONTAINER
 
 #: Why a pod cannot start that a user must act on: the scheduler's verdict, and container waiting reasons.
 WAITING_CAUSES = (
@@ -73,6 +74,8 @@ class PodView:
     finished_at: str | None = None  # the trial container's terminated.finishedAt (RFC 3339)
     gang: GangView | None = None  # a gang's members, on the head's view as gang.fold makes it
     lingering: bool = False  # the trial container ended but other containers of the pod still run (it is deleted)
+    restored_iteration: int | None = None  # a container trial's checkpoint folder was restored at it (0: nothing)
+    restore_failed: bool = False  # that restore failed: the trial's container never ran, and printed nothing
 
 
 def pod_view(pod: Mapping) -> PodView:
@@ -122,6 +125,18 @@ def pod_view(pod: Mapping) -> PodView:
             view.exit_code, view.message = term.get("exitCode"), term.get("message") or view.message
             view.finished_at = term.get("finishedAt")
             view.reason = term.get("reason") if term.get("reason") not in (None, "Completed", "Error") else view.reason
+    for cs in status.get("initContainerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") != RESTORE_CONTAINER or not term:
+            continue
+        if term.get("exitCode") == 0:  # its message: {"uri", "iteration"} (kubetune.runtime.checkpoint_folder)
+            try:
+                view.restored_iteration = int(json.loads(term.get("message") or "{}").get("iteration") or 0)
+            except (ValueError, TypeError, AttributeError):
+                view.restored_iteration = 0
+        elif view.exit_code is None:  # the trial's container never started: the restore's reason is the attempt's
+            view.exit_code, view.message = term.get("exitCode"), term.get("message") or "the checkpoint restore failed"
+            view.finished_at, view.restore_failed = term.get("finishedAt"), True
     others_alive = any(
         cs.get("name") != TRIAL_CONTAINER and not (cs.get("state") or {}).get("terminated")
         for cs in status.get("containerStatuses") or []

@@ -64,13 +64,27 @@ class TrialLifecycle:
         self.intake, self.book, self.decisions, self.settings, self.key = intake, book, decisions, settings, key
         self.created_pods: dict[str, float] = {}  # pod name -> when it was asked for
         self.secrets_deleted: set[str] = set()  # token Secrets of ended attempts asked to go (not kept across restarts)
-        self.output_read: set[str] = set()  # ended container-trial pods whose output was read to its end
+        self.output_read: dict[str, set[str]] = {}  # container-trial pods -> readers that read their output to its end
         self.ended_at: dict[str, float] = {}  # ended container-trial pods waiting for that -> when first seen ended
         self.output_errors: dict[str, str] = {}  # container-trial pods -> why their log could not be read, last
 
-    def read_to_end(self, pod: str) -> None:
-        """The output of container-trial pod ``pod`` was read to its end (``logstream.py``): its outcome may follow."""
-        self.output_read.add(pod)
+    def readers(self) -> set[str]:
+        """Who reads a container trial's output: ``log`` (the operator's log stream, ``StdOut``) or ``sidecar``
+        (kubetune's sidecar: the other kinds), and the sidecar too where it saves the checkpoint folder."""
+        container = self.intake.spec.container
+        if container is None:
+            return set()
+        return {"sidecar" if container.sidecar_reads_metrics else "log"} | ({"sidecar"} if container.sidecar else set())
+
+    def read_to_end(self, pod: str, reader: str) -> None:
+        """``reader`` read the output of container-trial pod ``pod`` to its end: once all :meth:`readers` did, its
+        outcome may follow."""
+        self.output_read.setdefault(pod, set()).add(reader)
+
+    def read_by(self, pod: str, reader: str | None = None) -> bool:
+        """Whether ``reader`` (None: every one of :meth:`readers`) read the output of pod ``pod`` to its end."""
+        done = self.output_read.get(pod, set())
+        return reader in done if reader is not None else self.readers() <= done
 
     def output_unreadable(self, pod: str, error: str) -> bool:
         """Why the log of container-trial pod ``pod`` could not be read, for the ``OutputNotRead`` event; returns
@@ -81,7 +95,7 @@ class TrialLifecycle:
 
     def _output_pending(self, plan: Plan, trial: TrialState, pod: PodView, now: float) -> bool:
         """Whether the outcome of container-trial pod ``pod``, ended, waits for its output to be read to its end."""
-        if pod.name in self.output_read:
+        if self.read_by(pod.name) or pod.restore_failed:  # read, or nothing ran that could write
             return False
         since = self.ended_at.setdefault(pod.name, now)
         if now - since < OUTPUT_WAIT_S:
@@ -152,7 +166,7 @@ class TrialLifecycle:
                     if pod.lingering:  # other containers hold the pod, and the metrics sidecar's last read with it
                         self.delete_attempt(plan, pod, grace)
                     continue  # its last lines may still be on their way
-                self.output_read.discard(pod.name)
+                self.output_read.pop(pod.name, None)
                 self.ended_at.pop(pod.name, None)
                 self.output_errors.pop(pod.name, None)
                 if trial.phase != "Paused":  # a paused trial's attempt ended before: its outcome is recorded

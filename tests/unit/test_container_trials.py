@@ -133,7 +133,7 @@ def container_experiment(**spec):
     return experiment_object(**base)
 
 
-def test_the_spec_reads_the_command_and_collector_and_refuses_what_container_trials_cannot_do_yet():
+def test_the_spec_reads_the_command_and_collector_and_refuses_what_container_trials_cannot_do():
     parsed = ExperimentSpec.parse(
         container_experiment(metricsCollector={"format": "JSON", "iterationKey": "epoch"})["spec"]
     )
@@ -141,9 +141,8 @@ def test_the_spec_reads_the_command_and_collector_and_refuses_what_container_tri
     assert parsed.container.iteration_key == "epoch" and parsed.container.kind == "StdOut"
     assert ExperimentSpec.parse(experiment_object(trainable={"entrypoint": "m:T"})["spec"]).container is None
     refusals = {
-        "hyperband": {"scheduler": {"name": "hyperband"}},
-        "pbt": {"scheduler": {"name": "pbt"}},
         "frequency": {"checkpoint": {"frequency": 2}},
+        "Python functions": {"config": {"lr": {"kubetune/pickled_function": "s3://b/f.pkl"}}},
         "workers": {"resourcesPerTrial": {"workers": {"count": 2}}},
         "momentum": {"trainable": {"command": ["sh", "-c", "train --m ${config.momentum}"]}},
         "two groups": {"metricsCollector": {"metricsFormat": ["loss=.*"]}},
@@ -201,7 +200,7 @@ def test_a_container_trial_a_stopper_stops_has_its_pod_deleted_and_ends_early_st
     pods["exp-00001-0"] = PodView("exp-00001-0", "exp-00001", 0, "Failed", exit_code=143)  # SIGTERM
     plan = ctl.plan(pods, T0 + 4)
     assert "phase" not in plan.trial_status.get("exp-00001", {})  # waits for the output read to its end
-    ctl.output_read_to_end("exp-00001-0")
+    ctl.output_read_to_end("exp-00001-0", "log")
     plan = ctl.plan(pods, T0 + 5)
     assert plan.trial_status["exp-00001"]["phase"] == "Succeeded"
     assert plan.trial_status["exp-00001"]["reason"] == "EarlyStopped"
@@ -213,7 +212,7 @@ def test_a_container_that_exits_0_completes_and_one_that_printed_no_metric_fails
     ctl.record_results("exp-00000", 0, [{"loss": 0.5, "training_iteration": 1}], None)
     for name in pods:
         pods[name] = PodView(name, name[:-2], 0, "Succeeded", exit_code=0)
-        ctl.output_read_to_end(name)
+        ctl.output_read_to_end(name, "log")
     plan = ctl.plan(pods, T0 + 3)
     assert plan.trial_status["exp-00000"]["phase"] == "Succeeded"
     assert plan.trial_status["exp-00000"]["reason"] == "Completed"
@@ -242,7 +241,7 @@ def test_a_failed_container_is_retried_with_its_exit_code_in_the_message():
     ctl = ExperimentController(container_experiment(failure={"maxFailures": 1}), Settings(), KEY)
     pods = running(ctl)
     pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Failed", exit_code=2)
-    ctl.output_read_to_end("exp-00000-0")
+    ctl.output_read_to_end("exp-00000-0", "log")
     status = ctl.plan(pods, T0 + 3).trial_status["exp-00000"]
     assert status["attempt"] == 1 and "exit code 2; `kubectl logs exp-00000-0`" in status["message"]
     assert "runtime" not in status["message"]
@@ -254,7 +253,7 @@ def test_a_container_trial_that_meets_spec_stop_is_stopped_and_reads_as_complete
     assert ctl.record_results("exp-00000", 0, [{"loss": 0.5, "training_iteration": 2}], None) == "stop"
     assert ctl.plan(pods, T0 + 3).delete_pods == [("exp-00000-0", Settings().trials.termination_grace_period_s)]
     pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Running", deleting=True, gone=True)
-    ctl.output_read_to_end("exp-00000-0")
+    ctl.output_read_to_end("exp-00000-0", "log")
     status = ctl.plan(pods, T0 + 4).trial_status["exp-00000"]
     assert (status["phase"], status["reason"]) == ("Succeeded", "Completed")
 
@@ -267,7 +266,7 @@ def test_a_trial_container_that_ended_beside_a_running_proxy_has_its_pod_deleted
     plan = ctl.plan(pods, T0 + 3)
     assert plan.delete_pods == [("exp-00000-0", Settings().trials.termination_grace_period_s)]
     assert "phase" not in plan.trial_status.get("exp-00000", {})  # the sidecar's last batch comes as the pod goes
-    ctl.output_read_to_end("exp-00000-0")
+    ctl.output_read_to_end("exp-00000-0", "log")
     pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Succeeded", exit_code=0, gone=True)
     assert ctl.plan(pods, T0 + 4).trial_status["exp-00000"]["reason"] == "Completed"
 
@@ -292,6 +291,6 @@ def test_a_container_trial_a_stopper_stopped_that_printed_on_to_spec_stop_is_sti
     assert ctl.record_results("exp-00000", 0, [{"loss": 0.5, "training_iteration": 1}], None) == "stop"
     ctl.record_results("exp-00000", 0, [{"loss": 0.4, "training_iteration": 3}], None)  # printed before SIGTERM
     pods["exp-00000-0"] = PodView("exp-00000-0", "exp-00000", 0, "Running", deleting=True, gone=True)
-    ctl.output_read_to_end("exp-00000-0")
+    ctl.output_read_to_end("exp-00000-0", "log")
     status = ctl.plan(pods, T0 + 4).trial_status["exp-00000"]
     assert (status["phase"], status["reason"]) == ("Succeeded", "EarlyStopped")

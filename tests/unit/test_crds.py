@@ -113,8 +113,9 @@ def test_experiment_defaults():
     assert spec["failure"]["properties"]["maxFailures"]["default"] == 0
 
 
-def test_checkpoint_schema_is_the_runtime_checkpoint_policy():
-    schema = _spec("Experiment")["properties"]["checkpoint"]["properties"]
+def test_checkpoint_schema_is_the_runtime_checkpoint_policy_and_a_container_trials_folder():
+    schema = dict(_spec("Experiment")["properties"]["checkpoint"]["properties"])
+    assert "default" not in schema.pop("path")  # a container trial's folder: unset without checkpoints
     fields = {f.name: f.default for f in dataclasses.fields(CheckpointPolicy)}
     assert {name: node["default"] for name, node in schema.items()} == fields
 

@@ -12,6 +12,10 @@ take the committed directory of the highest ``n``. The marker is JSON::
     {"format": 1, "committed_at": <unix seconds>, "files": {"<relative path>": <size in bytes>},
      "metadata": {...caller's metadata...}}
 
+Which checkpoint an attempt restores (:func:`restore_candidates`: the trial's own lineage first, else its
+``restoreFrom``, a PBT donor's checkpoint waited for while it may still come) is decided here too, for the
+runtime's loop and for a container trial's checkpoint folder alike.
+
 Callers: the in-pod runtime (``kubetune.runtime``) commits, restores and applies retention; the
 operator and SDK read :func:`latest_committed` and :func:`read_commit`; ``kubetune.Trainable`` commits
 when it has a ``remote_checkpoint_dir``.
@@ -20,6 +24,7 @@ when it has a ``remote_checkpoint_dir``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import time
@@ -28,6 +33,11 @@ from typing import Any, NamedTuple
 
 from kubetune.storage import Storage, join_uri
 
+log = logging.getLogger(__name__)
+
+#: Longest wait for a ``restoreFrom`` checkpoint to be committed (a PBT donor commits it just after the
+#: result that made it a donor), in seconds.
+RESTORE_FROM_WAIT_S = 120.0
 #: Name of the commit marker object inside a checkpoint directory.
 COMMIT_MARKER = ".kubetune_commit.json"
 _MARKER_FORMAT = 1
@@ -260,3 +270,58 @@ def apply_retention(storage: Storage, trial_dir_uri: str, keep: int, score_attri
     for ref in doomed:
         delete_checkpoint(storage, ref.uri)
     return [ref.uri for ref in doomed]
+
+
+def restore_candidates(
+    storage: Storage, trial_dir_uri: str, restore_from: str | None, wait_s: float = RESTORE_FROM_WAIT_S
+) -> list[str]:
+    """The checkpoints an attempt of the trial at ``trial_dir_uri`` may restore, best first: try each until one
+    restores (a committed checkpoint whose files are missing or cut short in storage is skipped for the next).
+
+    The trial's own committed checkpoints win, newest first: a retry or resume continues where the trial got to,
+    and ``restore_from`` only seeds the lineage. With ``restore_from`` set (a PBT exploit, or ``spec.restoreFrom``),
+    only own checkpoints taken since that restore count (their commit metadata records it as ``restored_from``):
+    those from before belong to a lineage the trial left. Without any, the one candidate is ``restore_from``'s
+    checkpoint as :func:`nearest_checkpoint` finds it. Empty: start at iteration 0.
+
+    Args:
+        storage: the trial's storage.
+        trial_dir_uri: the trial's folder.
+        restore_from: a checkpoint URI (or a file in one) that seeds the lineage, or None.
+        wait_s: how long a ``restore_from`` not committed yet is waited for, in seconds.
+    """
+    committed, _ = list_checkpoints(storage, trial_dir_uri)
+    own = [ref.uri for ref in reversed(committed)]
+    if restore_from:
+        own = [
+            uri
+            for uri in own
+            if ((read_commit(storage, uri) or {}).get("metadata") or {}).get("restored_from") == restore_from
+        ]
+    if own or not restore_from:
+        return own
+    return [nearest_checkpoint(storage, checkpoint_dir_of(restore_from), wait_s)]
+
+
+def nearest_checkpoint(storage: Storage, uri: str, wait_s: float = RESTORE_FROM_WAIT_S) -> str:
+    """The checkpoint to restore for ``restoreFrom`` ``uri``: ``uri`` once committed; while it is not, and its
+    trial has committed nothing later (it may still commit it), wait up to ``wait_s`` seconds. Otherwise the
+    nearest committed checkpoint of that trial: the newest at or below its iteration, else the oldest above (a
+    donor whose ``checkpoint`` answer came late checkpointed a later iteration). ``uri`` itself when there is
+    none (its restore then fails with the reason)."""
+    parsed = parse_checkpoint_uri(uri)
+    deadline = time.monotonic() + wait_s
+    while True:
+        if is_committed(storage, uri):
+            return uri
+        committed = list_checkpoints(storage, parsed[0])[0] if parsed else []
+        if not parsed or any(ref.iteration > parsed[1] for ref in committed) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    below = [ref for ref in committed if ref.iteration <= parsed[1]] if parsed else []
+    above = [ref for ref in committed if ref.iteration > parsed[1]] if parsed else []
+    nearest = below[-1] if below else above[0] if above else None
+    if nearest is None:
+        return uri
+    log.warning("%s is not committed; restoring %s, the nearest checkpoint of that trial", uri, nearest.uri)
+    return nearest.uri

@@ -55,9 +55,16 @@ POD_NAME = "KUBETUNE_POD_NAME"
 GRACE_PERIOD = "KUBETUNE_GRACE_PERIOD_S"
 DECISION_WAIT = "KUBETUNE_DECISION_WAIT_S"
 #: A container trial's metrics sidecar (``kubetune.runtime.sidecar``): what it reads, as JSON: ``kind``
-#: (``File``, ``TensorFlowEvent``, ``Push``), ``path`` or ``port``, ``format``, ``metricsFormat``, ``iterationKey``,
-#: ``objectives``.
+#: (``File``, ``TensorFlowEvent``, ``Push``; ``StdOut`` when it only saves the checkpoint folder), ``path`` or
+#: ``port``, ``format``, ``metricsFormat``, ``iterationKey``, ``objectives``.
 METRICS_SOURCE = "KUBETUNE_METRICS_SOURCE"
+#: A container trial's checkpoint folder, in its container's environment (``spec.checkpoint.path``): the one
+#: variable of kubetune's a container trial gets, and only when it keeps checkpoints.
+CHECKPOINT_DIR = "KUBETUNE_CHECKPOINT_DIR"
+#: The checkpoint folder of a container trial, for kubetune's restore init container and metrics sidecar
+#: (:mod:`kubetune.runtime.checkpoint_folder`), as JSON: ``path``, ``trialDir``, ``state``, ``restoreFrom``,
+#: ``atEnd``, ``keep``, ``scoreAttribute``.
+CHECKPOINT_FOLDER = "KUBETUNE_CHECKPOINT_FOLDER"
 #: ``spec.resourcesPerTrial`` as JSON (``{"cpu": "1"}`` when unset): what ``tune.get_context()`` tells the trial.
 RESOURCES = "KUBETUNE_RESOURCES"
 #: A trial's gang (``spec.resourcesPerTrial.workers``): this pod's rank (0: the head, which runs the trainable,

@@ -40,12 +40,8 @@ from pathlib import Path
 from kubetune.checkpoint_layout import find_checkpoint_dir
 from kubetune.checkpoint_store import (
     apply_retention,
-    checkpoint_dir_of,
     commit_checkpoint,
-    is_committed,
-    list_checkpoints,
-    parse_checkpoint_uri,
-    read_commit,
+    restore_candidates,
     restore_checkpoint,
 )
 from kubetune.env import TrialEnv
@@ -65,9 +61,6 @@ log = logging.getLogger(__name__)
 #: Reasons a trial attempt ends normally (all exit 0).
 DONE, STOP_CRITERIA, STOP, PAUSE, TERMINATED = "done", "stop criteria", "stop", "pause", "terminated"
 _ALWAYS_CHECKPOINT = (PAUSE, TERMINATED)
-#: Longest wait for a ``restoreFrom`` checkpoint to be committed (a PBT donor commits it just after the
-#: result that made it a donor), in seconds.
-RESTORE_FROM_WAIT_S = 120.0
 
 
 class Abandoned(Exception):
@@ -193,34 +186,15 @@ class TrialRunner:
             log.warning("pbt_global.txt: this exploit's line is not written: %s: %s", type(exc).__name__, exc)
 
     def _restore(self) -> int:
-        """Restore the trial's latest committed checkpoint of its current lineage, else ``restoreFrom``;
-        return the iteration.
-
-        The trial's own checkpoint wins: a retry or resume continues where this trial got to, and
-        ``restoreFrom`` only seeds the lineage. With ``restoreFrom`` set (a PBT exploit, or
-        ``spec.restoreFrom``), only own checkpoints taken since that restore count (their commit
-        records it as ``restored_from``): those from before the exploit belong to a lineage the trial
-        left. A ``restoreFrom`` not committed yet (the donor commits it after the result that made it
-        a donor) is waited for, or replaced by the donor's nearest checkpoint (:meth:`_donor_checkpoint`).
-        A committed checkpoint that cannot be restored
-        (files missing or cut short in storage, or ``load_checkpoint`` failing on it) is skipped with
-        a warning for the next newest one, so one corrupt checkpoint does not fail every retry.
+        """Restore the first of the trial's checkpoints that :func:`kubetune.checkpoint_store.restore_candidates`
+        offers (its own lineage's newest, else ``restoreFrom``); return the iteration. A committed checkpoint that
+        cannot be restored (files missing or cut short in storage, or ``load_checkpoint`` failing on it) is
+        skipped with a warning for the next newest one, so one corrupt checkpoint does not fail every retry.
 
         Raises:
             Exception: no checkpoint could be restored (the newest one's error).
         """
-        committed, _ = list_checkpoints(self.storage, self.env.trial_dir_uri)
-        own = [ref.uri for ref in reversed(committed)]
-        if self.env.restore_from:
-            own = [
-                uri
-                for uri in own
-                if ((read_commit(self.storage, uri) or {}).get("metadata") or {}).get("restored_from")
-                == self.env.restore_from
-            ]
-        candidates = own or (
-            [self._donor_checkpoint(checkpoint_dir_of(self.env.restore_from))] if self.env.restore_from else []
-        )
+        candidates = restore_candidates(self.storage, self.env.trial_dir_uri, self.env.restore_from)
         if not candidates:
             log.info("no committed checkpoint; starting at iteration 0")
             return 0
@@ -234,29 +208,6 @@ class TrialRunner:
                     "cannot restore %s (%s: %s); trying the next newest checkpoint", uri, type(exc).__name__, exc
                 )
         raise first_error
-
-    def _donor_checkpoint(self, uri: str) -> str:
-        """The checkpoint to restore for ``restoreFrom`` ``uri``: ``uri`` once committed; while it is not, and its
-        trial has committed nothing later (it may still commit it), wait up to :data:`RESTORE_FROM_WAIT_S`.
-        Otherwise the nearest committed checkpoint of that trial: the newest at or below its iteration, else
-        the oldest above (a donor whose ``checkpoint`` answer came late checkpointed a later iteration).
-        ``uri`` itself when there is none (its restore then fails with the reason)."""
-        parsed = parse_checkpoint_uri(uri)
-        deadline = time.monotonic() + RESTORE_FROM_WAIT_S
-        while True:
-            if is_committed(self.storage, uri):
-                return uri
-            committed = list_checkpoints(self.storage, parsed[0])[0] if parsed else []
-            if not parsed or any(ref.iteration > parsed[1] for ref in committed) or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        below = [ref for ref in committed if ref.iteration <= parsed[1]] if parsed else []
-        above = [ref for ref in committed if ref.iteration > parsed[1]] if parsed else []
-        nearest = below[-1] if below else above[0] if above else None
-        if nearest is None:
-            return uri
-        log.warning("%s is not committed; restoring %s, the nearest checkpoint of that trial", uri, nearest.uri)
-        return nearest.uri
 
     def _restore_from(self, uri: str) -> int:
         local = self.workdir / "restore" / uri.rsplit("/", 1)[-1]

@@ -1,16 +1,18 @@
 """The metrics sidecar of a container trial: reads the metrics the trial's container writes to a file or to TensorFlow
-event files, or pushes over HTTP, and reports them to the operator's collector as they come.
+event files, or pushes over HTTP, and reports them to the operator's collector as they come; and saves the trial's
+checkpoint folder when the container asks and when it ends (:mod:`kubetune.runtime.checkpoint_folder`).
 
 Runs as ``python -m kubetune.runtime.sidecar`` in a native sidecar (an init container with ``restartPolicy: Always``,
 Kubernetes 1.29 and later) that the operator's pod builder adds to a container trial's pod for
-``metricsCollector.kind`` ``File``, ``TensorFlowEvent`` or ``Push`` (docs/api.md, "Any container as a trial"); the
-trial's own container is left as it is. A native sidecar never holds the pod: the pod ends when the trial's
-container ends, and the kubelet then sends this process SIGTERM; it reads what is left, reports it, and its last
-batch says ``done`` (the operator then knows the output was read to its end). Results are made by
-:class:`kubetune.output_metrics.OutputParser` and sent by :class:`kubetune.runtime.reporter.Reporter` (retried,
+``metricsCollector.kind`` ``File``, ``TensorFlowEvent`` or ``Push``, and for a trial with a checkpoint folder
+(``spec.checkpoint.path``) whatever its kind (docs/api.md, "Any container as a trial"); the trial's own container is
+left as it is. A native sidecar never holds the pod: the pod ends when the trial's container ends, and the kubelet
+then sends this process SIGTERM; it reads what is left, saves the folder, reports it, and its last batch says
+``done`` (the operator then knows the output was read to its end and the last checkpoint saved). Results are made
+by :class:`kubetune.output_metrics.OutputParser` and sent by :class:`kubetune.runtime.reporter.Reporter` (retried,
 de-duplicated by iteration at the operator); the collector's decisions need no answer here: the operator deletes a
-pod it stops. Configured by :data:`kubetune.env.METRICS_SOURCE` and the trial's identity variables of
-:mod:`kubetune.env`.
+pod it stops. Configured by :data:`kubetune.env.METRICS_SOURCE`, :data:`kubetune.env.CHECKPOINT_FOLDER` and the
+trial's identity and storage variables of :mod:`kubetune.env`.
 """
 
 from __future__ import annotations
@@ -28,16 +30,21 @@ from typing import Callable, Iterator
 
 from kubetune.env import (
     ATTEMPT,
+    CHECKPOINT_FOLDER,
     COLLECTOR_URL,
     EXPERIMENT,
     GRACE_PERIOD,
     METRICS_SOURCE,
     NAMESPACE,
+    STORAGE_ENDPOINT,
+    STORAGE_REGION,
     TOKEN,
     TRIAL,
 )
 from kubetune.output_metrics import LineBuffer, OutputParser
+from kubetune.runtime.checkpoint_folder import CheckpointFolder, FolderSpec, read_restored
 from kubetune.runtime.reporter import Reporter
+from kubetune.storage import open_storage
 
 log = logging.getLogger("kubetune.sidecar")
 
@@ -177,7 +184,7 @@ def results(source, parser: OutputParser, final: bool = False) -> Iterator[dict]
 
 def make_source(spec: dict):
     """The source of ``spec`` (:data:`kubetune.env.METRICS_SOURCE`): ``kind`` ``File`` (``path``), ``TensorFlowEvent``
-    (``path``, a folder) or ``Push`` (``port``).
+    (``path``, a folder) or ``Push`` (``port``); None for ``StdOut`` (the operator reads the log).
 
     Raises:
         ValueError: another kind.
@@ -189,23 +196,42 @@ def make_source(spec: dict):
         return EventSource(spec["path"])
     if kind == "Push":
         return PushSource(int(spec["port"]))
+    if kind == "StdOut":
+        return None
     raise ValueError(f"no metrics source of kind {kind!r}")
 
 
-def make_parser(spec: dict) -> OutputParser:
-    """The parser of ``spec``; TensorFlow event files' steps are the iterations unless ``iterationKey`` says else."""
+def make_parser(spec: dict, start: int = 0) -> OutputParser:
+    """The parser of ``spec``, numbering results from ``start`` + 1 (the iteration of the restored checkpoint);
+    TensorFlow event files' steps are the iterations unless ``iterationKey`` says else."""
     key = spec.get("iterationKey") or ("step" if spec.get("kind") == "TensorFlowEvent" else None)
-    return OutputParser(spec["objectives"], spec.get("format") or "TEXT", spec.get("metricsFormat") or (), key)
+    parser = OutputParser(spec["objectives"], spec.get("format") or "TEXT", spec.get("metricsFormat") or (), key)
+    parser.iteration = start
+    return parser
 
 
-def run(source, parser: OutputParser, report: Callable[[dict], object], stopping: threading.Event) -> int:
-    """Hand every result of ``source`` to ``report`` until ``stopping`` is set, then what is left; return how many."""
-    count = 0
+def run(
+    source,
+    parser: OutputParser,
+    report: Callable[[dict], object],
+    stopping: threading.Event,
+    folder: CheckpointFolder | None = None,
+) -> int:
+    """Hand every result of ``source`` (None: no source) to ``report`` and save ``folder`` when asked, until
+    ``stopping`` is set, then what is left (the folder's final save last); return how many results."""
+    count, last = 0, None
     while True:
         final = stopping.wait(POLL_S)
-        for result in results(source, parser, final):
-            report(result)
-            count += 1
+        if source is not None:
+            for result in results(source, parser, final):
+                report(result)
+                count, last = count + 1, result
+        if folder is not None:
+            iteration = parser.iteration if source is not None else None
+            try:
+                (folder.finish if final else folder.poll)(iteration, last)
+            except Exception as exc:  # noqa: BLE001 - the marker stays: the next poll tries again
+                log.error("the checkpoint folder could not be saved: %s: %s", type(exc).__name__, exc)
         if final:
             return count
 
@@ -224,10 +250,23 @@ def main(environ=os.environ) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    source, parser = make_source(spec), make_parser(spec)
+    folder, start = None, 0
+    if environ.get(CHECKPOINT_FOLDER):
+        folder_spec = FolderSpec.from_json(environ[CHECKPOINT_FOLDER])
+        restored = read_restored(folder_spec)
+        storage = open_storage(folder_spec.trial_dir, environ.get(STORAGE_ENDPOINT), environ.get(STORAGE_REGION))
+        folder = CheckpointFolder(storage, folder_spec, int(environ[ATTEMPT]), restored, reporter.set_checkpoint)
+        start = int(restored.get("iteration") or 0)
+    source, parser = make_source(spec), make_parser(spec, start)
     reporter.start()
-    log.info("reading %s metrics from %s", spec["kind"], spec.get("path") or f"127.0.0.1:{spec.get('port')}")
-    count = run(source, parser, reporter.report, stopping)
+    where = spec.get("path") or f"127.0.0.1:{spec.get('port')}"
+    log.info(
+        "reading %s metrics %s%s",
+        spec["kind"],
+        f"from {where}" if source is not None else "in the operator (the log)",
+        f"; checkpoint folder {folder.spec.path} from iteration {start}" if folder is not None else "",
+    )
+    count = run(source, parser, reporter.report, stopping, folder)
     grace = float(environ.get(GRACE_PERIOD) or 30)
     sent = reporter.close(max(1.0, grace - 2))
     log.info("%d results read; the last batch %s", count, "acknowledged" if sent else "not acknowledged")

@@ -1,0 +1,92 @@
+"""Checkpoints of container trials on the local cluster: a command that keeps its state in its checkpoint folder and
+asks kubetune to save it after each epoch, PBT exploiting from those checkpoints, a crashed attempt retried from its
+own, and the operator SIGKILLed every few seconds; the restore init container and the sidecar run in each pod as the
+kubelet runs them."""
+
+from __future__ import annotations
+
+import sys
+
+from tests.integration.test_faults import operator_scheduler, run_with_kills
+from tests.integration.test_operator import experiment
+
+EPOCHS = 12
+# Keeps its epoch and score in $KUBETUNE_CHECKPOINT_DIR/state.json, restored there before it starts; after each epoch
+# it asks for a checkpoint (.kubetune-save, holding the epoch) and waits until kubetune has committed it (the marker
+# goes) before it changes the folder again. x=1 crashes once, after its checkpoint at epoch 3. No kubetune inside.
+SCRIPT = f"""
+import json, os, sys, time
+x = float(sys.argv[1])
+folder = os.environ["KUBETUNE_CHECKPOINT_DIR"]
+state, marker = os.path.join(folder, "state.json"), os.path.join(folder, ".kubetune-save")
+epoch, score = 0, 0.0
+if os.path.exists(state):
+    with open(state) as f:
+        saved = json.load(f)
+    epoch, score = saved["epoch"], saved["score"]
+print(f"starting after epoch {{epoch}}", flush=True)
+def save(**extra):
+    with open(state + ".tmp", "w") as f:
+        json.dump({{"epoch": epoch, "score": score, **extra}}, f)
+    os.replace(state + ".tmp", state)
+    with open(marker, "w") as f:
+        f.write(str(epoch))
+    deadline = time.time() + 60
+    while os.path.exists(marker) and time.time() < deadline:
+        time.sleep(0.05)
+while epoch < {EPOCHS}:
+    epoch, score = epoch + 1, score + x
+    time.sleep(0.3)
+    print(f"epoch={{epoch}} score={{score}}", flush=True)
+    crash = x == 1 and epoch == 3 and not os.path.exists(os.path.join(folder, "crashed"))
+    if crash:
+        open(os.path.join(folder, "crashed"), "w").close()
+    save()
+    if crash:
+        sys.exit(1)
+"""
+
+
+def test_container_trials_exploit_and_retry_from_their_checkpoint_folders_through_operator_kills(
+    cluster, operator, custom, core, namespace, storage_secret
+):
+    scheduler = {
+        "name": "pbt",
+        "params": {
+            "time_attr": "training_iteration",
+            "perturbation_interval": 3,
+            "hyperparam_mutations": {"x": [1, 2, 3, 4]},
+            "resample_probability": 0.0,
+        },
+    }
+    spec = experiment(
+        "boxes-pbt",
+        cluster,
+        storage_secret,
+        config={"x": {"grid_search": [4, 3, 2, 1]}},
+        trainable={"command": [sys.executable, "-c", SCRIPT], "args": ["${trialParameters.x}"]},
+        checkpoint={},  # the folder: /kubetune/checkpoint, PBT's default
+        stop={"training_iteration": EPOCHS},
+        maxConcurrentTrials=4,
+        scheduler=scheduler,
+        failure={"maxFailures": 2},
+    )
+    found = run_with_kills(custom, operator, namespace, spec, 4, every_s=4.0)
+    for name, trial in found.items():
+        status = trial["status"]
+        # the container's own epoch, restored from its folder, is kubetune's iteration on every attempt: no attempt
+        # started over, and the one after a restore was numbered from the restored checkpoint
+        assert status["lastResult"]["epoch"] == status["iteration"] == EPOCHS, (name, status)
+        assert status["checkpoint"]["iteration"] >= EPOCHS - 1, (name, status["checkpoint"])
+    crashed = next(t for t in found.values() if t["spec"]["config"]["x"] == 1)
+    assert crashed["status"]["attempt"] >= 1  # its crash was retried from its checkpoint at epoch 3
+    perturbed = [t for t in found.values() if t["status"].get("perturbations")]
+    assert perturbed, {n: t["status"].get("reason") for n, t in found.items()}
+    for trial in perturbed:
+        last = trial["status"]["perturbations"][-1]
+        assert last["donor"] in found and trial["status"]["config"]["x"] in (1, 2, 3, 4), last
+        # the donor's state came with its checkpoint: at least 1 a step up to the exploit, then the explored x
+        low = last["iteration"] + trial["status"]["config"]["x"] * (EPOCHS - last["iteration"])
+        assert trial["status"]["lastResult"]["score"] >= low, (trial["metadata"]["name"], last)
+    rebuilt = operator_scheduler(custom, core, namespace, "boxes-pbt")
+    assert rebuilt.num_perturbations >= sum(len(t["status"]["perturbations"]) for t in perturbed)
