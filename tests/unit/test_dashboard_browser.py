@@ -5,19 +5,22 @@ runtime's own writers.
 
 Checks what the user sees: every trial in the trial list with its state and name, each trial's intermediate values
 (one per finite result, the values themselves), a learning curve for every trial that has a value, and the
-importance view naming every searched parameter. Screenshots go to the folder the test prints. A missing browser
-fails the test: it is never skipped.
+importance view naming every searched parameter; and, with the page open, a result and a trial written to storage
+showing in it within 5 s, and the trials' final states once the experiment is quiet. Screenshots go to the folder
+the test prints. A missing browser fails the test: it is never skipped.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
 from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
 from playwright.sync_api import expect, sync_playwright
 from stored_experiment import METRIC, SEARCHED, SPACE, TRIALS, store
+from test_analysis import write_trial
 
 from kubetune.sdk.analysis import ExperimentAnalysis
 from kubetune.sdk.dashboard import Dashboard
@@ -29,6 +32,8 @@ SHOWN_STATE = {"COMPLETE": "Complete", "PRUNED": "Pruned", "FAIL": "Fail"}
 #: How long a view may take to show, in milliseconds (the dashboard fetches the study, then renders with Plotly).
 SHOW_MS = 30_000
 expect.set_options(timeout=SHOW_MS)
+#: How long a result written to storage may take to show in the open page, in milliseconds (issue 32).
+LIVE_MS = 5_000
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +47,16 @@ def browser():
 
 
 @pytest.fixture
-def dashboard(tmp_path, aws_env, moto_endpoint):  # noqa: F811 - fixtures
-    """The dashboard of the experiment stored on moto's S3, serving on loopback."""
+def stored(tmp_path, aws_env, moto_endpoint):  # noqa: F811 - fixtures
+    """The experiment stored on moto's S3, read: its analysis."""
     uri = store(f"s3://{new_bucket(moto_endpoint)}/kubetune", tmp_path, moto_endpoint)
-    analysis = ExperimentAnalysis(uri, METRIC, "max", storage_endpoint=moto_endpoint, param_space=SPACE)
-    with Dashboard(analysis) as served:
+    return ExperimentAnalysis(uri, METRIC, "max", storage_endpoint=moto_endpoint, param_space=SPACE)
+
+
+@pytest.fixture
+def dashboard(stored):
+    """The dashboard of the stored experiment, serving on loopback, as it shows a quiet experiment (final states)."""
+    with Dashboard(stored, settle_s=0) as served:
         yield served
 
 
@@ -89,3 +99,55 @@ def test_the_study_page_draws_every_curve_and_names_every_searched_parameter(bro
     with_curve = [f"trial #{n}" for n, t in enumerate(TRIALS) if t.state != "FAIL"]
     expect(curves).to_have_text(with_curve)
     page.screenshot(path=shots / "study.png", full_page=True)
+
+
+def test_a_result_and_a_trial_written_to_storage_show_in_the_open_page_within_5_s(
+    browser,
+    stored,
+    tmp_path,
+    moto_endpoint,  # noqa: F811 - fixtures
+    shots,
+):
+    """The experiment runs (it never goes quiet on its own here): trial 2 reports its third result and a ninth trial
+    its first while the trial list is open on trial 2; both show within 5 s, the earlier points once each. Then the
+    experiment goes quiet and the trials show their final states."""
+    with Dashboard(stored, settle_s=3600) as served:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{served.url}/trials?numbers=2")
+        values = page.locator("p", has_text=re.compile(r"^Intermediate Values$")).locator(
+            "xpath=following-sibling::div[1]//p"
+        )
+        expect(values).to_have_count(2)
+        expect(page.get_by_role("button", name=re.compile(r"^Trial 2 Running\b"))).to_have_count(1)
+        running = TRIALS[2]
+        longer = [*running.values, 0.5]
+        new = {"lr": 0.001, "layers": 2, "act": "relu", "epochs": 6}
+        write_trial(
+            stored.experiment_path,
+            running.name,
+            [{METRIC: v} for v in longer],
+            config=running.config,
+            endpoint=moto_endpoint,
+            workdir=tmp_path / "again",
+        )
+        write_trial(
+            stored.experiment_path,
+            "digits-00008",
+            [{METRIC: 0.25}],
+            config=new,
+            endpoint=moto_endpoint,
+            workdir=tmp_path,
+        )
+        written = time.monotonic()
+        expect(page.get_by_text(f"{len(TRIALS) + 1} Trials", exact=True)).to_be_visible(timeout=LIVE_MS)
+        expect(values).to_have_count(3, timeout=LIVE_MS)
+        print(f"a result written to storage showed in the page {time.monotonic() - written:.1f} s later")
+        shown = [tuple(text.split()) for text in values.all_inner_texts()]
+        assert [(int(step), float(value)) for step, value in shown] == list(enumerate(longer, 1))
+        expect(page.get_by_role("button", name=re.compile(r"^Trial 8 Running\b"))).to_have_count(1)
+        page.screenshot(path=shots / "live.png", full_page=True)
+
+        served.live.settle_s = 0  # quiet from now on: the trials end
+        for number, state in ((2, "Pruned"), (8, "Pruned"), (0, "Complete"), (6, "Fail")):
+            listed = page.get_by_role("button", name=re.compile(rf"^Trial {number} {state}\b"))
+            expect(listed).to_have_count(1, timeout=LIVE_MS)

@@ -253,7 +253,8 @@ def test_the_dashboard_command_serves_the_study_until_ctrl_c(s3_exp):
     )
     try:
         line = proc.stderr.readline()
-        assert line.startswith(f"Optuna Dashboard of {len(TRIALS)} trials as stored now: http://127.0.0.1:"), line
+        prefix = f"Optuna Dashboard of {len(TRIALS)} trials, refreshed from storage every 1 s: http://127.0.0.1:"
+        assert line.startswith(prefix), line
         url = line.split(": ", 1)[1].split()[0]
         base = url.split("/dashboard/")[0]
         with urllib.request.urlopen(f"{base}/api/studies/0", timeout=30) as response:

@@ -51,7 +51,7 @@ from kubetune.search.sample import parse_space
 from kubetune.search.variants import find_domains
 from kubetune.storage import FileStorage, S3Storage, Storage, file_uri_path, join_uri, open_storage, split_s3_uri
 
-__all__ = ["ExperimentAnalysis", "Result", "ResultGrid", "StoredCheckpoint", "TrialRecord"]
+__all__ = ["ExperimentAnalysis", "Result", "ResultGrid", "StoredCheckpoint", "TrialRecord", "object_stamps"]
 
 log = logging.getLogger(__name__)
 
@@ -225,19 +225,38 @@ class StoredCheckpoint(Checkpoint):
         return hash(self.uri)
 
 
-def _modified_times(storage: Storage, base: str) -> dict[str, float]:
-    """Last-modified time (unix seconds) of every object under ``base``; the Storage API has no such call."""
+def object_stamps(storage: Storage, base: str) -> dict[str, tuple[float, str]]:
+    """What each object under ``base`` is now, by one listing: its last-modified time and a text that changes
+    whenever its content is written again. The Storage API has no such call.
+
+    Args:
+        storage: a ``FileStorage`` or an ``S3Storage``.
+        base: a folder URI.
+
+    Returns:
+        ``{uri: (last-modified time in unix seconds, version)}``: the version is S3's ETag with the size, or a
+        file's size with its modification time in nanoseconds (S3 keeps times to the second, so two writes in
+        one second differ only by it); ``{}`` when nothing is stored there.
+
+    Raises:
+        ValueError: another kind of storage.
+    """
     if isinstance(storage, FileStorage):
-        return {uri: file_uri_path(uri).stat().st_mtime for uri in storage.list(base)}
+        stamps = {}
+        for uri in storage.list(base):
+            stat = file_uri_path(uri).stat()
+            stamps[uri] = (stat.st_mtime, f"{stat.st_size}:{stat.st_mtime_ns}")
+        return stamps
     if isinstance(storage, S3Storage):
         bucket, key = split_s3_uri(join_uri(base))
-        times = {}
+        stamps = {}
         for page in storage.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key}/"):
             for obj in page.get("Contents", ()):
-                times[f"s3://{bucket}/{obj['Key']}"] = obj["LastModified"].timestamp()
-        return times
+                version = f"{obj['Size']}:{obj['ETag']}"
+                stamps[f"s3://{bucket}/{obj['Key']}"] = (obj["LastModified"].timestamp(), version)
+        return stamps
     raise ValueError(
-        f"cannot tell which folder under {base} is newest on {type(storage).__name__}; "
+        f"cannot read when the objects under {base} were written on {type(storage).__name__}; "
         "pass the experiment's <uid> folder"
     )
 
@@ -269,7 +288,7 @@ def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]]]:
         uid = next(iter(nested))
     else:
         newest: dict[str, float] = {}
-        for uri, mtime in _modified_times(storage, base).items():
+        for uri, (mtime, _) in object_stamps(storage, base).items():
             folder = uri[len(base) + 1 :].split("/", 1)[0]
             newest[folder] = max(newest.get(folder, -math.inf), mtime)
         uid = max(nested, key=lambda name: newest.get(name, -math.inf))
@@ -331,6 +350,7 @@ class ExperimentAnalysis:
         param_space: Any = None,
     ):
         self.objectives = None
+        objective = (default_metric, default_mode)
         if is_multi_objective(default_metric) or is_multi_objective(default_mode):
             self.objectives = objectives(default_metric, default_mode)
             default_metric = default_mode = None
@@ -342,6 +362,7 @@ class ExperimentAnalysis:
         if "://" not in experiment_path:
             experiment_path = Path(experiment_path).resolve().as_uri()
         self.storage = open_storage(experiment_path, storage_endpoint, storage_region)
+        self._source = (*objective, storage_endpoint, storage_region, trial_errors)
         try:
             self.experiment_path, files = _resolve(self.storage, experiment_path)
         except FileNotFoundError:
@@ -376,6 +397,28 @@ class ExperimentAnalysis:
             paths = [path for path, _ in find_domains(parse_space(param_space))]
             for trial in self.trials:
                 trial.evaluated_params = _values_at(trial.config, paths)
+
+    def reread(self) -> ExperimentAnalysis:
+        """The same experiment read again from storage, as it is now (what a live view refreshes from).
+
+        Returns:
+            A new analysis of :attr:`experiment_path` (the ``<uid8>`` folder this one read, even when a newer one
+            appeared beside it since) with this one's objective, endpoint, region, ``trial_errors`` and
+            ``param_space``; this one is left as it was.
+
+        Raises:
+            FileNotFoundError, ValueError: as the constructor.
+        """
+        metric, mode, endpoint, region, trial_errors = self._source
+        return ExperimentAnalysis(
+            self.experiment_path,
+            metric,
+            mode,
+            storage_endpoint=endpoint,
+            storage_region=region,
+            trial_errors=trial_errors,
+            param_space=self.param_space,
+        )
 
     # -- validation (Ray's messages) ---------------------------------------------------------------
 

@@ -308,17 +308,35 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return OK
 
 
+def _seconds(text: str) -> float:
+    """A command-line duration: a number of seconds above 0."""
+    seconds = float(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds above 0")
+    return seconds
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from kubetune.sdk.dashboard import Dashboard, serve
 
     _quiet_optuna()
     analysis = _stored_analysis(args)
     try:
-        dashboard = Dashboard(analysis, args.metric, args.mode, host=args.host, port=args.port)
+        dashboard = Dashboard(
+            analysis,
+            args.metric,
+            args.mode,
+            host=args.host,
+            port=args.port,
+            # the cluster says which trials failed: ask it again; storage alone: the same folder again
+            reread=None if args.storage_only else lambda: _stored_analysis(args),
+            **{key: value for key, value in (("refresh_s", args.refresh), ("settle_s", args.settle)) if value},
+        )
     except OSError as exc:
         return _error(f"cannot listen on {args.host}:{args.port}: {exc}; --port chooses another port", USAGE)
     print(
-        f"Optuna Dashboard of {len(analysis.trials)} trials as stored now: {dashboard.url} (Ctrl-C ends it)",
+        f"Optuna Dashboard of {len(analysis.trials)} trials, refreshed from storage every {dashboard.refresh_s:g} s: "
+        f"{dashboard.url} (Ctrl-C ends it)",
         file=sys.stderr,
     )
     try:
@@ -446,12 +464,27 @@ def parser() -> argparse.ArgumentParser:
     p = add(
         "dashboard",
         cmd_dashboard,
-        "serve Optuna Dashboard of an Experiment as stored now, until Ctrl-C",
+        "serve Optuna Dashboard of an Experiment, refreshed from storage while it runs, until Ctrl-C",
         parents=[stored],
     )
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: loopback only)")
     p.add_argument("--port", type=int, default=8080, help="the port (default 8080; 0 picks a free one)")
     p.add_argument("--no-browser", action="store_true", help="do not open the browser")
+    p.add_argument(
+        "--refresh",
+        type=_seconds,
+        metavar="SECONDS",
+        help="seconds between two reads of storage while serving (default 1)",
+    )
+    p.add_argument(
+        "--settle",
+        type=_seconds,
+        metavar="SECONDS",
+        help=(
+            "seconds without a write to the experiment's storage after which its trials show their final states; "
+            "until then they show Running (default 300)"
+        ),
+    )
     add("suspend", _suspend(True), "suspend an Experiment: running trials checkpoint and stop").add_argument("name")
     add("resume", _suspend(False), "resume a suspended Experiment").add_argument("name")
     add("delete", cmd_delete, "delete an Experiment with its trials and pods").add_argument("name")

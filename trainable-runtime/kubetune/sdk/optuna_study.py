@@ -23,8 +23,14 @@ What each Optuna trial holds:
   before the experiment's longest trial (its last ``training_iteration`` is below the highest any
   trial reached: from storage alone that is how an early stop shows, so the trials of a running
   experiment that are behind show so too); ``COMPLETE`` with its last finite value otherwise.
-* ``user_attrs``: ``kubetune_trial`` (the trial's name) and, for a failed trial, ``error`` (the last
-  line of its message).
+* ``user_attrs`` (Optuna Dashboard's trial table shows them as columns): ``kubetune_trial`` (the trial's
+  name), ``training_iteration`` (its last result's, once it reported one), the metric's name with the last
+  finite value of the metric (once there is one: a running trial's progress, which has no Optuna value yet)
+  and, for a failed trial, ``error`` (the last line of its message).
+
+:func:`fill_study` fills a study once; :mod:`kubetune.sdk.live_study` keeps one in step with storage from
+:func:`create_study`, :func:`frozen_trial` and :func:`user_attrs`, with states of its own while the
+experiment runs.
 """
 
 from __future__ import annotations
@@ -44,7 +50,16 @@ if TYPE_CHECKING:
 
     from kubetune.sdk.analysis import ExperimentAnalysis, TrialRecord
 
-__all__ = ["TRIAL_NAME_ATTR", "distributions", "fill_study", "trial_state"]
+__all__ = [
+    "TRIAL_NAME_ATTR",
+    "create_study",
+    "distributions",
+    "fill_study",
+    "frozen_trial",
+    "longest_iteration",
+    "trial_state",
+    "user_attrs",
+]
 
 #: The user attribute of each Optuna trial that holds the kubetune trial's name.
 TRIAL_NAME_ATTR = "kubetune_trial"
@@ -120,6 +135,12 @@ def distributions(analysis: ExperimentAnalysis) -> dict[str, Any]:
     }
 
 
+def longest_iteration(analysis: ExperimentAnalysis) -> int:
+    """The highest last ``training_iteration`` of any trial of ``analysis``; 0 before any result."""
+    iterations = [t.last_result.get(TRAINING_ITERATION) for t in analysis.trials]
+    return max((i for i in iterations if is_number(i)), default=0)
+
+
 def trial_state(trial: TrialRecord, history: list[tuple[int, float]], longest: int) -> str:
     """The Optuna state of ``trial`` (the rule of the module docstring), by name.
 
@@ -137,6 +158,98 @@ def trial_state(trial: TrialRecord, history: list[tuple[int, float]], longest: i
         return "RUNNING"
     last = trial.last_result.get(TRAINING_ITERATION)
     return "PRUNED" if is_number(last) and last < longest else "COMPLETE"
+
+
+def user_attrs(trial: TrialRecord, history: list[tuple[int, float]], metric: str) -> dict[str, Any]:
+    """The Optuna user attributes of ``trial`` (module docstring).
+
+    Args:
+        trial: the trial as read from storage.
+        history: its ``(training_iteration, value)`` pairs of finite values of ``metric``.
+        metric: the study's objective.
+
+    Returns:
+        ``{"kubetune_trial": name, "training_iteration": int, metric: float, "error": str}``, those known.
+    """
+    attrs: dict[str, Any] = {TRIAL_NAME_ATTR: trial.trial_id}
+    iteration = trial.last_result.get(TRAINING_ITERATION)
+    if is_number(iteration):
+        attrs[TRAINING_ITERATION] = iteration
+    if history:
+        attrs[metric] = history[-1][1]
+    if trial.error is not None:
+        attrs["error"] = (trial.error.strip().splitlines() or ["failed"])[-1]
+    return attrs
+
+
+def frozen_trial(
+    trial: TrialRecord, history: list[tuple[int, float]], state: str, dists: dict[str, Any], metric: str
+) -> optuna.trial.FrozenTrial:
+    """``trial`` as an Optuna trial to add to a study.
+
+    Args:
+        trial: the trial as read from storage.
+        history: its ``(training_iteration, value)`` pairs of finite values of ``metric``.
+        state: its Optuna state by name (``"RUNNING"``, ``"COMPLETE"``...); ``PRUNED`` and ``COMPLETE`` take the
+            last of ``history`` as the value.
+        dists: :func:`distributions` of the experiment (holding every searched value of ``trial``).
+        metric: the study's objective.
+
+    Returns:
+        The trial with its parameters, intermediate values and :func:`user_attrs`.
+    """
+    from optuna.trial import TrialState, create_trial
+
+    own = {name: dists[name] for name in trial.evaluated_params}
+    return create_trial(
+        state=TrialState[state],
+        value=history[-1][1] if state in ("PRUNED", "COMPLETE") else None,
+        params={name: _param(own[name], value) for name, value in trial.evaluated_params.items()},
+        distributions=own,
+        user_attrs=user_attrs(trial, history, metric),
+        intermediate_values=dict(history),
+    )
+
+
+def create_study(
+    analysis: ExperimentAnalysis,
+    metric: str | None = None,
+    mode: str | None = None,
+    *,
+    storage: Any = None,
+    study_name: str | None = None,
+) -> tuple[optuna.Study, str]:
+    """Create the empty Optuna study of ``analysis`` (its objective, no trials).
+
+    Args:
+        analysis, metric, mode, storage, study_name: as :func:`fill_study`'s.
+
+    Returns:
+        ``(study, metric)``: the study, its direction ``minimize`` or ``maximize`` by ``mode``, its metric name
+        the objective; and that objective (``metric`` or the analysis's default).
+
+    Raises:
+        ValueError, optuna.exceptions.DuplicatedStudyError, ImportError: as :func:`fill_study`.
+    """
+    try:
+        import optuna
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError("the experiment's views need Optuna: pip install 'kubetune[views]'") from exc
+    from optuna.storages import InMemoryStorage
+
+    metric = analysis._validate_metric(metric)
+    mode = analysis._validate_mode(mode)
+    if study_name is None:
+        study_name = "/".join(analysis.experiment_path.rstrip("/").split("/")[-3:-1])
+    study = optuna.create_study(
+        storage=storage if storage is not None else InMemoryStorage(),
+        study_name=study_name,
+        direction="maximize" if mode == "max" else "minimize",
+    )
+    with warnings.catch_warnings():  # Optuna marks metric names experimental; the dashboard shows them
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([metric])
+    return study, metric
 
 
 def fill_study(
@@ -166,46 +279,14 @@ def fill_study(
         optuna.exceptions.DuplicatedStudyError: a study of that name is already in ``storage``.
         ImportError: Optuna is not installed (``pip install 'kubetune[views]'``).
     """
-    try:
-        import optuna
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ImportError("the experiment's views need Optuna: pip install 'kubetune[views]'") from exc
-    from optuna.storages import InMemoryStorage
-    from optuna.trial import TrialState, create_trial
-
-    metric = analysis._validate_metric(metric)
-    mode = analysis._validate_mode(mode)
-    histories = {trial.trial_id: analysis.metric_history(trial, metric) for trial in analysis.trials}
-    iterations = [t.last_result.get(TRAINING_ITERATION) for t in analysis.trials]
-    longest = max((i for i in iterations if is_number(i)), default=0)
+    study, metric = create_study(analysis, metric, mode, storage=storage, study_name=study_name)
+    histories = [analysis.metric_history(trial, metric) for trial in analysis.trials]
     dists = distributions(analysis)
-    if study_name is None:
-        study_name = "/".join(analysis.experiment_path.rstrip("/").split("/")[-3:-1])
-    study = optuna.create_study(
-        storage=storage if storage is not None else InMemoryStorage(),
-        study_name=study_name,
-        direction="maximize" if mode == "max" else "minimize",
+    longest = longest_iteration(analysis)
+    study.add_trials(
+        [
+            frozen_trial(trial, history, trial_state(trial, history, longest), dists, metric)
+            for trial, history in zip(analysis.trials, histories)
+        ]
     )
-    with warnings.catch_warnings():  # Optuna marks metric names experimental; the dashboard shows them
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([metric])
-    frozen = []
-    for trial in analysis.trials:
-        history = histories[trial.trial_id]
-        state = trial_state(trial, history, longest)
-        attrs = {TRIAL_NAME_ATTR: trial.trial_id}
-        if trial.error is not None:
-            attrs["error"] = (trial.error.strip().splitlines() or ["failed"])[-1]
-        own = {name: dists[name] for name in trial.evaluated_params}
-        frozen.append(
-            create_trial(
-                state=TrialState[state],
-                value=history[-1][1] if state in ("PRUNED", "COMPLETE") else None,
-                params={name: _param(own[name], value) for name, value in trial.evaluated_params.items()},
-                distributions=own,
-                user_attrs=attrs,
-                intermediate_values=dict(history),
-            )
-        )
-    study.add_trials(frozen)
     return study

@@ -1,0 +1,92 @@
+"""kubetune.sdk.live_study: the Optuna study the live dashboard serves, refreshed from an experiment stored by the
+runtime's own writers (file:// and moto's S3) while trials report: new results and trials are written into the
+study once each, the trials keep their numbers, trials stay RUNNING until the experiment is quiet and then take the
+states fill_study gives."""
+
+from __future__ import annotations
+
+import pytest
+from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
+from stored_experiment import METRIC, SPACE, TRIALS, store
+from test_analysis import write_trial
+
+from kubetune.sdk.analysis import ExperimentAnalysis
+from kubetune.sdk.live_study import LiveStudy
+from kubetune.sdk.optuna_study import TRIAL_NAME_ATTR, fill_study
+
+NEW = {"lr": 0.001, "layers": 2, "act": "relu", "epochs": 6}
+
+
+@pytest.fixture(params=["file", "s3"])
+def stored(request, tmp_path):
+    """``(analysis, endpoint)`` of the stored experiment, on file:// or moto's S3."""
+    if request.param == "file":
+        return ExperimentAnalysis(store(f"file://{tmp_path}/store", tmp_path), METRIC, "max", param_space=SPACE), None
+    request.getfixturevalue("aws_env")
+    endpoint = request.getfixturevalue("moto_endpoint")
+    uri = store(f"s3://{new_bucket(endpoint)}/kubetune", tmp_path, endpoint)
+    return ExperimentAnalysis(uri, METRIC, "max", storage_endpoint=endpoint, param_space=SPACE), endpoint
+
+
+def _report(analysis, endpoint, workdir, name, values, config):
+    """Write trial ``name``'s results ``values`` again, whole, as the runtime's next sync does."""
+    write_trial(
+        analysis.experiment_path, name, [{METRIC: v} for v in values], config=config, endpoint=endpoint, workdir=workdir
+    )
+
+
+def test_a_refresh_writes_new_results_and_trials_once_each_and_keeps_the_numbers(stored, tmp_path):
+    analysis, endpoint = stored
+    live = LiveStudy(analysis, settle_s=3600)
+    before = live.study.get_trials()
+    assert [t.user_attrs[TRIAL_NAME_ATTR] for t in before] == [t.name for t in TRIALS]
+    assert [t.state.name for t in before] == ["FAIL" if t.state == "FAIL" else "RUNNING" for t in TRIALS]
+    assert live.refresh() is False  # nothing written since
+
+    grown = [*TRIALS[2].values, 0.5, 0.55]
+    _report(analysis, endpoint, tmp_path / "a", TRIALS[2].name, grown[:3], TRIALS[2].config)
+    _report(analysis, endpoint, tmp_path, "digits-00008", [0.25], NEW)
+    assert live.refresh() is True
+    _report(analysis, endpoint, tmp_path / "b", TRIALS[2].name, grown, TRIALS[2].config)  # the same second on S3
+    assert live.refresh() is True
+
+    after = live.study.get_trials()
+    assert [t.user_attrs[TRIAL_NAME_ATTR] for t in after] == [t.name for t in TRIALS] + ["digits-00008"]
+    assert [t.number for t in after] == list(range(len(TRIALS) + 1))
+    assert after[2].intermediate_values == dict(enumerate(grown, 1))
+    assert after[2].user_attrs == {TRIAL_NAME_ATTR: TRIALS[2].name, "training_iteration": 4, METRIC: 0.55}
+    assert after[8].intermediate_values == {1: 0.25} and after[8].params == {"lr": 0.001, "layers": 2, "act": "relu"}
+    assert after[8].state.name == "RUNNING" and after[2].state.name == "RUNNING"
+    for old, new in zip(before, after):  # the others as they were
+        if old.number != 2:
+            assert (new.intermediate_values, new.user_attrs, new.state) == (
+                old.intermediate_values,
+                old.user_attrs,
+                old.state,
+            )
+    assert live.refresh() is False
+
+
+def test_once_quiet_the_trials_take_fill_studys_states_and_then_stay(stored, tmp_path):
+    analysis, endpoint = stored
+    live = LiveStudy(analysis, settle_s=3600)
+    live.settle_s = 0  # no write for an hour, as far as the study can tell
+    assert live.refresh() is True
+    expected = fill_study(analysis).get_trials()
+    got = live.study.get_trials()
+    assert [(t.state, t.value, t.intermediate_values, t.user_attrs) for t in got] == [
+        (t.state, t.value, t.intermediate_values, t.user_attrs) for t in expected
+    ]
+    assert [t.state.name for t in got] == [t.state for t in TRIALS]
+    assert live.refresh() is False
+
+    _report(analysis, endpoint, tmp_path / "late", TRIALS[2].name, [*TRIALS[2].values, 0.5], TRIALS[2].config)
+    assert live.refresh() is False  # a final trial stays final
+    assert live.study.get_trials()[2].intermediate_values == dict(TRIALS[2].history)
+
+
+def test_an_experiment_quiet_when_filled_shows_its_final_states_at_once(stored):
+    analysis, _ = stored
+    live = LiveStudy(analysis, settle_s=0)
+    assert [t.state.name for t in live.study.get_trials()] == [t.state for t in TRIALS]
+    assert live.refresh() is False

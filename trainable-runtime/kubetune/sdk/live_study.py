@@ -1,0 +1,190 @@
+"""An Optuna study kept in step with an experiment's storage while a view shows it: the live dashboard's study.
+
+Owns :class:`LiveStudy`: it fills an Optuna study from an :class:`kubetune.sdk.analysis.ExperimentAnalysis` as
+:func:`kubetune.sdk.optuna_study.fill_study` does, then, at each :meth:`LiveStudy.refresh`, lists the experiment's
+folder (one listing), and when an object there changed reads the experiment again and writes only the difference
+into the study: a trial not seen before is added (its Optuna ``number`` is the count of trials added before it, so
+each kubetune trial keeps its number), a trial still ``RUNNING`` in the study gets the intermediate values and user
+attributes it did not have, and its final state and value once it ends. Caller: :mod:`kubetune.sdk.dashboard`,
+whose server thread calls :meth:`LiveStudy.refresh` every couple of seconds while Optuna Dashboard's page polls.
+
+The states (Optuna's rule, not kubetune's: a finished Optuna trial cannot change, and Optuna Dashboard's page never
+fetches again a finished trial that comes before its first running one):
+
+* ``FAIL`` for a failed trial, at once (as :func:`kubetune.sdk.optuna_study.trial_state`);
+* while the experiment is *live*, ``RUNNING`` for every other trial: from storage alone a trial stopped early
+  (ASHA's stop) looks like one that will report again, so none is given a final state yet;
+* once the experiment is *quiet* (no object under its folder written for ``settle_s`` seconds), the states of
+  :func:`kubetune.sdk.optuna_study.trial_state`: ``PRUNED`` behind the longest trial, ``COMPLETE`` otherwise,
+  ``RUNNING`` without a value. An experiment quiet when the study is filled shows so at once, as the
+  snapshot of :func:`~kubetune.sdk.optuna_study.fill_study` would.
+
+A trial that is final in the study stays as it is: results it reports after that (a trial written again after
+the experiment was quiet for ``settle_s``, a retry after an ``error.txt`` without the cluster's word) show after
+the view is started again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Callable
+
+from kubetune.sdk.analysis import object_stamps
+from kubetune.sdk.optuna_study import (
+    create_study,
+    distributions,
+    frozen_trial,
+    longest_iteration,
+    trial_state,
+    user_attrs,
+)
+
+if TYPE_CHECKING:
+    from kubetune.sdk.analysis import ExperimentAnalysis, TrialRecord
+
+__all__ = ["DEFAULT_SETTLE_S", "LiveStudy", "live_state"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds without a write under the experiment's folder after which its trials get their final states. The
+#: runtime uploads a trial's results at least every 10 s while it reports, but an iteration can take minutes.
+DEFAULT_SETTLE_S = 300.0
+
+
+def live_state(trial: TrialRecord, history: list[tuple[int, float]], longest: int, quiet: bool) -> str:
+    """The Optuna state of ``trial`` in a live study (the rule of the module docstring), by name.
+
+    Args:
+        trial: the trial as read from storage.
+        history: its ``(training_iteration, value)`` pairs of finite values of the metric.
+        longest: the highest last ``training_iteration`` of any trial of the experiment.
+        quiet: whether the experiment has written nothing for the settle time.
+
+    Returns:
+        ``"FAIL"``, ``"RUNNING"``, ``"PRUNED"`` or ``"COMPLETE"``.
+    """
+    if trial.error is None and not quiet:
+        return "RUNNING"
+    return trial_state(trial, history, longest)
+
+
+class LiveStudy:
+    """An Optuna study of one experiment that :meth:`refresh` brings up to date with storage (module docstring).
+
+    Args:
+        analysis: the experiment, read from storage.
+        metric, mode: the study's objective; default the analysis's (:func:`kubetune.sdk.optuna_study.fill_study`).
+        reread: reads the experiment again, as it is now; default ``analysis.reread`` (the same storage folder,
+            the same ``trial_errors``). The ``kubetune dashboard`` command passes one that asks the cluster again.
+        settle_s: seconds without a write under the experiment's folder after which it is quiet.
+
+    Attributes:
+        study: the Optuna study; trial ``number`` ``n`` is the ``n``-th kubetune trial seen (user attribute
+            ``kubetune_trial``), the trials of the first reading in the analysis's order.
+        storage: the Optuna ``InMemoryStorage`` that holds it (in this process; what Optuna Dashboard serves).
+        analysis: the analysis last read.
+        settle_s: as given.
+
+    Raises:
+        ValueError: as :func:`kubetune.sdk.optuna_study.fill_study`; storage other than S3 or files.
+        ImportError: Optuna is not installed.
+    """
+
+    def __init__(
+        self,
+        analysis: ExperimentAnalysis,
+        metric: str | None = None,
+        mode: str | None = None,
+        *,
+        reread: Callable[[], ExperimentAnalysis] | None = None,
+        settle_s: float = DEFAULT_SETTLE_S,
+    ):
+        from optuna.storages import InMemoryStorage
+
+        self.storage = InMemoryStorage()
+        self.study, self._metric = create_study(analysis, metric, mode, storage=self.storage)
+        self._study_id = self.storage.get_study_id_from_name(self.study.study_name)
+        self._reread = reread or analysis.reread
+        self.settle_s = settle_s
+        self.analysis = analysis
+        self._stamps = object_stamps(analysis.storage, analysis.experiment_path)
+        self._written_at = max((written for written, _ in self._stamps.values()), default=0.0)
+        self._trial_ids: dict[str, int] = {}
+        self._applied_quiet = False
+        self._apply()
+
+    def _quiet(self) -> bool:
+        return time.time() - self._written_at >= self.settle_s
+
+    def refresh(self) -> bool:
+        """List the experiment's folder; when an object changed, read the experiment again and write what is new.
+
+        Returns:
+            Whether the study changed (new results, new trials, or final states once the experiment is quiet).
+
+        Raises:
+            Exception: what listing or reading storage raises (an unreachable endpoint, say); the study is as it
+                was, or updated in part for the trials before the one that failed.
+        """
+        stamps = object_stamps(self.analysis.storage, self.analysis.experiment_path)
+        if stamps != self._stamps:
+            analysis = self._reread()
+            if analysis.experiment_path != self.analysis.experiment_path:
+                log.warning(
+                    "the experiment is read from %s now, not %s: still showing the latter",
+                    analysis.experiment_path,
+                    self.analysis.experiment_path,
+                )
+                return False
+            self._stamps, self._written_at, self.analysis = stamps, time.time(), analysis
+        elif self._applied_quiet or not self._quiet():
+            return False
+        return self._apply()
+
+    def _apply(self) -> bool:
+        """Write :attr:`analysis` into the study where it differs; return whether anything was written."""
+        analysis, metric = self.analysis, self._metric
+        quiet = self._quiet()
+        longest = longest_iteration(analysis)
+        dists = None
+        changed = False
+        for trial in analysis.trials:
+            history = analysis.metric_history(trial, metric)
+            state = live_state(trial, history, longest, quiet)
+            trial_id = self._trial_ids.get(trial.trial_id)
+            if trial_id is None:
+                if dists is None:
+                    dists = distributions(analysis)
+                number = len(self._trial_ids)
+                self.study.add_trial(frozen_trial(trial, history, state, dists, metric))
+                self._trial_ids[trial.trial_id] = self.storage.get_trial_id_from_study_id_trial_number(
+                    self._study_id, number
+                )
+                changed = True
+            else:
+                changed |= self._update(trial_id, trial, history, state)
+        self._applied_quiet = quiet
+        return changed
+
+    def _update(self, trial_id: int, trial: TrialRecord, history: list[tuple[int, float]], state: str) -> bool:
+        """Write into the study's trial ``trial_id``, while it runs, what it lacks of ``trial``."""
+        from optuna.trial import TrialState
+
+        current = self.storage.get_trial(trial_id)
+        if current.state.is_finished():
+            return False
+        changed = False
+        for step, value in history:
+            if current.intermediate_values.get(step) != value:
+                self.storage.set_trial_intermediate_value(trial_id, step, value)
+                changed = True
+        for key, value in user_attrs(trial, history, self._metric).items():
+            if current.user_attrs.get(key) != value:
+                self.storage.set_trial_user_attr(trial_id, key, value)
+                changed = True
+        if state != "RUNNING":
+            values = [history[-1][1]] if state in ("PRUNED", "COMPLETE") else None
+            self.storage.set_trial_state_values(trial_id, TrialState[state], values)
+            changed = True
+        return changed
