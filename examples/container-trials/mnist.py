@@ -10,8 +10,16 @@ unchanged. Each epoch logs, through :mod:`logging` on stdout with an RFC 3339 UT
 The first line (the epoch's mean training loss) is what Katib's default ``name=value`` regex reads, one line an
 epoch; the second is the held-out split's accuracy and loss in the form Katib's pytorch example prints them.
 Plain SGD with momentum (PyTorch's rule: ``v = momentum * v + grad``, ``w -= lr * v``), seeded, so a config
-gives the same lines every run. It reads ``digits.csv.gz`` (beside it, or ``--data``), writes nothing, and exits
-on SIGTERM at once (a scheduler's stop deletes the pod).
+gives the same lines every run. It reads ``digits.csv.gz`` (beside it, or ``--data``) and exits on SIGTERM at once
+(a scheduler's stop deletes the pod).
+
+**Checkpoints**, when the Experiment gives it a checkpoint folder (``spec.checkpoint.path``, which kubetune names
+in ``KUBETUNE_CHECKPOINT_DIR``): after each epoch it writes its state there (epoch, weights, velocity, the training
+rows' order, the shuffling generator's state) and asks kubetune to save the folder by creating ``.kubetune-save``
+holding the epoch, then waits until kubetune has committed it (the file goes) before it trains on. At its start it
+goes on from the state it finds there, which kubetune restored: a retried attempt prints what an uninterrupted run
+prints, and a PBT exploit goes on from the donor's state with its own ``--lr`` and ``--momentum``. Without the
+variable it writes nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import json
 import logging
 import math
+import os
 import random
 import signal
 import sys
@@ -30,6 +40,10 @@ from pathlib import Path
 
 CLASSES = 10
 PIXEL_MAX = 16.0  # the digits' 8x8 images hold grey levels 0..16
+#: What kubetune creates in the checkpoint folder to be asked for a checkpoint (docs/api.md).
+SAVE_MARKER = ".kubetune-save"
+#: Longest wait for kubetune to commit a checkpoint, in seconds.
+SAVE_WAIT_S = 120.0
 
 
 def load(path: Path) -> list[tuple[list[float], int]]:
@@ -77,6 +91,28 @@ def evaluate(weights, rows) -> tuple[float, float]:
     return correct / len(rows), loss / len(rows)
 
 
+def restore(folder: str | None) -> dict | None:
+    """The state the checkpoint folder holds (written by :func:`save`), or None."""
+    path = os.path.join(folder, "state.json") if folder else None
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def save(folder: str, state: dict) -> None:
+    """Write ``state`` to the folder, ask kubetune to save it, and wait until it has."""
+    path, marker = os.path.join(folder, "state.json"), os.path.join(folder, SAVE_MARKER)
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
+    with open(marker, "w") as f:
+        f.write(str(state["epoch"]))
+    deadline = time.monotonic() + SAVE_WAIT_S
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Softmax regression on the digits data (Katib's mnist flags)")
     parser.add_argument("--lr", type=float, default=0.01, help="learning rate (default: 0.01)")
@@ -106,11 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = load(args.data)
     rng.shuffle(rows)
     split = len(rows) * 4 // 5
-    train, held_out = rows[:split], rows[split:]
+    order, held_out = list(range(split)), rows[split:]  # the training rows, in the order the last epoch took them
     weights = [[0.0] * len(rows[0][0]) for _ in range(CLASSES)]
     velocity = [[0.0] * len(rows[0][0]) for _ in range(CLASSES)]
-    for epoch in range(1, args.epochs + 1):
-        rng.shuffle(train)
+    folder = os.environ.get("KUBETUNE_CHECKPOINT_DIR")
+    start, state = 1, restore(folder)
+    if state is not None:  # go on where the checkpoint is
+        start, weights, velocity, order = state["epoch"] + 1, state["weights"], state["velocity"], state["order"]
+        rng.setstate((state["rng"][0], tuple(state["rng"][1]), state["rng"][2]))
+        logging.info("restored the state after epoch %d", state["epoch"])
+    for epoch in range(start, args.epochs + 1):
+        rng.shuffle(order)
+        train = [rows[i] for i in order]
         batches = [train[i : i + args.batch_size] for i in range(0, len(train), args.batch_size)]
         loss = train_epoch(weights, velocity, batches, args.lr, args.momentum)
         logging.info("Train Epoch: %d [%d/%d (100%%)]\tloss=%.4f", epoch, len(train), len(train), loss)
@@ -118,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.info(
             "{metricName: accuracy, metricValue: %.4f};{metricName: loss, metricValue: %.4f}\n", accuracy, test_loss
         )
+        if folder:
+            state = {"epoch": epoch, "weights": weights, "velocity": velocity, "rng": rng.getstate(), "order": order}
+            save(folder, state)
     return 0
 
 

@@ -226,7 +226,7 @@ def _container_trial(spec: Mapping[str, Any]) -> ContainerTrial | None:
             ``template.env``) to a key ``spec.config`` does not have, a metricsCollector without a command, an unknown
             format, a ``metricsFormat`` without two groups, a malformed ``spec.checkpoint.path`` (or one without a
             command), or what container trials cannot do: periodic checkpoints (the container asks for each),
-            worker pods, Python functions (they run in kubetune's runtime).
+            Python functions (they run in kubetune's runtime).
     """
     trainable, collector = spec.get("trainable") or {}, spec.get("metricsCollector") or {}
     command = trainable.get("command")
@@ -251,8 +251,6 @@ def _container_trial(spec: Mapping[str, Any]) -> ContainerTrial | None:
             "spec.checkpoint.frequency (the container asks for each checkpoint: docs/api.md, "
             '"Checkpoints of a container trial")'
         )
-    if (spec.get("resourcesPerTrial") or {}).get("workers"):
-        refused.append("resourcesPerTrial.workers (a container trial is one pod)")
     if _PICKLED in json.dumps([spec.get("config"), (spec.get("scheduler") or {}).get("params")], default=str):
         refused.append("Python functions in spec.config or the scheduler's params (they run in kubetune's runtime)")
     if refused:

@@ -9,7 +9,8 @@ pass (``controller.py``) and, for the objects' API calls, by ``kube.py``.
 
 An attempt is all or nothing: it runs when every member runs; it fails when any member fails; a member
 evicted, preempted or deleted disrupts it; the head's outcome (rank 0, the pod that reports and checkpoints)
-is the attempt's. The rendezvous follows ``torchrun`` and Kubeflow's PyTorchJob (``MASTER_ADDR``,
+is the attempt's (a container trial's: the head's output is read, each member restores the checkpoint folder, the
+head's sidecar saves it). The rendezvous follows ``torchrun`` and Kubeflow's PyTorchJob (``MASTER_ADDR``,
 ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``NODE_RANK``; one process per pod) and
 ``jax.distributed.initialize`` (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``).
 Each member's DNS name is ``rank-<r>.<service>.<namespace>.svc``: the pod's ``hostname`` and ``subdomain``
@@ -25,6 +26,7 @@ from typing import Mapping
 from kubetune.env import HOSTS, RANK, WORLD_SIZE
 
 from .builders import LABEL_KUEUE_QUEUE, pod_resources
+from .container_trials import METRICS_SIDECAR
 from .labels import (
     LABEL_ATTEMPT,
     LABEL_MANAGED_BY,
@@ -159,9 +161,15 @@ def build_gang(head: dict, resources: Mapping, podgroups: bool) -> Gang:
         if podgroups:
             spec["schedulingGroup"] = {"podGroupName": group}
         container = spec["containers"][0]
-        container["env"] = rendezvous_env(name, namespace, rank, size) + container["env"]
+        container["env"] = rendezvous_env(name, namespace, rank, size) + container.get("env", [])
         if rank:
             container["resources"] = copy.deepcopy(worker_resources)
+            # a container trial's worker restores the checkpoint folder too; only the head's sidecar reports
+            init = [c for c in spec.get("initContainers") or () if c["name"] != METRICS_SIDECAR]
+            if init:
+                spec["initContainers"] = init
+            else:
+                spec.pop("initContainers", None)
             workers.append(pod)
     return Gang(service=service, workers=workers, podgroup=podgroup)
 

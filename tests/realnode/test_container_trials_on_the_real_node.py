@@ -6,8 +6,10 @@ The images are ``examples/container-trials``' (built by :mod:`devcluster.images`
 ``trial-shell`` has no Python at all, only busybox and ``train.sh``, whose loss is a function of ``--lr`` and the
 epoch, so ASHA's decisions on it are known in advance. Each test proves one promise: parameters reach the
 user's command in Katib's and kubetune's forms with nothing of kubetune's added to the pod; results stream while
-the trial runs, so ASHA stops the trials it should by deleting their pods; and a container that exits 0 without
-ever printing the objective ends ``MetricMissing``, never a silent success.
+the trial runs, so ASHA stops the trials it should by deleting their pods; a container that exits 0 without
+ever printing the objective ends ``MetricMissing``, never a silent success; metrics a file, a push or TensorFlow
+event files hold reach the scheduler through the native sidecar; and a trial whose pod is deleted goes on from
+its checkpoint folder as an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -287,3 +289,62 @@ def test_pushed_metrics_and_tensorflow_event_files_reach_the_scheduler(node_clus
     ) < 1e-4
     (tb,) = trials_of(custom, team, "tf-events").values()
     assert (tb["reason"], tb["iteration"]) == ("Completed", 3) and abs(tb["lastResult"]["accuracy"] - 0.8) < 1e-6
+
+
+def test_a_trial_whose_pod_is_deleted_goes_on_from_its_checkpoint_folder_as_an_uninterrupted_one(
+    node_cluster, core, custom, team
+):
+    """Two trials of one config, mnist.py keeping its state in its checkpoint folder: the first one's pod is
+    deleted after its second epoch (a disruption), its next attempt's restore init container fills the folder from
+    storage, and it prints the losses the uninterrupted second trial prints; the kubelet runs the restore before
+    the trial's container and the native sidecar beside it, and the trial's container sees no credentials."""
+    epochs = 6
+    body = experiment(
+        "mnist-checkpoints",
+        node_cluster.node.image("trial-python"),
+        node_cluster,
+        {
+            "trainable": {"command": ["python3", "/app/mnist.py"], "args": ["--lr=${config.lr}", f"--epochs={epochs}"]},
+            "metric": "loss",
+            "mode": "min",
+            "config": {"lr": 0.05, "copy": {"grid_search": [1, 2]}},
+            "checkpoint": {"path": "/ckpt"},
+            "maxConcurrentTrials": 2,
+            "resourcesPerTrial": {"cpu": "500m", "memory": "256Mi"},
+            "podRetentionPolicy": {"whenSucceeded": "Retain"},  # the pods are read below
+        },
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, team, "experiments", body)
+    first = "mnist-checkpoints-00000"
+    deadline = time.monotonic() + 240
+    while (trials_of(custom, team, "mnist-checkpoints").get(first) or {}).get("iteration", 0) < 2:
+        assert time.monotonic() < deadline, trials_of(custom, team, "mnist-checkpoints")
+        time.sleep(0.5)
+    core.delete_namespaced_pod(f"{first}-0", team)
+    status = wait_finished(custom, team, "mnist-checkpoints", timeout=300)
+    assert status["phase"] == "Succeeded", status
+    trials = trials_of(custom, team, "mnist-checkpoints")
+    for trial in trials.values():
+        assert (trial["phase"], trial["reason"], trial["iteration"]) == ("Succeeded", "Completed", epochs), trial
+    assert trials[first]["attempt"] == 1 and trials["mnist-checkpoints-00001"]["attempt"] == 0
+    assert trials[first]["lastResult"]["loss"] == trials["mnist-checkpoints-00001"]["lastResult"]["loss"]
+    assert trials[first]["checkpoint"]["iteration"] == epochs
+
+    pod = core.read_namespaced_pod(f"{first}-1", team)
+    restore, sidecar = pod.spec.init_containers
+    assert (restore.name, sidecar.name, sidecar.restart_policy) == ("kubetune-restore", "kubetune-metrics", "Always")
+    (container,) = pod.spec.containers
+    assert [(e.name, e.value) for e in container.env] == [("KUBETUNE_CHECKPOINT_DIR", "/ckpt")]
+    assert not container.env_from  # the storage credentials are the restore's and the sidecar's only
+    restored = json.loads(pod.status.init_container_statuses[0].state.terminated.message)
+    assert 1 <= restored["iteration"] <= 4, restored  # the checkpoint committed before the pod went
+    resumed = node_cluster.kubectl("logs", "-n", team, pod.metadata.name).stdout
+    whole = node_cluster.kubectl("logs", "-n", team, "mnist-checkpoints-00001-0").stdout
+
+    def losses(log: str) -> dict[int, float]:
+        lines = [line for line in log.splitlines() if "\tloss=" in line]
+        return {int(line.split("Epoch: ")[1].split()[0]): metrics(line)["loss"] for line in lines}
+
+    assert f"restored the state after epoch {restored['iteration']}" in resumed
+    after = {e: loss for e, loss in losses(whole).items() if e > restored["iteration"]}
+    assert losses(resumed) == after and len(after) == epochs - restored["iteration"], (resumed[-3000:], whole)

@@ -29,6 +29,7 @@ from kubetune_operator.collector import make_app
 from kubetune_operator.container_trials import CHECKPOINT_VOLUME, DEFAULT_CHECKPOINT_PATH, METRICS_SIDECAR
 from kubetune_operator.controller import ExperimentController
 from kubetune_operator.experiment_spec import ExperimentSpec
+from kubetune_operator.gang import build_gang
 from kubetune_operator.labels import RESTORE_CONTAINER
 from kubetune_operator.podview import PodView, pod_view
 from kubetune_operator.registry import Registry
@@ -308,3 +309,22 @@ def test_a_restore_that_cannot_read_its_storage_fails_with_the_reason(tmp_path, 
     spec = {"path": str(tmp_path), "trialDir": "ftp://nowhere/t", "state": str(tmp_path)}
     assert checkpoint_folder.main({CHECKPOINT_FOLDER: json.dumps(spec)}) == 1
     assert message.read_text().startswith("the checkpoint folder could not be restored: ValueError")
+
+
+def test_a_container_trials_gang_gives_each_member_the_launchers_variables_and_the_head_alone_its_sidecar():
+    exp = experiment(
+        checkpoint={"path": "/ck"},
+        resourcesPerTrial={"cpu": 1, "workers": {"replicas": 2, "cpu": 1}},
+        metricsCollector={"kind": "File", "path": "/out/m.log"},
+    )
+    head = build_pod(exp, trial_object("ns", "boxes-00000", "u-1", 0, {"lr": 0.1}), 0, Settings())
+    gang = build_gang(head, exp["spec"]["resourcesPerTrial"], podgroups=False)
+    assert [c["name"] for c in head["spec"]["initContainers"]] == [RESTORE_CONTAINER, METRICS_SIDECAR]
+    assert len(gang.workers) == 2
+    for rank, pod in enumerate([head, *gang.workers]):
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert (env["RANK"], env["WORLD_SIZE"], env[CHECKPOINT_DIR]) == (str(rank), "3", "/ck")
+        assert env["MASTER_ADDR"].startswith("rank-0.")
+        if rank:  # each member restores the folder; only the head's sidecar reads and saves
+            assert [c["name"] for c in pod["spec"]["initContainers"]] == [RESTORE_CONTAINER]
+    assert ExperimentSpec.parse(exp["spec"]).container.sidecar_reads_metrics

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -150,3 +151,37 @@ def test_a_reused_trial_image_keeps_its_tag_although_its_name_has_a_dash(tmp_pat
     (tmp_path / "trial-python-0123456789abcdef.tar").write_bytes(b"")
     image = images._build("trial-python", [b"a changed tree"], [])  # no build: the newest archive as it is
     assert image.ref == "docker.io/kubetune/trial-python:0123456789abcdef"
+
+
+def test_mnist_goes_on_from_its_checkpoint_folder_as_an_uninterrupted_run_would(tmp_path, monkeypatch):
+    """Standing in for kubetune: a thread takes each ``.kubetune-save`` away (the checkpoint is committed); a run
+    of 2 epochs leaves its state in the folder, and a run of 4 from it prints the losses of epochs 3 and 4 that an
+    uninterrupted 4-epoch run prints."""
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    asked: list[str] = []
+    stop = threading.Event()
+
+    def commit():
+        while not stop.is_set():
+            marker = folder / ".kubetune-save"
+            if marker.exists():
+                asked.append(marker.read_text())
+                marker.unlink()
+            time.sleep(0.01)
+
+    def losses(lines):
+        return {int(line.split("Epoch: ")[1].split()[0]): metrics(line)["loss"] for line in lines if "loss=" in line}
+
+    whole = losses(mnist("--epochs", "4", "--lr=0.05", cwd=tmp_path))
+    committer = threading.Thread(target=commit, daemon=True)
+    committer.start()
+    monkeypatch.setenv("KUBETUNE_CHECKPOINT_DIR", str(folder))
+    try:
+        first = losses(mnist("--epochs", "2", "--lr=0.05", cwd=tmp_path))
+        resumed = mnist("--epochs", "4", "--lr=0.05", cwd=tmp_path)
+    finally:
+        stop.set()
+    assert asked == ["1", "2", "3", "4"] and sorted(first) == [1, 2]
+    assert any("restored the state after epoch 2" in line for line in resumed)
+    assert losses(resumed) == {3: whole[3], 4: whole[4]} and first == {1: whole[1], 2: whole[2]}

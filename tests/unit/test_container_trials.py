@@ -143,7 +143,6 @@ def test_the_spec_reads_the_command_and_collector_and_refuses_what_container_tri
     refusals = {
         "frequency": {"checkpoint": {"frequency": 2}},
         "Python functions": {"config": {"lr": {"kubetune/pickled_function": "s3://b/f.pkl"}}},
-        "workers": {"resourcesPerTrial": {"workers": {"count": 2}}},
         "momentum": {"trainable": {"command": ["sh", "-c", "train --m ${config.momentum}"]}},
         "two groups": {"metricsCollector": {"metricsFormat": ["loss=.*"]}},
         "format TEXT": {"metricsCollector": {"format": "JSON", "metricsFormat": [r"(\w+)=(\d+)"]}},

@@ -48,8 +48,8 @@ CONVERTED = [
 ]
 #: Example -> what the refusal must say.
 REFUSED = {
-    "hp-tuning/hyperband.yaml": r"algorithmName: hyperband .*container trials have no checkpoints",
-    "hp-tuning/simple-pbt.yaml": r"algorithmName: pbt .*container trials have no checkpoints",
+    "hp-tuning/hyperband.yaml": r"algorithmName: hyperband is Katib's searcher .*another algorithm",
+    "hp-tuning/simple-pbt.yaml": r"algorithmName: pbt is Katib's generations .*program must change",
     "metrics-collector/custom-metrics-collector.yaml": r"collector.kind: Custom is refused",
     "kubeflow-training-operator/tfjob-mnist-with-summaries.yaml": r"a kubeflow.org/v1 TFJob trial",
     "kubeflow-trainer/trainjob-pytorch.yaml": r"a trainer.kubeflow.org/v1alpha1 TrainJob trial",

@@ -455,13 +455,20 @@ class _Converter:
         name = self.algorithm
         settings = {s.get("name"): s.get("value") for s in algorithm.get("algorithmSettings") or []}
         where = "spec.algorithm"
-        if name in ("hyperband", "pbt"):
-            what = "a budget parameter, runs brackets of trials" if name == "hyperband" else "exploits checkpoints"
+        if name == "hyperband":
             raise KatibConversionError(
-                f"{where}.algorithmName: {name} ({what}) maps to kubetune's {name} scheduler, which pauses and "
-                "resumes trials from checkpoints; container trials have no checkpoints, so kubetune refuses it "
-                "for them today (docs/api.md, 'Any container as a trial'). Convert with algorithmName random and "
-                "an earlyStopping, or run the trainable with kubetune's runtime"
+                f"{where}.algorithmName: hyperband is Katib's searcher that gives each trial a budget in the "
+                "parameter resource_name and runs it from its start; kubetune's hyperband scheduler (Ray's) pauses "
+                "trials and resumes them over growing budgets from their checkpoint folders: another algorithm, not "
+                "converted. Write spec.scheduler hyperband with spec.checkpoint.path (docs/api.md, 'Checkpoints of a "
+                "container trial'), or convert with algorithmName random and an earlyStopping"
+            )
+        if name == "pbt":
+            raise KatibConversionError(
+                f"{where}.algorithmName: pbt is Katib's generations of trials, each handed its parent's folder on a "
+                "volume at suggestion_trial_dir; kubetune's pbt scheduler (Ray's) restores a donor's checkpoint "
+                "folder itself, which the container asks to save by writing .kubetune-save in it: the trial's "
+                "program must change, so the file is not converted (docs/api.md, 'Checkpoints of a container trial')"
             )
         seed = settings.pop("random_state", None)
         search: dict[str, Any] = {}
