@@ -63,7 +63,7 @@ CHECKPOINT_VOLUME = "kubetune-checkpoint"
 STATE_VOLUME = "kubetune-state"
 STATE_DIR = "/var/run/kubetune-state"
 #: ``spec.checkpoint.path`` of a container trial whose scheduler pauses trials, when unset.
-DEFAULT_CHECKPOINT_PATH = "/kubetune/checkpoint"
+DEFAULT_CHECKPOINT_PATH = "/var/kubetune/checkpoint"
 #: Schedulers that pause trials and resume them from a checkpoint: a container trial of theirs keeps a checkpoint
 #: folder, :data:`DEFAULT_CHECKPOINT_PATH` when ``spec.checkpoint.path`` is unset.
 PAUSING_SCHEDULERS = ("hyperband", "hyperband_bohb", "pbt", "pbt_replay", "pb2")

@@ -68,7 +68,7 @@ def test_container_trials_exploit_and_retry_from_their_checkpoint_folders_throug
         storage_secret,
         config={"x": {"grid_search": [4, 3, 2, 1]}},
         trainable={"command": [sys.executable, "-c", SCRIPT], "args": ["${trialParameters.x}"]},
-        checkpoint={},  # the folder: /kubetune/checkpoint, PBT's default
+        checkpoint={},  # the folder: /var/kubetune/checkpoint, PBT's default
         stop={"training_iteration": EPOCHS},
         maxConcurrentTrials=4,
         scheduler=scheduler,
@@ -115,7 +115,7 @@ def test_a_container_trial_with_workers_runs_its_command_in_every_member_and_rea
         storage_secret,
         config={"x": 1},
         trainable={"command": [sys.executable, "-c", script]},
-        checkpoint={"path": "/kubetune/gang-checkpoint"},
+        checkpoint={"path": "/var/kubetune/gang-checkpoint"},
         stop={},  # the script ends by itself: its pods are kept (a stop would delete them)
         resourcesPerTrial={"cpu": "100m", "workers": {"replicas": 2, "cpu": "100m"}},
         podRetentionPolicy={"whenSucceeded": "Retain"},
