@@ -65,7 +65,8 @@ COPY --from=build-examples /opt/kubetune /opt/kubetune
 COPY --chown=1000:1000 examples/ /app/examples/
 USER 1000:1000
 
-# The operator (kopf) with its results collector on 8080 and its liveness endpoint on 8081.
+# The operator (kopf) with its results collector on 8080 and its liveness endpoint on 8081. The chart's
+# dashboard (dashboard.enabled) runs `kubetune dashboard` from this image too (it holds optuna-dashboard).
 FROM ${PYTHON_IMAGE} AS operator
 LABEL org.opencontainers.image.title="kubetune operator" \
       org.opencontainers.image.description="The kubetune operator: Experiments and Trials on Kubernetes"

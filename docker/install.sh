@@ -4,7 +4,8 @@
 #   docker/install.sh runtime  PREFIX   # package `kubetune` (the trial runtime), for target `runtime`
 #   docker/install.sh examples PREFIX   # `runtime` plus scikit-learn and JAX, what examples/ imports, for target `examples`
 #   docker/install.sh operator PREFIX   # `kubetune` + `kubetune-operator` with every search algorithm's
-#                                       # and scheduler's dependencies (extras `optuna`, `pb2`), for target `operator`
+#                                       # and scheduler's dependencies (extras `optuna`, `pb2`), and
+#                                       # optuna-dashboard for the chart's dashboard, for target `operator`
 #
 # Called by the Dockerfile's build stages (one RUN each) and by tests/unit/test_dockerfile.py,
 # which runs it into a temporary folder so that what the images would install is proven to
@@ -29,9 +30,11 @@ case "$target" in
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader" ;;
     examples) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard,sidecar] scikit-learn jax jaxlib"
         check="import kubetune.runtime, sklearn, jax" ;;
-    operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna,pb2]"
-        # every registered search algorithm and scheduler imports in exactly this environment
+    operator) folders="./trainable-runtime ./operator"; packages="./trainable-runtime ./operator[optuna,pb2] optuna-dashboard"
+        # every registered search algorithm and scheduler imports in exactly this environment; and the
+        # chart's dashboard (dashboard.enabled) runs `kubetune dashboard` from it (optuna-dashboard)
         check="import kubetune_operator.handlers
+import kubetune.sdk.cli, kubetune.sdk.experiment_studies, optuna_dashboard
 import cmaes, scipy.stats.qmc  # what Optuna's cmaes and qmc samplers import when they sample
 import kubetune_operator.schedulers.pb2_gp  # PB2's explore step (scikit-learn), run in a worker process
 from kubetune_operator.algorithms import SCHEDULERS, SEARCH_ALGORITHMS, scheduler_class, searcher_class

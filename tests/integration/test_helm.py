@@ -218,6 +218,72 @@ def test_rendered_manifests_pass_the_api_servers_dry_run(own_cluster, helm, tmp_
     ]
 
 
+def test_the_dashboard_is_opt_in_read_only_restricted_and_in_cluster_only(own_cluster, helm, tmp_path):
+    """dashboard.enabled: a Deployment of `kubetune dashboard` (no name) listening on every address of its pod, its
+    own ServiceAccount with `list` on Experiments and Trials only, a ClusterIP Service, and a pod the API server
+    admits in a namespace that enforces the restricted Pod Security Standard."""
+    name = "kubetune-dashboard"
+    assert not [d for d in render(helm) if "dashboard" in d["metadata"]["name"]]  # off by default
+    on = ("--set", "dashboard.enabled=true", "--set", "dashboard.storageCredentialsSecret=s3-creds")
+    out = helm.run("template", RELEASE, str(CHART), "-n", SYSTEM, *on).stdout
+    applied = own_cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=out).stdout
+    for line in (
+        f"deployment.apps/{name} created",
+        f"service/{name} created",
+        f"serviceaccount/{name} created",
+        f"clusterrole.rbac.authorization.k8s.io/{name} created",
+        f"clusterrolebinding.rbac.authorization.k8s.io/{name} created",
+    ):
+        assert line + " (server dry run)" in applied, applied
+    docs = by_kind([d for d in yaml.safe_load_all(out) if d])
+    assert docs[("ClusterRole", "", name)]["rules"] == [
+        {"apiGroups": [GROUP], "resources": ["experiments", "trials"], "verbs": ["list"]}
+    ]
+    assert docs[("ClusterRoleBinding", "", name)]["subjects"] == [
+        {"kind": "ServiceAccount", "name": name, "namespace": SYSTEM}
+    ]
+    service = docs[("Service", SYSTEM, name)]["spec"]
+    assert service["type"] == "ClusterIP" and not [k for k in docs if k[0] == "Ingress"]
+    pod = docs[("Deployment", SYSTEM, name)]["spec"]["template"]
+    assert service["selector"].items() <= pod["metadata"]["labels"].items()
+    operator_selector = docs[("Service", SYSTEM, OPERATOR)]["spec"]["selector"]
+    assert not operator_selector.items() <= pod["metadata"]["labels"].items()  # the collector's Service: not this pod
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == [
+        "kubetune", "dashboard", "--no-browser", "--host", "0.0.0.0", "--port", "8080", "--refresh", "5"
+    ]  # fmt: skip
+    assert container["image"] == "kubetune/operator:0.1.0" and pod["spec"]["serviceAccountName"] == name
+    assert container["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert (
+        container["livenessProbe"]["httpGet"]
+        == container["readinessProbe"]["httpGet"]
+        == {
+            "path": "/api/meta",
+            "port": "http",
+        }
+    )
+    as_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "dashboard-psa", "namespace": TEAM},
+        "spec": {**pod["spec"], "serviceAccountName": "default"},
+    }
+    admitted = own_cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(as_pod)).stdout
+    assert "pod/dashboard-psa created (server dry run)" in admitted  # TEAM enforces restricted
+
+    values = tmp_path / "dashboard.yaml"
+    values.write_text(yaml.safe_dump({"dashboard": {"enabled": True}, "watchNamespaces": [TEAM, OTHER_TEAM]}))
+    namespaced = by_kind(render(helm, "-f", str(values)))
+    assert ("ClusterRole", "", name) not in namespaced
+    for ns in (TEAM, OTHER_TEAM):
+        assert namespaced[("Role", ns, name)]["rules"][0]["verbs"] == ["list"]
+        assert namespaced[("RoleBinding", ns, name)]["roleRef"]["kind"] == "Role"
+    command = namespaced[("Deployment", SYSTEM, name)]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-4:] == ["--namespace", TEAM, "--namespace", OTHER_TEAM]
+
+
 def test_values_outside_the_schema_are_refused(helm):
     for bad in (
         "image.pullPolicy=Sometimes",

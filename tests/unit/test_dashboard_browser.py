@@ -6,7 +6,8 @@ runtime's own writers.
 Checks what the user sees: every trial in the trial list with its state and name, each trial's intermediate values
 (one per finite result, the values themselves), a learning curve for every trial that has a value, and the
 importance view naming every searched parameter; and, with the page open, a result and a trial written to storage
-showing in it within 5 s, and the trials' final states once the experiment is quiet. Screenshots go to the folder
+showing in it within 5 s, and the trials' final states once the experiment is quiet. The experiment list (no name):
+each Experiment by name on the home page, and how it stands on its study's page. Screenshots go to the folder
 the test prints. A missing browser fails the test: it is never skipped.
 """
 
@@ -21,9 +22,10 @@ from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - 
 from playwright.sync_api import expect, sync_playwright
 from stored_experiment import METRIC, SEARCHED, SPACE, TRIALS, store
 from test_analysis import write_trial
+from test_experiment_studies import digits, mnist, studies_of, write_mnist
 
 from kubetune.sdk.analysis import ExperimentAnalysis
-from kubetune.sdk.dashboard import Dashboard
+from kubetune.sdk.dashboard import Dashboard, ExperimentsDashboard
 from kubetune.sdk.optuna_study import TRIAL_NAME_ATTR
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -151,3 +153,34 @@ def test_a_result_and_a_trial_written_to_storage_show_in_the_open_page_within_5_
         for number, state in ((2, "Pruned"), (8, "Pruned"), (0, "Complete"), (6, "Fail")):
             listed = page.get_by_role("button", name=re.compile(rf"^Trial {number} {state}\b"))
             expect(listed).to_have_count(1, timeout=LIVE_MS)
+
+
+def test_the_experiment_list_names_each_experiment_and_its_page_says_how_it_stands(browser, tmp_path, shots):
+    """``kubetune dashboard`` with no name: Optuna Dashboard's home page lists one study per Experiment by
+    ``<namespace>/<name>``, and a study's page shows the Experiment's phase, trials by phase, best value and age."""
+    root = f"file://{tmp_path}/store"
+    store(root, tmp_path)
+    write_mnist(root, tmp_path, [0.3, 0.4])
+    listed = [
+        digits(root, counts={"running": 2, "succeeded": 5, "failed": 1}, best=("digits-00003", 0.93)),
+        mnist(root),
+    ]
+    with ExperimentsDashboard(studies_of(listed), refresh_s=0.5) as served:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served.url)
+        expect(page.get_by_text(re.compile(r"^\d+\. team/digits$"))).to_be_visible()
+        expect(page.get_by_text(re.compile(r"^\d+\. other/mnist$"))).to_be_visible()
+        page.screenshot(path=shots / "experiment-list.png", full_page=True)
+        page.get_by_text(re.compile(r"^\d+\. team/digits$")).click()
+        expect(page.get_by_text("Study User Attributes", exact=True)).to_be_visible()
+        for key, value in (
+            ("phase", "Running"),
+            ("trials", "2 running, 5 succeeded, 1 failed"),
+            ("best_value", "0.93"),
+        ):
+            row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True))
+            expect(row.filter(has=page.get_by_role("cell", name=value, exact=True))).to_have_count(1)
+        page.screenshot(path=shots / "experiment-study.png", full_page=True)
+        page.goto(f"{page.url}/note")
+        expect(page.get_by_text(f"best {METRIC}: 0.93 (digits-00003)", exact=False)).to_be_visible()
+        page.screenshot(path=shots / "experiment-note.png", full_page=True)

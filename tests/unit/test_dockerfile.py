@@ -157,6 +157,7 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
         in outputs["operator"]
     )
     assert "optuna" in operator and "optuna" not in runtime
+    assert "optuna-dashboard" in operator and "optuna-dashboard" not in runtime  # the chart's dashboard, not trials'
     assert _name("tensorboardX") in runtime  # trials write TensorBoard event files
     help_text = subprocess.run(
         [str(tmp_path / "operator" / "bin" / "python"), "-m", "kubetune_operator", "--help"],

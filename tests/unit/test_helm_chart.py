@@ -64,6 +64,11 @@ def test_values_yaml_meets_the_schema(schema, values):
         (("serviceAccount", "create"), "yes"),
         (("collector", "keySecret", "rotate"), True),
         (("imageTag",), "1.0"),
+        (("dashboard", "enabled"), "yes"),
+        (("dashboard", "port"), 70000),
+        (("dashboard", "refreshSeconds"), 0),
+        (("dashboard", "serviceType"), "NodePort"),  # the dashboard's Service is ClusterIP, not a value
+        (("dashboard", "storageCredentialsSecret"), "S3_Creds"),
     ],
 )
 def test_schema_refuses_bad_values(schema, values, path, bad):

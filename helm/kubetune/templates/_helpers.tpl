@@ -32,12 +32,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
 
-{{- define "kubetune.labels" -}}
+{{/* The labels of every object of the release, beside its component's selector labels. */}}
+{{- define "kubetune.releaseLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "kubetune.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: kubetune
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kubetune.labels" -}}
+{{ include "kubetune.selectorLabels" . }}
+{{ include "kubetune.releaseLabels" . }}
+{{- end }}
+
+{{/* Name of the dashboard's Deployment, Service, ServiceAccount and (cluster) roles. */}}
+{{- define "kubetune.dashboardName" -}}
+{{- printf "%s-dashboard" (include "kubetune.fullname" .) }}
+{{- end }}
+
+{{- define "kubetune.dashboardSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubetune.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: dashboard
+{{- end }}
+
+{{- define "kubetune.dashboardLabels" -}}
+{{ include "kubetune.dashboardSelectorLabels" . }}
+{{ include "kubetune.releaseLabels" . }}
 {{- end }}
 
 {{- define "kubetune.serviceAccountName" -}}

@@ -20,7 +20,6 @@ Experiment keeps running). Every error is one line on stderr, ``error: ...``, th
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -30,6 +29,7 @@ import yaml
 
 from kubetune.env import STORAGE_URI
 from kubetune.resultkeys import is_multi_objective, spec_objectives
+from kubetune.sdk.experiment_summary import age
 
 OK, FAILED, USAGE, NOT_FOUND, CLUSTER, STORAGE, UNEXPECTED, INTERRUPTED = 0, 1, 2, 3, 4, 5, 70, 130
 #: Exit code → what it means (the module docstring says when each is used).
@@ -61,17 +61,6 @@ def _print(obj: Any, output: str | None) -> None:
         print(yaml.safe_dump(obj, sort_keys=False).rstrip())
 
 
-def _age(timestamp: str | None) -> str:
-    if not timestamp:
-        return "-"
-    created = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    seconds = int((datetime.datetime.now(datetime.timezone.utc) - created).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def _table(rows: list[list[Any]]) -> None:
     rows = [["-" if cell is None else str(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -93,7 +82,7 @@ def _experiment_row(exp: dict, wide: bool) -> list:
     if wide:
         metric, _ = spec_objectives(exp["spec"])
         row += [",".join(metric) if is_multi_objective(metric) else metric, best.get("name")]
-    return row + [_reason(status), _age(exp["metadata"].get("creationTimestamp"))]
+    return row + [_reason(status), age(exp["metadata"].get("creationTimestamp"))]
 
 
 def _reason(status: dict) -> str | None:
@@ -319,6 +308,11 @@ def _seconds(text: str) -> float:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from kubetune.sdk.dashboard import Dashboard, serve
 
+    if args.name is None:
+        return _dashboard_list(args)
+    if len(args.namespace or ()) > 1:
+        raise ValueError("kubetune dashboard NAME takes one --namespace (several go with the list: no NAME)")
+    args.namespace = args.namespace[0] if args.namespace else None
     _quiet_optuna()
     analysis = _stored_analysis(args)
     try:
@@ -337,6 +331,46 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     print(
         f"Optuna Dashboard of {len(analysis.trials)} trials, refreshed from storage every {dashboard.refresh_s:g} s: "
         f"{dashboard.url} (Ctrl-C ends it)",
+        file=sys.stderr,
+    )
+    try:
+        serve(dashboard, open_browser=not args.no_browser)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+    return OK
+
+
+def _dashboard_list(args: argparse.Namespace) -> int:
+    """``kubetune dashboard`` with no NAME: every Experiment the kubeconfig's identity may list, one study each
+    (:mod:`kubetune.sdk.experiment_studies`), cluster-wide or in the ``--namespace`` namespaces (default the
+    context's) it may read."""
+    from kubetune.sdk.client import Cluster
+    from kubetune.sdk.dashboard import DEFAULT_LIST_REFRESH_S, ExperimentsDashboard, serve
+    from kubetune.sdk.experiment_studies import ExperimentStudies, readable_experiments
+    from kubetune.sdk.tuner import experiment_analysis
+
+    if args.storage_only or args.metric or args.mode:
+        raise ValueError(
+            "--storage-only, --metric and --mode go with NAME: the list shows each Experiment by its own spec"
+        )
+    _quiet_optuna()
+    cluster = Cluster.connect(args.context)
+    cluster.check()
+    namespaces = list(dict.fromkeys(args.namespace or [cluster.namespace]))
+    studies = ExperimentStudies(
+        lambda: readable_experiments(cluster.list_all_namespaces, cluster.list, namespaces),
+        lambda experiment: experiment_analysis(experiment, cluster.trials(experiment)),
+        **({"settle_s": args.settle} if args.settle else {}),
+    )
+    try:
+        dashboard = ExperimentsDashboard(
+            studies, host=args.host, port=args.port, refresh_s=args.refresh or DEFAULT_LIST_REFRESH_S
+        )
+    except OSError as exc:
+        return _error(f"cannot listen on {args.host}:{args.port}: {exc}; --port chooses another port", USAGE)
+    print(
+        f"Optuna Dashboard of the Experiments you may list (every namespace, else {', '.join(namespaces)}), "
+        f"refreshed every {dashboard.refresh_s:g} s: {dashboard.url} (Ctrl-C ends it)",
         file=sys.stderr,
     )
     try:
@@ -396,8 +430,10 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
     sub = top.add_subparsers(dest="command", required=True)
 
-    def add(name: str, func, help_: str, output: Sequence[str] = (), parents=()) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common, *parents], help=help_, description=help_)
+    def add(
+        name: str, func, help_: str, output: Sequence[str] = (), parents=(), base=common
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[base, *parents], help=help_, description=help_)
         p.set_defaults(func=func)
         if output:
             p.add_argument("-o", "--output", choices=output)
@@ -438,7 +474,6 @@ def parser() -> argparse.ArgumentParser:
         "analysis", cmd_analysis, "print one row per trial (Ray's dataframe) from storage", ("csv", "json")
     ).add_argument("name")
     stored = argparse.ArgumentParser(add_help=False)
-    stored.add_argument("name")
     stored.add_argument("--metric", help="the result key drawn (default: the Experiment's spec.metric)")
     stored.add_argument("--mode", choices=("min", "max"), help="default: the Experiment's spec.mode")
     stored.add_argument(
@@ -454,6 +489,7 @@ def parser() -> argparse.ArgumentParser:
         "draw an Experiment's learning curves, parallel coordinates and importance to a file",
         parents=[stored],
     )
+    p.add_argument("name")
     p.add_argument("--out", required=True, help="the image file: .png, .svg or .pdf")
     p.add_argument(
         "--kind",
@@ -461,12 +497,24 @@ def parser() -> argparse.ArgumentParser:
         choices=("learning-curves", "parallel-coordinates", "importance"),
         help="what to draw; repeat for several (default: all three, one below the other)",
     )
+    namespaces = argparse.ArgumentParser(add_help=False)
+    namespaces.add_argument("--context", help="kubeconfig context (default: the current one)")
+    namespaces.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        help="with NAME: its namespace (default: the context's); without: a namespace to list when the cluster-wide "
+        "list is refused; repeat for several (default: the context's)",
+    )
     p = add(
         "dashboard",
         cmd_dashboard,
-        "serve Optuna Dashboard of an Experiment, refreshed from storage while it runs, until Ctrl-C",
+        "serve Optuna Dashboard of an Experiment, or of every Experiment you may list, refreshed while it runs, "
+        "until Ctrl-C",
         parents=[stored],
+        base=namespaces,
     )
+    p.add_argument("name", nargs="?", help="the Experiment (default: every Experiment you may list)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: loopback only)")
     p.add_argument("--port", type=int, default=8080, help="the port (default 8080; 0 picks a free one)")
     p.add_argument("--no-browser", action="store_true", help="do not open the browser")
@@ -474,7 +522,7 @@ def parser() -> argparse.ArgumentParser:
         "--refresh",
         type=_seconds,
         metavar="SECONDS",
-        help="seconds between two reads of storage while serving (default 1)",
+        help="seconds between two reads of storage while serving (default 1; 5 for the list)",
     )
     p.add_argument(
         "--settle",

@@ -142,14 +142,29 @@ class Cluster:
         """Return the Experiment ``name``. Raises ``ApiException`` (404) when absent."""
         return self.objects.get_namespaced_custom_object(GROUP, VERSION, self.namespace, EXPERIMENTS, name)
 
-    def list(self) -> list[dict]:
-        """Return every Experiment of the namespace."""
-        return self.objects.list_namespaced_custom_object(GROUP, VERSION, self.namespace, EXPERIMENTS)["items"]
+    def list(self, namespace: str | None = None) -> list[dict]:
+        """Return every Experiment of ``namespace`` (default :attr:`namespace`).
+
+        Raises:
+            kubernetes.client.ApiException: refused, e.g. 403 where the identity may not list Experiments there.
+        """
+        return self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace or self.namespace, EXPERIMENTS)[
+            "items"
+        ]
+
+    def list_all_namespaces(self) -> list[dict]:
+        """Return every Experiment of every namespace (one cluster-wide list).
+
+        Raises:
+            kubernetes.client.ApiException: refused, e.g. 403 where the identity may not list them cluster-wide.
+        """
+        return self.objects.list_cluster_custom_object(GROUP, VERSION, EXPERIMENTS)["items"]
 
     def trials(self, experiment: dict) -> list[dict]:
-        """Return the Trials owned by ``experiment`` (by its uid), in index order."""
+        """Return the Trials owned by ``experiment`` (by its uid; in its namespace), in index order."""
         uid = experiment["metadata"]["uid"]
-        items = self.objects.list_namespaced_custom_object(GROUP, VERSION, self.namespace, TRIALS)["items"]
+        namespace = experiment["metadata"].get("namespace") or self.namespace
+        items = self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, TRIALS)["items"]
         owned = [t for t in items if any(o.get("uid") == uid for o in t["metadata"].get("ownerReferences") or ())]
         return sorted(owned, key=lambda t: t["spec"].get("index", 0))
 

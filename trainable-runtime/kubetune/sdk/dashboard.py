@@ -1,14 +1,20 @@
-"""Optuna Dashboard over an experiment read from storage, live: ``kubetune dashboard NAME [--storage-only]``.
+"""Optuna Dashboard over experiments read from storage, live: ``kubetune dashboard [NAME]``.
 
-Owns serving Optuna Dashboard (PyPI ``optuna-dashboard``: its web application, over an Optuna storage) for
-one experiment, on a local address, from the Optuna study a :class:`kubetune.sdk.live_study.LiveStudy` keeps
-from an :class:`kubetune.sdk.analysis.ExperimentAnalysis`. The study lives in an Optuna ``InMemoryStorage``
-in this process (no database, nothing written anywhere). While the server serves, a thread refreshes it from
-storage every ``refresh_s`` seconds (one listing of the experiment's folder; the experiment read again only
-when something there changed), so new trials, new results and trials' final states show in the open page
-(its trial list polls every 2 s, the study's page every 10 s). Callers: the ``kubetune dashboard`` command
-(:func:`serve`, until Ctrl-C) and tests or notebooks (:class:`Dashboard` in a thread, stopped with
-:meth:`Dashboard.close`).
+Owns serving Optuna Dashboard (PyPI ``optuna-dashboard``: its web application, over an Optuna storage) on a local
+address, read-only, for one experiment (:class:`Dashboard`: the Optuna study a
+:class:`kubetune.sdk.live_study.LiveStudy` keeps from an :class:`kubetune.sdk.analysis.ExperimentAnalysis`) or for
+every Experiment the user may list (:class:`ExperimentsDashboard`: the studies of an
+:class:`kubetune.sdk.experiment_studies.ExperimentStudies`, listed on Optuna Dashboard's home page). The studies live
+in an Optuna ``InMemoryStorage`` in this process (no database, nothing written anywhere). While the server serves, a
+thread refreshes them every ``refresh_s`` seconds (one listing of each experiment's folder; an experiment read again
+only when something there changed; for the list, the Experiments listed again first), so new trials, new results and
+trials' final states show in the open page (its trial list polls every 2 s, the study's page every 10 s). Callers:
+the ``kubetune dashboard`` command (:func:`serve`, until Ctrl-C) and tests or notebooks (a dashboard in a thread,
+stopped with :meth:`Dashboard.close`).
+
+Read-only: the server answers GET and HEAD alone (405 otherwise), so no one who reaches it can rename, delete or add
+studies, notes or trials (Optuna Dashboard's own API would let them) for the others who look. It authenticates no
+one: it listens on loopback unless told otherwise; docs/operations.md says how to put authentication in front.
 
 The server is the standard library's WSGI server with a thread per request (the dashboard's pages poll
 its API while the user looks); Optuna's ``InMemoryStorage`` takes a lock for each call.
@@ -19,15 +25,16 @@ from __future__ import annotations
 import logging
 import socketserver
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from kubetune.sdk.live_study import DEFAULT_SETTLE_S, LiveStudy
 
 if TYPE_CHECKING:
     from kubetune.sdk.analysis import ExperimentAnalysis
+    from kubetune.sdk.experiment_studies import ExperimentStudies
 
-__all__ = ["DEFAULT_REFRESH_S", "Dashboard", "serve"]
+__all__ = ["DEFAULT_LIST_REFRESH_S", "DEFAULT_REFRESH_S", "Dashboard", "ExperimentsDashboard", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +42,11 @@ log = logging.getLogger(__name__)
 #: within about this plus 4 s: Optuna Dashboard's server caches the trials for 2 s (under 100 trials) and the
 #: page polls every 2 s.
 DEFAULT_REFRESH_S = 1.0
+#: Seconds between two refreshes of the experiment list: each lists the Experiments (one API call, or one per
+#: namespace) and each Experiment's storage folder.
+DEFAULT_LIST_REFRESH_S = 5.0
+#: The HTTP methods the server answers; Optuna Dashboard's others change the studies.
+READ_METHODS = ("GET", "HEAD")
 
 
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
@@ -46,7 +58,90 @@ class _QuietHandler(WSGIRequestHandler):
         """Leave each request unlogged (the dashboard polls every few seconds)."""
 
 
-class Dashboard:
+def read_only(app: Callable) -> Callable:
+    """The WSGI application ``app`` answering only :data:`READ_METHODS`: any other request gets 405, unseen by it."""
+
+    def guarded(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD", "GET") in READ_METHODS:
+            return app(environ, start_response)
+        start_response("405 Method Not Allowed", [("Allow", ", ".join(READ_METHODS)), ("Content-Type", "text/plain")])
+        return [b"this dashboard is read-only\n"]
+
+    return guarded
+
+
+class _Served:
+    """Optuna Dashboard over ``storage``, bound to ``host:port`` when made, with ``refresh`` called every
+    ``refresh_s`` seconds while it serves (the constructor of :class:`Dashboard` and :class:`ExperimentsDashboard`
+    document the arguments).
+
+    Raises:
+        ImportError: Optuna Dashboard is not installed (``pip install 'kubetune[views]'``).
+        OSError: the port cannot be bound (taken, say).
+    """
+
+    def __init__(
+        self, storage: Any, refresh: Callable[[], object], refresh_s: float, host: str, port: int, first_now: bool
+    ):
+        try:
+            from optuna_dashboard import wsgi
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ImportError("the dashboard needs Optuna Dashboard: pip install 'kubetune[views]'") from exc
+        self.refresh_s = refresh_s
+        self._refresh = refresh
+        self._first_now = first_now
+        self._server = make_server(
+            host, port, read_only(wsgi(storage)), server_class=_ThreadingServer, handler_class=_QuietHandler
+        )
+        self._thread: threading.Thread | None = None
+        bound_host, bound_port = self._server.server_address[:2]
+        self.base_url = f"http://{bound_host}:{bound_port}/dashboard"
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until :meth:`close` (from another thread) or an exception (Ctrl-C), refreshing the
+        studies in a daemon thread meanwhile. That thread ends after the refresh it may be in (not waited for: one
+        can wait out an S3 outage for minutes)."""
+        stop = threading.Event()
+        refresher = threading.Thread(target=self._refresh_until, args=(stop,), name="kubetune-refresh", daemon=True)
+        refresher.start()
+        try:
+            self._server.serve_forever(poll_interval=0.2)
+        finally:
+            stop.set()
+
+    def _refresh_until(self, stop: threading.Event) -> None:
+        """Refresh every :attr:`refresh_s` seconds (at once first when made so) until ``stop`` is set; a refresh
+        that fails (storage or the API server unreachable, say) is logged and the next one tries again."""
+        wait = 0.0 if self._first_now else self.refresh_s
+        while not stop.wait(wait):
+            wait = self.refresh_s
+            try:
+                self._refresh()
+            except Exception:  # noqa: BLE001 - any failure of one refresh; the page keeps what it shows
+                log.warning("refreshing the dashboard's studies failed", exc_info=True)
+
+    def start(self):
+        """Serve in a daemon thread; return self."""
+        self._thread = threading.Thread(target=self.serve_forever, name="kubetune-dashboard", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving (waits for :meth:`serve_forever` to return when it runs) and release the port."""
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Dashboard(_Served):
     """Optuna Dashboard of one experiment, listening on ``host:port`` (bound when made; served by :meth:`start`).
 
     Args:
@@ -63,6 +158,7 @@ class Dashboard:
     Attributes:
         live: the :class:`LiveStudy` served; ``live.study`` is the Optuna study.
         refresh_s: as given.
+        base_url: ``http://host:port/dashboard``, the home page.
         url: ``http://host:port/dashboard/studies/<id>``, the study's page.
 
     Raises:
@@ -83,64 +179,47 @@ class Dashboard:
         refresh_s: float = DEFAULT_REFRESH_S,
         settle_s: float = DEFAULT_SETTLE_S,
     ):
-        try:
-            from optuna_dashboard import wsgi
-        except ImportError as exc:  # pragma: no cover - depends on the installation
-            raise ImportError("the dashboard needs Optuna Dashboard: pip install 'kubetune[views]'") from exc
         self.live = LiveStudy(analysis, metric, mode, reread=reread, settle_s=settle_s)
-        self.refresh_s = refresh_s
-        storage = self.live.storage
-        study_id = storage.get_study_id_from_name(self.live.study.study_name)
-        self._server = make_server(
-            host, port, wsgi(storage), server_class=_ThreadingServer, handler_class=_QuietHandler
-        )
-        self._thread: threading.Thread | None = None
-        bound_host, bound_port = self._server.server_address[:2]
-        self.url = f"http://{bound_host}:{bound_port}/dashboard/studies/{study_id}"
-
-    def serve_forever(self) -> None:
-        """Serve in this thread until :meth:`close` (from another thread) or an exception (Ctrl-C), refreshing the
-        study from storage in a daemon thread meanwhile. That thread ends after the refresh it may be in (not
-        waited for: one can wait out an S3 outage for minutes)."""
-        stop = threading.Event()
-        refresher = threading.Thread(target=self._refresh_until, args=(stop,), name="kubetune-refresh", daemon=True)
-        refresher.start()
-        try:
-            self._server.serve_forever(poll_interval=0.2)
-        finally:
-            stop.set()
-
-    def _refresh_until(self, stop: threading.Event) -> None:
-        """Refresh the study every :attr:`refresh_s` seconds until ``stop`` is set; a refresh that fails (storage
-        unreachable, say) is logged and the next one tries again."""
-        while not stop.wait(self.refresh_s):
-            try:
-                self.live.refresh()
-            except Exception:  # noqa: BLE001 - any failure of one refresh; the page keeps what it shows
-                log.warning("refreshing the dashboard's study from storage failed", exc_info=True)
-
-    def start(self) -> Dashboard:
-        """Serve in a daemon thread; return self."""
-        self._thread = threading.Thread(target=self.serve_forever, name="kubetune-dashboard", daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        """Stop serving (waits for :meth:`serve_forever` to return when it runs) and release the port."""
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._server.server_close()
-
-    def __enter__(self) -> Dashboard:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(self.live.storage, self.live.refresh, refresh_s, host, port, first_now=False)
+        study_id = self.live.storage.get_study_id_from_name(self.live.study.study_name)
+        self.url = f"{self.base_url}/studies/{study_id}"
 
 
-def serve(dashboard: Dashboard, open_browser: bool = True) -> None:
+class ExperimentsDashboard(_Served):
+    """Optuna Dashboard of every Experiment ``studies`` lists, on ``host:port`` (bound when made; served by
+    :meth:`start`). The first refresh runs as serving starts, so the server answers at once and the studies appear
+    as they are read.
+
+    Args:
+        studies: the Experiments' studies (:class:`kubetune.sdk.experiment_studies.ExperimentStudies`).
+        host: the address to listen on; the default, loopback, keeps it on this machine.
+        port: the TCP port; 0 picks a free one.
+        refresh_s: seconds between two refreshes while serving.
+
+    Attributes:
+        studies: as given.
+        refresh_s: as given.
+        base_url, url: ``http://host:port/dashboard``, the home page: the list of studies.
+
+    Raises:
+        ImportError: Optuna Dashboard is not installed (``pip install 'kubetune[views]'``).
+        OSError: the port cannot be bound (taken, say).
+    """
+
+    def __init__(
+        self,
+        studies: ExperimentStudies,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        refresh_s: float = DEFAULT_LIST_REFRESH_S,
+    ):
+        self.studies = studies
+        super().__init__(studies.storage, studies.refresh, refresh_s, host, port, first_now=True)
+        self.url = self.base_url
+
+
+def serve(dashboard: Dashboard | ExperimentsDashboard, open_browser: bool = True) -> None:
     """Serve ``dashboard`` in this thread until Ctrl-C, which ends it (``KeyboardInterrupt`` propagates).
 
     Args:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kubetune.sdk.analysis import object_stamps
 from kubetune.sdk.optuna_study import (
@@ -78,16 +78,21 @@ class LiveStudy:
         reread: reads the experiment again, as it is now; default ``analysis.reread`` (the same storage folder,
             the same ``trial_errors``). The ``kubetune dashboard`` command passes one that asks the cluster again.
         settle_s: seconds without a write under the experiment's folder after which it is quiet.
+        storage: the Optuna storage to create the study in; default a new ``InMemoryStorage``. The dashboard's
+            experiment list keeps one study per Experiment in one storage.
+        study_name: the study's name; default ``<namespace>/<experiment>`` from the analysis's path.
 
     Attributes:
         study: the Optuna study; trial ``number`` ``n`` is the ``n``-th kubetune trial seen (user attribute
             ``kubetune_trial``), the trials of the first reading in the analysis's order.
-        storage: the Optuna ``InMemoryStorage`` that holds it (in this process; what Optuna Dashboard serves).
+        storage: the Optuna storage that holds it (an ``InMemoryStorage`` in this process: what Optuna Dashboard
+            serves).
         analysis: the analysis last read.
         settle_s: as given.
 
     Raises:
         ValueError: as :func:`kubetune.sdk.optuna_study.fill_study`; storage other than S3 or files.
+        optuna.exceptions.DuplicatedStudyError: ``storage`` holds a study named ``study_name`` already.
         ImportError: Optuna is not installed.
     """
 
@@ -99,11 +104,13 @@ class LiveStudy:
         *,
         reread: Callable[[], ExperimentAnalysis] | None = None,
         settle_s: float = DEFAULT_SETTLE_S,
+        storage: Any = None,
+        study_name: str | None = None,
     ):
         from optuna.storages import InMemoryStorage
 
-        self.storage = InMemoryStorage()
-        self.study, self._metric = create_study(analysis, metric, mode, storage=self.storage)
+        self.storage = storage if storage is not None else InMemoryStorage()
+        self.study, self._metric = create_study(analysis, metric, mode, storage=self.storage, study_name=study_name)
         self._study_id = self.storage.get_study_id_from_name(self.study.study_name)
         self._reread = reread or analysis.reread
         self.settle_s = settle_s
