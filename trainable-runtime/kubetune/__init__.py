@@ -15,7 +15,9 @@ The package's layout shows where code runs: ``kubetune.runtime`` runs in the tri
 (storage, the trial environment, result keys, limits, shipping, checkpoints) and Ray's public paths
 (``kubetune.schedulers``, ``kubetune.stopper``, ``kubetune.tuner``, ``kubetune.analysis``,
 ``kubetune.trainable``, ``kubetune.session``, ``kubetune.track``, ``kubetune.search``, ``kubetune.suggest``,
-``kubetune.result``, ``kubetune.logger``, ``kubetune.utils.mock_trainable``).
+``kubetune.result``, ``kubetune.logger``, ``kubetune.utils`` with ``validate_save_restore`` and ``wait_for_gpu``,
+``kubetune.utils.mock_trainable``, and the trial's callbacks of ``kubetune.integration.xgboost`` and
+``kubetune.integration.lightgbm``).
 """
 
 import importlib
