@@ -108,6 +108,7 @@ def test_a_container_trial_with_workers_runs_its_command_in_every_member_and_rea
         "for epoch in range(1, 4):\n"
         "    print(f'epoch={epoch} score={epoch * size}' if rank == 0 else f'worker {rank} of {size}', flush=True)\n"
         "    time.sleep(0.3)\n"
+        "time.sleep(3 if rank == 0 else 0)\n"  # the workers end first: none is running (and deleted) at the head's end
     )
     spec = experiment(
         "boxes-gang",

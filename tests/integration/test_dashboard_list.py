@@ -116,7 +116,11 @@ class Served:
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGINT)
-        _, err = self.proc.communicate(timeout=30)
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"Ctrl-C did not end the dashboard: {self.proc.communicate()[1][-3000:]}") from None
         assert self.proc.returncode == 0, err
         return err
 

@@ -293,7 +293,11 @@ def test_the_command_shows_only_the_namespaces_the_identity_may_read(api, root):
         assert len(_get(f"{api_url}/studies/{study_id}")["trials"]) == len(TRIALS)
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"Ctrl-C did not end the dashboard: {proc.communicate()[1][-3000:]}") from None
     assert proc.returncode == 0 and "Traceback" not in err and "forbidden" not in err.lower(), err
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import Any, Sequence
 
@@ -306,7 +307,7 @@ def _seconds(text: str) -> float:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from kubetune.sdk.dashboard import Dashboard, serve
+    from kubetune.sdk.dashboard import Dashboard
 
     if args.name is None:
         return _dashboard_list(args)
@@ -333,11 +334,23 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         f"{dashboard.url} (Ctrl-C ends it)",
         file=sys.stderr,
     )
+    return _serve_until_interrupted(dashboard, open_browser=not args.no_browser)
+
+
+def _serve_until_interrupted(dashboard, open_browser: bool) -> int:
+    """Serve ``dashboard`` until Ctrl-C or SIGTERM (a pod of the chart's Deployment ending), then end the process at
+    once (``os._exit``): a refresh still in flight, which may be waiting out a storage outage or an API server that
+    does not answer, is abandoned rather than waited for. The dashboard writes nothing, so nothing is lost."""
+    from kubetune.sdk.dashboard import serve
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        serve(dashboard, open_browser=not args.no_browser)
+        serve(dashboard, open_browser=open_browser)
     except KeyboardInterrupt:
         print(file=sys.stderr)
-    return OK
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(OK)
 
 
 def _dashboard_list(args: argparse.Namespace) -> int:
@@ -345,7 +358,7 @@ def _dashboard_list(args: argparse.Namespace) -> int:
     (:mod:`kubetune.sdk.experiment_studies`), cluster-wide or in the ``--namespace`` namespaces (default the
     context's) it may read."""
     from kubetune.sdk.client import Cluster
-    from kubetune.sdk.dashboard import DEFAULT_LIST_REFRESH_S, ExperimentsDashboard, serve
+    from kubetune.sdk.dashboard import DEFAULT_LIST_REFRESH_S, ExperimentsDashboard
     from kubetune.sdk.experiment_studies import ExperimentStudies, readable_experiments
     from kubetune.sdk.tuner import experiment_analysis
 
@@ -373,11 +386,7 @@ def _dashboard_list(args: argparse.Namespace) -> int:
         f"refreshed every {dashboard.refresh_s:g} s: {dashboard.url} (Ctrl-C ends it)",
         file=sys.stderr,
     )
-    try:
-        serve(dashboard, open_browser=not args.no_browser)
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-    return OK
+    return _serve_until_interrupted(dashboard, open_browser=not args.no_browser)
 
 
 def _suspend(value: bool):
