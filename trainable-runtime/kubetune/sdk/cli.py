@@ -343,6 +343,9 @@ def _serve_until_interrupted(dashboard, open_browser: bool) -> int:
     does not answer, is abandoned rather than waited for. The dashboard writes nothing, so nothing is lost."""
     from kubetune.sdk.dashboard import serve
 
+    # Ctrl-C ends it even where it was started with SIGINT ignored (an asynchronous command of a non-interactive
+    # shell: Python then installs no handler for it), and so does SIGTERM
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         serve(dashboard, open_browser=open_browser)
