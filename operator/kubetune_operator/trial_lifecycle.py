@@ -192,7 +192,15 @@ class TrialLifecycle:
                 and trial.status.get("podName") == pod_name(trial.name, trial.attempt)
                 and trial.phase == "Running"
             ):
-                self.disrupted(plan, trial, "PodDeleted", "the trial's pod disappeared", now)
+                if self.intake.spec.container is not None and self._container_decision(trial):
+                    # deleted on its stop or pause (durable before the delete), its end unseen: an operator
+                    # restarted since lists no such pod. It ended on that decision; nothing more can be read of it
+                    gone = PodView(pod_name(trial.name, trial.attempt), trial.name, trial.attempt, "Failed", gone=True)
+                    self._pod_ended(plan, trial, gone, stop_reason, now)
+                    if trial.phase in TERMINAL or trial.phase == "Paused":
+                        continue
+                else:
+                    self.disrupted(plan, trial, "PodDeleted", "the trial's pod disappeared", now)
             if pod is None:
                 if self._may_create(trial, lingering, now):
                     self.create_pod(plan, trial, now)

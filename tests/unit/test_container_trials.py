@@ -205,6 +205,22 @@ def test_a_container_trial_a_stopper_stops_has_its_pod_deleted_and_ends_early_st
     assert plan.trial_status["exp-00001"]["reason"] == "EarlyStopped"
 
 
+def test_a_container_trial_whose_stopped_pod_went_while_the_operator_was_down_ends_early_stopped_not_retried():
+    """The operator deleted the pod on a stop decision (durable in its journal) and was killed; the next one lists
+    no such pod: the attempt ended on that decision, it did not disappear, so it is not retried (a retry would feed
+    the scheduler results of a trial it had stopped)."""
+    stoppers = [{"name": "maximum_iteration", "params": {"max_iter": 1}}]
+    ctl = ExperimentController(container_experiment(stoppers=stoppers), Settings(), KEY)
+    pods = running(ctl)
+    assert ctl.record_results("exp-00001", 0, [{"loss": 2.0, "training_iteration": 1}], None) == "stop"
+    assert [name for name, _ in ctl.plan(pods, T0 + 3).delete_pods] == ["exp-00001-0"]
+    del pods["exp-00001-0"]  # gone, as a restarted operator's first pod list shows it
+    plan = ctl.plan(pods, T0 + 4)
+    assert plan.trial_status["exp-00001"]["phase"] == "Succeeded"
+    assert plan.trial_status["exp-00001"]["reason"] == "EarlyStopped"
+    assert not [p for p in plan.create_pods if p["metadata"]["name"].startswith("exp-00001")]
+
+
 def test_a_container_that_exits_0_completes_and_one_that_printed_no_metric_fails_metric_missing():
     ctl = ExperimentController(container_experiment(), Settings(), KEY)
     pods = running(ctl)
