@@ -9,14 +9,13 @@ semantics are Ray 2.x's (``ray/tune/integration/lightgbm.py`` and the ``RayRepor
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable
 
 from lightgbm import Booster
 from lightgbm.callback import CallbackEnv
 
 from kubetune.checkpoint_layout import Checkpoint
-from kubetune.integration.rounds import RoundReporter, flatten_evals
+from kubetune.integration.rounds import RoundReporter, flatten_evals, report_only_callback
 
 __all__ = ["TuneReportCallback", "TuneReportCheckpointCallback"]
 
@@ -95,28 +94,5 @@ class TuneReportCheckpointCallback:
             self._rounds.report(result)
 
 
-class TuneReportCallback(TuneReportCheckpointCallback):
-    """Ray 1.x's callback that reports every round's metrics and saves nothing; deprecated in Ray 2.x.
-
-    Ray 2.x raises ``DeprecationWarning`` when it is created; kubetune keeps Ray 1.x's behaviour, a
-    :class:`TuneReportCheckpointCallback` with ``frequency=0, checkpoint_at_end=False``, and warns.
-
-    Args:
-        metrics: as :class:`TuneReportCheckpointCallback`'s.
-        results_postprocessing_fn: as :class:`TuneReportCheckpointCallback`'s.
-    """
-
-    def __init__(
-        self,
-        metrics: str | list[str] | dict[str, str] | None = None,
-        results_postprocessing_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ):
-        warnings.warn(
-            "TuneReportCallback is deprecated (Ray 2.x): use "
-            "kubetune.integration.lightgbm.TuneReportCheckpointCallback(frequency=0, checkpoint_at_end=False)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        super().__init__(
-            metrics, frequency=0, checkpoint_at_end=False, results_postprocessing_fn=results_postprocessing_fn
-        )
+#: Ray 1.x's deprecated callback: reports every round, saves nothing, warns.
+TuneReportCallback = report_only_callback(TuneReportCheckpointCallback, "lightgbm")

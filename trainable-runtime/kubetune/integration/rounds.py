@@ -13,6 +13,7 @@ rank reports, and the runtime keeps rank 0's results only.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from typing import Any, Callable
 
 from kubetune.checkpoint_layout import Checkpoint
@@ -96,3 +97,34 @@ class RoundReporter:
         with tempfile.TemporaryDirectory(prefix="boosting_checkpoint_") as directory:
             save(f"{directory}/{self.filename}")
             report(result, checkpoint=Checkpoint(directory))
+
+
+def report_only_callback(checkpointing: type, library: str) -> type:
+    """Ray 1.x's ``TuneReportCallback`` of ``library`` (``"xgboost"``, ``"lightgbm"``): ``checkpointing`` (that
+    library's ``TuneReportCheckpointCallback``) with ``frequency=0, checkpoint_at_end=False``, reporting every
+    round's metrics and saving nothing. Ray 2.x raises ``DeprecationWarning`` when one is created; kubetune keeps
+    Ray 1.x's behaviour and warns."""
+    replacement = f"kubetune.integration.{library}.TuneReportCheckpointCallback(frequency=0, checkpoint_at_end=False)"
+
+    class TuneReportCallback(checkpointing):
+        """Ray 1.x's callback that reports every round's metrics and saves nothing; deprecated in Ray 2.x.
+
+        Args:
+            metrics: as ``TuneReportCheckpointCallback``'s.
+            results_postprocessing_fn: as ``TuneReportCheckpointCallback``'s.
+        """
+
+        def __init__(
+            self,
+            metrics: str | list[str] | dict[str, str] | None = None,
+            results_postprocessing_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        ):
+            warnings.warn(
+                f"TuneReportCallback is deprecated (Ray 2.x): use {replacement}", DeprecationWarning, stacklevel=2
+            )
+            super().__init__(
+                metrics, frequency=0, checkpoint_at_end=False, results_postprocessing_fn=results_postprocessing_fn
+            )
+
+    TuneReportCallback.__module__ = f"kubetune.integration.{library}"
+    return TuneReportCallback
