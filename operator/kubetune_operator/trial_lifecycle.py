@@ -74,7 +74,7 @@ class TrialLifecycle:
         container = self.intake.spec.container
         if container is None:
             return set()
-        return {"sidecar" if container.sidecar_reads_metrics else "log"} | ({"sidecar"} if container.sidecar else set())
+        return ({"sidecar"} if container.sidecar else set()) | (set() if container.sidecar_reads_metrics else {"log"})
 
     def read_to_end(self, pod: str, reader: str) -> None:
         """``reader`` read the output of container-trial pod ``pod`` to its end: once all :meth:`readers` did, its

@@ -7,16 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
-from aiohttp import web
 
-from devcluster.testkit import ConfigMaps, experiment_object
+from devcluster.testkit import experiment_object
 from kubetune.checkpoint_store import COMMIT_MARKER, checkpoint_uri, list_checkpoints, read_commit
 from kubetune.env import CHECKPOINT_DIR, CHECKPOINT_FOLDER, METRICS_SOURCE
 from kubetune.output_metrics import OutputParser
@@ -25,15 +23,14 @@ from kubetune.runtime.checkpoint_folder import SAVE_MARKER, CheckpointFolder, Fo
 from kubetune.runtime.sidecar import FileSource, run
 from kubetune.storage import open_storage
 from kubetune_operator.builders import build_pod, trial_object
-from kubetune_operator.collector import make_app
 from kubetune_operator.container_trials import CHECKPOINT_VOLUME, DEFAULT_CHECKPOINT_PATH, METRICS_SIDECAR
 from kubetune_operator.controller import ExperimentController
 from kubetune_operator.experiment_spec import ExperimentSpec
 from kubetune_operator.gang import build_gang
 from kubetune_operator.labels import RESTORE_CONTAINER
 from kubetune_operator.podview import PodView, pod_view
-from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
+from tests.unit.test_metrics_sidecar import collector_with_a_running_trial, stopped_by_the_kubelet
 
 KEY = b"k" * 32
 
@@ -245,33 +242,15 @@ def test_the_restore_and_sidecar_processes_save_and_restore_through_the_collecto
     exp["spec"]["storage"] = {"uri": store}
 
     async def scenario():
-        registry = Registry(Settings(), KEY, ConfigMaps().write)
-        ctl = registry.load(exp)
-        ctl.restore([])
-        ctl.plan({}, 1e9)
-        ctl.trial_created("boxes-00000", "uid-1")
-        ctl.plan({}, 1e9 + 1)
-        ctl.plan({"boxes-00000-0": PodView("boxes-00000-0", "boxes-00000", 0, "Running")}, 1e9 + 2)
+        ctl, runner, env = await collector_with_a_running_trial(exp)
         ctl.record_results("boxes-00000", 0, [{"loss": 1.0, "training_iteration": 1}], None)
-        runner = web.AppRunner(make_app(registry), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        folder = json.dumps(
-            {"path": str(tmp_path / "ck"), "trialDir": ctl.trial_dir("boxes-00000"), "state": str(tmp_path / "state")}
-        )
-        env = {
-            **os.environ,
-            "KUBETUNE_NAMESPACE": "ns",
-            "KUBETUNE_EXPERIMENT": "boxes",
-            "KUBETUNE_TRIAL": "boxes-00000",
-            "KUBETUNE_ATTEMPT": "0",
-            "KUBETUNE_COLLECTOR_URL": f"http://127.0.0.1:{runner.addresses[0][1]}",
-            "KUBETUNE_TOKEN": ctl.token("boxes-00000", 0),
-            "KUBETUNE_GRACE_PERIOD_S": "10",
-            METRICS_SOURCE: json.dumps({"kind": "StdOut", "objectives": ["loss"]}),
-            CHECKPOINT_FOLDER: folder,
+        folder = {
+            "path": str(tmp_path / "ck"),
+            "trialDir": ctl.trial_dir("boxes-00000"),
+            "state": str(tmp_path / "state"),
         }
+        env[METRICS_SOURCE] = json.dumps({"kind": "StdOut", "objectives": ["loss"]})
+        env[CHECKPOINT_FOLDER] = json.dumps(folder)
         assert subprocess.run([sys.executable, "-m", "kubetune.runtime.checkpoint_folder"], env=env).returncode == 0
         process = subprocess.Popen([sys.executable, "-m", "kubetune.runtime.sidecar"], env=env)
         try:
@@ -283,10 +262,7 @@ def test_the_restore_and_sidecar_processes_save_and_restore_through_the_collecto
             while not ctl.trials["boxes-00000"].status.get("checkpoint") and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             assert ctl.trials["boxes-00000"].status["checkpoint"]["iteration"] == 1
-            process.send_signal(signal.SIGTERM)
-            while process.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
-            assert process.returncode == 0
+            await stopped_by_the_kubelet(process, deadline)
         finally:
             process.kill()
             await runner.cleanup()

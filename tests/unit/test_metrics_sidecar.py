@@ -202,36 +202,52 @@ def test_a_trial_container_that_ended_ends_its_attempt_while_another_container_h
     assert (pod_view(body).phase, pod_view(body).lingering) == ("Running", False)
 
 
+async def collector_with_a_running_trial(experiment: dict) -> tuple:
+    """The operator's collector app serving a registry that has loaded ``experiment`` (named ``boxes`` in ``ns``)
+    and runs its first trial's attempt 0: ``(controller, runner, env)``, ``env`` the identity variables of that
+    attempt's pod (the sidecar's, the restore's) with the collector's URL and the attempt's token. The caller
+    cleans ``runner`` up."""
+    registry = Registry(Settings(), b"k" * 32, ConfigMaps().write)
+    ctl = registry.load(experiment)
+    ctl.restore([])
+    plan = ctl.plan({}, 1e9)
+    ctl.trial_created("boxes-00000", "uid-1")
+    ctl.plan({}, 1e9 + 1)
+    ctl.plan({"boxes-00000-0": PodView("boxes-00000-0", "boxes-00000", 0, "Running")}, 1e9 + 2)
+    assert [t["metadata"]["name"] for t in plan.create_trials] == ["boxes-00000"]
+    runner = web.AppRunner(make_app(registry), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    env = {
+        **os.environ,
+        "KUBETUNE_NAMESPACE": "ns",
+        "KUBETUNE_EXPERIMENT": "boxes",
+        "KUBETUNE_TRIAL": "boxes-00000",
+        "KUBETUNE_ATTEMPT": "0",
+        "KUBETUNE_COLLECTOR_URL": f"http://127.0.0.1:{runner.addresses[0][1]}",
+        "KUBETUNE_TOKEN": ctl.token("boxes-00000", 0),
+        "KUBETUNE_GRACE_PERIOD_S": "10",
+    }
+    return ctl, runner, env
+
+
+async def stopped_by_the_kubelet(process: subprocess.Popen, deadline: float) -> None:
+    """SIGTERM the sidecar ``process``, as the kubelet does once the trial's container ended; it exits 0 by
+    ``deadline`` (``time.monotonic()``)."""
+    process.send_signal(signal.SIGTERM)
+    while process.poll() is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert process.returncode == 0
+
+
 def test_the_sidecar_process_reports_to_the_real_collector_and_its_last_batch_ends_the_output(tmp_path):
     """The sidecar as the pod runs it (``python -m kubetune.runtime.sidecar``), the operator's collector app with a
     loaded container-trial Experiment: the file's results reach the trial, and SIGTERM sends the rest and ``done``."""
     metrics = tmp_path / "metrics.log"
 
     async def scenario():
-        registry = Registry(Settings(), b"k" * 32, ConfigMaps().write)
-        ctl = registry.load(container_experiment(kind="File", path=str(metrics)))
-        ctl.restore([])
-        plan = ctl.plan({}, 1e9)
-        ctl.trial_created("boxes-00000", "uid-1")
-        ctl.plan({}, 1e9 + 1)
-        ctl.plan({"boxes-00000-0": PodView("boxes-00000-0", "boxes-00000", 0, "Running")}, 1e9 + 2)
-        assert [t["metadata"]["name"] for t in plan.create_trials] == ["boxes-00000"]
-        runner = web.AppRunner(make_app(registry), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        env = {
-            **os.environ,
-            "KUBETUNE_NAMESPACE": "ns",
-            "KUBETUNE_EXPERIMENT": "boxes",
-            "KUBETUNE_TRIAL": "boxes-00000",
-            "KUBETUNE_ATTEMPT": "0",
-            "KUBETUNE_COLLECTOR_URL": f"http://127.0.0.1:{port}",
-            "KUBETUNE_TOKEN": ctl.token("boxes-00000", 0),
-            "KUBETUNE_GRACE_PERIOD_S": "10",
-            METRICS_SOURCE: json.dumps({"kind": "File", "path": str(metrics), "objectives": ["loss"]}),
-        }
+        ctl, runner, env = await collector_with_a_running_trial(container_experiment(kind="File", path=str(metrics)))
+        env[METRICS_SOURCE] = json.dumps({"kind": "File", "path": str(metrics), "objectives": ["loss"]})
         metrics.write_text("epoch=1 loss=0.5\n")
         process = subprocess.Popen([sys.executable, "-m", "kubetune.runtime.sidecar"], env=env)
         try:
@@ -242,10 +258,7 @@ def test_the_sidecar_process_reports_to_the_real_collector_and_its_last_batch_en
             assert not ctl.output_read("boxes-00000-0")
             with open(metrics, "a") as f:
                 f.write("epoch=2 loss=0.25")  # the last line, without its newline
-            process.send_signal(signal.SIGTERM)  # the trial's container ended: the kubelet stops the sidecar
-            while process.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
-            assert process.returncode == 0
+            await stopped_by_the_kubelet(process, deadline)  # the trial's container ended
         finally:
             process.kill()
             await runner.cleanup()

@@ -198,16 +198,17 @@ class CheckpointFolder:
         newest = self._newest_change()
         if newest is None or (self.saved_at is not None and newest <= self.saved_at):
             return None
-        return self._save(iteration, last_result, "at the end")
+        return self._save(iteration, last_result, "at the end", newest)
 
     def _newest_change(self) -> float | None:
         times = [p.stat().st_mtime for p in Path(self.spec.path).rglob("*") if p.is_file() and p.name != SAVE_MARKER]
         return max(times, default=None)
 
-    def _save(self, iteration: int, last_result: Mapping | None, why: str) -> str:
+    def _save(self, iteration: int, last_result: Mapping | None, why: str, newest: float | None = None) -> str:
+        """Commit the folder at ``iteration``; ``newest``: its newest modification time, when the caller has it."""
         staging = Path(self.spec.state) / "staging" / f"checkpoint_{iteration:06d}"
         shutil.rmtree(staging.parent, ignore_errors=True)
-        newest = self._newest_change()
+        newest = self._newest_change() if newest is None else newest
         shutil.copytree(self.spec.path, staging, ignore=shutil.ignore_patterns(SAVE_MARKER), symlinks=True)
         try:
             uri = commit_checkpoint(
