@@ -313,13 +313,15 @@ def experiment_phase(
     max_failed_trials: int | None = None,
     stoppers_stop_all: bool = False,
     metric_missing: str | None = None,
+    exploring: str | None = None,
 ) -> PhaseDecision:
     """Decide an Experiment's phase from its trial counts and the end criteria.
 
     The experiment ends (docs/architecture.md, "When an Experiment ends") when a result lacked the metric
     (Failed, as Ray's run raises at such a result), when ``goal`` is reached, when
     ``timeBudget`` ran out, when more than ``maxFailedTrials`` trials failed, when a stopper says so,
-    or when the searcher is finished and every trial is terminal. It keeps
+    or when the searcher is finished, every trial is terminal and no PB2 explore step is open (Ray takes each step
+    at its trial's result, before the run can end; kubetune's may outlive a trial that did not hear its pause). It keeps
     phase Running with ``stop_remaining`` until its last Pending, Running or
     Paused trial has stopped, then turns Succeeded (Failed when trials failed
     beyond ``maxFailedTrials``, or every trial failed). Succeeded and Failed
@@ -336,6 +338,7 @@ def experiment_phase(
         max_failed_trials: ``spec.failure.maxFailedTrials`` (None: no limit).
         stoppers_stop_all: a stopper of ``spec.stoppers`` says the whole experiment should stop.
         metric_missing: why a trial's result did not count (it lacked the experiment's metric), or None.
+        exploring: the trial whose PB2 explore step is being computed, or None.
     """
     active = counts["pending"] + counts["running"] + counts["paused"]
     failed = counts["failed"]
@@ -354,6 +357,10 @@ def experiment_phase(
         end = ("Succeeded", "TimeBudgetExhausted", "spec.timeBudget has passed")
     elif stoppers_stop_all:
         end = ("Succeeded", "StopperStoppedAll", "a stopper of spec.stoppers stopped the experiment")
+    elif search_finished and active == 0 and exploring:
+        return PhaseDecision(
+            "Running", "Exploring", f"every trial ended; waiting for PB2's explore step of {exploring} to be journaled"
+        )
     elif search_finished and active == 0:
         if failed and not counts["succeeded"]:
             end = ("Failed", "AllTrialsFailed", f"all {failed} trials failed")

@@ -194,7 +194,15 @@ class StatusProjection:
             max_failed_trials=max_failed,
             stoppers_stop_all=self.decisions.stoppers.stop_all(),
             metric_missing=self.decisions.metric_missing,
+            exploring=self._exploring(counts),
         )
+
+    def _exploring(self, counts: dict) -> str | None:
+        """The trial of PB2's open explore step once every trial ended, else None (asked only then: a job
+        builds its data)."""
+        if counts["pending"] + counts["running"] + counts["paused"] or not self.decisions.search_finished:
+            return None
+        return (self.decisions.exploration() or {}).get("trial")
 
     def write(self, plan: Plan, now: float) -> None:
         """Add to ``plan`` the Trial statuses due and the Experiment's status, if it changed."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from devcluster.testkit import experiment_object, population_rows
-from kubetune.env import OUTCOME_PAUSED, read_trial_env
+from kubetune.env import OUTCOME_COMPLETED, OUTCOME_PAUSED, read_trial_env
 from kubetune_operator import explore_pool as explorer
 from kubetune_operator.algorithms import create_scheduler
 from kubetune_operator.controller import ExperimentController
@@ -288,3 +288,31 @@ def test_the_explorer_hands_a_finished_job_to_the_controller_that_still_wants_it
         explorer.shutdown()
     assert ctl.journal.pending[-1] == ["explored", job["trial"], select(job)]
     assert ctl.decisions.exploits[job["trial"]]["config"] is not None and ctl.exploration() is None
+
+
+def test_an_explore_step_open_when_its_trial_ended_is_journaled_before_the_experiment_ends():
+    """A trial whose pod did not hear its pause (the operator was down) runs to its stop; Ray took the explore
+    step at the result, so the Experiment stays Running (reason Exploring) until the step is journaled."""
+    ctl = ExperimentController(experiment(), Settings(), b"k" * 32)
+    ctl.restore([])
+    for m in ctl.plan({}, 1000.0).create_trials:
+        ctl.trial_created(m["metadata"]["name"], "uid-" + m["metadata"]["name"])
+    ctl.plan({}, 1001.0)
+    names = sorted(ctl.trials)
+    for it in (1, 2, 3, 4):
+        for i, name in reversed(list(enumerate(names))):
+            ctl.record_results(name, 0, [{"training_iteration": it, "acc": i * it}], None)
+    job = ctl.exploration()
+    ended = {
+        f"{name}-0": PodView(
+            f"{name}-0", name, 0, "Succeeded", message=json.dumps({"outcome": OUTCOME_COMPLETED, "iteration": 4})
+        )
+        for name in names
+    }
+    ctl.plan(ended, 1002.0)
+    assert all(ctl.trials[name].phase == "Succeeded" for name in names) and job is not None
+    phase = ctl.projection.phase_decision(1003.0)
+    assert (phase.phase, phase.reason) == ("Running", "Exploring") and job["trial"] in phase.message
+    ctl.explored(job["trial"], select(job))
+    ctl.plan(ended, 1004.0)
+    assert ctl.exploration() is None and ctl.projection.phase_decision(1005.0).phase == "Succeeded"
