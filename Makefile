@@ -4,12 +4,14 @@
 PY ?= python3
 VENV := .venv
 PYTHON := $(VENV)/bin/python
+# Katib's Python SDK (kubeflow-katib, protobuf<5) beside the project's environment (protobuf 7): requirements-katib.txt
+KATIB_VENV := .venv-katib
 
 # Debian packages of the real node (devcluster/realnode.py) and of its images (devcluster/images.py), and the
 # browser the dashboard's browser test drives (chromium: tests/unit/test_dashboard_browser.py, through Playwright).
 NODE_PACKAGES := runc containernetworking-plugins conntrack iptables iproute2 buildah mmdebstrap gcc libc6-dev chromium
 
-.PHONY: venv binaries host-packages node test unit demo docs clean
+.PHONY: venv katib-sdk binaries host-packages node test unit demo docs clean
 
 venv: $(VENV)/.installed $(VENV)/.checkout-path
 
@@ -24,6 +26,14 @@ $(VENV)/.installed: requirements-dev.txt trainable-runtime/pyproject.toml operat
 # import from any directory.
 $(VENV)/.checkout-path: $(VENV)/.installed
 	$(PYTHON) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "kubetune-checkout.pth").write_text("$(CURDIR)\n")'
+	touch $@
+
+katib-sdk: $(KATIB_VENV)/.installed
+
+$(KATIB_VENV)/.installed: requirements-katib.txt
+	$(PY) -m venv $(KATIB_VENV)
+	$(KATIB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(KATIB_VENV)/bin/python -m pip install -q -r requirements-katib.txt
 	touch $@
 
 binaries: venv
@@ -45,7 +55,7 @@ node: binaries host-packages
 	$(PYTHON) -m devcluster images; images=$$?; wait $$build && exit $$images
 
 # Two runs, one cluster each: the process-kubelet suite, then the real node's (pytest -m realnode).
-test: node
+test: node katib-sdk
 	$(PYTHON) -m pytest -m "not realnode"
 	$(PYTHON) -m pytest -m realnode
 
@@ -60,4 +70,4 @@ docs: venv
 	$(PYTHON) docs/api_reference.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(KATIB_VENV) .pytest_cache

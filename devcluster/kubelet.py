@@ -22,7 +22,7 @@ from kubernetes import client, config
 
 from . import nodes
 from .logserver import LogServer
-from .pod import GpuAllocator, PodWorker, can_isolate_mounts
+from .pod import GpuAllocator, MountPoints, PodWorker, can_isolate_mounts
 
 log = logging.getLogger("devcluster.kubelet")
 
@@ -47,6 +47,7 @@ class ProcessKubelet:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.isolate_mounts = can_isolate_mounts()
+        self.mount_points = MountPoints()  # host paths the pods' mounts created, removed after them
 
     def heartbeat(self) -> None:
         """Renew every node's Lease each 10 s until :meth:`shutdown` (runs on its own thread)."""

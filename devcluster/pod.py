@@ -73,6 +73,58 @@ def _mount_script(mounts: list[tuple[Path, str, bool]], workdir: str) -> str:
     return "\n".join(lines + [f"mkdir -p {shlex.quote(workdir)}", f"cd {shlex.quote(workdir)}", 'exec "$@"'])
 
 
+class MountPoints:
+    """The folders and files a container's mounts need on the host that did not exist before (a pod mounting its
+    service account token creates ``/var/run/secrets/kubernetes.io/...``): each is held while a pod that mounts
+    there runs, and removed, where still empty, once the last such pod ended, so no pod leaves the host's root with
+    paths that programs test for (Kubeflow's SDKs read the namespace file when ``/var/run/secrets/kubernetes.io``
+    exists). Shared by every pod of a kubelet."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held: dict[Path, int] = {}  # topmost created path -> pods holding it
+
+    def hold(self, targets: list[str]) -> list[Path]:
+        """Hold the topmost missing ancestor of each target (the path a ``mkdir -p`` or ``touch`` creates)."""
+        held = []
+        with self._lock:
+            for target in targets:
+                path = Path(target)
+                top = next((p for p in (path, *path.parents) if p in self._held), None)
+                if top is None:
+                    if path.exists():
+                        continue  # there before: not ours
+                    top = path
+                    while not top.parent.exists():
+                        top = top.parent
+                self._held[top] = self._held.get(top, 0) + 1
+                held.append(top)
+        return held
+
+    def release(self, held: list[Path]) -> None:
+        """Let go of what :meth:`hold` gave; a path no pod holds any more is removed where empty."""
+        with self._lock:
+            for top in held:
+                self._held[top] -= 1
+                if self._held[top]:
+                    continue
+                del self._held[top]
+                _remove_empty(top)
+
+
+def _remove_empty(top: Path) -> None:
+    """Remove ``top`` and what is below it, bottom-up, leaving any folder or file that is not empty."""
+    if top.is_dir() and not top.is_symlink():
+        for child in top.iterdir():
+            _remove_empty(child)
+        try:
+            top.rmdir()
+        except OSError:
+            pass
+    elif top.is_file() and top.stat().st_size == 0:
+        top.unlink(missing_ok=True)
+
+
 class GpuAllocator:
     """Hands out a node's GPU ids to running pods, each id to one pod at a time."""
 
@@ -208,6 +260,7 @@ class PodWorker(threading.Thread):
         self.message = ""
         self.reason = ""
         self.volumes: dict[str, Path] = {}
+        self.mount_points: list[Path] = []  # held in kubelet.mount_points until the pod's thread ends
         self._conditions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)
 
     # ----- called from the watch thread ----------------------------------------------------
@@ -233,6 +286,7 @@ class PodWorker(threading.Thread):
             self.kill_processes(grace=1)
         finally:
             self.gpus.release(self.gpu_ids)
+            self.kubelet.mount_points.release(self.mount_points)
             self.kubelet.forget(self.meta["uid"])
 
     def _run(self) -> None:
@@ -317,6 +371,10 @@ class PodWorker(threading.Thread):
                         env["HOME"] = str(src)
                 continue
             mounts.append((src, m["mountPath"], bool(m.get("readOnly"))))
+        if self.kubelet.isolate_mounts:
+            self.mount_points += self.kubelet.mount_points.hold(
+                [m[1] for m in mounts] + [c.spec.get("terminationMessagePath") or "/dev/termination-log"]
+            )
         c.start(argv, env, mounts, self.kubelet.isolate_mounts)
         threading.Thread(target=lambda: self.events.put(("exit", c, c.proc.wait())), daemon=True).start()
 
