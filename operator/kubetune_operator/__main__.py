@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     from . import handlers  # noqa: F401  (registers the handlers)
 
+    if settings.katib.enabled:
+        from . import katib_handlers  # noqa: F401  (serves Katib's Experiments)
+
     namespaces = list(settings.watch.namespaces)
     asyncio.run(
         kopf.operator(

@@ -133,6 +133,15 @@ class StorageSettings:
 
 
 @dataclass(frozen=True)
+class KatibSettings:
+    """Katib's ``kubeflow.org/v1beta1`` API, served by kubetune (docs/katib.md, "Katib's API, served")."""
+
+    enabled: bool = False
+    """Serve Katib's Experiments (:mod:`kubetune_operator.katib_handlers`); Katib's CRDs must be installed (the chart's
+    ``katib.enabled`` installs them)."""
+
+
+@dataclass(frozen=True)
 class Settings:
     """All settings of the operator."""
 
@@ -142,6 +151,7 @@ class Settings:
     status: StatusSettings = field(default_factory=StatusSettings)
     trials: TrialSettings = field(default_factory=TrialSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    katib: KatibSettings = field(default_factory=KatibSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -197,7 +207,7 @@ class Settings:
 
 
 def _parse(var: str, text: str, hint: object) -> object:
-    """Convert ``text`` to ``hint`` (str, int, float, tuple[str, ...], or one of them | None)."""
+    """Convert ``text`` to ``hint`` (str, int, float, bool, tuple[str, ...], or one of them | None)."""
     args = typing.get_args(hint)
     if type(None) in args:
         if text.strip() == "":
@@ -206,6 +216,10 @@ def _parse(var: str, text: str, hint: object) -> object:
     try:
         if hint is str:
             return text
+        if hint is bool:
+            if text.strip().lower() not in ("true", "false"):
+                raise ValueError(f"expected true or false, got {text!r}")
+            return text.strip().lower() == "true"
         if hint in (int, float):
             return hint(text.strip())
         if typing.get_origin(hint) is tuple:

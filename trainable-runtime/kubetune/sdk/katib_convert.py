@@ -7,7 +7,8 @@ kubetune field it concerns (or in the document's header for a dropped field). A 
 run as written (a trial kind other than a batch/v1 Job, a collector kubetune has not, an algorithm whose
 schedulers container trials refuse) is refused with the reason, as :class:`KatibConversionError`.
 Called by ``kubetune convert katib`` (:mod:`kubetune.sdk.cli`); docs/katib.md has the mapping table.
-Uses ruamel.yaml (the ``sdk`` extra) to write YAML with comments.
+Uses ruamel.yaml (the ``sdk`` extra) to write YAML with comments, imported only to read or write YAML: the
+operator, which serves Katib's API with :func:`convert` (``kubetune_operator.katib_api``), has no ruamel.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
-
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 __all__ = ["Conversion", "KatibConversionError", "Note", "convert", "convert_text"]
 
@@ -147,7 +145,9 @@ class Conversion:
         return out.getvalue()
 
 
-def _yaml() -> YAML:
+def _yaml():
+    from ruamel.yaml import YAML
+
     yaml = YAML()
     yaml.width = _WIDTH
     yaml.indent(mapping=2, sequence=4, offset=2)
@@ -155,6 +155,8 @@ def _yaml() -> YAML:
 
 
 def _commented(value: Any, parent_key: str = "") -> Any:
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
     if isinstance(value, dict):
         out = CommentedMap((k, _commented(v, k)) for k, v in value.items())
         if parent_key in ("config",):  # a parameter per line, its domain in flow style
@@ -171,7 +173,7 @@ def _wrap(text: str, indent: int) -> list[str]:
     return textwrap.wrap(text, width=_WIDTH - indent - 2, subsequent_indent="  ", break_on_hyphens=False)
 
 
-def _comment_above(doc: CommentedMap, path: tuple[str, ...], texts: list[str]) -> None:
+def _comment_above(doc: Any, path: tuple[str, ...], texts: list[str]) -> None:
     node = doc
     for key in path[:-1]:
         node = node[key]
@@ -194,6 +196,7 @@ def convert_text(text: str, source: str = "<input>") -> list[Conversion]:
         KatibConversionError: the text is not YAML, holds no document, or a document is not a Katib Experiment
             or cannot be converted (the message names the file and the document's position).
     """
+    from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
     try:

@@ -1,0 +1,156 @@
+"""The kopf daemon that serves Katib's ``kubeflow.org/v1beta1`` Experiments (docs/katib.md, "Katib's API, served").
+
+Registered by ``python -m kubetune_operator`` only when ``katib.enabled`` is set (the chart's ``katib.enabled``,
+which also installs Katib's CRDs). One daemon per Katib Experiment, every :data:`PASS_INTERVAL_S`:
+
+1. converts it (:func:`kubetune_operator.katib_api.native_experiment`) and creates the native Experiment that runs
+   it, under its name and owned by it; a Katib Experiment kubetune cannot run gets ``Failed`` with reason
+   ``ExperimentRefused`` and the converter's reason, and a ``Refused`` event; its budget (``maxTrialCount``,
+   ``parallelTrialCount``, ``maxFailedTrialCount``, as Katib's SDK ``edit_experiment_budget`` changes it) is
+   carried to the native spec;
+2. mirrors each native Trial as a Katib Trial (:func:`~kubetune_operator.katib_api.katib_trial`);
+3. writes the Katib Experiment's status (:func:`~kubetune_operator.katib_api.katib_status`) when it changed.
+
+The native Experiment is run by the operator as any other; this daemon only reads it. Every object it writes is
+computed from the API's objects, so a restarted operator picks up where the last one was. The daemon ends once the
+Katib Experiment's final status and every Trial's are written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+
+import kopf
+from kubernetes import client
+
+from . import katib_api as ka
+from .kube import Kube, api_message
+from .labels import EXPERIMENT_PLURAL, GROUP, LABEL_EXPERIMENT, TRIAL_PLURAL, VERSION, label_value
+
+log = logging.getLogger("kubetune.katib")
+#: Seconds between two passes of a Katib Experiment's daemon.
+PASS_INTERVAL_S = 2.0
+#: The native spec fields Katib's budget edits change.
+_BUDGET = ("numSamples", "maxConcurrentTrials", "failure")
+
+
+def _get(kube: Kube, group: str, version: str, namespace: str, plural: str, name: str) -> dict | None:
+    try:
+        resp = kube.custom.get_namespaced_custom_object(group, version, namespace, plural, name, _preload_content=False)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return json.loads(resp.data)
+
+
+def _list(kube: Kube, group: str, version: str, namespace: str, plural: str, selector: str) -> list[dict]:
+    items, token = [], None
+    while True:
+        kwargs = {"_continue": token} if token else {}
+        resp = kube.custom.list_namespaced_custom_object(
+            group, version, namespace, plural, label_selector=selector, limit=500, _preload_content=False, **kwargs
+        )
+        page = json.loads(resp.data)
+        items += page["items"]
+        token = page["metadata"].get("continue")
+        if not token:
+            return items
+
+
+def _patch_status(kube: Kube, namespace: str, plural: str, name: str, status: dict) -> None:
+    kube.custom.patch_namespaced_custom_object_status(
+        ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, plural, name, {"status": status}, _preload_content=False
+    )
+
+
+def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]]) -> bool:
+    """One pass over ``katib`` (blocking API calls, on the pool); True once its final status and its Trials' are
+    written. The events to post on ``katib`` go to ``events`` as (type, reason, message): the daemon posts them."""
+    namespace, name = katib["metadata"]["namespace"], katib["metadata"]["name"]
+    now = datetime.now(timezone.utc)
+    try:
+        desired = ka.native_experiment(katib)
+    except ka.KatibConversionError as exc:
+        status = ka.refused_status(katib, str(exc), now)
+        if status != katib.get("status"):
+            _patch_status(kube, namespace, "experiments", name, status)
+            events.append(("Warning", "Refused", f"kubetune cannot run this Experiment: {exc}"))
+        return True
+    native = _get(kube, GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name)
+    if native is None:
+        try:
+            kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL, desired)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        events.append(("Normal", "Created", f"runs as the kubetune Experiment {namespace}/{name}"))
+        return False
+    if not ka.serves(native, katib):
+        error = f"a kubetune Experiment {namespace}/{name} exists that does not run this Katib Experiment"
+        status = ka.refused_status(katib, error, now)
+        if status != katib.get("status"):
+            _patch_status(kube, namespace, "experiments", name, status)
+            events.append(("Warning", "Refused", error))
+        return True
+    budget = {k: desired["spec"].get(k) for k in _BUDGET if native["spec"].get(k) != desired["spec"].get(k)}
+    if budget:
+        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name, {"spec": budget})
+    uid = native["metadata"]["uid"]
+    trials = [
+        t
+        for t in _list(kube, GROUP, VERSION, namespace, TRIAL_PLURAL, f"{LABEL_EXPERIMENT}={label_value(name)}")
+        if any(r.get("uid") == uid for r in t["metadata"].get("ownerReferences") or ())
+    ]
+    mirrored = {
+        t["metadata"]["name"]: t
+        for t in _list(
+            kube, ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", f"{ka.LABEL_KATIB_EXPERIMENT}={name}"
+        )
+    }
+    out = []
+    for trial in trials:
+        want = ka.katib_trial(katib, trial)
+        have = mirrored.get(trial["metadata"]["name"])
+        if have is None:
+            body = {k: v for k, v in want.items() if k != "status"}
+            try:
+                kube.custom.create_namespaced_custom_object(ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", body)
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+            have = {**body, "status": {}}
+        if have.get("status") != want["status"]:
+            _patch_status(kube, namespace, "trials", want["metadata"]["name"], want["status"])
+        out.append(want)
+    status = ka.katib_status(katib, native, out, now)
+    if status != katib.get("status"):
+        _patch_status(kube, namespace, "experiments", name, status)
+    return "completionTime" in status
+
+
+@kopf.daemon(ka.KATIB_GROUP, ka.KATIB_VERSION, "experiments", id="katib", cancellation_timeout=5.0)
+async def serve_katib_experiment(namespace, name, stopped, memo: kopf.Memo, **_) -> None:
+    """Keep a Katib Experiment, its native Experiment and the mirrored Trials in step until it ends."""
+    kube: Kube = memo.kube
+    failures, katib = 0, None
+    while not stopped:
+        events: list[tuple[str, str, str]] = []
+        try:
+            katib = await kube.call(_get, kube, ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "experiments", name)
+            if katib is None or katib["metadata"].get("deletionTimestamp"):
+                return
+            done = await kube.call(_sync, kube, katib, events)
+            failures = 0
+        except client.ApiException as exc:
+            done, failures = False, failures + 1
+            log.warning("Katib Experiment %s/%s: %s (retried)", namespace, name, api_message(exc))
+            if failures == 5 and katib is not None:
+                events.append(("Warning", "APICallsFailed", api_message(exc)))
+        for type_, reason, message in events:
+            kopf.event(katib, type=type_, reason=reason, message=message)
+        if done:
+            return
+        await stopped.wait(PASS_INTERVAL_S * min(2**failures, 16))

@@ -1,0 +1,144 @@
+"""Katib's API served by kubetune, driven by Katib's own Python SDK (``kubeflow-katib`` 0.19.0 from the package index,
+in ``.venv-katib``: it needs protobuf<5, this environment has 7) on the local cluster.
+
+Katib's ``hp-tuning/random.yaml`` (12 trials, 3 at a time) is created with ``KatibClient.create_experiment``; its
+trial command runs ``examples/container-trials/mnist.py`` (the stand-in for Katib's pytorch-mnist image, same flags
+and lines) from this checkout instead of the image's ``/opt/pytorch-mnist/mnist.py``: the process node runs
+commands on this host. Katib's SDK then waits for ``Succeeded`` and reads the optimal trial and every trial, and
+each answer is checked against the native objects that ran it. A Katib Experiment kubetune cannot run is refused
+with the converter's reason, which Katib's SDK raises.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+
+import sklearn
+import yaml
+
+from devcluster.testkit import wait_for
+from tests.integration.test_operator import events, get, trials
+
+ROOT = Path(__file__).resolve().parents[2]
+KATIB_PYTHON = ROOT / ".venv-katib" / "bin" / "python"
+EXAMPLES = ROOT / "tests" / "unit" / "data" / "katib"
+MNIST = ROOT / "examples" / "container-trials" / "mnist.py"
+DIGITS = Path(sklearn.__file__).parent / "datasets" / "data" / "digits.csv.gz"
+
+# Run by Katib's SDK in .venv-katib: argv[1] the Experiment (JSON), argv[2] its namespace, argv[3] "run" (create,
+# wait, read) or "delete"; prints what it read as JSON.
+SDK_SCRIPT = """
+import json, sys
+from kubeflow.katib import KatibClient
+
+experiment, namespace, action = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+name = experiment["metadata"]["name"]
+katib = KatibClient(namespace=namespace)
+if action == "delete":
+    katib.delete_experiment(name, namespace)
+    print(json.dumps({"deleted": name}))
+    sys.exit(0)
+katib.create_experiment(experiment, namespace=namespace)
+try:
+    katib.wait_for_experiment_condition(name, namespace, timeout=420, polling_interval=2)
+except RuntimeError as exc:
+    print(json.dumps({"raised": str(exc)}))
+    sys.exit(0)
+best = katib.get_optimal_hyperparameters(name, namespace)
+out = {
+    "succeeded": katib.is_experiment_succeeded(name, namespace),
+    "conditions": [[c.type, c.status, c.reason] for c in katib.get_experiment_conditions(name, namespace)],
+    "best": {
+        "name": best.best_trial_name,
+        "assignments": {p.name: p.value for p in best.parameter_assignments},
+        "metrics": {m.name: m.latest for m in best.observation.metrics},
+    },
+    "trials": sorted(t.metadata.name for t in katib.list_trials(name, namespace)),
+    "details": {
+        d["name"]: {
+            "assignments": {p.name: p.value for p in d["parameter_assignments"]},
+            "metrics": {m.name: m.latest for m in d["metrics"]},
+        }
+        for d in katib.get_success_trial_details(name, namespace)
+    },
+}
+print(json.dumps(out))
+"""
+
+
+def katib_sdk(experiment: dict, namespace: str, cluster, action: str = "run") -> dict:
+    """Run :data:`SDK_SCRIPT` with Katib's SDK against the cluster; its JSON output."""
+    done = subprocess.run(
+        [str(KATIB_PYTHON), "-c", SDK_SCRIPT, json.dumps(experiment), namespace, action],
+        env={"KUBECONFIG": cluster.env()["KUBECONFIG"], "PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+        capture_output=True,
+        text=True,
+        timeout=480,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def katib_example(path: str, namespace: str) -> dict:
+    (doc,) = [d for d in yaml.safe_load_all((EXAMPLES / path).read_text()) if d]
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+def test_katibs_random_example_runs_through_katibs_sdk_and_reads_back_what_kubetune_ran(
+    cluster, operator, custom, namespace
+):
+    katib = katib_example("hp-tuning/random.yaml", namespace)
+    (container,) = katib["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"][1] == "/opt/pytorch-mnist/mnist.py"
+    container["command"][1:2] = [str(MNIST), f"--data={DIGITS}"]
+    out = katib_sdk(katib, namespace, cluster)
+    assert out.get("succeeded") is True, out
+    assert out["conditions"] == [
+        ["Created", "True", "ExperimentCreated"],
+        ["Running", "False", "ExperimentMaxTrialsReached"],
+        ["Succeeded", "True", "ExperimentMaxTrialsReached"],
+    ]
+    native = get(custom, namespace, "experiments", "random")
+    assert native["metadata"]["ownerReferences"][0]["kind"] == "Experiment"
+    ran = trials(custom, namespace)
+    assert len(ran) == 12 and out["trials"] == sorted(ran)
+    assert sorted(out["details"]) == sorted(ran)
+    for name, trial in ran.items():
+        config, status = trial["spec"]["config"], trial["status"]
+        assert status["phase"] == "Succeeded" and status["reason"] == "Completed", (name, status)
+        assert 0.01 <= config["lr"] <= 0.05 and 0.5 <= config["momentum"] <= 0.9
+        detail = out["details"][name]
+        assert detail["assignments"] == {"lr": repr(config["lr"]), "momentum": repr(config["momentum"])}
+        assert detail["metrics"] == {"loss": str(status["lastResult"]["loss"])}
+    best = native["status"]["bestTrial"]
+    assert out["best"]["name"] == best["name"] and float(out["best"]["metrics"]["loss"]) == best["metricValue"]
+    assert best["metricValue"] == min(t["status"]["metricValue"] for t in ran.values())
+    assert out["best"]["assignments"] == out["details"][best["name"]]["assignments"]
+    # delete_experiment: the native Experiment, its Trials and the Katib Trials go with it (the garbage collector)
+    assert katib_sdk(katib, namespace, cluster, "delete") == {"deleted": "random"}
+    wait_for(
+        lambda: (
+            not trials(custom, namespace)
+            and not get(custom, namespace, "experiments", "random")
+            and not custom.list_namespaced_custom_object("kubeflow.org", "v1beta1", namespace, "trials")["items"]
+        ),
+        timeout=120,
+        what="the Katib Experiment's objects deleted with it",
+    )
+
+
+def test_a_katib_experiment_kubetune_cannot_run_is_refused_with_the_reason_katibs_sdk_raises(
+    cluster, operator, custom, core, namespace
+):
+    katib = katib_example("hp-tuning/hyperband.yaml", namespace)
+    out = katib_sdk(katib, namespace, cluster)
+    assert "ExperimentRefused" in out["raised"] and "hyperband is Katib's searcher" in out["raised"], out
+    name = katib["metadata"]["name"]
+    assert get(custom, namespace, "experiments", name) == {}  # no native Experiment was created
+    found = events(core, namespace, "Refused")
+    assert any(e.involved_object.name == name and "algorithmName: hyperband" in e.message for e in found), found
