@@ -59,7 +59,7 @@ test: node katib-sdk
 	$(PYTHON) -m pytest -m "not realnode"
 	$(PYTHON) -m pytest -m realnode
 
-unit: venv
+unit: venv katib-sdk
 	$(PYTHON) -m pytest tests/unit
 
 demo: binaries

@@ -19,6 +19,7 @@ Experiments. There are no Service networks locally, so the chart's
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -282,6 +283,46 @@ def test_the_dashboard_is_opt_in_read_only_restricted_and_in_cluster_only(own_cl
         assert namespaced[("RoleBinding", ns, name)]["roleRef"]["kind"] == "Role"
     command = namespaced[("Deployment", SYSTEM, name)]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[-4:] == ["--namespace", TEAM, "--namespace", OTHER_TEAM]
+
+
+def test_katibs_api_is_opt_in_and_refused_where_another_installation_owns_katibs_crds(own_cluster, helm):
+    """katib.enabled installs Katib's CRDs (kept on uninstall) with the operator's rights on Katib's kinds; where a CRD
+    of that name exists that no release of this chart installed (Katib's manifests), the chart refuses, saying so."""
+    assert not [d for d in render(helm) if "kubeflow.org" in json.dumps(d)]  # off by default
+    on = render(helm, "--set", "katib.enabled=true")
+    crds = {d["metadata"]["name"]: d for d in on if d["kind"] == "CustomResourceDefinition"}
+    assert sorted(crds) == ["experiments.kubeflow.org", "trials.kubeflow.org"]
+    assert all(d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for d in crds.values())
+    env = {e["name"]: e.get("value") for e in on_deployment(on)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["KUBETUNE_OPERATOR_KATIB_ENABLED"] == "true"
+    rules = [r for d in on if d["kind"] == "ClusterRole" for r in d.get("rules") or ()]
+    assert {"apiGroups": ["kubeflow.org"], "resources": ["trials"], "verbs": ["list", "create"]} in rules
+    katib_crd = copy.deepcopy(crds["experiments.kubeflow.org"])  # as Katib's own manifests would install it
+    del katib_crd["metadata"]["annotations"]
+    ext = client.ApiextensionsV1Api(own_cluster.api_client())
+    ext.create_custom_resource_definition(katib_crd)
+    try:
+        proc = helm.run(
+            "install",
+            "katib-check",
+            str(CHART),
+            "-n",
+            SYSTEM,
+            "--set",
+            "katib.enabled=true",
+            "--dry-run=server",
+            check=False,
+        )
+        assert proc.returncode != 0, proc.stdout[-500:]
+        assert "katib.enabled: the CRD experiments.kubeflow.org belongs to another installation" in proc.stderr
+        assert "not installed by Helm" in proc.stderr
+    finally:
+        ext.delete_custom_resource_definition("experiments.kubeflow.org")
+
+
+def on_deployment(docs: list[dict]) -> dict:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == OPERATOR]
+    return deployment
 
 
 def test_values_outside_the_schema_are_refused(helm):

@@ -44,6 +44,18 @@ def test_chart_crds_are_byte_identical_to_crds_folder():
         )
 
 
+def test_chart_katib_crds_are_byte_identical_to_crds_kubeflow_org():
+    """Katib's CRDs (katib.enabled) are templates from files/katib, copies of crds/kubeflow.org."""
+    source = sorted(p.name for p in (ROOT / "crds" / "kubeflow.org").glob("*.yaml"))
+    assert source and sorted(p.name for p in (CHART / "files" / "katib").iterdir()) == source
+    for name in source:
+        assert (CHART / "files" / "katib" / name).read_bytes() == (
+            ROOT / "crds" / "kubeflow.org" / name
+        ).read_bytes(), (
+            f"helm/kubetune/files/katib/{name} differs: cp crds/kubeflow.org/*.yaml helm/kubetune/files/katib/"
+        )
+
+
 def test_values_yaml_meets_the_schema(schema, values):
     jsonschema.Draft7Validator.check_schema(schema)
     jsonschema.Draft7Validator(schema).validate(values)
@@ -144,6 +156,7 @@ def test_every_operator_setting_the_chart_sets_exists():
             "KUBETUNE_OPERATOR_TRIALS_POD_SECURITY_LEVEL": "baseline",
             "KUBETUNE_OPERATOR_TRIALS_GANG_SCHEDULING": "none",
             "KUBETUNE_OPERATOR_METRICS_AUTH": "none",
+            "KUBETUNE_OPERATOR_KATIB_ENABLED": "true",
         }
     )
     known = {

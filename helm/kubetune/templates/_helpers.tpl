@@ -140,4 +140,21 @@ that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itsel
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if .Values.katib.enabled }}
+# Katib's API, served (katib_handlers.py): kopf's daemon per Katib Experiment (list, watch, patch for its
+# finalizer and progress; get each pass), its status (patch); the mirrored Katib Trials (list, create; status).
+- apiGroups: [kubeflow.org]
+  resources: [experiments]
+  verbs: [get, list, watch, patch]
+- apiGroups: [kubeflow.org]
+  resources: [experiments/status, trials/status]
+  verbs: [patch]
+- apiGroups: [kubeflow.org]
+  resources: [trials]
+  verbs: [list, create]
+# The kubetune Experiment that runs a Katib Experiment: get each pass, create once, patch its budget.
+- apiGroups: [kubetune.io]
+  resources: [experiments]
+  verbs: [get, create]
+{{- end }}
 {{- end }}
