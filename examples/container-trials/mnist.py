@@ -1,7 +1,8 @@
 """A trial with no kubetune in it: softmax regression on scikit-learn's handwritten digits, standard library only.
 
 It stands in for Katib's ``pytorch-mnist`` trial image: its flags (``--lr``, ``--momentum``, ``--epochs``,
-``--batch-size``, ``--seed``) and its log lines are that example's, so an Experiment written for Katib runs it
+``--batch-size``, ``--seed``; ``--log-path`` sends the lines to that file instead of stdout) and its log lines are
+that example's, so an Experiment written for Katib runs it
 unchanged. Each epoch logs, through :mod:`logging` on stdout with an RFC 3339 UTC timestamp first::
 
     2026-11-27T16:00:00Z INFO     Train Epoch: 1 [1437/1437 (100%)]	loss=1.2345
@@ -121,6 +122,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64, help="minibatch size (default: 64)")
     parser.add_argument("--seed", type=int, default=1, help="shuffling seed (default: 1)")
     parser.add_argument(
+        "--log-path", default="", help="write the log lines to this file instead of stdout (Katib's File collector)"
+    )
+    parser.add_argument(
         "--data", type=Path, default=Path(__file__).with_name("digits.csv.gz"), help="the digits CSV (gzip)"
     )
     return parser.parse_args(argv)
@@ -136,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)-8s %(message)s",
         datefmt="%Y-%m-%dT%H:%M:%SZ",
         level=logging.INFO,
-        stream=sys.stdout,
+        **({"filename": args.log_path} if args.log_path else {"stream": sys.stdout}),
     )
     rng = random.Random(args.seed)
     rows = load(args.data)

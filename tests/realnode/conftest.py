@@ -67,13 +67,15 @@ def helm(node_cluster, tmp_path_factory):
 
 def chart_values(cluster: Cluster, operator_image: str) -> dict:
     """:func:`devcluster.install.chart_values` of the real node (the images built here, the cluster's S3)
-    with ``operator_image``, this suite's storage folder, faster status writes and a shorter grace period."""
+    with ``operator_image``, this suite's storage folder, faster status writes, a shorter grace period and Katib's
+    API served."""
     values = install.chart_values(cluster)
     repo, tag = operator_image.rsplit(":", 1)
     values["image"].update(repository=repo, tag=tag)
     values["trials"]["terminationGracePeriodSeconds"] = 20
     values["storage"]["uri"] = f"s3://{S3_BUCKET}/realnode"
     values["statusWriteIntervalSeconds"] = 0.5
+    values["katib"] = {"enabled": True}  # Katib's API, served: test_katib_on_the_real_node.py
     return values
 
 

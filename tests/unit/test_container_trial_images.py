@@ -72,6 +72,16 @@ def test_mnist_loss_falls_each_epoch_and_a_config_gives_the_same_lines(tmp_path)
     assert losses() == first
 
 
+def test_mnist_writes_its_lines_to_the_log_path_for_katibs_file_collector(tmp_path):
+    on_stdout = mnist("--epochs", "1", "--lr=0.05", "--momentum=0.9", cwd=tmp_path)
+    assert (
+        mnist("--epochs", "1", "--lr=0.05", "--momentum=0.9", f"--log-path={tmp_path / 'mnist.log'}", cwd=tmp_path)
+        == []
+    )
+    written = (tmp_path / "mnist.log").read_text().splitlines()
+    assert [line[21:] for line in written] == [line[21:] for line in on_stdout]  # the same lines, times aside
+
+
 def test_mnist_exits_at_once_on_sigterm(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-S", str(TRIALS / "mnist.py"), "--data", str(digits_data()), "--epochs", "1000"],
