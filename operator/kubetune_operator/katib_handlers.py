@@ -1,7 +1,8 @@
 """The kopf daemon that serves Katib's ``kubeflow.org/v1beta1`` Experiments (docs/katib.md, "Katib's API, served").
 
 Registered by ``python -m kubetune_operator`` only when ``katib.enabled`` is set (the chart's ``katib.enabled``,
-which also installs Katib's CRDs). One daemon per Katib Experiment, every :data:`PASS_INTERVAL_S`:
+which also installs Katib's CRDs). One daemon per Katib Experiment, every :data:`PASS_INTERVAL_S` (longer for an
+Experiment whose pass takes long: :data:`PASS_SHARE`):
 
 1. converts it (:func:`kubetune_operator.katib_api.native_experiment`) and creates the native Experiment that runs
    it, under its name and owned by it; a Katib Experiment kubetune cannot run gets ``Failed`` with reason
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import datetime, timezone
 
 import kopf
@@ -30,8 +32,10 @@ from .kube import Kube, api_message
 from .labels import EXPERIMENT_PLURAL, GROUP, LABEL_EXPERIMENT, TRIAL_PLURAL, VERSION, label_value
 
 log = logging.getLogger("kubetune.katib")
-#: Seconds between two passes of a Katib Experiment's daemon.
+#: Seconds between two passes of a Katib Experiment's daemon, ...
 PASS_INTERVAL_S = 2.0
+#: ... or this many times the last pass's duration, when longer.
+PASS_SHARE = 5.0
 #: The native spec fields Katib's budget edits change.
 _BUDGET = ("numSamples", "maxConcurrentTrials", "failure")
 
@@ -66,9 +70,11 @@ def _patch_status(kube: Kube, namespace: str, plural: str, name: str, status: di
     )
 
 
-def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]]) -> bool:
+def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored: dict[str, dict]) -> bool:
     """One pass over ``katib`` (blocking API calls, on the pool); True once its final status and its Trials' are
-    written. The events to post on ``katib`` go to ``events`` as (type, reason, message): the daemon posts them."""
+    written. The events to post on ``katib`` go to ``events`` as (type, reason, message): the daemon posts them.
+    ``mirrored`` is the daemon's cache of the Katib Trials' statuses by name, filled from the API when empty: later
+    passes list only the native Trials (a cache that went wrong is emptied and filled again)."""
     namespace, name = katib["metadata"]["namespace"], katib["metadata"]["name"]
     now = datetime.now(timezone.utc)
     try:
@@ -104,27 +110,32 @@ def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]]) -> bool:
         for t in _list(kube, GROUP, VERSION, namespace, TRIAL_PLURAL, f"{LABEL_EXPERIMENT}={label_value(name)}")
         if any(r.get("uid") == uid for r in t["metadata"].get("ownerReferences") or ())
     ]
-    mirrored = {
-        t["metadata"]["name"]: t
-        for t in _list(
-            kube, ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", f"{ka.LABEL_KATIB_EXPERIMENT}={name}"
-        )
-    }
+    if not mirrored:
+        selector = f"{ka.LABEL_KATIB_EXPERIMENT}={name}"
+        for t in _list(kube, ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", selector):
+            mirrored[t["metadata"]["name"]] = t.get("status") or {}
     out = []
-    for trial in trials:
-        want = ka.katib_trial(katib, trial)
-        have = mirrored.get(trial["metadata"]["name"])
-        if have is None:
-            body = {k: v for k, v in want.items() if k != "status"}
-            try:
-                kube.custom.create_namespaced_custom_object(ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", body)
-            except client.ApiException as exc:
-                if exc.status != 409:
-                    raise
-            have = {**body, "status": {}}
-        if have.get("status") != want["status"]:
-            _patch_status(kube, namespace, "trials", want["metadata"]["name"], want["status"])
-        out.append(want)
+    try:
+        for trial in trials:
+            want = ka.katib_trial(katib, trial)
+            trial_name = want["metadata"]["name"]
+            if trial_name not in mirrored:
+                body = {k: v for k, v in want.items() if k != "status"}
+                try:
+                    kube.custom.create_namespaced_custom_object(
+                        ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", body
+                    )
+                except client.ApiException as exc:
+                    if exc.status != 409:
+                        raise
+                mirrored[trial_name] = {}
+            if mirrored[trial_name] != want["status"]:
+                _patch_status(kube, namespace, "trials", trial_name, want["status"])
+                mirrored[trial_name] = want["status"]
+            out.append(want)
+    except client.ApiException:
+        mirrored.clear()  # a Katib Trial deleted or changed behind the cache: read them all again next pass
+        raise
     status = ka.katib_status(katib, native, out, now)
     if status != katib.get("status"):
         _patch_status(kube, namespace, "experiments", name, status)
@@ -135,15 +146,16 @@ def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]]) -> bool:
 async def serve_katib_experiment(namespace, name, stopped, memo: kopf.Memo, **_) -> None:
     """Keep a Katib Experiment, its native Experiment and the mirrored Trials in step until it ends."""
     kube: Kube = memo.kube
-    failures, katib = 0, None
+    failures, katib, mirrored, took = 0, None, {}, 0.0
     while not stopped:
         events: list[tuple[str, str, str]] = []
+        started = time.monotonic()
         try:
             katib = await kube.call(_get, kube, ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "experiments", name)
             if katib is None or katib["metadata"].get("deletionTimestamp"):
                 return
-            done = await kube.call(_sync, kube, katib, events)
-            failures = 0
+            done = await kube.call(_sync, kube, katib, events, mirrored)
+            failures, took = 0, time.monotonic() - started
         except client.ApiException as exc:
             done, failures = False, failures + 1
             log.warning("Katib Experiment %s/%s: %s (retried)", namespace, name, api_message(exc))
@@ -153,4 +165,5 @@ async def serve_katib_experiment(namespace, name, stopped, memo: kopf.Memo, **_)
             kopf.event(katib, type=type_, reason=reason, message=message)
         if done:
             return
-        await stopped.wait(PASS_INTERVAL_S * min(2**failures, 16))
+        # a large Experiment's pass (it lists every Trial) takes at most a fifth of the daemon's time
+        await stopped.wait(max(PASS_INTERVAL_S * min(2**failures, 16), PASS_SHARE * took))
