@@ -7,7 +7,8 @@ its final delete. Containers run in a private mount namespace (``unshare``)
 where volumes are bind-mounted at their ``mountPath`` (parents first, each
 host path held open from before the first mount) and a per-container file at
 ``terminationMessagePath``, so the process cannot tell it is not in a
-container; the working directory is ``workingDir`` (``/`` by default).
+container; the working directory is ``workingDir`` (``/`` by default), and a pod with ``hostAliases`` gets its own
+``/etc/hosts`` (the host's, with the aliases), as the kubelet writes one.
 
 Init containers run as the kubelet runs them: each regular one to its end, in order, before the next (a failure
 ends a ``restartPolicy: Never`` pod as Failed); a native sidecar (``restartPolicy: Always``) starts in its turn,
@@ -371,6 +372,12 @@ class PodWorker(threading.Thread):
                         env["HOME"] = str(src)
                 continue
             mounts.append((src, m["mountPath"], bool(m.get("readOnly"))))
+        aliases = self.pod["spec"].get("hostAliases") or ()
+        if aliases and self.kubelet.isolate_mounts:  # the kubelet writes a pod's /etc/hosts: its own, with these
+            hosts = self.pod_dir / "etc-hosts"
+            lines = [f"{a['ip']}\t{' '.join(a.get('hostnames') or ())}" for a in aliases]
+            hosts.write_text(Path("/etc/hosts").read_text() + "\n# the pod's hostAliases\n" + "\n".join(lines) + "\n")
+            mounts.append((hosts, "/etc/hosts", True))
         if self.kubelet.isolate_mounts:
             self.mount_points += self.kubelet.mount_points.hold(
                 [m[1] for m in mounts] + [c.spec.get("terminationMessagePath") or "/dev/termination-log"]

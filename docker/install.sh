@@ -26,7 +26,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 
 case "$target" in
     runtime) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard,sidecar]"
-        check="import kubetune, kubetune.runtime, kubetune.runtime.sidecar, tensorboardX, crc32c
+        check="import kubetune, kubetune.runtime, kubetune.runtime.sidecar, kubetune.runtime.katib_db, tensorboardX, crc32c
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader" ;;
     examples) folders="./trainable-runtime"; packages="./trainable-runtime[tensorboard,sidecar] scikit-learn jax jaxlib"
         check="import kubetune.runtime, sklearn, jax" ;;

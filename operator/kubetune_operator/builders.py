@@ -40,6 +40,7 @@ from .container_trials import (
     STATE_VOLUME,
     checkpoint_path,
     folder_env,
+    katib_report_metrics,
     metrics_sidecar,
     references,
     restore_container,
@@ -437,7 +438,15 @@ def _container_trial_pod(
         *([{"name": METRICS_VOLUME, "emptyDir": {}}] if folder else []),
         *([{"name": CHECKPOINT_VOLUME, "emptyDir": {}}, {"name": STATE_VOLUME, "emptyDir": {}}] if path else []),
     ]
+    aliases = []
+    if kind == "Push" and collector.get("katibDBManager"):  # Katib's report_metrics() reaches the sidecar
+        katib_env, katib_mounts, katib_volumes, aliases = katib_report_metrics(name_of_trial)
+        container["env"] = [*(container.get("env") or ()), *katib_env]
+        container["volumeMounts"] = [*(container.get("volumeMounts") or ()), *katib_mounts]
+        volumes += katib_volumes
     pod = _pod_manifest(experiment, template, settings, trial, attempt, container, volumes)
+    if aliases:
+        pod["spec"]["hostAliases"] = aliases
     init = [restore_container(settings.trials.default_image, attempt, checkpoint)] if checkpoint else []
     if kind != "StdOut" or checkpoint:
         identity = {

@@ -69,6 +69,17 @@ DEFAULT_CHECKPOINT_PATH = "/var/kubetune/checkpoint"
 PAUSING_SCHEDULERS = ("hyperband", "hyperband_bohb", "pbt", "pbt_replay", "pb2")
 #: ``metricsCollector.port`` when unset (``Push``).
 DEFAULT_PUSH_PORT = 9109
+#: Where Katib's SDK finds katib-db-manager (``kubeflow.katib.report_metrics``), resolved to the pod's loopback
+#: interface for a ``Push`` trial with ``katibDBManager``, and the port it dials there.
+KATIB_DB_HOSTNAMES = (
+    "katib-db-manager.kubeflow",
+    "katib-db-manager.kubeflow.svc",
+    "katib-db-manager.kubeflow.svc.cluster.local",
+)
+KATIB_DB_PORT = 6789
+#: The volume holding the trial's namespace where Katib's SDK reads it (a service account's folder, with no token).
+KATIB_NAMESPACE_VOLUME = "katib-namespace"
+KATIB_NAMESPACE_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: The sidecar's command, in kubetune's runtime image.
 SIDECAR_COMMAND = ("python", "-m", "kubetune.runtime.sidecar")
 #: The sidecar's and the restore's resources: it tails a file, serves a few posts a second, copies a checkpoint.
@@ -194,6 +205,7 @@ def metrics_sidecar(
         "iterationKey": collector.get("iterationKey"),
         "path": posixpath.normpath(collector["path"]) if collector.get("path") else None,
         "port": collector.get("port") or DEFAULT_PUSH_PORT if kind == "Push" else None,
+        "katibDBManager": True if kind == "Push" and collector.get("katibDBManager") else None,
     }
     env = [
         {"name": NAMESPACE, "value": identity["namespace"]},
@@ -217,8 +229,9 @@ def metrics_sidecar(
     }
     if checkpoint and checkpoint[1]:
         sidecar["envFrom"] = checkpoint[1]
-    if kind == "Push":  # the trial's container starts once the endpoint listens (a native sidecar's startup probe)
-        check = f"import socket; socket.create_connection(('127.0.0.1', {source['port']}), 1).close()"
+    if kind == "Push":  # the trial's container starts once the endpoints listen (a native sidecar's startup probe)
+        ports = [source["port"], *([KATIB_DB_PORT] if source["katibDBManager"] else [])]
+        check = f"import socket; [socket.create_connection(('127.0.0.1', p), 1).close() for p in {ports}]"
         sidecar["startupProbe"] = {
             "exec": {"command": ["python", "-c", check]},
             "periodSeconds": 1,
@@ -231,6 +244,22 @@ def metrics_sidecar(
     if mounts:
         sidecar["volumeMounts"] = mounts
     return sidecar
+
+
+def katib_report_metrics(trial: str) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """What a ``Push`` trial with ``metricsCollector.katibDBManager`` needs for Katib's ``report_metrics()`` to reach
+    its sidecar (docs/katib.md): the container's ``KATIB_TRIAL_NAME``, its namespace in the file Katib's SDK reads
+    (a projected volume of that one file, no token), and the pod's ``hostAliases`` resolving katib-db-manager to
+    the pod's loopback interface, where the sidecar serves Katib's ``ReportObservationLog``.
+
+    Returns:
+        ``(env, volumeMounts)`` of the trial's container, and the pod's ``(volumes, hostAliases)``.
+    """
+    env = [{"name": "KATIB_TRIAL_NAME", "value": trial}]
+    mounts = [{"name": KATIB_NAMESPACE_VOLUME, "mountPath": KATIB_NAMESPACE_DIR, "readOnly": True}]
+    namespace = {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+    volumes = [{"name": KATIB_NAMESPACE_VOLUME, "projected": {"sources": [{"downwardAPI": {"items": [namespace]}}]}}]
+    return env, mounts, volumes, [{"ip": "127.0.0.1", "hostnames": list(KATIB_DB_HOSTNAMES)}]
 
 
 def checkpoint_path(spec: Mapping[str, Any]) -> str | None:

@@ -273,6 +273,8 @@ def _container_trial(spec: Mapping[str, Any]) -> ContainerTrial | None:
         )
     if collector.get("port") is not None and kind != "Push":
         raise ValueError("spec.metricsCollector.port is only for kind Push")
+    if collector.get("katibDBManager") and kind != "Push":
+        raise ValueError("spec.metricsCollector.katibDBManager is only for kind Push")
     if format not in FORMATS:
         raise ValueError(f"spec.metricsCollector.format must be one of {', '.join(FORMATS)}, got {format!r}")
     patterns = collector.get("metricsFormat") or []

@@ -142,3 +142,40 @@ def test_a_katib_experiment_kubetune_cannot_run_is_refused_with_the_reason_katib
     assert get(custom, namespace, "experiments", name) == {}  # no native Experiment was created
     found = events(core, namespace, "Refused")
     assert any(e.involved_object.name == name and "algorithmName: hyperband" in e.message for e in found), found
+
+
+# A Katib trial with the Push collector: Katib's own report_metrics() each epoch, nothing of kubetune's inside
+PUSHING_TRIAL = """
+import sys
+from kubeflow.katib import report_metrics
+lr = float(sys.argv[1])
+for epoch in range(1, 4):
+    report_metrics({"loss": round(lr / epoch, 6), "epoch": epoch})
+"""
+
+
+def test_a_push_trial_reports_with_katibs_report_metrics_to_its_own_pod(cluster, operator, custom, namespace):
+    """Katib's report_metrics() in the trial reaches the trial's metrics sidecar: katib-db-manager.kubeflow resolves to
+    the pod (hostAliases), KATIB_TRIAL_NAME and the namespace file are there. One trial at a time: the process node's
+    pods share this host's network, where a real pod has its own."""
+    katib = katib_example("hp-tuning/random.yaml", namespace)
+    katib["metadata"]["name"] = "pushed"
+    katib["spec"].update(
+        maxTrialCount=2,
+        parallelTrialCount=1,
+        metricsCollectorSpec={"collector": {"kind": "Push"}},
+        parameters=[{"name": "lr", "parameterType": "double", "feasibleSpace": {"min": "0.01", "max": "0.05"}}],
+    )
+    template = katib["spec"]["trialTemplate"]
+    template["trialParameters"] = [{"name": "learningRate", "reference": "lr"}]
+    (container,) = template["trialSpec"]["spec"]["template"]["spec"]["containers"]
+    container["command"] = [str(KATIB_PYTHON), "-c", PUSHING_TRIAL, "${trialParameters.learningRate}"]
+    out = katib_sdk(katib, namespace, cluster)
+    assert out.get("succeeded") is True, out
+    ran = trials(custom, namespace)
+    assert len(ran) == 2
+    for name, trial in ran.items():
+        lr, status = trial["spec"]["config"]["lr"], trial["status"]
+        assert status["iteration"] == 3 and status["lastResult"]["loss"] == round(lr / 3, 6), status
+        assert status["lastResult"]["epoch"] == 3
+        assert out["details"][name]["metrics"] == {"loss": str(round(lr / 3, 6))}

@@ -238,8 +238,8 @@ def test_a_tensorflow_event_directory_and_push_are_kubetunes_collectors_too():
     _accepted(experiment)
     katib["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "Push"}}
     conversion = convert(katib)
-    assert conversion.experiment["spec"]["metricsCollector"] == {"kind": "Push"}
-    assert any("report_metrics" in n.text and "not served yet" in n.text for n in conversion.notes)
+    assert conversion.experiment["spec"]["metricsCollector"] == {"kind": "Push", "katibDBManager": True}
+    assert any("report_metrics() reaches the trial's metrics sidecar" in n.text for n in conversion.notes)
     _accepted(conversion.experiment)
     katib["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "PrometheusMetric"}}
     with pytest.raises(KatibConversionError, match="PrometheusMetric is refused"):

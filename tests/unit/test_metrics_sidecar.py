@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -276,3 +277,43 @@ def test_lines_arriving_in_pieces_come_out_whole_and_an_endless_one_is_dropped_t
     assert lines.feed(b"loss=0.5\nlo") == ["loss=0.5"] and lines.feed(b"ss=0.4\n") == ["loss=0.4"]
     assert lines.feed(b"x" * (MAX_LINE_BYTES + 1)) == [] and lines.feed(b"yz\nloss=1") == ["yz"]
     assert lines.end() == ["loss=1"] and lines.end() == []
+
+
+# Katib's own SDK reports, as a trial's program calls it (its namespace file is the pod's; faked here)
+KATIB_REPORT = """
+import os, sys
+import kubeflow.katib.api.report_metrics as katib
+katib.utils.get_current_k8s_namespace = lambda: "team"
+os.environ["KATIB_TRIAL_NAME"] = sys.argv[2]
+katib.report_metrics({"loss": 0.5, "accuracy": "0.75"}, db_manager_address=f"127.0.0.1:{sys.argv[1]}")
+katib.report_metrics({"loss": 0.25}, db_manager_address=f"127.0.0.1:{sys.argv[1]}")
+"""
+
+
+def katib_report(port: int, trial: str) -> subprocess.CompletedProcess:
+    python = Path(__file__).resolve().parents[2] / ".venv-katib" / "bin" / "python"
+    return subprocess.run(
+        [str(python), "-c", KATIB_REPORT, str(port), trial], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_katibs_report_metrics_is_served_beside_the_push_endpoint_for_this_trial_only():
+    port, katib_port = free_port(), free_port()
+    source = PushSource(port, "random-00003", katib_port)
+    try:
+        done = katib_report(katib_port, "random-00003")
+        assert done.returncode == 0, done.stderr[-2000:]
+        parser = OutputParser(["loss"])
+        assert [(r["loss"], r.get("accuracy")) for r in results(source, parser)] == [(0.5, 0.75), (0.25, 0.75)]
+        refused = katib_report(katib_port, "random-00004")  # another trial's name: refused, nothing taken
+        assert refused.returncode != 0 and "this pod runs trial 'random-00003'" in refused.stderr
+        assert list(results(source, parser, final=True)) == []
+    finally:
+        if source.katib is not None:
+            source.katib.stop(0)
+    with pytest.raises(RuntimeError, match="cannot listen"):  # a port taken is an error, never a shared port
+        blocker = PushSource(free_port(), "a", katib_port)
+        try:
+            PushSource(free_port(), "b", katib_port)
+        finally:
+            blocker.katib.stop(0)

@@ -123,10 +123,17 @@ class EventSource:
 
 class PushSource:
     """An HTTP endpoint on the pod's loopback interface: the trial's container posts lines in the collector's format
-    (``curl -d 'loss=0.31' http://127.0.0.1:<port>/metrics``); each line is taken in the order received."""
+    (``curl -d 'loss=0.31' http://127.0.0.1:<port>/metrics``); each line is taken in the order received. With
+    ``katib_trial``, Katib's ``ReportObservationLog`` is served too (:mod:`kubetune.runtime.katib_db`): each
+    ``kubeflow.katib.report_metrics()`` call of that trial is one line."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, katib_trial: str | None = None, katib_port: int | None = None):
         self.received: queue.Queue[str] = queue.Queue()
+        self.katib = None
+        if katib_trial is not None:
+            from kubetune.runtime import katib_db  # grpcio: only where Katib's SDK reports
+
+            self.katib = katib_db.serve(katib_trial, self.received.put, katib_port or katib_db.PORT)
         received = self.received
 
         class Handler(BaseHTTPRequestHandler):
@@ -160,6 +167,8 @@ class PushSource:
     def lines(self, final: bool = False) -> list[str]:
         if final:
             self.server.shutdown()
+            if self.katib is not None:
+                self.katib.stop(0).wait()
         out = []
         while True:
             try:
@@ -182,9 +191,10 @@ def results(source, parser: OutputParser, final: bool = False) -> Iterator[dict]
                 yield result
 
 
-def make_source(spec: dict):
+def make_source(spec: dict, trial: str = ""):
     """The source of ``spec`` (:data:`kubetune.env.METRICS_SOURCE`): ``kind`` ``File`` (``path``), ``TensorFlowEvent``
-    (``path``, a folder) or ``Push`` (``port``); None for ``StdOut`` (the operator reads the log).
+    (``path``, a folder) or ``Push`` (``port``; ``katibDBManager``: Katib's ``report_metrics`` of ``trial`` too);
+    None for ``StdOut`` (the operator reads the log).
 
     Raises:
         ValueError: another kind.
@@ -195,7 +205,7 @@ def make_source(spec: dict):
     if kind == "TensorFlowEvent":
         return EventSource(spec["path"])
     if kind == "Push":
-        return PushSource(int(spec["port"]))
+        return PushSource(int(spec["port"]), trial if spec.get("katibDBManager") else None)
     if kind == "StdOut":
         return None
     raise ValueError(f"no metrics source of kind {kind!r}")
@@ -257,7 +267,7 @@ def main(environ=os.environ) -> int:
         storage = open_storage(folder_spec.trial_dir, environ.get(STORAGE_ENDPOINT), environ.get(STORAGE_REGION))
         folder = CheckpointFolder(storage, folder_spec, int(environ[ATTEMPT]), restored, reporter.set_checkpoint)
         start = int(restored.get("iteration") or 0)
-    source, parser = make_source(spec), make_parser(spec, start)
+    source, parser = make_source(spec, environ[TRIAL]), make_parser(spec, start)
     reporter.start()
     where = spec.get("path") or f"127.0.0.1:{spec.get('port')}"
     log.info(

@@ -825,10 +825,11 @@ class _Converter:
             else:
                 out["metricsFormat"] = formats
         if kind == "Push":
+            out["katibDBManager"] = True
             self.note(
                 f"{where}.collector.kind",
-                "Push: the trial posts name=value lines to http://127.0.0.1:9109/metrics; Katib SDK's "
-                "report_metrics() (gRPC to katib-db-manager) is not served yet: change the trial's call",
+                "Push: Katib SDK's report_metrics() reaches the trial's metrics sidecar, which serves Katib's "
+                "ReportObservationLog in the pod (katibDBManager: katib-db-manager resolves to the pod itself)",
                 "spec",
                 "metricsCollector",
             )
