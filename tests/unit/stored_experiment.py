@@ -3,17 +3,21 @@
 
 Eight trials over a space of three searched parameters and a constant; four run the full six iterations, two
 stop early (as ASHA stops them), one fails after three, and one reports a NaN at its third iteration.
+:func:`exploit` carries out a PBT exploit on a stored trial as its next pod does.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from test_analysis import write_trial
 
-from kubetune.storage import join_uri
+from kubetune.runtime.results import ResultLog
+from kubetune.sdk.pbt_exploits import GLOBAL_FILE
+from kubetune.storage import join_uri, open_storage
 
 UID = "5e1f2a3b"
 NAMESPACE = "team"
@@ -87,3 +91,31 @@ def store(root: str, workdir: Path, endpoint: str | None = None) -> str:
             workdir=workdir,
         )
     return exp_uri
+
+
+def exploit(
+    exp_uri: str,
+    trial: str,
+    donor: str,
+    at: int,
+    donor_iteration: int,
+    values: list[float],
+    config: dict,
+    workdir: Path,
+    endpoint: str | None = None,
+) -> None:
+    """Carry out a PBT exploit of ``trial`` (exploited at its iteration ``at``) from ``donor``'s checkpoint of
+    ``donor_iteration`` as the trial's next pod does: append the policy line to ``pbt_global.txt``, keep the
+    results up to ``donor_iteration`` in ``result.json`` (:meth:`ResultLog.resume`) and report ``values`` from
+    ``donor_iteration + 1`` on with ``config``."""
+    storage = open_storage(exp_uri, endpoint)
+    line = [trial, donor, at, donor_iteration, {}, config]
+    storage.append_line(join_uri(exp_uri, GLOBAL_FILE), json.dumps(line))
+    trial_uri = join_uri(exp_uri, trial)
+    storage.put_bytes(join_uri(trial_uri, "params.json"), json.dumps(config).encode())
+    log = ResultLog(storage, trial_uri, workdir / f"{trial}-exploit-{at}")
+    log.resume(donor_iteration)
+    for i, value in enumerate(values, donor_iteration + 1):
+        log.append({METRIC: value, "training_iteration": i, "done": False, "trial_id": trial, "config": config})
+    log.sync()
+    log.close()

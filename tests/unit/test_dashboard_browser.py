@@ -5,14 +5,21 @@ runtime's own writers.
 
 Checks what the user sees: every trial in the trial list with its state and name, each trial's intermediate values
 (one per finite result, the values themselves), a learning curve for every trial that has a value, and the
-importance view naming every searched parameter; and, with the page open, a result and a trial written to storage
-showing in it within 5 s, and the trials' final states once the experiment is quiet. The experiment list (no name):
-each Experiment by name on the home page, and how it stands on its study's page. Screenshots go to the folder
-the test prints. A missing browser fails the test: it is never skipped.
+importance view naming every searched parameter, the parallel coordinates with an axis per searched parameter;
+and, with the page open, a result and a trial written to storage showing in it within 5 s, and the trials' final
+states once the experiment is quiet. A PBT exploit: its trial's ``pbt_exploits`` among its attributes, its curve
+going on from the donor's iteration. Several objectives: the Pareto front marks the non-dominated trials. The
+experiment list (no name): each Experiment by name on the home page, and how it stands on its study's page. A
+missing browser fails the test: it is never skipped.
+
+Screenshots go to ``$KUBETUNE_SCREENSHOTS``, default ``build/screenshots`` in the repository (printed); the views
+README.md and docs/sdk.md show (:data:`DOCS_IMAGES`, most cropped to their view's card) are copied from there to
+docs/images/ by hand after a run.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -20,15 +27,28 @@ from pathlib import Path
 import pytest
 from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
 from playwright.sync_api import expect, sync_playwright
-from stored_experiment import METRIC, SEARCHED, SPACE, TRIALS, store
+from stored_experiment import METRIC, SEARCHED, SPACE, TRIALS, exploit, store
 from test_analysis import write_trial
 from test_experiment_studies import digits, mnist, studies_of, write_mnist
+from test_views import write_two
 
 from kubetune.sdk.analysis import ExperimentAnalysis
 from kubetune.sdk.dashboard import Dashboard, ExperimentsDashboard
-from kubetune.sdk.optuna_study import TRIAL_NAME_ATTR
+from kubetune.sdk.optuna_study import EXPLOITS_ATTR, TRIAL_NAME_ATTR
 
 CHROMIUM = Path("/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[2]
+#: The screenshots docs/images/ holds (README.md and docs/sdk.md show them).
+DOCS_IMAGES = (
+    "learning-curves.png",
+    "importance.png",
+    "parallel-coordinates.png",
+    "pbt-exploits.png",
+    "pareto-front.png",
+    "experiment-list.png",
+)
+#: The browser window, in CSS pixels: small enough for the docs' pictures to stay small.
+VIEWPORT = {"width": 1200, "height": 900}
 #: How the dashboard names each Optuna state in the trial list.
 SHOWN_STATE = {"COMPLETE": "Complete", "PRUNED": "Pruned", "FAIL": "Fail"}
 #: How long a view may take to show, in milliseconds (the dashboard fetches the study, then renders with Plotly).
@@ -63,15 +83,15 @@ def dashboard(stored):
 
 
 @pytest.fixture
-def shots(tmp_path):
-    folder = tmp_path / "screenshots"
-    folder.mkdir()
+def shots():
+    folder = Path(os.environ.get("KUBETUNE_SCREENSHOTS") or ROOT / "build" / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
     print(f"screenshots of the dashboard in {folder}")
     return folder
 
 
 def test_every_trial_shows_with_its_intermediate_values(browser, dashboard, shots):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport=VIEWPORT)
     page.goto(f"{dashboard.url}/trials")
     expect(page.get_by_text(f"{len(TRIALS)} Trials", exact=True)).to_be_visible()
     for number, stored in enumerate(TRIALS):
@@ -91,7 +111,7 @@ def test_every_trial_shows_with_its_intermediate_values(browser, dashboard, shot
 
 
 def test_the_study_page_draws_every_curve_and_names_every_searched_parameter(browser, dashboard, shots):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport=VIEWPORT)
     page.goto(dashboard.url)
     importance = page.locator("#graph-hyperparameter-importances")
     for name in SEARCHED:
@@ -101,6 +121,71 @@ def test_the_study_page_draws_every_curve_and_names_every_searched_parameter(bro
     with_curve = [f"trial #{n}" for n, t in enumerate(TRIALS) if t.state != "FAIL"]
     expect(curves).to_have_text(with_curve)
     page.screenshot(path=shots / "study.png", full_page=True)
+    _card(page, "#graph-intermediate-values").screenshot(path=shots / "learning-curves.png")
+    _card(page, "#graph-hyperparameter-importances").screenshot(path=shots / "importance.png")
+
+    page.goto(f"{dashboard.url}/smartSelection")  # Optuna Dashboard draws its parallel coordinates there
+    axes = page.locator("#plot-parallel-coordinate .axis-title")
+    for name in (*SEARCHED, METRIC):
+        expect(axes.filter(has_text=re.compile(rf"^{name}$"))).to_have_count(1)
+    _card(page, "#plot-parallel-coordinate").screenshot(path=shots / "parallel-coordinates.png")
+
+
+def _card(page, selector: str):
+    """The card (Material UI's ``Card``) that holds the element ``selector``: one view, for a cropped screenshot."""
+    return page.locator(selector).locator("xpath=ancestor::div[contains(@class, 'MuiCard-root')][1]")
+
+
+def test_a_pbt_exploit_shows_in_the_trials_attributes_and_its_curve_goes_on_from_the_donors_iteration(
+    browser,
+    stored,
+    tmp_path,
+    moto_endpoint,  # noqa: F811 - fixtures
+    shots,
+):
+    """Trial 1 exploited at its iteration 6 from trial 0's checkpoint of 4: its user attribute ``pbt_exploits`` says
+    so in the trial list, and its intermediate values go on from 4 with its new lineage's."""
+    donor, trial = TRIALS[0], TRIALS[1]
+    path = stored.experiment_path
+    exploit(path, trial.name, donor.name, 6, 4, [0.91, 0.92], {**trial.config, "lr": 0.012}, tmp_path, moto_endpoint)
+    with Dashboard(stored.reread(), settle_s=0) as served:
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(f"{served.url}/trials?numbers=1")
+        expect(page.get_by_text(f"{EXPLOITS_ATTR} at 6 from {donor.name}@4", exact=False)).to_be_visible()
+        values = page.locator("p", has_text=re.compile(r"^Intermediate Values$")).locator(
+            "xpath=following-sibling::div[1]//p"
+        )
+        expect(values).to_have_count(6)
+        shown = [tuple(text.split()) for text in values.all_inner_texts()]
+        assert [(int(step), float(value)) for step, value in shown] == [*trial.history[:4], (5, 0.91), (6, 0.92)]
+        page.screenshot(path=shots / "pbt-exploits.png")
+
+
+def test_the_pareto_front_of_several_objectives_marks_the_non_dominated_trials(
+    browser,
+    tmp_path,
+    aws_env,  # noqa: F811 - fixtures
+    moto_endpoint,  # noqa: F811 - fixtures
+    shots,
+):
+    """``acc`` (max) and ``latency`` (min): Optuna Dashboard's Pareto front draws the completed trials, its trace
+    of best trials the three no other dominates (test_views.TWO says which)."""
+    uri = write_two(f"s3://{new_bucket(moto_endpoint)}/kubetune", tmp_path, moto_endpoint)
+    analysis = ExperimentAnalysis(uri, ["acc", "latency"], ["max", "min"], storage_endpoint=moto_endpoint)
+    with Dashboard(analysis, settle_s=0) as served:
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(served.url)
+        front = page.locator("#graph-pareto-front")
+        expect(front.locator(".scatterlayer .point")).to_have_count(5)  # every trial with values
+        traces = front.evaluate(
+            "el => el.data.map(t => ({colorbar: t.marker.colorbar ? t.marker.colorbar.title.text : null,"
+            " numbers: (t.text || []).map(s => JSON.parse(s.replace(/<br>/g, '')).number)}))"
+        )
+        by_colorbar = {t["colorbar"]: sorted(t["numbers"]) for t in traces if t["numbers"]}
+        # the non-dominated completed trials in red ("Best Trial"), the dominated one in blue, the stopped-early
+        # (PRUNED, values but not completed) and the failed one hollow
+        assert by_colorbar == {"Best Trial": [0, 1, 3], "Trial": [2], None: [4, 5]}, traces
+        _card(page, "#graph-pareto-front").screenshot(path=shots / "pareto-front.png")
 
 
 def test_a_result_and_a_trial_written_to_storage_show_in_the_open_page_within_5_s(
@@ -114,7 +199,7 @@ def test_a_result_and_a_trial_written_to_storage_show_in_the_open_page_within_5_
     its first while the trial list is open on trial 2; both show within 5 s, the earlier points once each. Then the
     experiment goes quiet and the trials show their final states."""
     with Dashboard(stored, settle_s=3600) as served:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport=VIEWPORT)
         page.goto(f"{served.url}/trials?numbers=2")
         values = page.locator("p", has_text=re.compile(r"^Intermediate Values$")).locator(
             "xpath=following-sibling::div[1]//p"
@@ -166,11 +251,11 @@ def test_the_experiment_list_names_each_experiment_and_its_page_says_how_it_stan
         mnist(root),
     ]
     with ExperimentsDashboard(studies_of(listed), refresh_s=0.5) as served:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport=VIEWPORT)
         page.goto(served.url)
         expect(page.get_by_text(re.compile(r"^\d+\. team/digits$"))).to_be_visible()
         expect(page.get_by_text(re.compile(r"^\d+\. other/mnist$"))).to_be_visible()
-        page.screenshot(path=shots / "experiment-list.png", full_page=True)
+        page.screenshot(path=shots / "experiment-list.png")
         page.get_by_text(re.compile(r"^\d+\. team/digits$")).click()
         expect(page.get_by_text("Study User Attributes", exact=True)).to_be_visible()
         for key, value in (

@@ -176,7 +176,13 @@ def test_an_experiment_whose_trials_cannot_show_is_a_study_saying_why_until_they
     listed = [
         experiment("team", "no-metric", "11111111", root, metric=None, mode=None),
         experiment(
-            "team", "two", "22222222", root, metric=None, mode=None, objectives=[{"metric": "a"}, {"metric": "b"}]
+            "team",
+            "two",
+            "22222222",
+            root,
+            metric=None,
+            mode=None,
+            objectives=[{"metric": "a", "mode": "max"}, {"metric": "b", "mode": "min"}],
         ),
         experiment("team", "elsewhere", "33333333", root, storage={"uri": "gs://bucket/kubetune"}),
         experiment("team", "fresh", "44444444", root),
@@ -191,9 +197,8 @@ def test_an_experiment_whose_trials_cannot_show_is_a_study_saying_why_until_they
         reasons["team/no-metric"]
         == "Its trials are not shown: it has no spec.metric and spec.mode to rank its trials by."
     )
-    assert reasons["team/two"].startswith(
-        "Its trials are not shown: it has several objectives (a, b): `kubetune dashboard"
-    )
+    assert reasons["team/two"] == "Its trials are not shown: nothing is in its storage yet."
+    assert len(shown["team/two"].directions) == 2
     assert reasons["team/elsewhere"].startswith("Its trials are not shown: its storage cannot be read (ValueError: ")
     assert reasons["team/fresh"] == "Its trials are not shown: nothing is in its storage yet."
     ids = {name: study._study_id for name, study in shown.items()}
@@ -205,6 +210,12 @@ def test_an_experiment_whose_trials_cannot_show_is_a_study_saying_why_until_they
     assert [t.user_attrs["kubetune_trial"] for t in fresh.trials] == ["fresh-00000"]
     assert "not shown" not in get_note(fresh)
     assert studies.storage.get_study_id_from_name("team/fresh") == fresh._study_id  # one study of that name
+
+    write_trial(join_uri(root, "team", "two", "22222222"), "two-00000", [{"a": 0.5, "b": 2.0}], workdir=tmp_path / "t")
+    assert studies.refresh() is True
+    two = studies.studies()["team/two"]
+    assert [d.name for d in two.directions] == ["MAXIMIZE", "MINIMIZE"] and two.metric_names == ["a", "b"]
+    assert [t.user_attrs["kubetune_trial"] for t in two.trials] == ["two-00000"]
 
 
 def test_new_experiments_appear_deleted_ones_stay_and_one_created_again_replaces_its_study(root, tmp_path):
@@ -233,6 +244,9 @@ def test_new_experiments_appear_deleted_ones_stay_and_one_created_again_replaces
 def test_an_experiment_with_a_metric_and_a_mode_can_be_a_study():
     assert unshown_reason({"metric": "acc", "mode": "max"}) is None
     assert unshown_reason({"metric": "acc"}) is not None
+    two = [{"metric": "acc", "mode": "max"}, {"metric": "latency", "mode": "min"}]
+    assert unshown_reason({"objectives": two}) is None
+    assert unshown_reason({"objectives": [two[0], {"metric": "latency"}]}) is not None
 
 
 def _get(url: str):

@@ -5,14 +5,16 @@ states fill_study gives."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
-from stored_experiment import METRIC, SPACE, TRIALS, store
+from stored_experiment import METRIC, SPACE, TRIALS, exploit, store
 from test_analysis import write_trial
 
 from kubetune.sdk.analysis import ExperimentAnalysis
 from kubetune.sdk.live_study import LiveStudy
-from kubetune.sdk.optuna_study import TRIAL_NAME_ATTR, fill_study
+from kubetune.sdk.optuna_study import EXPLOITS_ATTR, TRIAL_NAME_ATTR, fill_study
 
 NEW = {"lr": 0.001, "layers": 2, "act": "relu", "epochs": 6}
 
@@ -90,3 +92,29 @@ def test_an_experiment_quiet_when_filled_shows_its_final_states_at_once(stored):
     live = LiveStudy(analysis, settle_s=0)
     assert [t.state.name for t in live.study.get_trials()] == [t.state for t in TRIALS]
     assert live.refresh() is False
+
+
+def test_a_running_trials_steps_its_exploit_dropped_are_nan_until_it_reports_them_again(stored, tmp_path):
+    """Trial 1 (six results in the study) is exploited from trial 0's checkpoint of 4: its pod keeps results 1 to 4
+    and reports 5; the study's step 6, of the lineage it left, is NaN (Optuna deletes no intermediate value) until
+    the trial reports 6 again, and the trial's exploits show."""
+    analysis, endpoint = stored
+    live = LiveStudy(analysis, settle_s=3600)
+    donor, trial = TRIALS[0], TRIALS[1]
+    config = {**trial.config, "lr": 0.012}
+    exploit(analysis.experiment_path, trial.name, donor.name, 6, 4, [0.91], config, tmp_path / "a", endpoint)
+    assert live.refresh() is True
+    got = live.study.get_trials()[1]
+    assert {k: v for k, v in got.intermediate_values.items() if k != 6} == {**dict(trial.history[:4]), 5: 0.91}
+    assert math.isnan(got.intermediate_values[6])
+    assert got.user_attrs[EXPLOITS_ATTR] == f"at 6 from {donor.name}@4" and got.user_attrs[METRIC] == 0.91
+    assert got.state.name == "RUNNING"
+
+    exploit(analysis.experiment_path, trial.name, donor.name, 6, 4, [0.91, 0.92], config, tmp_path / "b", endpoint)
+    assert live.refresh() is True
+    assert live.study.get_trials()[1].intermediate_values == {**dict(trial.history[:4]), 5: 0.91, 6: 0.92}
+    live.settle_s = 0
+    live.refresh()
+    quiet = live.study.get_trials()[1]
+    assert (quiet.state.name, quiet.value) == ("COMPLETE", 0.92)
+    assert quiet.intermediate_values == fill_study(live.analysis).get_trials()[1].intermediate_values

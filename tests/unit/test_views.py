@@ -20,12 +20,13 @@ import pytest
 from conftest_storage import AWS_TEST_ENV, aws_env, moto_endpoint, new_bucket  # noqa: F401 - fixtures
 from matplotlib.figure import Figure
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-from stored_experiment import EXPERIMENT, METRIC, NAMESPACE, SEARCHED, SPACE, TRIALS, UID, store
+from stored_experiment import EXPERIMENT, METRIC, NAMESPACE, SEARCHED, SPACE, TRIALS, UID, exploit, store
 
 from kubetune.sdk import cli
 from kubetune.sdk.analysis import ExperimentAnalysis, ResultGrid
-from kubetune.sdk.optuna_study import TRIAL_NAME_ATTR, fill_study
+from kubetune.sdk.optuna_study import EXPLOITS_ATTR, TRIAL_NAME_ATTR, fill_study
 from kubetune.sdk.plots import KINDS, STYLES, draw, save
+from kubetune.storage import file_uri_path, open_storage
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,8 +123,87 @@ def test_a_trial_without_a_value_yet_is_running_and_the_objective_is_required(tm
     assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "RUNNING"]
     with pytest.raises(ValueError, match="No `metric` has been passed"):
         fill_study(ExperimentAnalysis(exp))
+    with pytest.raises(ValueError, match="several objectives"):  # one of them: a metric and its mode
+        fill_study(ExperimentAnalysis(exp, ["acc", "other"], ["max", "min"]), "acc")
+
+
+def test_a_pbt_exploit_shows_as_the_trials_exploits_and_its_curve_goes_on_from_the_donors_iteration(analysis, tmp_path):
+    """Trial 1, exploited at its iteration 6 from trial 0's checkpoint of 4, reports 5 and 6 again (its pod kept the
+    results up to 4); trial 2, stopped at 2, exploited from trial 5's checkpoint of 5, jumps to 6. A retried pod's
+    line counts once."""
+    path, (donor, back, ahead, far) = analysis.experiment_path, (TRIALS[0], TRIALS[1], TRIALS[2], TRIALS[5])
+    exploit(path, back.name, donor.name, 6, 4, [0.91, 0.92], {**back.config, "lr": 0.012}, tmp_path)
+    exploit(path, ahead.name, far.name, 2, 5, [0.95], {**ahead.config, "lr": 0.024}, tmp_path)
+    exploit(path, ahead.name, far.name, 2, 5, [0.95], {**ahead.config, "lr": 0.024}, tmp_path / "retry")
+    with open(file_uri_path(f"{path}/pbt_global.txt"), "a") as log:  # a retry that wrote its own config
+        log.write(json.dumps([ahead.name, far.name, 2, 5, {}, {"lr": 1}]) + "\n")
+    trials = fill_study(analysis.reread()).get_trials()
+    assert trials[1].intermediate_values == {**dict(back.history[:4]), 5: 0.91, 6: 0.92}
+    assert trials[1].user_attrs[EXPLOITS_ATTR] == f"at 6 from {donor.name}@4"
+    assert trials[1].params["lr"] == 0.012 and trials[1].value == 0.92 and trials[1].state.name == "COMPLETE"
+    assert trials[2].intermediate_values == {**dict(ahead.history), 6: 0.95}
+    assert trials[2].user_attrs[EXPLOITS_ATTR] == f"at 2 from {far.name}@5"
+    assert trials[2].state.name == "COMPLETE" and trials[2].user_attrs["training_iteration"] == 6
+    assert [t.number for t in trials if EXPLOITS_ATTR in t.user_attrs] == [1, 2]
+
+
+def test_results_whose_iteration_goes_back_start_the_curve_again_from_there(tmp_path):
+    """A ``result.json`` that still holds the results written after the checkpoint a trial went back to (Ray's own
+    PBT leaves them): the curve is the last lineage's, without the earlier results from that iteration on."""
+    exp = f"file://{tmp_path}/store/ns/e/{'0' * 8}"
+    rows = [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4), (2, 0.25), (3, 0.35)]
+    storage = open_storage(exp)
+    storage.put_bytes(f"{exp}/e-00000/params.json", b"{}")
+    text = "".join(json.dumps({"acc": v, "training_iteration": i, "config": {}}) + "\n" for i, v in rows)
+    storage.put_bytes(f"{exp}/e-00000/result.json", text.encode())
+    analysis = ExperimentAnalysis(exp, "acc", "max")
+    assert analysis.metric_history("e-00000", "acc") == [(1, 0.1), (2, 0.25), (3, 0.35)]
+    assert fill_study(analysis).get_trials()[0].intermediate_values == {1: 0.1, 2: 0.25, 3: 0.35}
+
+
+#: Two objectives, ``acc`` (max) and ``latency`` (min): each trial's results at iterations 1 to 3 (one at 1 to 2).
+TWO = {
+    "two-00000": [(0.5, 9.0), (0.7, 8.0), (0.8, 7.0)],  # on the front: the best acc among the fast ones
+    "two-00001": [(0.6, 5.0), (0.65, 4.0), (0.7, 3.0)],  # on the front: the fastest
+    "two-00002": [(0.4, 9.0), (0.5, 8.5), (0.6, 8.0)],  # dominated by 00000
+    "two-00003": [(0.9, 20.0), (0.95, 15.0), (0.97, 12.0)],  # on the front: the best acc
+    "two-00004": [(0.98, 30.0), (0.99, 25.0)],  # stopped early, undominated: PRUNED, not on Optuna's front
+    "two-00005": [(0.3, 30.0), (0.31, 29.0)],  # failed
+}
+
+
+def write_two(root: str, workdir, endpoint=None) -> str:
+    """Write :data:`TWO` under ``<root>/ns/two/<uid>``; return that folder's URI."""
+    from test_analysis import write_trial
+
+    exp = f"{root}/ns/two/{'1' * 8}"
+    for name, points in TWO.items():
+        error = "RuntimeError: out of memory" if name == "two-00005" else None
+        results = [{"acc": a, "latency": b} for a, b in points]
+        write_trial(
+            exp, name, results, config={"lr": 0.01 * len(name)}, endpoint=endpoint, error=error, workdir=workdir
+        )
+    return exp
+
+
+def test_an_experiment_with_several_objectives_is_a_study_of_as_many_directions(tmp_path):
+    analysis = ExperimentAnalysis(write_two(f"file://{tmp_path}/store", tmp_path), ["acc", "latency"], ["max", "min"])
+    study = fill_study(analysis)
+    assert study.directions == [optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE]
+    assert study.metric_names == ["acc", "latency"]
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "COMPLETE", "COMPLETE", "PRUNED", "FAIL"]
+    assert [t.values for t in trials[:5]] == [list(points[-1]) for points in list(TWO.values())[:5]]
+    assert trials[0].intermediate_values == {1: 0.5, 2: 0.7, 3: 0.8}  # the first objective's
+    assert trials[1].user_attrs == {TRIAL_NAME_ATTR: "two-00001", "training_iteration": 3, "acc": 0.7, "latency": 3.0}
+    assert sorted(t.user_attrs[TRIAL_NAME_ATTR] for t in study.best_trials) == ["two-00000", "two-00001", "two-00003"]
+    assert [t.trial_id for t in analysis.pareto_front] == ["two-00000", "two-00001", "two-00003", "two-00004"]
+
+    one = fill_study(analysis, "latency", "min")
+    assert one.direction == optuna.study.StudyDirection.MINIMIZE and one.best_trial.number == 1
     with pytest.raises(ValueError, match="several objectives"):
-        fill_study(ExperimentAnalysis(exp, ["acc", "other"], ["max", "min"]))
+        analysis.plot("learning_curves")
+    save(analysis, str(tmp_path / "latency.png"), metric="latency", mode="min")
 
 
 def _drawn(study, kind):

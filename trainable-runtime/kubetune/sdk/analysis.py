@@ -590,16 +590,26 @@ class ExperimentAnalysis:
             metric: result key (``a/b`` for nested ones).
 
         Returns:
-            Pairs in increasing ``training_iteration`` (results without an integer one are left out; of two
-            with the same iteration, the later wins); [] when none.
+            Pairs in increasing ``training_iteration``, on the trial's last lineage: a result whose iteration is
+            not above the one before starts the trial again from there (a restore of an earlier checkpoint, the
+            trial's own or a PBT donor's, where the file still holds the results written after it), so the
+            earlier results from that iteration on are left out. Results without an integer iteration are left
+            out. [] when none.
 
         Raises:
             ValueError: no such trial.
         """
         out: dict[int, float] = {}
+        last = None
         for row in self._history(self._trial(trial)):
-            step, value = row.get(TRAINING_ITERATION), finite_number(_lookup(row, metric))
-            if value is not None and isinstance(step, int) and not isinstance(step, bool):
+            step = row.get(TRAINING_ITERATION)
+            if not isinstance(step, int) or isinstance(step, bool):
+                continue
+            if last is not None and step <= last:
+                out = {s: v for s, v in out.items() if s < step}
+            last = step
+            value = finite_number(_lookup(row, metric))
+            if value is not None:
                 out[step] = value
         return sorted(out.items())
 

@@ -14,8 +14,9 @@ How each shows (:class:`ExperimentStudies`): a study named ``<namespace>/<name>`
 with the Experiment's storage by a :class:`kubetune.sdk.live_study.LiveStudy` (its trials, as ``kubetune dashboard
 NAME`` shows them), with the Experiment's few words (:func:`kubetune.sdk.experiment_summary.summary`: phase, trials
 by phase, best value, age) as the study's user attributes and as its note (Markdown, on the study's page; Optuna
-Dashboard's home page shows only names). An Experiment whose trials cannot be shown (no ``spec.metric``, several
-objectives, nothing in storage yet, storage unreachable) shows as a study without trials whose note says why; the
+Dashboard's home page shows only names); an Experiment with several objectives (``spec.objectives``) has a study of
+as many directions, whose Pareto front Optuna Dashboard draws. An Experiment whose trials cannot be shown (no
+``spec.metric``, nothing in storage yet, storage unreachable) shows as a study without trials whose note says why; the
 last two are tried again at each refresh. New Experiments appear at the next refresh; a deleted one keeps its study
 as last seen, until an Experiment of the same name replaces it.
 """
@@ -91,16 +92,12 @@ def unshown_reason(spec: Mapping[str, Any]) -> str | None:
     """Why the trials of an Experiment with ``spec`` cannot be a study of their own, or None when they can.
 
     Returns:
-        A sentence for an Experiment with no ``spec.metric``, or one with several objectives (a study has one
-        here: ``kubetune dashboard NAME --metric M --mode MODE`` shows one of them); else None.
+        A sentence for an Experiment with neither ``spec.metric`` and ``spec.mode`` nor ``spec.objectives``;
+        else None.
     """
     metric, mode = spec_objectives(spec)
-    if is_multi_objective(metric):
-        return (
-            f"it has several objectives ({', '.join(map(str, metric))}): "
-            "`kubetune dashboard NAME -n NAMESPACE --metric M --mode MODE` shows one of them"
-        )
-    if not metric or not mode:
+    metrics, modes = (metric, mode) if is_multi_objective(metric) else ([metric], [mode])
+    if not all(metrics) or not modes or not all(modes):
         return "it has no spec.metric and spec.mode to rank its trials by"
     return None
 
@@ -242,8 +239,9 @@ class ExperimentStudies:
         if entry.study is not None and self._has(name):
             return False
         _, mode = spec_objectives(experiment["spec"])
-        direction = "maximize" if mode == "max" else "minimize"
-        entry.study, entry.written = optuna.create_study(storage=self.storage, study_name=name, direction=direction), {}
+        directions = ["maximize" if m == "max" else "minimize" for m in (mode if is_multi_objective(mode) else [mode])]
+        entry.study = optuna.create_study(storage=self.storage, study_name=name, directions=directions)
+        entry.written = {}
         return True
 
     def _has(self, name: str) -> bool:

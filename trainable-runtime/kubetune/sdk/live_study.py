@@ -19,6 +19,11 @@ fetches again a finished trial that comes before its first running one):
   ``RUNNING`` without a value. An experiment quiet when the study is filled shows so at once, as the
   snapshot of :func:`~kubetune.sdk.optuna_study.fill_study` would.
 
+A PBT exploit restores a trial from a donor's checkpoint and its pod drops the results written after the donor's
+iteration from ``result.json`` (:mod:`kubetune.sdk.pbt_exploits`); Optuna cannot delete an intermediate value,
+so a running trial's step that its results no longer have is set to NaN (Optuna Dashboard's API serves it as
+``"nan"``) until the trial reports that step again; a view started afresh leaves the step out.
+
 A trial that is final in the study stays as it is: results it reports after that (a trial written again after
 the experiment was quiet for ``settle_s``, a retry after an ``error.txt`` without the cluster's word) show after
 the view is started again.
@@ -27,21 +32,27 @@ the view is started again.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kubetune.sdk.analysis import object_stamps
 from kubetune.sdk.optuna_study import (
     create_study,
     distributions,
+    final_values,
     frozen_trial,
+    histories,
     longest_iteration,
     trial_state,
     user_attrs,
 )
+from kubetune.sdk.pbt_exploits import read_exploits
 
 if TYPE_CHECKING:
     from kubetune.sdk.analysis import ExperimentAnalysis, TrialRecord
+    from kubetune.sdk.optuna_study import History
+    from kubetune.sdk.pbt_exploits import Exploit
 
 __all__ = ["DEFAULT_SETTLE_S", "LiveStudy", "live_state"]
 
@@ -52,12 +63,12 @@ log = logging.getLogger(__name__)
 DEFAULT_SETTLE_S = 300.0
 
 
-def live_state(trial: TrialRecord, history: list[tuple[int, float]], longest: int, quiet: bool) -> str:
+def live_state(trial: TrialRecord, histories: Sequence[History], longest: int, quiet: bool) -> str:
     """The Optuna state of ``trial`` in a live study (the rule of the module docstring), by name.
 
     Args:
         trial: the trial as read from storage.
-        history: its ``(training_iteration, value)`` pairs of finite values of the metric.
+        histories: its ``(training_iteration, value)`` pairs of finite values, one list per objective.
         longest: the highest last ``training_iteration`` of any trial of the experiment.
         quiet: whether the experiment has written nothing for the settle time.
 
@@ -66,7 +77,7 @@ def live_state(trial: TrialRecord, history: list[tuple[int, float]], longest: in
     """
     if trial.error is None and not quiet:
         return "RUNNING"
-    return trial_state(trial, history, longest)
+    return trial_state(trial, histories, longest)
 
 
 class LiveStudy:
@@ -110,7 +121,7 @@ class LiveStudy:
         from optuna.storages import InMemoryStorage
 
         self.storage = storage if storage is not None else InMemoryStorage()
-        self.study, self._metric = create_study(analysis, metric, mode, storage=self.storage, study_name=study_name)
+        self.study, self._metrics = create_study(analysis, metric, mode, storage=self.storage, study_name=study_name)
         self._study_id = self.storage.get_study_id_from_name(self.study.study_name)
         self._reread = reread or analysis.reread
         self.settle_s = settle_s
@@ -151,47 +162,56 @@ class LiveStudy:
 
     def _apply(self) -> bool:
         """Write :attr:`analysis` into the study where it differs; return whether anything was written."""
-        analysis, metric = self.analysis, self._metric
+        analysis, metrics = self.analysis, self._metrics
         quiet = self._quiet()
         longest = longest_iteration(analysis)
+        exploits = read_exploits(analysis)
         dists = None
         changed = False
         for trial in analysis.trials:
-            history = analysis.metric_history(trial, metric)
-            state = live_state(trial, history, longest, quiet)
+            found = histories(analysis, trial, metrics)
+            state = live_state(trial, found, longest, quiet)
+            own = exploits.get(trial.trial_id, [])
             trial_id = self._trial_ids.get(trial.trial_id)
             if trial_id is None:
                 if dists is None:
                     dists = distributions(analysis)
                 number = len(self._trial_ids)
-                self.study.add_trial(frozen_trial(trial, history, state, dists, metric))
+                self.study.add_trial(frozen_trial(trial, found, state, dists, metrics, own))
                 self._trial_ids[trial.trial_id] = self.storage.get_trial_id_from_study_id_trial_number(
                     self._study_id, number
                 )
                 changed = True
             else:
-                changed |= self._update(trial_id, trial, history, state)
+                changed |= self._update(trial_id, trial, found, state, own)
         self._applied_quiet = quiet
         return changed
 
-    def _update(self, trial_id: int, trial: TrialRecord, history: list[tuple[int, float]], state: str) -> bool:
-        """Write into the study's trial ``trial_id``, while it runs, what it lacks of ``trial``."""
+    def _update(
+        self, trial_id: int, trial: TrialRecord, histories: list[History], state: str, exploits: list[Exploit]
+    ) -> bool:
+        """Write into the study's trial ``trial_id``, while it runs, what it lacks of ``trial``, and NaN at each
+        step it holds that the trial's lineage no longer has (module docstring)."""
         from optuna.trial import TrialState
 
         current = self.storage.get_trial(trial_id)
         if current.state.is_finished():
             return False
         changed = False
-        for step, value in history:
+        wanted = dict(histories[0])
+        for step, value in current.intermediate_values.items():
+            if step not in wanted and not math.isnan(value):
+                self.storage.set_trial_intermediate_value(trial_id, step, math.nan)
+                changed = True
+        for step, value in wanted.items():
             if current.intermediate_values.get(step) != value:
                 self.storage.set_trial_intermediate_value(trial_id, step, value)
                 changed = True
-        for key, value in user_attrs(trial, history, self._metric).items():
+        for key, value in user_attrs(trial, histories, self._metrics, exploits).items():
             if current.user_attrs.get(key) != value:
                 self.storage.set_trial_user_attr(trial_id, key, value)
                 changed = True
         if state != "RUNNING":
-            values = [history[-1][1]] if state in ("PRUNED", "COMPLETE") else None
-            self.storage.set_trial_state_values(trial_id, TrialState[state], values)
+            self.storage.set_trial_state_values(trial_id, TrialState[state], final_values(histories, state))
             changed = True
         return changed

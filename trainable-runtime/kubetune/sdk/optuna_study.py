@@ -17,16 +17,25 @@ What each Optuna trial holds:
   values: an integer or float range from their minimum to their maximum, else a categorical of the
   distinct values (lists and dicts as JSON text).
 * ``intermediate_values``: ``{training_iteration: value}`` of every result that reports a finite number
-  for the metric.
-* ``state`` and ``value``: ``FAIL`` (no value) for a trial that failed; ``RUNNING`` (no value) for one
-  without a finite value of the metric yet; ``PRUNED`` with its last finite value for one that ended
-  before the experiment's longest trial (its last ``training_iteration`` is below the highest any
-  trial reached: from storage alone that is how an early stop shows, so the trials of a running
-  experiment that are behind show so too); ``COMPLETE`` with its last finite value otherwise.
+  for the metric (the first objective's, with several), on the trial's lineage: a PBT exploit's restore keeps
+  the results up to the donor's iteration, so the values after it start at that iteration plus one and the
+  curve jumps there (:meth:`kubetune.sdk.analysis.ExperimentAnalysis.metric_history`).
+* ``state`` and ``values``: ``FAIL`` (no value) for a trial that failed; ``RUNNING`` (no value) for one
+  without a finite value of the metric yet (of every objective, with several); ``PRUNED`` with its last finite
+  value (of each objective) for one that ended before the experiment's longest trial (its last
+  ``training_iteration`` is below the highest any trial reached: from storage alone that is how an early stop
+  shows, so the trials of a running experiment that are behind show so too); ``COMPLETE`` with its last finite
+  value (of each) otherwise.
 * ``user_attrs`` (Optuna Dashboard's trial table shows them as columns): ``kubetune_trial`` (the trial's
-  name), ``training_iteration`` (its last result's, once it reported one), the metric's name with the last
-  finite value of the metric (once there is one: a running trial's progress, which has no Optuna value yet)
-  and, for a failed trial, ``error`` (the last line of its message).
+  name), ``training_iteration`` (its last result's, once it reported one), each objective's name with its last
+  finite value (once there is one: a running trial's progress, which has no Optuna value yet), for a failed
+  trial ``error`` (the last line of its message) and, for a trial a PBT exploit restored from another's
+  checkpoint, ``pbt_exploits`` (:func:`kubetune.sdk.pbt_exploits.describe`: its iteration, the donor and the
+  donor's iteration, of each exploit).
+
+An experiment with several objectives (``spec.objectives``, an analysis whose ``objectives`` are set) gives a
+study of several directions, one per objective, when no single ``metric`` is asked for: Optuna Dashboard then
+draws its Pareto front (of the ``COMPLETE`` trials: Optuna's rule).
 
 :func:`fill_study` fills a study once; :mod:`kubetune.sdk.live_study` keeps one in step with storage from
 :func:`create_study`, :func:`frozen_trial` and :func:`user_attrs`, with states of its own while the
@@ -38,9 +47,10 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from kubetune.resultkeys import is_number
+from kubetune.sdk.pbt_exploits import Exploit, describe, read_exploits
 from kubetune.search.optuna_space import convert_search_space
 from kubetune.search.sample import GRID_SEARCH, Categorical, is_grid, parse_space
 from kubetune.search.variants import find_domains
@@ -51,11 +61,14 @@ if TYPE_CHECKING:
     from kubetune.sdk.analysis import ExperimentAnalysis, TrialRecord
 
 __all__ = [
+    "EXPLOITS_ATTR",
     "TRIAL_NAME_ATTR",
     "create_study",
     "distributions",
     "fill_study",
+    "final_values",
     "frozen_trial",
+    "histories",
     "longest_iteration",
     "trial_state",
     "user_attrs",
@@ -63,7 +76,11 @@ __all__ = [
 
 #: The user attribute of each Optuna trial that holds the kubetune trial's name.
 TRIAL_NAME_ATTR = "kubetune_trial"
+#: The user attribute of an Optuna trial a PBT exploit restored from another's checkpoint: its exploits.
+EXPLOITS_ATTR = "pbt_exploits"
 TRAINING_ITERATION = "training_iteration"
+#: A trial's ``(training_iteration, value)`` pairs of finite values of one metric, in increasing iteration.
+History = list[tuple[int, float]]
 
 
 def _choice(value: Any) -> Any:
@@ -141,12 +158,17 @@ def longest_iteration(analysis: ExperimentAnalysis) -> int:
     return max((i for i in iterations if is_number(i)), default=0)
 
 
-def trial_state(trial: TrialRecord, history: list[tuple[int, float]], longest: int) -> str:
+def histories(analysis: ExperimentAnalysis, trial: TrialRecord, metrics: Sequence[str]) -> list[History]:
+    """``trial``'s ``(training_iteration, value)`` pairs of finite values of each of ``metrics``, in order."""
+    return [analysis.metric_history(trial, metric) for metric in metrics]
+
+
+def trial_state(trial: TrialRecord, histories: Sequence[History], longest: int) -> str:
     """The Optuna state of ``trial`` (the rule of the module docstring), by name.
 
     Args:
         trial: the trial as read from storage.
-        history: its ``(training_iteration, value)`` pairs of finite values of the metric.
+        histories: its ``(training_iteration, value)`` pairs of finite values, one list per objective.
         longest: the highest last ``training_iteration`` of any trial of the experiment.
 
     Returns:
@@ -154,60 +176,79 @@ def trial_state(trial: TrialRecord, history: list[tuple[int, float]], longest: i
     """
     if trial.error is not None:
         return "FAIL"
-    if not history:
+    if not all(histories):
         return "RUNNING"
     last = trial.last_result.get(TRAINING_ITERATION)
     return "PRUNED" if is_number(last) and last < longest else "COMPLETE"
 
 
-def user_attrs(trial: TrialRecord, history: list[tuple[int, float]], metric: str) -> dict[str, Any]:
+def user_attrs(
+    trial: TrialRecord, histories: Sequence[History], metrics: Sequence[str], exploits: Sequence[Exploit] = ()
+) -> dict[str, Any]:
     """The Optuna user attributes of ``trial`` (module docstring).
 
     Args:
         trial: the trial as read from storage.
-        history: its ``(training_iteration, value)`` pairs of finite values of ``metric``.
-        metric: the study's objective.
+        histories: its ``(training_iteration, value)`` pairs of finite values of each of ``metrics``.
+        metrics: the study's objectives.
+        exploits: its PBT exploits (:func:`kubetune.sdk.pbt_exploits.read_exploits`).
 
     Returns:
-        ``{"kubetune_trial": name, "training_iteration": int, metric: float, "error": str}``, those known.
+        ``{"kubetune_trial": name, "training_iteration": int, <metric>: float, ..., "error": str,
+        "pbt_exploits": str}``, those known.
     """
     attrs: dict[str, Any] = {TRIAL_NAME_ATTR: trial.trial_id}
     iteration = trial.last_result.get(TRAINING_ITERATION)
     if is_number(iteration):
         attrs[TRAINING_ITERATION] = iteration
-    if history:
-        attrs[metric] = history[-1][1]
+    for metric, history in zip(metrics, histories):
+        if history:
+            attrs[metric] = history[-1][1]
     if trial.error is not None:
         attrs["error"] = (trial.error.strip().splitlines() or ["failed"])[-1]
+    if exploits:
+        attrs[EXPLOITS_ATTR] = describe(exploits)
     return attrs
 
 
+def final_values(histories: Sequence[History], state: str) -> list[float] | None:
+    """The Optuna values of a trial in ``state``: each objective's last finite value when ``PRUNED`` or
+    ``COMPLETE``, else None."""
+    return [history[-1][1] for history in histories] if state in ("PRUNED", "COMPLETE") else None
+
+
 def frozen_trial(
-    trial: TrialRecord, history: list[tuple[int, float]], state: str, dists: dict[str, Any], metric: str
+    trial: TrialRecord,
+    histories: Sequence[History],
+    state: str,
+    dists: dict[str, Any],
+    metrics: Sequence[str],
+    exploits: Sequence[Exploit] = (),
 ) -> optuna.trial.FrozenTrial:
     """``trial`` as an Optuna trial to add to a study.
 
     Args:
         trial: the trial as read from storage.
-        history: its ``(training_iteration, value)`` pairs of finite values of ``metric``.
+        histories: its ``(training_iteration, value)`` pairs of finite values of each of ``metrics``.
         state: its Optuna state by name (``"RUNNING"``, ``"COMPLETE"``...); ``PRUNED`` and ``COMPLETE`` take the
-            last of ``history`` as the value.
+            last of each history as the values.
         dists: :func:`distributions` of the experiment (holding every searched value of ``trial``).
-        metric: the study's objective.
+        metrics: the study's objectives.
+        exploits: its PBT exploits.
 
     Returns:
-        The trial with its parameters, intermediate values and :func:`user_attrs`.
+        The trial with its parameters, intermediate values (the first objective's) and :func:`user_attrs`.
     """
     from optuna.trial import TrialState, create_trial
 
     own = {name: dists[name] for name in trial.evaluated_params}
     return create_trial(
         state=TrialState[state],
-        value=history[-1][1] if state in ("PRUNED", "COMPLETE") else None,
+        values=final_values(histories, state),
         params={name: _param(own[name], value) for name, value in trial.evaluated_params.items()},
         distributions=own,
-        user_attrs=user_attrs(trial, history, metric),
-        intermediate_values=dict(history),
+        user_attrs=user_attrs(trial, histories, metrics, exploits),
+        intermediate_values=dict(histories[0]),
     )
 
 
@@ -218,15 +259,16 @@ def create_study(
     *,
     storage: Any = None,
     study_name: str | None = None,
-) -> tuple[optuna.Study, str]:
-    """Create the empty Optuna study of ``analysis`` (its objective, no trials).
+) -> tuple[optuna.Study, tuple[str, ...]]:
+    """Create the empty Optuna study of ``analysis`` (its objectives, no trials).
 
     Args:
         analysis, metric, mode, storage, study_name: as :func:`fill_study`'s.
 
     Returns:
-        ``(study, metric)``: the study, its direction ``minimize`` or ``maximize`` by ``mode``, its metric name
-        the objective; and that objective (``metric`` or the analysis's default).
+        ``(study, metrics)``: the study, one direction ``minimize`` or ``maximize`` per objective by its mode, its
+        metric names the objectives; and those objectives (``(metric,)``, the analysis's default, or its several
+        ``objectives``).
 
     Raises:
         ValueError, optuna.exceptions.DuplicatedStudyError, ImportError: as :func:`fill_study`.
@@ -237,19 +279,21 @@ def create_study(
         raise ImportError("the experiment's views need Optuna: pip install 'kubetune[views]'") from exc
     from optuna.storages import InMemoryStorage
 
-    metric = analysis._validate_metric(metric)
-    mode = analysis._validate_mode(mode)
+    if metric is None and mode is None and analysis.objectives is not None:
+        metrics, modes = analysis.objectives
+    else:
+        metrics, modes = (analysis._validate_metric(metric),), (analysis._validate_mode(mode),)
     if study_name is None:
         study_name = "/".join(analysis.experiment_path.rstrip("/").split("/")[-3:-1])
     study = optuna.create_study(
         storage=storage if storage is not None else InMemoryStorage(),
         study_name=study_name,
-        direction="maximize" if mode == "max" else "minimize",
+        directions=["maximize" if m == "max" else "minimize" for m in modes],
     )
     with warnings.catch_warnings():  # Optuna marks metric names experimental; the dashboard shows them
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([metric])
-    return study, metric
+        study.set_metric_names(list(metrics))
+    return study, tuple(metrics)
 
 
 def fill_study(
@@ -265,28 +309,28 @@ def fill_study(
     Args:
         analysis: the experiment, read from storage.
         metric: the result key that is the study's objective (``a/b`` for nested ones); default the
-            analysis's ``default_metric``.
+            analysis's ``default_metric``, or its several ``objectives``.
         mode: ``"min"`` or ``"max"``; default the analysis's ``default_mode``.
         storage: an Optuna storage or its URL (``sqlite:///...``); default a new ``InMemoryStorage``.
         study_name: default ``<namespace>/<experiment>`` from the analysis's path.
 
     Returns:
-        The study, its direction ``minimize`` or ``maximize`` by ``mode``, its metric name ``metric``.
+        The study: its directions ``minimize`` or ``maximize`` by mode, its metric names the objectives.
 
     Raises:
-        ValueError: no metric or mode here nor in the analysis (for an experiment with several
-            objectives: pass one of them), a bad mode.
+        ValueError: no metric or mode here nor in the analysis (for an experiment with several objectives: a
+            metric without a mode, or the reverse), a bad mode.
         optuna.exceptions.DuplicatedStudyError: a study of that name is already in ``storage``.
         ImportError: Optuna is not installed (``pip install 'kubetune[views]'``).
     """
-    study, metric = create_study(analysis, metric, mode, storage=storage, study_name=study_name)
-    histories = [analysis.metric_history(trial, metric) for trial in analysis.trials]
+    study, metrics = create_study(analysis, metric, mode, storage=storage, study_name=study_name)
     dists = distributions(analysis)
     longest = longest_iteration(analysis)
-    study.add_trials(
-        [
-            frozen_trial(trial, history, trial_state(trial, history, longest), dists, metric)
-            for trial, history in zip(analysis.trials, histories)
-        ]
-    )
+    exploits = read_exploits(analysis)
+    trials = []
+    for trial in analysis.trials:
+        found = histories(analysis, trial, metrics)
+        state = trial_state(trial, found, longest)
+        trials.append(frozen_trial(trial, found, state, dists, metrics, exploits.get(trial.trial_id, ())))
+    study.add_trials(trials)
     return study

@@ -53,6 +53,22 @@ def _matplotlib():
     return matplotlib
 
 
+def _study(analysis: ExperimentAnalysis, metric: str | None, mode: str | None) -> optuna.Study:
+    """The study of ``analysis`` with one objective.
+
+    Raises:
+        ValueError: as :func:`kubetune.sdk.optuna_study.fill_study`, or the study has several objectives (the
+            pictures draw one: pass ``metric`` and ``mode``).
+    """
+    study = fill_study(analysis, metric, mode)
+    if len(study.directions) > 1:
+        raise ValueError(
+            f"this experiment has several objectives ({', '.join(study.metric_names)}): the pictures draw one, "
+            "pass its metric and mode"
+        )
+    return study
+
+
 def _name(trial: Any) -> str:
     return trial.user_attrs.get(TRIAL_NAME_ATTR, str(trial.number))
 
@@ -212,13 +228,14 @@ def plot(
     """Draw ``kind`` of ``analysis`` on ``ax`` (a new pyplot figure's when None); return the ``Axes``.
 
     Raises:
-        ValueError: an unknown ``kind``; no metric or mode here nor in the analysis, a bad mode.
+        ValueError: an unknown ``kind``; no metric or mode here nor in the analysis (or several objectives), a
+            bad mode.
         ImportError: matplotlib or Optuna is not installed.
     """
     if kind not in DRAW:
         raise ValueError(f"unknown kind of plot {kind!r}: one of {', '.join(KINDS)}")
     _matplotlib()
-    study = fill_study(analysis, metric, mode)
+    study = _study(analysis, metric, mode)
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -246,7 +263,7 @@ def save(
         The matplotlib ``Figure`` written (not attached to pyplot), 9 by 5 inches per kind, 100 dots per inch.
 
     Raises:
-        ValueError: an unknown kind, a format matplotlib does not write, no metric or mode.
+        ValueError: an unknown kind, a format matplotlib does not write, no metric or mode (or several objectives).
         OSError: ``out`` cannot be written.
     """
     unknown = [k for k in kinds if k not in DRAW]
@@ -255,7 +272,7 @@ def save(
     _matplotlib()
     from matplotlib.figure import Figure
 
-    study = fill_study(analysis, metric, mode)
+    study = _study(analysis, metric, mode)
     figure = Figure(figsize=(9, 5 * len(kinds)), dpi=100, layout="constrained")
     for ax, kind in zip(figure.subplots(len(kinds), 1, squeeze=False)[:, 0], kinds):
         draw(study, kind, ax)
