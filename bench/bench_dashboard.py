@@ -1,7 +1,7 @@
 """Benchmark of ``kubetune dashboard NAME`` (issue 32): Optuna Dashboard over an experiment read from S3, against
 Optuna Dashboard over the same trials in a plain Optuna study.
 
-Run: ``.venv/bin/python bench/dashboard.py [--sizes 100 1000 10000] [--results 20]``. Starts moto's S3 server
+Run: ``.venv/bin/python bench/bench_dashboard.py [--sizes 100 1000 10000] [--results 20]``. Starts moto's S3 server
 in its own process (bench/moto_process.py); per size, writes an experiment of that many trials of ``--results``
 results each with the runtime's own writer (``ResultLog``: ``params.json``, ``result.json``, ``progress.csv``), and
 the same trials (their parameters, the metric at each iteration as intermediate values, the last as the value) into
