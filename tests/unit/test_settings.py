@@ -45,6 +45,7 @@ def test_every_field_is_read_from_its_variable():
         "KUBETUNE_OPERATOR_STORAGE_DEFAULT_URI": "s3://tune/",
         "KUBETUNE_OPERATOR_STORAGE_DEFAULT_ENDPOINT": "http://127.0.0.1:5000",
         "KUBETUNE_OPERATOR_STORAGE_DEFAULT_REGION": "us-east-1",
+        "KUBETUNE_OPERATOR_KATIB_ENABLED": "true",
         "UNRELATED": "ignored",
     }
     s = Settings.from_env(env)
@@ -63,6 +64,7 @@ def test_every_field_is_read_from_its_variable():
         "http://127.0.0.1:5000",
         "us-east-1",
     )
+    assert s.katib.enabled is True and Settings.from_env({}).katib.enabled is False
     # the test above names every field: adding one without a test fails here
     fields = [(g.name, f.name) for g in dataclasses.fields(Settings) for f in dataclasses.fields(getattr(s, g.name))]
     assert {f"KUBETUNE_OPERATOR_{g}_{f}".upper() for g, f in fields} == {k for k in env if k != "UNRELATED"}
