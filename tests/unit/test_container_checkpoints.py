@@ -16,7 +16,7 @@ import pytest
 
 from devcluster.testkit import experiment_object
 from kubetune.checkpoint_store import COMMIT_MARKER, checkpoint_uri, list_checkpoints, read_commit
-from kubetune.env import CHECKPOINT_DIR, CHECKPOINT_FOLDER, METRICS_SOURCE
+from kubetune.env import CHECKPOINT_DIR, CHECKPOINT_FOLDER, METRICS_SOURCE, TERMINATION_MESSAGE_PATH_VAR
 from kubetune.output_metrics import OutputParser
 from kubetune.runtime import checkpoint_folder
 from kubetune.runtime.checkpoint_folder import SAVE_MARKER, CheckpointFolder, FolderSpec, restore
@@ -251,7 +251,9 @@ def test_the_restore_and_sidecar_processes_save_and_restore_through_the_collecto
         }
         env[METRICS_SOURCE] = json.dumps({"kind": "StdOut", "objectives": ["loss"]})
         env[CHECKPOINT_FOLDER] = json.dumps(folder)
+        env[TERMINATION_MESSAGE_PATH_VAR] = str(tmp_path / "termination-log")  # not the host's /dev
         assert subprocess.run([sys.executable, "-m", "kubetune.runtime.checkpoint_folder"], env=env).returncode == 0
+        assert json.loads((tmp_path / "termination-log").read_text()) == {"uri": None, "iteration": 0}
         process = subprocess.Popen([sys.executable, "-m", "kubetune.runtime.sidecar"], env=env)
         try:
             (tmp_path / "ck" / "model.txt").write_text("epoch 1")

@@ -81,8 +81,10 @@ ATTEMPT_DIR = "/var/run/kubetune"
 CONFIG_KEY = "config.json"
 #: The config file the operator names in ``KUBETUNE_CONFIG_FILE``.
 CONFIG_PATH = f"{ATTEMPT_DIR}/{CONFIG_KEY}"
-#: Where the runtime writes its termination message (Kubernetes' default path).
+#: Where the runtime writes its termination message (Kubernetes' default path), ...
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+#: ... or the file this variable names: runs outside a pod (tests, local debugging); the operator does not set it.
+TERMINATION_MESSAGE_PATH_VAR = "KUBETUNE_TERMINATION_MESSAGE_PATH"
 #: Path of the results endpoint on the operator's collector. The runtime POSTs
 #: JSON ``{"namespace", "experiment", "trial", "attempt": int, "results": [result, ...],
 #: "checkpoint": {"uri", "iteration"} | null, "done": bool, "stalled": {"reason", "message"}, "explored": config}`` with

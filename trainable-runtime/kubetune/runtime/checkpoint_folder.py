@@ -43,6 +43,7 @@ from kubetune.env import (
     STORAGE_ENDPOINT,
     STORAGE_REGION,
     TERMINATION_MESSAGE_PATH,
+    TERMINATION_MESSAGE_PATH_VAR,
 )
 from kubetune.storage import Storage, join_uri, open_storage
 
@@ -243,11 +244,11 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
     except Exception as exc:  # noqa: BLE001 - the attempt fails with the reason on its Trial
         message = f"the checkpoint folder could not be restored: {type(exc).__name__}: {exc}"[:1024]
         log.error("%s", message)
-        _write_message(message)
+        _write_message(message, environ)
         return 1
     record = json.dumps(restored)
     (Path(spec.state) / RESTORED_FILE).write_text(record)
-    _write_message(record)
+    _write_message(record, environ)
     log.info(
         "attempt %s: %s",
         environ.get(ATTEMPT, "?"),
@@ -256,9 +257,9 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
     return 0
 
 
-def _write_message(text: str) -> None:
+def _write_message(text: str, environ: Mapping[str, str]) -> None:
     try:
-        Path(TERMINATION_MESSAGE_PATH).write_text(text)
+        Path(environ.get(TERMINATION_MESSAGE_PATH_VAR) or TERMINATION_MESSAGE_PATH).write_text(text)
     except OSError as exc:  # outside a pod
         log.warning("termination message not written: %s", exc)
 

@@ -48,8 +48,7 @@ from kubetune.storage import S3Storage, join_uri, open_storage
 log = logging.getLogger("kubetune.runtime")
 STORAGE_UNREACHABLE = trial_env.STALL_REASONS[0]
 
-#: Overrides for runs outside a pod (tests, local debugging); the operator does not set them.
-TERMINATION_MESSAGE_PATH_VAR = "KUBETUNE_TERMINATION_MESSAGE_PATH"
+#: Override for runs outside a pod (tests, local debugging); the operator does not set it.
 WORKDIR_VAR = "KUBETUNE_WORKDIR"
 #: Kubernetes keeps at most 4096 bytes of a termination message.
 TERMINATION_MESSAGE_BYTES = 4096
@@ -77,7 +76,7 @@ def tail_bytes(text: str, limit: int) -> str:
 
 def write_termination_message(message: str) -> None:
     """Write the tail of ``message`` to the termination message file; log (not raise) when impossible."""
-    path = os.environ.get(TERMINATION_MESSAGE_PATH_VAR) or trial_env.TERMINATION_MESSAGE_PATH
+    path = os.environ.get(trial_env.TERMINATION_MESSAGE_PATH_VAR) or trial_env.TERMINATION_MESSAGE_PATH
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(tail_bytes(message, TERMINATION_MESSAGE_BYTES))
