@@ -236,16 +236,24 @@ def test_the_operator_waits_for_the_explore_step_then_restarts_the_trial_with_it
     assert ctl.exploration() is None
 
 
-def test_a_failed_explore_step_keeps_the_donors_config_and_says_so():
+def reported_four_steps(reverse: bool = False) -> tuple[ExperimentController, list[str]]:
+    """A controller whose four trials reported iterations 1 to 4 (trial i's ``acc`` i times the iteration, the
+    trials in reverse order when ``reverse``): the worst one's exploit is decided at 4."""
     ctl = ExperimentController(experiment(), Settings(), b"k" * 32)
     ctl.restore([])
     for m in ctl.plan({}, 1000.0).create_trials:
         ctl.trial_created(m["metadata"]["name"], "uid-" + m["metadata"]["name"])
     ctl.plan({}, 1001.0)
     names = sorted(ctl.trials)
+    order = list(enumerate(names))
     for it in (1, 2, 3, 4):
-        for i, name in enumerate(names):
+        for i, name in reversed(order) if reverse else order:
             ctl.record_results(name, 0, [{"training_iteration": it, "acc": i * it}], None)
+    return ctl, names
+
+
+def test_a_failed_explore_step_keeps_the_donors_config_and_says_so():
+    ctl, names = reported_four_steps()
     worst = names[0]
     donor = ctl.decisions.exploits[worst]["donor"]
     ctl.explored(worst, {"error": "LinAlgError: matrix is singular"})
@@ -293,15 +301,7 @@ def test_the_explorer_hands_a_finished_job_to_the_controller_that_still_wants_it
 def test_an_explore_step_open_when_its_trial_ended_is_journaled_before_the_experiment_ends():
     """A trial whose pod did not hear its pause (the operator was down) runs to its stop; Ray took the explore
     step at the result, so the Experiment stays Running (reason Exploring) until the step is journaled."""
-    ctl = ExperimentController(experiment(), Settings(), b"k" * 32)
-    ctl.restore([])
-    for m in ctl.plan({}, 1000.0).create_trials:
-        ctl.trial_created(m["metadata"]["name"], "uid-" + m["metadata"]["name"])
-    ctl.plan({}, 1001.0)
-    names = sorted(ctl.trials)
-    for it in (1, 2, 3, 4):
-        for i, name in reversed(list(enumerate(names))):
-            ctl.record_results(name, 0, [{"training_iteration": it, "acc": i * it}], None)
+    ctl, names = reported_four_steps(reverse=True)
     job = ctl.exploration()
     ended = {
         f"{name}-0": PodView(
