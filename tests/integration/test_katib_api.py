@@ -6,7 +6,7 @@ trial command runs ``examples/container-trials/mnist.py`` (the stand-in for Kati
 and lines) from this checkout instead of the image's ``/opt/pytorch-mnist/mnist.py``: the process node runs
 commands on this host. Katib's SDK then waits for ``Succeeded`` and reads the optimal trial and every trial, and
 each answer is checked against the native objects that ran it. A Katib Experiment kubetune cannot run is refused
-with the converter's reason, which Katib's SDK raises.
+with the reason, at admission where the CRD's rules see it, else by the operator; Katib's SDK raises with it.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import sklearn
 import yaml
+from kubernetes import client
 
 from devcluster.testkit import wait_for
+from kubetune.sdk.katib_convert import KatibConversionError, convert
 from tests.integration.test_operator import events, get, trials
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +43,11 @@ if action == "delete":
     katib.delete_experiment(name, namespace)
     print(json.dumps({"deleted": name}))
     sys.exit(0)
-katib.create_experiment(experiment, namespace=namespace)
+try:
+    katib.create_experiment(experiment, namespace=namespace)
+except RuntimeError as exc:  # the SDK's message names no reason: the API server's is its cause
+    print(json.dumps({"refused": f"{exc}: {exc.__context__}"}))
+    sys.exit(0)
 try:
     katib.wait_for_experiment_condition(name, namespace, timeout=420, polling_interval=2)
 except RuntimeError as exc:
@@ -132,16 +138,22 @@ def test_katibs_random_example_runs_through_katibs_sdk_and_reads_back_what_kubet
     )
 
 
-def test_a_katib_experiment_kubetune_cannot_run_is_refused_with_the_reason_katibs_sdk_raises(
+def test_what_kubetune_cannot_run_is_refused_at_admission_or_by_the_operator_with_the_reason(
     cluster, operator, custom, core, namespace
 ):
-    katib = katib_example("hp-tuning/hyperband.yaml", namespace)
+    """Katib's hyperband is refused by the CRD's rule, so create_experiment fails with the reason; a reference to
+    the trial's metadata (which only the converter sees) ends Failed, reason ExperimentRefused, which Katib's SDK
+    raises while it waits, with a Refused event and no native Experiment."""
+    out = katib_sdk(katib_example("hp-tuning/hyperband.yaml", namespace), namespace, cluster)
+    assert "Failed to create Katib Experiment" in out["refused"], out
+    assert "spec.algorithm.algorithmName: kubetune does not run Katib's hyperband" in out["refused"], out
+    katib = katib_example("trial-template/trial-metadata-substitution.yaml", namespace)
     out = katib_sdk(katib, namespace, cluster)
-    assert "ExperimentRefused" in out["raised"] and "hyperband is Katib's searcher" in out["raised"], out
+    assert "ExperimentRefused" in out["raised"] and "${trialSpec.Name}" in out["raised"], out
     name = katib["metadata"]["name"]
     assert get(custom, namespace, "experiments", name) == {}  # no native Experiment was created
     found = events(core, namespace, "Refused")
-    assert any(e.involved_object.name == name and "algorithmName: hyperband" in e.message for e in found), found
+    assert any(e.involved_object.name == name and "trialSpec.Name" in e.message for e in found), found
 
 
 # A Katib trial with the Push collector: Katib's own report_metrics() each epoch, nothing of kubetune's inside
@@ -179,3 +191,26 @@ def test_a_push_trial_reports_with_katibs_report_metrics_to_its_own_pod(cluster,
         assert status["iteration"] == 3 and status["lastResult"]["loss"] == round(lr / 3, 6), status
         assert status["lastResult"]["epoch"] == 3
         assert out["details"][name]["metrics"] == {"loss": str(round(lr / 3, 6))}
+
+
+def test_the_crds_rules_admit_every_example_the_converter_runs_and_refuse_only_what_it_refuses(custom, namespace):
+    """Each of Katib's examples, created with the API server's dry run: the CRD's rules refuse none that the converter
+    converts, and each refusal is also one of the converter's (the rules are an early subset of its refusals)."""
+    refused_at_admission = set()
+    for path in sorted(EXAMPLES.rglob("*.yaml")):
+        for doc in [d for d in yaml.safe_load_all(path.read_text()) if d]:
+            doc["metadata"]["namespace"] = namespace
+            try:
+                convert(copy.deepcopy(doc))
+                converts = True
+            except KatibConversionError:
+                converts = False
+            try:
+                custom.create_namespaced_custom_object(
+                    "kubeflow.org", "v1beta1", namespace, "experiments", doc, dry_run="All"
+                )
+            except client.ApiException as exc:
+                assert exc.status == 422 and not converts, (path, exc.body)
+                refused_at_admission.add(path.relative_to(EXAMPLES).as_posix())
+    assert {"hp-tuning/hyperband.yaml", "hp-tuning/simple-pbt.yaml"} <= refused_at_admission
+    assert "metrics-collector/custom-metrics-collector.yaml" in refused_at_admission
