@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 import kopf
@@ -36,6 +37,10 @@ log = logging.getLogger("kubetune.katib")
 PASS_INTERVAL_S = 2.0
 #: ... or this many times the last pass's duration, when longer.
 PASS_SHARE = 5.0
+#: Katib Trials written at once (a create and a status patch each), and at most this many in a pass: the Katib
+#: Experiment's status is written between two such batches.
+MIRROR_WORKERS = 8
+MAX_WRITES_PER_PASS = 800
 #: The native spec fields Katib's budget edits change.
 _BUDGET = ("numSamples", "maxConcurrentTrials", "failure")
 
@@ -70,11 +75,12 @@ def _patch_status(kube: Kube, namespace: str, plural: str, name: str, status: di
     )
 
 
-def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored: dict[str, dict]) -> bool:
+def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored: dict[str, dict]) -> bool | None:
     """One pass over ``katib`` (blocking API calls, on the pool); True once its final status and its Trials' are
-    written. The events to post on ``katib`` go to ``events`` as (type, reason, message): the daemon posts them.
-    ``mirrored`` is the daemon's cache of the Katib Trials' statuses by name, filled from the API when empty: later
-    passes list only the native Trials (a cache that went wrong is emptied and filled again)."""
+    written, None when Katib Trials are left to write (more than :data:`MAX_WRITES_PER_PASS` were due). The events
+    to post on ``katib`` go to ``events`` as (type, reason, message): the daemon posts them. ``mirrored`` is the
+    daemon's cache of the Katib Trials' statuses by name, filled from the API when empty: later passes list only
+    the native Trials (a cache that went wrong is emptied and filled again)."""
     namespace, name = katib["metadata"]["namespace"], katib["metadata"]["name"]
     now = datetime.now(timezone.utc)
     try:
@@ -114,31 +120,33 @@ def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored:
         selector = f"{ka.LABEL_KATIB_EXPERIMENT}={name}"
         for t in _list(kube, ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", selector):
             mirrored[t["metadata"]["name"]] = t.get("status") or {}
-    out = []
+    wants = [ka.katib_trial(katib, trial) for trial in trials]
+    due = [w for w in wants if mirrored.get(w["metadata"]["name"]) != w["status"]]
+
+    def write(want: dict) -> None:  # on the pass's own threads: Katib Trials are written MIRROR_WORKERS at a time
+        trial_name = want["metadata"]["name"]
+        if trial_name not in mirrored:
+            body = {k: v for k, v in want.items() if k != "status"}
+            try:
+                kube.custom.create_namespaced_custom_object(ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", body)
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+            mirrored[trial_name] = {}
+        _patch_status(kube, namespace, "trials", trial_name, want["status"])
+        mirrored[trial_name] = want["status"]
+
     try:
-        for trial in trials:
-            want = ka.katib_trial(katib, trial)
-            trial_name = want["metadata"]["name"]
-            if trial_name not in mirrored:
-                body = {k: v for k, v in want.items() if k != "status"}
-                try:
-                    kube.custom.create_namespaced_custom_object(
-                        ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", body
-                    )
-                except client.ApiException as exc:
-                    if exc.status != 409:
-                        raise
-                mirrored[trial_name] = {}
-            if mirrored[trial_name] != want["status"]:
-                _patch_status(kube, namespace, "trials", trial_name, want["status"])
-                mirrored[trial_name] = want["status"]
-            out.append(want)
+        with ThreadPoolExecutor(MIRROR_WORKERS, thread_name_prefix="katib-mirror") as pool:
+            list(pool.map(write, due[:MAX_WRITES_PER_PASS]))
     except client.ApiException:
         mirrored.clear()  # a Katib Trial deleted or changed behind the cache: read them all again next pass
         raise
-    status = ka.katib_status(katib, native, out, now)
+    status = ka.katib_status(katib, native, wants, now)
     if status != katib.get("status"):
         _patch_status(kube, namespace, "experiments", name, status)
+    if len(due) > MAX_WRITES_PER_PASS:
+        return None  # more Katib Trials to write: the next pass comes after PASS_INTERVAL_S, whatever this one took
     return "completionTime" in status
 
 
@@ -155,7 +163,7 @@ async def serve_katib_experiment(namespace, name, stopped, memo: kopf.Memo, **_)
             if katib is None or katib["metadata"].get("deletionTimestamp"):
                 return
             done = await kube.call(_sync, kube, katib, events, mirrored)
-            failures, took = 0, time.monotonic() - started
+            failures, took = 0, 0.0 if done is None else time.monotonic() - started
         except client.ApiException as exc:
             done, failures = False, failures + 1
             log.warning("Katib Experiment %s/%s: %s (retried)", namespace, name, api_message(exc))
