@@ -10,6 +10,7 @@ starts a cluster.
 from __future__ import annotations
 
 import copy
+import os
 import random
 import time
 
@@ -105,3 +106,16 @@ def population_rows(seed: int, count: int) -> list[list]:
             reward[trial] += lr * 10 + rnd.gauss(0, 0.05) * m
             rows.append([trial, float(iteration), [lr, m], reward[trial]])
     return rows
+
+
+def outside_a_pod(argv: list[str]) -> list[str]:
+    """``argv`` run as on a user's machine, outside any pod: the process node's pods mount their service-account
+    folders on this host, where Kubeflow's SDKs take ``/var/run/secrets/kubernetes.io`` for being in a pod and read
+    its namespace file; a private mount namespace with an empty ``/var/run/secrets`` hides them (unchanged when the
+    folder is absent)."""
+    if not os.path.isdir("/var/run/secrets"):
+        return argv
+    unshare = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        unshare[1:1] = ["--user", "--map-root-user"]
+    return [*unshare, "sh", "-c", 'mount -t tmpfs tmpfs /var/run/secrets && exec "$@"', "sh", *argv]

@@ -29,7 +29,6 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def cluster():
     crds = sorted(str(p) for p in (ROOT / "crds").glob("*.yaml"))
-    crds += sorted(str(p) for p in (ROOT / "crds" / "kubeflow.org").glob("*.yaml"))  # Katib's: test_katib_api.py
     with Cluster(ClusterConfig(node_gpus=[4, 1], crds=crds)) as c:
         yield c
 
@@ -71,7 +70,7 @@ def operator(cluster, tmp_path_factory):
         tmp_path_factory.mktemp("operator") / "operator.log",
         KUBETUNE_OPERATOR_STATUS_WRITE_INTERVAL_S="0.5",
         KUBETUNE_OPERATOR_TRIALS_TERMINATION_GRACE_PERIOD_S="20",
-        KUBETUNE_OPERATOR_KATIB_ENABLED="true",  # Katib's API, served (test_katib_api.py)
+        KUBETUNE_OPERATOR_KATIB_ENABLED="true",  # Katib's API, served (test_katib_api.py installs its CRDs)
     )
     op.start()
     yield op

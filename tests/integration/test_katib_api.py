@@ -16,11 +16,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import sklearn
 import yaml
 from kubernetes import client
 
-from devcluster.testkit import wait_for
+from devcluster.testkit import outside_a_pod, wait_for
 from kubetune.sdk.katib_convert import KatibConversionError, convert
 from tests.integration.test_operator import events, get, trials
 
@@ -75,10 +76,40 @@ print(json.dumps(out))
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def katib_crds(api):
+    """Katib's CRDs for this module only, as the chart's katib.enabled installs them: with them installed, kubectl's
+    plain ``experiments`` and ``trials`` may name Katib's kinds (docs/katib.md), which other tests do not expect."""
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for path in sorted((ROOT / "crds" / "kubeflow.org").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        ext.create_custom_resource_definition(crd)
+        names.append(crd["metadata"]["name"])
+
+    def established(name: str) -> bool:
+        conditions = ext.read_custom_resource_definition(name).status.conditions or ()
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    wait_for(lambda: all(established(n) for n in names), timeout=60, what="Katib's CRDs established")
+    yield
+    for name in names:
+        ext.delete_custom_resource_definition(name)
+
+    def gone(name: str) -> bool:
+        try:
+            ext.read_custom_resource_definition(name)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(lambda: all(gone(n) for n in names), timeout=120, what="Katib's CRDs deleted")
+
+
 def katib_sdk(experiment: dict, namespace: str, cluster, action: str = "run") -> dict:
     """Run :data:`SDK_SCRIPT` with Katib's SDK against the cluster; its JSON output."""
     done = subprocess.run(
-        [str(KATIB_PYTHON), "-c", SDK_SCRIPT, json.dumps(experiment), namespace, action],
+        outside_a_pod([str(KATIB_PYTHON), "-c", SDK_SCRIPT, json.dumps(experiment), namespace, action]),
         env={"KUBECONFIG": cluster.env()["KUBECONFIG"], "PATH": "/usr/bin:/bin", "HOME": "/tmp"},
         capture_output=True,
         text=True,

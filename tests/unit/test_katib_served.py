@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devcluster.testkit import outside_a_pod
 from kubetune_operator import katib_api as ka
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,7 +207,7 @@ def test_katibs_sdk_reads_the_experiment_and_trials_kubetune_writes():
     experiment = copy.deepcopy(source)
     experiment["status"] = ka.katib_status(source, native, [trial], NOW)
     done = subprocess.run(
-        [str(ROOT / ".venv-katib/bin/python"), "-c", READ],
+        outside_a_pod([str(ROOT / ".venv-katib/bin/python"), "-c", READ]),
         input=json.dumps({"experiment": experiment, "trial": trial}),
         capture_output=True,
         text=True,

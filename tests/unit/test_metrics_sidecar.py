@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from devcluster.testkit import ConfigMaps, experiment_object
+from devcluster.testkit import ConfigMaps, experiment_object, outside_a_pod
 from kubetune.env import METRICS_SOURCE
 from kubetune.output_metrics import OutputParser
 from kubetune.runtime.sidecar import EventSource, FileSource, PushSource, make_parser, results, run
@@ -292,9 +292,8 @@ katib.report_metrics({"loss": 0.25}, db_manager_address=f"127.0.0.1:{sys.argv[1]
 
 def katib_report(port: int, trial: str) -> subprocess.CompletedProcess:
     python = Path(__file__).resolve().parents[2] / ".venv-katib" / "bin" / "python"
-    return subprocess.run(
-        [str(python), "-c", KATIB_REPORT, str(port), trial], capture_output=True, text=True, timeout=60
-    )
+    argv = outside_a_pod([str(python), "-c", KATIB_REPORT, str(port), trial])
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
 def test_katibs_report_metrics_is_served_beside_the_push_endpoint_for_this_trial_only():
