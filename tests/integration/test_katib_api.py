@@ -93,6 +93,14 @@ def katib_crds(api):
 
     wait_for(lambda: all(established(n) for n in names), timeout=60, what="Katib's CRDs established")
     yield
+    # every Katib Experiment gone first (its test's namespace is being deleted): kopf's finalizer on each is removed
+    # by the operator, which stops serving a CRD being deleted, so deleting the CRDs first would leave them stuck
+    custom = client.CustomObjectsApi(api)
+
+    def katib_experiments() -> list:
+        return custom.list_cluster_custom_object("kubeflow.org", "v1beta1", "experiments")["items"]
+
+    wait_for(lambda: not katib_experiments(), timeout=180, what="the Katib Experiments deleted with their namespaces")
     for name in names:
         ext.delete_custom_resource_definition(name)
 
