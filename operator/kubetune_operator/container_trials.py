@@ -21,6 +21,7 @@ from kubetune.env import (
     COLLECTOR_URL,
     EXPERIMENT,
     GRACE_PERIOD,
+    KATIB_DB_PORT,
     METRICS_SOURCE,
     NAMESPACE,
     TOKEN,
@@ -70,13 +71,12 @@ PAUSING_SCHEDULERS = ("hyperband", "hyperband_bohb", "pbt", "pbt_replay", "pb2")
 #: ``metricsCollector.port`` when unset (``Push``).
 DEFAULT_PUSH_PORT = 9109
 #: Where Katib's SDK finds katib-db-manager (``kubeflow.katib.report_metrics``), resolved to the pod's loopback
-#: interface for a ``Push`` trial with ``katibDBManager``, and the port it dials there.
+#: interface for a ``Push`` trial with ``katibDBManager`` (the port: :data:`kubetune.env.KATIB_DB_PORT`).
 KATIB_DB_HOSTNAMES = (
     "katib-db-manager.kubeflow",
     "katib-db-manager.kubeflow.svc",
     "katib-db-manager.kubeflow.svc.cluster.local",
 )
-KATIB_DB_PORT = 6789
 #: The volume holding the trial's namespace where Katib's SDK reads it (a service account's folder, with no token).
 KATIB_NAMESPACE_VOLUME = "katib-namespace"
 KATIB_NAMESPACE_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

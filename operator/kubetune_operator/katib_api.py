@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from kubetune.sdk.katib_convert import KatibConversionError, convert
 
 from .labels import LABEL_MANAGED_BY, MANAGED_BY
+from .status import format_time
 
 __all__ = [
     "KATIB_API_VERSION",
@@ -154,20 +155,20 @@ def _condition(type_: str, status: bool, reason: str, message: str, at: str) -> 
     }
 
 
-def _trial_conditions(status: Mapping, created: str) -> tuple[str, list[dict]]:
-    """Katib's kind of the trial (``Created``, ``Running``, ``Succeeded``, ``EarlyStopped``, ``Killed``,
-    ``MetricsUnavailable``, ``Failed``) and its conditions, oldest first."""
+def _trial_conditions(status: Mapping, created: str) -> list[dict]:
+    """A Katib Trial's conditions, oldest first; the last true one is Katib's kind of the trial (``Created``,
+    ``Running``, ``Succeeded``, ``EarlyStopped``, ``Killed``, ``MetricsUnavailable``, ``Failed``)."""
     phase, reason, message = status.get("phase") or "Pending", status.get("reason") or "", status.get("message") or ""
     started = status.get("startTime") or created
     ended = status.get("completionTime") or started
     conditions = [_condition("Created", True, "TrialCreated", "Trial is created", created)]
     if phase == "Pending":
-        return "Created", conditions
+        return conditions
     running = phase in ("Running", "Paused")
     text = "Trial is running" if phase == "Running" else f"Trial is paused ({reason}): {message}".rstrip(": ")
     conditions.append(_condition("Running", running, "TrialRunning", text, started if running else ended))
     if running:
-        return "Running", conditions
+        return conditions
     if phase == "Succeeded" and reason in _KILLED:
         kind, why, text = "Killed", "TrialKilled", f"Trial is killed: its Experiment ended ({reason})"
     elif phase == "Succeeded" and reason == "EarlyStopped":
@@ -179,7 +180,7 @@ def _trial_conditions(status: Mapping, created: str) -> tuple[str, list[dict]]:
     else:
         kind, why, text = "Failed", "TrialFailed", message or f"Trial has failed ({reason})"
     conditions.append(_condition(kind, True, why, text, ended))
-    return kind, conditions
+    return conditions
 
 
 def katib_trial(katib: Mapping, trial: Mapping) -> dict:
@@ -193,8 +194,7 @@ def katib_trial(katib: Mapping, trial: Mapping) -> dict:
     meta, spec, status = trial["metadata"], trial.get("spec") or {}, trial.get("status") or {}
     template = katib["spec"].get("trialTemplate") or {}
     created = meta.get("creationTimestamp") or ""
-    _, conditions = _trial_conditions(status, created)
-    out_status: dict[str, Any] = {"conditions": conditions}
+    out_status: dict[str, Any] = {"conditions": _trial_conditions(status, created)}
     if status.get("startTime"):
         out_status["startTime"] = status["startTime"]
     if status.get("completionTime"):
@@ -238,7 +238,7 @@ def katib_status(katib: Mapping, native: Mapping, trials: list[Mapping], now: da
         ``startTime``, ``completionTime``.
     """
     status, spec = native.get("status") or {}, native.get("spec") or {}
-    at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = format_time(now)
     created = katib["metadata"].get("creationTimestamp") or at
     lists: dict[str, list[str]] = {
         k: [] for k in ("Created", "Running", "Succeeded", "Failed", "Killed", "EarlyStopped", "MetricsUnavailable")
@@ -330,7 +330,7 @@ def _keep_times(old: list[Mapping], new: list[dict]) -> list[dict]:
 def refused_status(katib: Mapping, error: str, now: datetime) -> dict:
     """The status of a Katib Experiment kubetune cannot run: ``Failed`` with reason ``ExperimentRefused`` and the
     converter's reason (which field, and why), so Katib's SDK raises with it instead of waiting."""
-    at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = format_time(now)
     conditions = [
         _condition("Created", False, "ExperimentRefused", error, at),
         _condition("Failed", True, "ExperimentRefused", error, at),

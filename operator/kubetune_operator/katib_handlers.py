@@ -30,7 +30,7 @@ from kubernetes import client
 
 from . import katib_api as ka
 from .kube import Kube, api_message
-from .labels import EXPERIMENT_PLURAL, GROUP, LABEL_EXPERIMENT, TRIAL_PLURAL, VERSION, label_value
+from .labels import EXPERIMENT_PLURAL, GROUP, VERSION
 
 log = logging.getLogger("kubetune.katib")
 #: Seconds between two passes of a Katib Experiment's daemon, ...
@@ -75,6 +75,16 @@ def _patch_status(kube: Kube, namespace: str, plural: str, name: str, status: di
     )
 
 
+def _refuse(kube: Kube, katib: dict, error: str, event: str, now: datetime, events: list) -> bool:
+    """Write ``katib``'s refused status (:func:`~kubetune_operator.katib_api.refused_status`) and its ``Refused``
+    event, once: nothing when that status is written already. True: the daemon is done with it."""
+    status = ka.refused_status(katib, error, now)
+    if status != katib.get("status"):
+        _patch_status(kube, katib["metadata"]["namespace"], "experiments", katib["metadata"]["name"], status)
+        events.append(("Warning", "Refused", event))
+    return True
+
+
 def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored: dict[str, dict]) -> bool | None:
     """One pass over ``katib`` (blocking API calls, on the pool); True once its final status and its Trials' are
     written, None when Katib Trials are left to write (more than :data:`MAX_WRITES_PER_PASS` were due). The events
@@ -86,11 +96,7 @@ def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored:
     try:
         desired = ka.native_experiment(katib)
     except ka.KatibConversionError as exc:
-        status = ka.refused_status(katib, str(exc), now)
-        if status != katib.get("status"):
-            _patch_status(kube, namespace, "experiments", name, status)
-            events.append(("Warning", "Refused", f"kubetune cannot run this Experiment: {exc}"))
-        return True
+        return _refuse(kube, katib, str(exc), f"kubetune cannot run this Experiment: {exc}", now, events)
     native = _get(kube, GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name)
     if native is None:
         try:
@@ -102,20 +108,16 @@ def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored:
         return False
     if not ka.serves(native, katib):
         error = f"a kubetune Experiment {namespace}/{name} exists that does not run this Katib Experiment"
-        status = ka.refused_status(katib, error, now)
-        if status != katib.get("status"):
-            _patch_status(kube, namespace, "experiments", name, status)
-            events.append(("Warning", "Refused", error))
-        return True
+        return _refuse(kube, katib, error, error, now, events)
     budget = {k: desired["spec"].get(k) for k in _BUDGET if native["spec"].get(k) != desired["spec"].get(k)}
     if budget:
         kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name, {"spec": budget})
-    uid = native["metadata"]["uid"]
-    trials = [
-        t
-        for t in _list(kube, GROUP, VERSION, namespace, TRIAL_PLURAL, f"{LABEL_EXPERIMENT}={label_value(name)}")
-        if any(r.get("uid") == uid for r in t["metadata"].get("ownerReferences") or ())
-    ]
+    trials, token = [], None
+    while True:  # the native Experiment's Trials (Kube.list_trials: its label, owned by it), a page at a time
+        page, token = kube.list_trials(namespace, name, native["metadata"]["uid"], token)
+        trials += page
+        if token is None:
+            break
     if not mirrored:
         selector = f"{ka.LABEL_KATIB_EXPERIMENT}={name}"
         for t in _list(kube, ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "trials", selector):

@@ -85,6 +85,9 @@ CONFIG_PATH = f"{ATTEMPT_DIR}/{CONFIG_KEY}"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: ... or the file this variable names: runs outside a pod (tests, local debugging); the operator does not set it.
 TERMINATION_MESSAGE_PATH_VAR = "KUBETUNE_TERMINATION_MESSAGE_PATH"
+#: The port Katib's SDK dials katib-db-manager on (``kubeflow.katib.report_metrics``): a ``Push`` trial's metrics
+#: sidecar serves Katib's ``ReportObservationLog`` there with ``metricsCollector.katibDBManager``.
+KATIB_DB_PORT = 6789
 #: Path of the results endpoint on the operator's collector. The runtime POSTs
 #: JSON ``{"namespace", "experiment", "trial", "attempt": int, "results": [result, ...],
 #: "checkpoint": {"uri", "iteration"} | null, "done": bool, "stalled": {"reason", "message"}, "explored": config}`` with

@@ -19,10 +19,12 @@ from typing import Callable
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from kubetune.env import KATIB_DB_PORT
+
 __all__ = ["PORT", "SERVICE", "serve"]
 
 #: Where Katib's SDK dials by default (``katib-db-manager.kubeflow:6789``); the pod resolves that name to 127.0.0.1.
-PORT = 6789
+PORT = KATIB_DB_PORT
 #: Katib's gRPC service name.
 SERVICE = "api.v1.beta1.DBManager"
 _STRING, _MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_STRING, descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
