@@ -2,7 +2,8 @@
 
 A test against the local cluster or the real node that fails gets one more section in its report, right after
 its traceback: the Experiments of its namespace (phase, conditions, trial counts), each Trial's phase, reason,
-attempt, iteration and message, the namespace's last Warning events, and the tail of the operator's log (the
+attempt, iteration and message, each pod's phase and container states (with the last log lines of a pod that did
+not end), the namespace's last Warning events, and the tail of the operator's log (the
 test's :class:`devcluster.operator.OperatorProcess`, or the chart's operator pod on the real node). So a flaky
 failure in CI is diagnosed from CI's output alone. Tests without a cluster (``tests/unit``) use none of the
 fixtures it reads and get nothing added. Reading the cluster is bounded (a few requests with a 10 s timeout
@@ -17,6 +18,7 @@ import pytest
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 MAX_TRIALS, MAX_EVENTS, LOG_LINES = 40, 15, 40
+MAX_PODS, POD_LOG_LINES = 20, 8
 TIMEOUT_S = 10
 
 
@@ -36,7 +38,7 @@ def cluster_state(fixtures: dict) -> str:
     custom, core = fixtures.get("custom"), fixtures.get("core")
     lines: list[str] = []
     if isinstance(namespace, str) and custom is not None and core is not None:
-        for part, api in ((_experiments, custom), (_trials, custom), (_events, core)):
+        for part, api in ((_experiments, custom), (_trials, custom), (_pods, core), (_events, core)):
             try:
                 lines += part(api, namespace)
             except Exception as exc:  # noqa: BLE001 - the section says what it could not read
@@ -66,6 +68,42 @@ def _trials(custom, namespace: str) -> list[str]:
         shown = {k: status[k] for k in keys if status.get(k) is not None}
         lines.append(f"  {trial['metadata']['name']}: {json.dumps(shown, default=str)[:300]}")
     return lines
+
+
+def _pods(core, namespace: str) -> list[str]:
+    found = core.list_namespaced_pod(namespace, _request_timeout=TIMEOUT_S)
+    items = sorted(found.items, key=lambda p: p.metadata.name)
+    lines = [f"Pods: {len(items)}" + (f" (the first {MAX_PODS})" if len(items) > MAX_PODS else "")]
+    for pod in items[:MAX_PODS]:
+        status = pod.status
+        states = [
+            f"{c.name}={_container_state(c.state)}"
+            for c in (status.init_container_statuses or []) + (status.container_statuses or [])
+        ]
+        deleting = " deleting" if pod.metadata.deletion_timestamp else ""
+        lines.append(f"  {pod.metadata.name}: {status.phase}{deleting} {' '.join(states)}")
+        if status.phase in ("Pending", "Running"):  # what a pod that did not end was doing
+            for c in status.container_statuses or []:
+                if c.state and c.state.running:
+                    text = core.read_namespaced_pod_log(
+                        pod.metadata.name,
+                        namespace,
+                        container=c.name,
+                        tail_lines=POD_LOG_LINES,
+                        _request_timeout=TIMEOUT_S,
+                    )
+                    lines += [f"    {c.name}: {line[:200]}" for line in text.splitlines()]
+    return lines
+
+
+def _container_state(state) -> str:
+    if state is None:
+        return "?"
+    if state.terminated:
+        return f"terminated({state.terminated.exit_code},{state.terminated.reason})"
+    if state.waiting:
+        return f"waiting({state.waiting.reason})"
+    return "running" if state.running else "?"
 
 
 def _events(core, namespace: str) -> list[str]:

@@ -28,7 +28,7 @@ from kubetune.env import (
     TRIAL,
 )
 
-from .labels import RESTORE_CONTAINER
+from .labels import METRICS_SIDECAR, RESTORE_CONTAINER
 
 __all__ = [
     "CHECKPOINT_VOLUME",
@@ -51,8 +51,6 @@ __all__ = [
     "trial_container",
 ]
 
-#: The name of the metrics sidecar (an init container with ``restartPolicy: Always``) in a container trial's pod.
-METRICS_SIDECAR = "kubetune-metrics"
 #: The emptyDir the trial's container shares with the sidecar (``File``, ``TensorFlowEvent``); ``template.volumes``
 #: may not use the name.
 METRICS_VOLUME = "kubetune-metrics"

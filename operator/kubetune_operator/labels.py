@@ -41,6 +41,8 @@ FINALIZER = "kubetune.io/finalizer"
 TRIAL_CONTAINER = "trial"
 #: The init container that restores a container trial's checkpoint folder before the trial's container starts.
 RESTORE_CONTAINER = "kubetune-restore"
+#: The metrics sidecar (an init container with ``restartPolicy: Always``) in a container trial's pod.
+METRICS_SIDECAR = "kubetune-metrics"
 
 #: Longest name :func:`trial_name` returns: leaves room for ``-<attempt>`` (up to 6 digits)
 #: in the pod name within a DNS-1123 label's 63 characters.

@@ -14,7 +14,15 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from .labels import LABEL_ATTEMPT, LABEL_RANK, LABEL_TRIAL, LABEL_WORLD_SIZE, RESTORE_CONTAINER, TRIAL_CONTAINER
+from .labels import (
+    LABEL_ATTEMPT,
+    LABEL_RANK,
+    LABEL_TRIAL,
+    LABEL_WORLD_SIZE,
+    METRICS_SIDECAR,
+    RESTORE_CONTAINER,
+    TRIAL_CONTAINER,
+)
 
 #: Why a pod cannot start that a user must act on: the scheduler's verdict, and container waiting reasons.
 WAITING_CAUSES = (
@@ -76,6 +84,7 @@ class PodView:
     lingering: bool = False  # the trial container ended but other containers of the pod still run (it is deleted)
     restored_iteration: int | None = None  # a container trial's checkpoint folder was restored at it (0: nothing)
     restore_failed: bool = False  # that restore failed: the trial's container never ran, and printed nothing
+    sidecar_exit: int | None = None  # a container trial's metrics sidecar ended with it (0: its last batch was taken)
 
 
 def pod_view(pod: Mapping) -> PodView:
@@ -127,6 +136,8 @@ def pod_view(pod: Mapping) -> PodView:
             view.reason = term.get("reason") if term.get("reason") not in (None, "Completed", "Error") else view.reason
     for cs in status.get("initContainerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") == METRICS_SIDECAR and term:  # kubetune.runtime.sidecar exits 0 once its "done" was taken
+            view.sidecar_exit = term.get("exitCode")
         if cs.get("name") != RESTORE_CONTAINER or not term:
             continue
         if term.get("exitCode") == 0:  # its message: {"uri", "iteration"} (kubetune.runtime.checkpoint_folder)

@@ -94,7 +94,26 @@ class TrialLifecycle:
         return known
 
     def _output_pending(self, plan: Plan, trial: TrialState, pod: PodView, now: float) -> bool:
-        """Whether the outcome of container-trial pod ``pod``, ended, waits for its output to be read to its end."""
+        """Whether the outcome of container-trial pod ``pod``, ended, waits for its output to be read to its end.
+
+        The sidecar's part is read from the pod's status once the sidecar ended, since its last batch reached an
+        operator that may have restarted since (the collector's word lives in memory, the pod's status does not):
+        it exits 0 only once that batch, marked ``done``, was committed. One that ended otherwise sends nothing
+        more: the trial ends on what was taken, and an event says so. The log is read again by a restarted
+        operator, so its wait starts again with it."""
+        if pod.sidecar_exit is not None and not self.read_by(pod.name, "sidecar"):
+            self.read_to_end(pod.name, "sidecar")
+            if pod.sidecar_exit != 0:
+                plan.events.append(
+                    (
+                        trial.name,
+                        "Warning",
+                        "OutputNotRead",
+                        f"the metrics sidecar of pod {pod.name} ended with exit code {pod.sidecar_exit} before its "
+                        f"last batch was taken; the trial ends on the {trial.status.get('iteration') or 0} result(s) "
+                        "taken",
+                    )
+                )
         if self.read_by(pod.name) or pod.restore_failed:  # read, or nothing ran that could write
             return False
         since = self.ended_at.setdefault(pod.name, now)

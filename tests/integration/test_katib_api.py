@@ -253,3 +253,72 @@ def test_the_crds_rules_admit_every_example_the_converter_runs_and_refuse_only_w
                 refused_at_admission.add(path.relative_to(EXAMPLES).as_posix())
     assert {"hp-tuning/hyperband.yaml", "hp-tuning/simple-pbt.yaml"} <= refused_at_admission
     assert "metrics-collector/custom-metrics-collector.yaml" in refused_at_admission
+
+
+# Katib's KatibClient.tune() with a function of the user's (its "custom objective" path): Katib's SDK writes the
+# function's source into a Job's `bash -c` script that runs it with the trial's parameters and reads what it prints
+# (StdOut, tune's default collector). argv[1]: the namespace. Prints the trials' parameters and metrics as JSON.
+TUNE_SCRIPT = """
+import json, sys
+import kubeflow.katib as katib
+from kubeflow.katib import KatibClient
+
+
+def objective(parameters):
+    lr = float(parameters["lr"])
+    for epoch in range(1, 4):
+        print(f"epoch={epoch} loss={round(lr / epoch, 6)}", flush=True)
+
+
+namespace = sys.argv[1]
+client = KatibClient(namespace=namespace)
+client.tune(
+    name="tuned",
+    objective=objective,
+    base_image="kubetune/trial-python:0.1.0",
+    parameters={"lr": katib.search.double(min=0.01, max=0.05)},
+    objective_metric_name="loss",
+    objective_type="minimize",
+    max_trial_count=3,
+    parallel_trial_count=3,
+    resources_per_trial={"cpu": "100m", "memory": "200Mi"},
+)
+client.wait_for_experiment_condition("tuned", namespace, timeout=300, polling_interval=2)
+best = client.get_optimal_hyperparameters("tuned", namespace)
+details = {
+    d["name"]: {
+        "assignments": {p.name: p.value for p in d["parameter_assignments"]},
+        "metrics": {m.name: m.latest for m in d["metrics"]},
+    }
+    for d in client.get_success_trial_details("tuned", namespace)
+}
+print(json.dumps({"best": best.best_trial_name, "details": details}))
+"""
+
+
+def test_katibs_tune_runs_a_users_function_as_katib_would(cluster, operator, custom, namespace, tmp_path):
+    """KatibClient.tune(objective=...) needs the function's source in a file (Katib's SDK reads it with inspect):
+    the Katib Experiment it creates (a Job running `bash -c` with the function inlined, StdOut) runs unchanged."""
+    script = tmp_path / "tune_with_katib.py"
+    script.write_text(TUNE_SCRIPT)
+    done = subprocess.run(
+        outside_a_pod([str(KATIB_PYTHON), str(script), namespace]),
+        env={"KUBECONFIG": cluster.env()["KUBECONFIG"], "PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    katib = custom.get_namespaced_custom_object("kubeflow.org", "v1beta1", namespace, "experiments", "tuned")
+    (container,) = katib["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["bash", "-c"] and "def objective(parameters):" in container["args"][0]
+    ran = trials(custom, namespace)
+    assert len(ran) == 3 and sorted(out["details"]) == sorted(ran)
+    for name, trial in ran.items():
+        lr, status = trial["spec"]["config"]["lr"], trial["status"]
+        assert status["phase"] == "Succeeded" and status["iteration"] == 3, (name, status)
+        assert out["details"][name]["metrics"] == {"loss": str(round(lr / 3, 6))}
+        assert out["details"][name]["assignments"] == {"lr": repr(lr)}
+    best = min(ran, key=lambda n: ran[n]["status"]["metricValue"])
+    assert out["best"] == best

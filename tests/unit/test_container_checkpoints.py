@@ -141,6 +141,48 @@ def test_an_ended_stdout_trial_with_a_folder_waits_for_its_log_and_its_sidecar()
     assert ctl.trials["boxes-00000"].phase == "Succeeded"
 
 
+def test_the_sidecars_exit_code_on_the_pod_is_its_last_word_for_an_operator_that_restarted_since():
+    # the operator that took the sidecar's "done" was killed before the pod's end; a new one reads the pod's status
+    def body(sidecar_state):
+        statuses = [
+            {"name": RESTORE_CONTAINER, "state": {"terminated": {"exitCode": 0, "message": '{"iteration": 0}'}}},
+            {"name": METRICS_SIDECAR, "state": sidecar_state},
+        ]
+        return {
+            "metadata": {
+                "name": "boxes-00000-0",
+                "labels": {"kubetune.io/trial": "boxes-00000", "kubetune.io/attempt": "0"},
+            },
+            "status": {
+                "phase": "Succeeded",
+                "initContainerStatuses": statuses,
+                "containerStatuses": [{"name": "trial", "state": {"terminated": {"exitCode": 0}}}],
+            },
+        }
+
+    assert pod_view(body({"running": {}})).sidecar_exit is None
+    for code in (0, 1):
+        ctl = ExperimentController(experiment(checkpoint={"path": "/ck"}), Settings(), KEY)
+        plan = ctl.plan({}, 1e9)
+        ctl.trial_created(plan.create_trials[0]["metadata"]["name"], "uid-0")
+        ctl.plan({}, 1e9 + 1)
+        ctl.plan(
+            {"boxes-00000-0": PodView("boxes-00000-0", "boxes-00000", 0, "Running", restored_iteration=0)}, 1e9 + 1
+        )
+        ctl.record_results("boxes-00000", 0, [{"loss": 1.0, "training_iteration": 1}], None)
+        ended = {"boxes-00000-0": pod_view(body({"terminated": {"exitCode": code}}))}
+        assert ended["boxes-00000-0"].sidecar_exit == code
+        warned = [e for e in ctl.plan(ended, 1e9 + 2).events if e[2] == "OutputNotRead"]
+        assert ctl.trials["boxes-00000"].phase == "Running"  # the log is read again by this operator
+        ctl.output_read_to_end("boxes-00000-0", "log")
+        ctl.plan(ended, 1e9 + 3)
+        assert ctl.trials["boxes-00000"].phase == "Succeeded"  # no wait for a sidecar that can send no more
+        if code:  # its last batch was not taken: the trial ends on what was, and says so
+            assert "the metrics sidecar of pod boxes-00000-0 ended with exit code 1" in warned[0][3]
+        else:
+            assert not warned
+
+
 # ----- the folder ----------------------------------------------------------------------------------------------------
 def folder_spec(tmp_path, restore_from=None, **kw) -> FolderSpec:
     for name in ("ck", "state"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tests.conftest import LOG_LINES, cluster_state
+from tests.conftest import LOG_LINES, POD_LOG_LINES, cluster_state
 
 
 class Custom:
@@ -27,13 +27,36 @@ class Core:
         event.reason, event.message = "TrialNameTaken", "exp-00000 already exists"
         return SimpleNamespace(items=[event])
 
+    def list_namespaced_pod(self, namespace, _request_timeout=None):
+        def container(name, **state):
+            full = {"running": None, "terminated": None, "waiting": None, **state}
+            return SimpleNamespace(name=name, state=SimpleNamespace(**full))
+
+        done = SimpleNamespace(exit_code=0, reason="Completed")
+        running = SimpleNamespace(
+            phase="Running",
+            init_container_statuses=[container("restore", terminated=done), container("metrics", running=True)],
+            container_statuses=[container("trial", running=True)],
+        )
+        ended = SimpleNamespace(phase="Succeeded", init_container_statuses=None, container_statuses=[])
+        return SimpleNamespace(
+            items=[
+                SimpleNamespace(metadata=SimpleNamespace(name="exp-00001", deletion_timestamp=None), status=ended),
+                SimpleNamespace(metadata=SimpleNamespace(name="exp-00000", deletion_timestamp="now"), status=running),
+            ]
+        )
+
+    def read_namespaced_pod_log(self, name, namespace, container=None, tail_lines=None, _request_timeout=None):
+        assert (name, container) == ("exp-00000", "trial")
+        return "\n".join(f"epoch={i}" for i in range(12)[-tail_lines:])
+
 
 class Down:
     def list_namespaced_custom_object(self, *args, **kwargs):
         raise ConnectionError("the API server is gone")
 
 
-def test_the_section_shows_conditions_trials_warnings_and_the_operator_log_tail(tmp_path):
+def test_the_section_shows_conditions_trials_pods_warnings_and_the_operator_log_tail(tmp_path):
     log = tmp_path / "operator.log"
     log.write_text("\n".join(f"line {i}" for i in range(100)))
     text = cluster_state({"namespace": "t-1", "custom": Custom(), "core": Core(), "operator": SimpleNamespace(log=log)})
@@ -42,6 +65,13 @@ def test_the_section_shows_conditions_trials_warnings_and_the_operator_log_tail(
     assert "    Ready=False InvalidSpec: bad domain" in lines
     assert '  exp-00000: {"phase": "Pending", "attempt": 0}' in lines
     assert "  exp: TrialNameTaken: exp-00000 already exists" in lines
+    pods = lines.index("Pods: 2")
+    assert (
+        lines[pods + 1] == "  exp-00000: Running deleting restore=terminated(0,Completed) metrics=running trial=running"
+    )
+    # the log tail of a pod that did not end, of its running regular containers
+    assert lines[pods + 2 : pods + 2 + POD_LOG_LINES] == [f"    trial: epoch={i}" for i in range(4, 12)]
+    assert "  exp-00001: Succeeded " in lines
     assert lines[-LOG_LINES:] == [f"line {i}" for i in range(100 - LOG_LINES, 100)]
 
 
