@@ -403,6 +403,7 @@ def _container_trial_pod(
         trainable.get("args") or (),
         user_env,
         trial["spec"].get("config") or {},
+        {"name": name_of_trial, "namespace": namespace},
     )
     container["resources"] = pod_resources(spec.get("resourcesPerTrial"))
     if template.get("envFrom"):

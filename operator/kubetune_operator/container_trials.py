@@ -41,6 +41,8 @@ __all__ = [
     "STATE_VOLUME",
     "REFERENCE",
     "SIDECAR_COMMAND",
+    "TRIAL_KEYS",
+    "TRIAL_REFERENCE",
     "checkpoint_path",
     "folder_env",
     "metrics_sidecar",
@@ -49,6 +51,7 @@ __all__ = [
     "shared_folder",
     "substitute",
     "trial_container",
+    "trial_references",
 ]
 
 #: The emptyDir the trial's container shares with the sidecar (``File``, ``TensorFlowEvent``); ``template.volumes``
@@ -84,16 +87,30 @@ SIDECAR_COMMAND = ("python", "-m", "kubetune.runtime.sidecar")
 SIDECAR_RESOURCES = {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
 #: A parameter reference: ``${trialParameters.lr}`` or ``${config.optimizer.lr}``.
 REFERENCE = re.compile(r"\$\{(trialParameters|config)\.([A-Za-z0-9_][A-Za-z0-9_.\-]*)\}")
+#: A reference to the trial itself (what Katib's ``${trialSpec.Name}`` and ``${trialSpec.Namespace}`` name), any key.
+TRIAL_REFERENCE = re.compile(r"\$\{trial\.([^}]*)\}")
+#: The keys of :data:`TRIAL_REFERENCE`: the Trial's name and namespace.
+TRIAL_KEYS = ("name", "namespace")
+
+
+def _texts(spec: Mapping[str, Any]) -> list[str]:
+    """Where references are substituted: ``trainable.command``, ``trainable.args`` and the string ``value`` of
+    ``template.env`` items, in order."""
+    trainable, env = spec.get("trainable") or {}, (spec.get("template") or {}).get("env") or []
+    texts = [*(trainable.get("command") or ()), *(trainable.get("args") or ())]
+    return texts + [e["value"] for e in env if isinstance(e.get("value"), str)]
 
 
 def references(spec: Mapping[str, Any]) -> list[str]:
-    """The parameter paths (``["lr", "optimizer.lr"]``) an Experiment's ``spec`` refers to where they are substituted:
-    ``trainable.command``, ``trainable.args`` and the string ``value`` of ``template.env`` items; in order, repeats
+    """The parameter paths (``["lr", "optimizer.lr"]``) an Experiment's ``spec`` refers to where they are substituted
+    (:func:`_texts`); in order, repeats kept."""
+    return [m.group(2) for text in _texts(spec) for m in REFERENCE.finditer(text)]
+
+
+def trial_references(spec: Mapping[str, Any]) -> list[str]:
+    """The keys of the ``${trial.KEY}`` references of an Experiment's ``spec`` (:func:`_texts`); in order, repeats
     kept."""
-    trainable, env = spec.get("trainable") or {}, (spec.get("template") or {}).get("env") or []
-    texts = [*(trainable.get("command") or ()), *(trainable.get("args") or ())]
-    texts += [e["value"] for e in env if isinstance(e.get("value"), str)]
-    return [m.group(2) for text in texts for m in REFERENCE.finditer(text)]
+    return [m.group(1) for text in _texts(spec) for m in TRIAL_REFERENCE.finditer(text)]
 
 
 def _lookup(config: Mapping[str, Any], path: str) -> Any:
@@ -107,13 +124,23 @@ def _lookup(config: Mapping[str, Any], path: str) -> Any:
     return value
 
 
-def substitute(text: str, config: Mapping[str, Any]) -> str:
+def substitute(text: str, config: Mapping[str, Any], trial: Mapping[str, str] | None = None) -> str:
     """``text`` with each parameter reference replaced by the value in ``config``: a string as it is, any other
-    value as compact JSON (``0.01``, ``true``, ``[1, 2]``).
+    value as compact JSON (``0.01``, ``true``, ``[1, 2]``); and, with ``trial`` (``{"name", "namespace"}``), each
+    ``${trial.name}`` and ``${trial.namespace}`` by the Trial's (first: a parameter's value is not read again).
 
     Raises:
-        ValueError: a reference to a parameter that is not in ``config`` (the message names it).
+        ValueError: a reference to a parameter that is not in ``config``, or a ``${trial.KEY}`` of another key
+            (the message names it).
     """
+    if trial is not None:
+
+        def trial_value(match: re.Match) -> str:
+            if match.group(1) not in TRIAL_KEYS:
+                raise ValueError(f"{match.group(0)}: a trial reference names the trial's name or namespace")
+            return trial[match.group(1)]
+
+        text = TRIAL_REFERENCE.sub(trial_value, text)
 
     def value(match: re.Match) -> str:
         try:
@@ -126,10 +153,17 @@ def substitute(text: str, config: Mapping[str, Any]) -> str:
 
 
 def trial_container(
-    name: str, image: str, command: Iterable[str], args: Iterable[str], env: list, config: Mapping[str, Any]
+    name: str,
+    image: str,
+    command: Iterable[str],
+    args: Iterable[str],
+    env: list,
+    config: Mapping[str, Any],
+    trial: Mapping[str, str],
 ) -> dict:
     """The trial container of a container trial: ``image`` running ``command`` and ``args`` with ``config``'s
-    values substituted, ``env`` (``template.env``) substituted in its ``value`` fields, and the *restricted* Pod
+    values and ``trial``'s name and namespace substituted (:func:`substitute`), ``env`` (``template.env``)
+    substituted in its ``value`` fields, and the *restricted* Pod
     Security settings of a container (no privilege escalation, every capability dropped). No variable, volume
     or file of kubetune's is added, and the image's own filesystem stays as it is (writable, unlike the runtime's:
     a user's image may write where it runs).
@@ -140,22 +174,25 @@ def trial_container(
         command, args: ``spec.trainable.command`` and ``args``.
         env: ``spec.template.env`` (``{"name", "value"}`` or ``{"name", "valueFrom"}`` items).
         config: the trial's config.
+        trial: ``{"name", "namespace"}`` of the Trial.
 
     Raises:
-        ValueError: a reference to a parameter not in ``config``.
+        ValueError: as :func:`substitute`.
     """
     container = {
         "name": name,
         "image": image,
-        "command": [substitute(c, config) for c in command],
+        "command": [substitute(c, config, trial) for c in command],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
-    args = [substitute(a, config) for a in args]
+    args = [substitute(a, config, trial) for a in args]
     if args:
         container["args"] = args
     if env:
         container["env"] = [
-            {**item, "value": substitute(item["value"], config)} if isinstance(item.get("value"), str) else dict(item)
+            {**item, "value": substitute(item["value"], config, trial)}
+            if isinstance(item.get("value"), str)
+            else dict(item)
             for item in env
         ]
     return container

@@ -21,7 +21,14 @@ from kubetune.output_metrics import FORMATS, metrics_format_problem
 from kubetune.resultkeys import check_mode, objectives, spec_objectives
 from kubetune.stop_criteria import is_threshold
 
-from .container_trials import DEFAULT_PUSH_PORT, checkpoint_path, references, shared_folder
+from .container_trials import (
+    DEFAULT_PUSH_PORT,
+    TRIAL_KEYS,
+    checkpoint_path,
+    references,
+    shared_folder,
+    trial_references,
+)
 from .status import parse_duration
 
 RETENTION = ("Retain", "Delete")
@@ -290,6 +297,12 @@ def _container_trial(spec: Mapping[str, Any]) -> ContainerTrial | None:
         raise ValueError(
             f"spec.trainable refers to parameters that are not in spec.config: {', '.join(unknown)} "
             "(${trialParameters.NAME} and ${config.NAME} name a key of spec.config)"
+        )
+    unknown = sorted({key for key in trial_references(spec) if key not in TRIAL_KEYS})
+    if unknown:
+        raise ValueError(
+            f"spec.trainable refers to the trial by {', '.join(unknown)}: "
+            "${trial.name} and ${trial.namespace} are the trial's references"
         )
     key = collector.get("iterationKey")
     folder = checkpoint_path(spec)

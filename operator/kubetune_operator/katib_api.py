@@ -10,7 +10,9 @@ Owns the mapping both ways, as pure functions of the objects:
   label that Katib's SDK selects Trials by;
 * :func:`katib_status`: the Katib Experiment's status (conditions and reasons, ``currentOptimalTrial``, the trial
   counts and name lists, ``startTime``/``completionTime``) from the native Experiment and the mirrored Trials;
-* :func:`refused_status`: the status of a Katib Experiment kubetune cannot run, with the reason.
+* :func:`refused_status`: the status of a Katib Experiment kubetune cannot run, with the reason;
+* :func:`template_source` and :func:`with_template`: a ``trialTemplate.configMap``'s ConfigMap, and the Katib
+  Experiment with the trial template it holds put inline (the daemon reads the ConfigMap).
 
 Called by :mod:`kubetune_operator.katib_handlers`, whose daemon keeps the objects in step. Everything here is
 derived from the API's objects, so a restarted operator computes the same objects and writes nothing new.
@@ -22,6 +24,8 @@ import copy
 import math
 from datetime import datetime
 from typing import Any, Mapping
+
+import yaml
 
 from kubetune.sdk.katib_convert import KatibConversionError, convert
 
@@ -39,6 +43,8 @@ __all__ = [
     "native_experiment",
     "refused_status",
     "serves",
+    "template_source",
+    "with_template",
 ]
 
 KATIB_GROUP = "kubeflow.org"
@@ -48,6 +54,8 @@ KATIB_API_VERSION = f"{KATIB_GROUP}/{KATIB_VERSION}"
 LABEL_KATIB_EXPERIMENT = "katib.kubeflow.org/experiment"
 #: Label on the native Experiment that runs a Katib Experiment: the Katib Experiment's name.
 LABEL_SERVED_FOR = "kubetune.io/katib-experiment"
+#: The label a ConfigMap of trial templates must have (Katib's rule: its manifests label their shared templates so).
+TRIAL_TEMPLATES_LABEL = ("katib.kubeflow.org/component", "trial-templates")
 #: The native Experiment's end reasons (status.experiment_phase) -> Katib's condition (type, reason, message).
 _ENDS = {
     "GoalReached": (
@@ -67,6 +75,52 @@ _ENDS = {
 }
 #: Native trial reasons of a trial stopped because its Experiment ended (Katib deletes such trials: Killed).
 _KILLED = ("GoalReached", "TimeBudgetExhausted", "MaxFailedTrialsExceeded", "StopperStoppedAll")
+
+
+def template_source(katib: Mapping) -> tuple[str, str] | None:
+    """``(namespace, name)`` of the ConfigMap ``katib``'s ``spec.trialTemplate.configMap`` names (its namespace:
+    ``configMapNamespace``, else the Experiment's), or None for an inline ``trialSpec``.
+
+    Raises:
+        KatibConversionError: the ConfigMap's name or ``templatePath`` is missing.
+    """
+    source = ((katib.get("spec") or {}).get("trialTemplate") or {}).get("configMap")
+    if not isinstance(source, Mapping):
+        return None
+    if not source.get("configMapName") or not source.get("templatePath"):
+        raise KatibConversionError("spec.trialTemplate.configMap: configMapName and templatePath are required")
+    return source.get("configMapNamespace") or katib["metadata"]["namespace"], source["configMapName"]
+
+
+def with_template(katib: Mapping, config_map: Mapping | None) -> dict:
+    """``katib`` (a copy) with its ``trialTemplate.configMap`` replaced by the ``trialSpec`` it names, as Katib's
+    controller reads it: the YAML under ``templatePath`` in ``config_map`` (the ConfigMap object of
+    :func:`template_source`, None when there is none), which must carry :data:`TRIAL_TEMPLATES_LABEL`.
+
+    Raises:
+        KatibConversionError: the ConfigMap is missing, lacks the label or the key, or the key holds no YAML mapping.
+    """
+    katib = copy.deepcopy(dict(katib))
+    template = katib["spec"]["trialTemplate"]
+    source = template.pop("configMap")
+    namespace = source.get("configMapNamespace") or katib["metadata"]["namespace"]
+    where = f"spec.trialTemplate.configMap: {namespace}/{source['configMapName']}"
+    if config_map is None:
+        raise KatibConversionError(f"{where}: no such ConfigMap")
+    key, value = TRIAL_TEMPLATES_LABEL
+    if ((config_map.get("metadata") or {}).get("labels") or {}).get(key) != value:
+        raise KatibConversionError(f"{where}: needs the label {key}: {value}, as Katib's trial templates")
+    text = (config_map.get("data") or {}).get(source["templatePath"])
+    if text is None:
+        raise KatibConversionError(f"{where}: no key {source['templatePath']!r} (templatePath)")
+    try:
+        trial_spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise KatibConversionError(f"{where}: {source['templatePath']} is not YAML: {exc}") from None
+    if not isinstance(trial_spec, dict):
+        raise KatibConversionError(f"{where}: {source['templatePath']} holds no object")
+    template["trialSpec"] = trial_spec
+    return katib
 
 
 def native_experiment(katib: Mapping) -> dict:

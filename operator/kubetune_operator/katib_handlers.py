@@ -4,9 +4,10 @@ Registered by ``python -m kubetune_operator`` only when ``katib.enabled`` is set
 which also installs Katib's CRDs). One daemon per Katib Experiment, every :data:`PASS_INTERVAL_S` (longer for an
 Experiment whose pass takes long: :data:`PASS_SHARE`):
 
-1. converts it (:func:`kubetune_operator.katib_api.native_experiment`) and creates the native Experiment that runs
-   it, under its name and owned by it; a Katib Experiment kubetune cannot run gets ``Failed`` with reason
-   ``ExperimentRefused`` and the converter's reason, and a ``Refused`` event; its budget (``maxTrialCount``,
+1. converts it (:func:`kubetune_operator.katib_api.native_experiment`; a ``trialTemplate.configMap``'s template read
+   from its ConfigMap first) and creates the native Experiment that runs it, under its name and owned by it; a
+   Katib Experiment kubetune cannot run gets ``Failed`` with reason ``ExperimentRefused`` and the converter's
+   reason, and a ``Refused`` event; its budget (``maxTrialCount``,
    ``parallelTrialCount``, ``maxFailedTrialCount``, as Katib's SDK ``edit_experiment_budget`` changes it) is
    carried to the native spec;
 2. mirrors each native Trial as a Katib Trial (:func:`~kubetune_operator.katib_api.katib_trial`);
@@ -69,6 +70,16 @@ def _list(kube: Kube, group: str, version: str, namespace: str, plural: str, sel
             return items
 
 
+def _config_map(kube: Kube, namespace: str, name: str) -> dict | None:
+    try:
+        resp = kube.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return json.loads(resp.data)
+
+
 def _patch_status(kube: Kube, namespace: str, plural: str, name: str, status: dict) -> None:
     kube.custom.patch_namespaced_custom_object_status(
         ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, plural, name, {"status": status}, _preload_content=False
@@ -85,16 +96,24 @@ def _refuse(kube: Kube, katib: dict, error: str, event: str, now: datetime, even
     return True
 
 
-def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored: dict[str, dict]) -> bool | None:
+def _sync(
+    kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored: dict[str, dict], templates: dict
+) -> bool | None:
     """One pass over ``katib`` (blocking API calls, on the pool); True once its final status and its Trials' are
     written, None when Katib Trials are left to write (more than :data:`MAX_WRITES_PER_PASS` were due). The events
     to post on ``katib`` go to ``events`` as (type, reason, message): the daemon posts them. ``mirrored`` is the
     daemon's cache of the Katib Trials' statuses by name, filled from the API when empty: later passes list only
-    the native Trials (a cache that went wrong is emptied and filled again)."""
+    the native Trials (a cache that went wrong is emptied and filled again). ``templates``: the daemon's cache of
+    the ConfigMap of a ``trialTemplate.configMap`` (read once: only the budget of a running Experiment is carried)."""
     namespace, name = katib["metadata"]["namespace"], katib["metadata"]["name"]
     now = datetime.now(timezone.utc)
     try:
-        desired = ka.native_experiment(katib)
+        source, inline = ka.template_source(katib), katib
+        if source is not None:
+            if source not in templates:
+                templates[source] = _config_map(kube, *source)
+            inline = ka.with_template(katib, templates[source])
+        desired = ka.native_experiment(inline)
     except ka.KatibConversionError as exc:
         return _refuse(kube, katib, str(exc), f"kubetune cannot run this Experiment: {exc}", now, events)
     native = _get(kube, GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name)
@@ -156,7 +175,7 @@ def _sync(kube: Kube, katib: dict, events: list[tuple[str, str, str]], mirrored:
 async def serve_katib_experiment(namespace, name, stopped, memo: kopf.Memo, **_) -> None:
     """Keep a Katib Experiment, its native Experiment and the mirrored Trials in step until it ends."""
     kube: Kube = memo.kube
-    failures, katib, mirrored, took = 0, None, {}, 0.0
+    failures, katib, mirrored, templates, took = 0, None, {}, {}, 0.0
     while not stopped:
         events: list[tuple[str, str, str]] = []
         started = time.monotonic()
@@ -164,7 +183,7 @@ async def serve_katib_experiment(namespace, name, stopped, memo: kopf.Memo, **_)
             katib = await kube.call(_get, kube, ka.KATIB_GROUP, ka.KATIB_VERSION, namespace, "experiments", name)
             if katib is None or katib["metadata"].get("deletionTimestamp"):
                 return
-            done = await kube.call(_sync, kube, katib, events, mirrored)
+            done = await kube.call(_sync, kube, katib, events, mirrored, templates)
             failures, took = 0, 0.0 if done is None else time.monotonic() - started
         except client.ApiException as exc:
             done, failures = False, failures + 1

@@ -7,6 +7,8 @@ and lines) from this checkout instead of the image's ``/opt/pytorch-mnist/mnist.
 commands on this host. Katib's SDK then waits for ``Succeeded`` and reads the optimal trial and every trial, and
 each answer is checked against the native objects that ran it. A Katib Experiment kubetune cannot run is refused
 with the reason, at admission where the CRD's rules see it, else by the operator; Katib's SDK raises with it.
+Then: ``KatibClient.tune`` with a user's function, Katib's trial-metadata references and a trial template in a
+ConfigMap, Katib's ``report_metrics()`` from a trial, and the CRD's rules on every example.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,18 +184,109 @@ def test_what_kubetune_cannot_run_is_refused_at_admission_or_by_the_operator_wit
     cluster, operator, custom, core, namespace
 ):
     """Katib's hyperband is refused by the CRD's rule, so create_experiment fails with the reason; a reference to
-    the trial's metadata (which only the converter sees) ends Failed, reason ExperimentRefused, which Katib's SDK
-    raises while it waits, with a Refused event and no native Experiment."""
+    an annotation the trial's Job does not have (which only the converter sees) ends Failed, reason
+    ExperimentRefused, which Katib's SDK raises while it waits, with a Refused event and no native Experiment."""
     out = katib_sdk(katib_example("hp-tuning/hyperband.yaml", namespace), namespace, cluster)
     assert "Failed to create Katib Experiment" in out["refused"], out
     assert "spec.algorithm.algorithmName: kubetune does not run Katib's hyperband" in out["refused"], out
     katib = katib_example("trial-template/trial-metadata-substitution.yaml", namespace)
+    katib["spec"]["trialTemplate"]["trialParameters"][-1]["reference"] = "${trialSpec.Annotations[absent]}"
     out = katib_sdk(katib, namespace, cluster)
-    assert "ExperimentRefused" in out["raised"] and "${trialSpec.Name}" in out["raised"], out
+    assert "ExperimentRefused" in out["raised"] and "Annotations[absent]" in out["raised"], out
     name = katib["metadata"]["name"]
     assert get(custom, namespace, "experiments", name) == {}  # no native Experiment was created
     found = events(core, namespace, "Refused")
-    assert any(e.involved_object.name == name and "trialSpec.Name" in e.message for e in found), found
+    assert any(e.involved_object.name == name and "Annotations[absent]" in e.message for e in found), found
+
+
+# Katib's trial-metadata-substitution example's variables, checked by the trial itself: the namespace (argv[1]), the
+# Job's kind, apiVersion, label and annotation; its own name is its metric (the trial's index, plus one).
+METADATA_TRIAL = """
+import os, sys
+assert os.environ["TRIAL_NAMESPACE"] == sys.argv[1], os.environ["TRIAL_NAMESPACE"]
+assert (os.environ["TRIAL_KIND"], os.environ["TRIAL_API_VERSION"]) == ("Job", "batch/v1")
+assert os.environ["TRIAL_LABEL_CUSTOM"] == "custom-label"
+assert os.environ["TRIAL_ANNOTATION_CUSTOM"] == "custom-annotation"
+print(f"loss={int(os.environ['TRIAL_NAME'].rsplit('-', 1)[1]) + 1}")
+"""
+
+
+def test_katibs_trial_metadata_reaches_the_trial_as_katib_substitutes_it(cluster, operator, custom, namespace):
+    """Katib's trial-template/trial-metadata-substitution.yaml: ${trialSpec.Name}, Namespace, Kind, APIVersion,
+    Labels[custom-key] and Annotations[custom-key] in the container's env, each trial seeing its own name."""
+    katib = katib_example("trial-template/trial-metadata-substitution.yaml", namespace)
+    katib["spec"].update(maxTrialCount=3, parallelTrialCount=3)
+    template = katib["spec"]["trialTemplate"]
+    (container,) = template["trialSpec"]["spec"]["template"]["spec"]["containers"]
+    container["command"] = [sys.executable, "-c", METADATA_TRIAL, namespace, "--lr=${trialParameters.learningRate}"]
+    out = katib_sdk(katib, namespace, cluster)
+    assert out.get("succeeded") is True, out
+    ran = trials(custom, namespace)
+    assert len(ran) == 3
+    for name, trial in ran.items():
+        assert trial["status"]["lastResult"]["loss"] == int(name.rsplit("-", 1)[1]) + 1, trial["status"]
+
+
+# The trial of a template in a ConfigMap: prints Katib's example's metrics from its flags
+TEMPLATED_TRIAL = """
+import sys
+flags = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+assert flags["optimizer"] in ("sgd", "adam", "ftrl"), flags
+accuracy = round(float(flags["lr"]) * 10 + int(flags["num-layers"]) / 100, 6)
+print(f"Train-accuracy={accuracy}")
+print(f"Validation-accuracy={accuracy}")
+"""
+
+
+def test_a_trial_template_in_a_labelled_config_map_runs_and_an_unlabelled_one_is_refused(
+    cluster, operator, custom, core, namespace
+):
+    """Katib's trial-template/trial-configmap-source.yaml with its template in a ConfigMap of this namespace labelled
+    as Katib's trial-templates (Katib's example names Katib's own namespace); the same ConfigMap without the label
+    refuses the Experiment with the reason."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "training-container",
+                            "image": "kubetune/trial-python:0.1.0",
+                            "command": [sys.executable, "-c", TEMPLATED_TRIAL],
+                            "args": [
+                                "--lr=${trialParameters.learningRate}",
+                                "--num-layers=${trialParameters.numberLayers}",
+                                "--optimizer=${trialParameters.optimizer}",
+                            ],
+                        }
+                    ],
+                    "restartPolicy": "Never",
+                }
+            }
+        },
+    }
+    label = {"katib.kubeflow.org/component": "trial-templates"}
+    for name, labels in (("trial-templates", label), ("unlabelled", {})):
+        body = {"metadata": {"name": name, "labels": labels}, "data": {"defaultTrialTemplate.yaml": yaml.dump(job)}}
+        core.create_namespaced_config_map(namespace, body)
+    katib = katib_example("trial-template/trial-configmap-source.yaml", namespace)
+    katib["spec"]["trialTemplate"]["configMap"]["configMapNamespace"] = namespace
+    katib["spec"].update(maxTrialCount=4)
+    out = katib_sdk(katib, namespace, cluster)
+    assert out.get("succeeded") is True, out
+    ran = trials(custom, namespace)
+    assert len(ran) == 4
+    for trial in ran.values():
+        config, status = trial["spec"]["config"], trial["status"]
+        expected = round(config["lr"] * 10 + config["num-layers"] / 100, 6)
+        assert status["lastResult"]["Validation-accuracy"] == expected, status
+    refused = katib_example("trial-template/trial-configmap-source.yaml", namespace)
+    refused["metadata"]["name"] = "from-unlabelled"
+    refused["spec"]["trialTemplate"]["configMap"].update(configMapNamespace=namespace, configMapName="unlabelled")
+    out = katib_sdk(refused, namespace, cluster)
+    assert "ExperimentRefused" in out["raised"] and "needs the label katib.kubeflow.org/component" in out["raised"], out
 
 
 # A Katib trial with the Push collector: Katib's own report_metrics() each epoch, nothing of kubetune's inside

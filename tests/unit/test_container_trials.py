@@ -119,6 +119,15 @@ def test_both_reference_forms_are_substituted_with_strings_as_they_are_and_other
         substitute("${config.momentum}", config)
 
 
+def test_the_trials_name_and_namespace_are_references_too_and_a_value_is_never_read_again():
+    trial = {"name": "exp-00004", "namespace": "team-a"}
+    config = {"tag": "${trial.name}"}  # a parameter's value is the user's text: it stays as it is
+    assert substitute("--run=${trial.name}@${trial.namespace}", config, trial) == "--run=exp-00004@team-a"
+    assert substitute("${config.tag}", config, trial) == "${trial.name}"
+    with pytest.raises(ValueError, match=r"\$\{trial.uid\}: a trial reference names the trial's name or namespace"):
+        substitute("${trial.uid}", config, trial)
+
+
 def container_experiment(**spec):
     base = {
         "trainable": {"command": ["python3", "/app/train.py"], "args": ["--lr=${trialParameters.lr}"]},
@@ -146,6 +155,7 @@ def test_the_spec_reads_the_command_and_collector_and_refuses_what_container_tri
         "momentum": {"trainable": {"command": ["sh", "-c", "train --m ${config.momentum}"]}},
         "two groups": {"metricsCollector": {"metricsFormat": ["loss=.*"]}},
         "format TEXT": {"metricsCollector": {"format": "JSON", "metricsFormat": [r"(\w+)=(\d+)"]}},
+        r"refers to the trial by uid: \$\{trial.name\}": {"trainable": {"command": ["x", "${trial.uid}"]}},
     }
     for words, change in refusals.items():
         with pytest.raises(ValueError, match=words):

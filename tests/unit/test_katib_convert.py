@@ -21,6 +21,7 @@ from ruamel.yaml import YAML
 from kubetune.sdk.cli import main
 from kubetune.sdk.katib_convert import KatibConversionError, convert, convert_text
 from kubetune_operator.algorithms import create_searcher
+from kubetune_operator.builders import build_pod, trial_object
 from kubetune_operator.container_trials import substitute
 from kubetune_operator.controller import ExperimentController
 from kubetune_operator.searchers.basic import BasicVariantSearcher
@@ -45,6 +46,7 @@ CONVERTED = [
     "metrics-collector/metrics-collection-strategy.yaml",
     "resume-experiment/long-running-resume.yaml",
     "resume-experiment/from-volume-resume.yaml",
+    "trial-template/trial-metadata-substitution.yaml",
 ]
 #: Example -> what the refusal must say.
 REFUSED = {
@@ -53,7 +55,6 @@ REFUSED = {
     "metrics-collector/custom-metrics-collector.yaml": r"collector.kind: Custom is refused",
     "kubeflow-training-operator/tfjob-mnist-with-summaries.yaml": r"a kubeflow.org/v1 TFJob trial",
     "kubeflow-trainer/trainjob-pytorch.yaml": r"a trainer.kubeflow.org/v1alpha1 TrainJob trial",
-    "trial-template/trial-metadata-substitution.yaml": r"'\$\{trialSpec.Name\}' is not a parameter",
     "trial-template/trial-configmap-source.yaml": r"trialTemplate.configMap: .*put it inline",
 }
 SAMPLES = 200
@@ -137,7 +138,9 @@ def test_configs_stay_in_katibs_feasible_space_and_commands_keep_every_word(name
     if grid:  # every point of Katib's grid, once
         sizes = [len({c[k] for c in configs}) for k in params]
         assert len(configs) == math.prod(sizes) == len({json.dumps(c, sort_keys=True) for c in configs})
-    references = {p["name"]: p["reference"] for p in katib["spec"]["trialTemplate"]["trialParameters"]}
+    references = {
+        p["name"]: p["reference"] for p in katib["spec"]["trialTemplate"]["trialParameters"] if p["reference"] in params
+    }
     container = _primary(katib)
     katib_words = container.get("command", []) + container.get("args", [])
     words = spec["trainable"]["command"] + spec["trainable"].get("args", [])
@@ -324,6 +327,29 @@ def test_the_pod_maps_to_the_template_and_what_it_cannot_hold_is_noted():
     text = conversion.to_yaml()
     assert "hostNetwork: dropped" in text and "workingDir: dropped" in text
     _accepted(conversion.experiment)
+
+
+def test_the_trials_metadata_katib_substitutes_is_the_trials_own_or_the_trial_specs_values():
+    (conversion,) = convert_text((DATA / "trial-template/trial-metadata-substitution.yaml").read_text(), "x")
+    experiment = conversion.experiment
+    experiment["metadata"].update(namespace="team-a", uid="u-1")
+    trial = trial_object("team-a", "trial-metadata-substitution-00003", "u-1", 3, {"lr": 0.02, "momentum": 0.7})
+    pod = build_pod(experiment, trial, 0, Settings())
+    (container,) = pod["spec"]["containers"]
+    assert {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("TRIAL_")} == {
+        "TRIAL_NAME": "trial-metadata-substitution-00003",  # Katib's ${trialSpec.Name}: the trial's Job's name
+        "TRIAL_NAMESPACE": "team-a",
+        "TRIAL_KIND": "Job",
+        "TRIAL_API_VERSION": "batch/v1",
+        "TRIAL_LABEL_CUSTOM": "custom-label",
+        "TRIAL_ANNOTATION_CUSTOM": "custom-annotation",
+    }
+    assert "--lr=0.02" in container["command"]
+    assert any("the trial's metadata" in note.text for note in conversion.notes)
+    katib = _katib("trial-template/trial-metadata-substitution.yaml")
+    katib["spec"]["trialTemplate"]["trialParameters"][-1]["reference"] = "${trialSpec.Annotations[absent]}"
+    with pytest.raises(KatibConversionError, match=r"Annotations\[absent\].*neither a parameter"):
+        convert(katib)
 
 
 def test_what_kubetune_cannot_substitute_or_katib_does_not_have_is_refused():

@@ -60,6 +60,57 @@ def test_the_native_experiment_is_the_conversion_owned_by_the_katib_experiment()
         ka.native_experiment(katib("hb", "hp-tuning/hyperband.yaml"))
 
 
+# Katib's defaultTrialTemplate.yaml of its trial-templates ConfigMap, as its manifests install it
+DEFAULT_TRIAL_TEMPLATE = """
+apiVersion: batch/v1
+kind: Job
+spec:
+  template:
+    spec:
+      containers:
+        - name: training-container
+          image: docker.io/kubeflowkatib/mxnet-mnist:latest
+          command:
+            - "python3"
+            - "/opt/mxnet-mnist/mnist.py"
+            - "--batch-size=64"
+            - "--lr=${trialParameters.learningRate}"
+            - "--num-layers=${trialParameters.numberLayers}"
+            - "--optimizer=${trialParameters.optimizer}"
+      restartPolicy: Never
+"""
+
+
+def test_a_trial_template_in_a_labelled_config_map_runs_as_if_inline_and_anything_else_is_refused():
+    source = katib("from-cm", "trial-template/trial-configmap-source.yaml")
+    assert ka.template_source(source) == ("kubeflow", "trial-templates")
+    config_map = {
+        "metadata": {"name": "trial-templates", "labels": {"katib.kubeflow.org/component": "trial-templates"}},
+        "data": {"defaultTrialTemplate.yaml": DEFAULT_TRIAL_TEMPLATE},
+    }
+    inline = ka.with_template(source, config_map)
+    assert "configMap" not in inline["spec"]["trialTemplate"] and "configMap" in source["spec"]["trialTemplate"]
+    native = ka.native_experiment(inline)
+    assert native["spec"]["trainable"]["command"][-3:] == [
+        "--lr=${config.lr}",
+        "--num-layers=${config.num-layers}",
+        "--optimizer=${config.optimizer}",
+    ]
+    unlabelled = {**config_map, "metadata": {"name": "trial-templates"}}
+    refusals = {
+        "no such ConfigMap": None,
+        "needs the label katib.kubeflow.org/component: trial-templates": unlabelled,
+        "no key 'defaultTrialTemplate.yaml'": {**config_map, "data": {}},
+        "defaultTrialTemplate.yaml holds no object": {**config_map, "data": {"defaultTrialTemplate.yaml": "- a list"}},
+    }
+    for words, found in refusals.items():
+        where = "spec.trialTemplate.configMap: kubeflow/trial-templates"
+        with pytest.raises(ka.KatibConversionError, match=f"{where}: {words}"):
+            ka.with_template(source, found)
+    del source["spec"]["trialTemplate"]["configMap"]["configMapNamespace"]
+    assert ka.template_source(source) == ("ns", "trial-templates")  # the Experiment's own namespace
+
+
 @pytest.mark.parametrize(
     "phase, reason, kind",
     [

@@ -152,6 +152,10 @@ that need it (operator/kubetune_operator/handlers.py and kube.py, and kopf itsel
 - apiGroups: [kubeflow.org]
   resources: [trials]
   verbs: [list, create]
+# The trial template of a Katib trialTemplate.configMap: read once per Katib Experiment's daemon (get).
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get]
 # The kubetune Experiment that runs a Katib Experiment: get each pass, create once, patch its budget.
 - apiGroups: [kubetune.io]
   resources: [experiments]

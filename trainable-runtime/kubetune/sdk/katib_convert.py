@@ -29,6 +29,8 @@ DEFAULT_PARALLEL_TRIALS = 3
 DEFAULT_PRIMARY_CONTAINER = "training-container"
 _WIDTH = 118
 _KATIB_REFERENCE = re.compile(r"\$\{trialParameters\.([^}]*)\}")
+#: Katib's references to the trial's own name and namespace, and kubetune's for them (docs/api.md).
+_TRIAL_METADATA = {"${trialSpec.Name}": "${trial.name}", "${trialSpec.Namespace}": "${trial.namespace}"}
 #: Pod fields kubetune's spec.template has under the same name.
 _POD_FIELDS = (
     "nodeSelector",
@@ -614,7 +616,7 @@ class _Converter:
                 "container trials are a batch/v1 Job's pod (one container), distributed trials a kubetune "
                 "trainable with resourcesPerTrial.workers"
             )
-        references = self.trial_parameters(template.get("trialParameters") or [])
+        references = self.trial_parameters(template.get("trialParameters") or [], job)
         known = {"trialSpec", "trialParameters", "primaryContainerName", "primaryPodLabels", "retain"}
         known |= {"successCondition", "failureCondition", "configMap"}
         unknown = sorted(set(template) - known)
@@ -639,25 +641,47 @@ class _Converter:
             )
         self.job(job, template.get("primaryContainerName") or DEFAULT_PRIMARY_CONTAINER, references)
 
-    def trial_parameters(self, items: list) -> dict[str, str]:
+    def trial_parameters(self, items: list, job: dict) -> dict[str, str]:
+        """Each trialParameters name with what replaces ``${trialParameters.NAME}``: ``${config.PARAMETER}`` for a
+        parameter, ``${trial.name}``/``${trial.namespace}`` for the trial's Job's name and namespace, the trialSpec's
+        own value for its ``Kind``, ``APIVersion``, ``Labels[key]`` and ``Annotations[key]`` (what Katib reads from
+        the Job it makes of the trialSpec)."""
         names = {p.get("name") for p in self.spec.get("parameters") or [] if isinstance(p, dict)}
-        references = {}
+        meta = job.get("metadata") or {}
+        literal = {"${trialSpec.Kind}": job.get("kind"), "${trialSpec.APIVersion}": job.get("apiVersion")}
+        literal |= {f"${{trialSpec.Labels[{k}]}}": v for k, v in (meta.get("labels") or {}).items()}
+        literal |= {f"${{trialSpec.Annotations[{k}]}}": v for k, v in (meta.get("annotations") or {}).items()}
+        references, metadata = {}, []
         for index, item in enumerate(items):
             where = f"spec.trialTemplate.trialParameters[{index}]"
             name, reference = item.get("name"), item.get("reference")
             if not name:
                 raise KatibConversionError(f"{where}.name: missing")
-            if reference not in names:
+            if reference in names:
+                references[name] = "${config." + reference + "}"
+                continue
+            if reference in _TRIAL_METADATA:
+                references[name] = _TRIAL_METADATA[reference]
+            elif reference in literal:
+                references[name] = str(literal[reference])
+            else:
                 raise KatibConversionError(
-                    f"{where}.reference: {reference!r} is not a parameter of spec.parameters (trial metadata such "
-                    "as ${trialSpec.Name} has no kubetune form)"
+                    f"{where}.reference: {reference!r} is neither a parameter of spec.parameters nor the trial's "
+                    "metadata (${trialSpec.Name}, Namespace, Kind, APIVersion, or Labels[key]/Annotations[key] of "
+                    "a key the trialSpec's metadata has)"
                 )
-            references[name] = reference
+            metadata.append(f"{name}: {references[name]}")
         if references:
             self.note(
                 "spec.trialTemplate.trialParameters",
-                "each ${trialParameters.NAME} is now ${config.PARAMETER}, the parameter it referenced; the "
-                "descriptions are dropped",
+                "each ${trialParameters.NAME} is now ${config.PARAMETER}, the parameter it referenced"
+                + (
+                    f", or the trial's metadata ({'; '.join(metadata)}: the trialSpec's own values for its kind, "
+                    "apiVersion, labels and annotations)"
+                    if metadata
+                    else ""
+                )
+                + "; the descriptions are dropped",
                 "spec",
                 "trainable",
             )
@@ -667,7 +691,7 @@ class _Converter:
         def replace(match: re.Match) -> str:
             if match.group(1) not in references:
                 raise KatibConversionError(f"{where}: {match.group(0)} names no item of trialTemplate.trialParameters")
-            return "${config." + references[match.group(1)] + "}"
+            return references[match.group(1)]
 
         return _KATIB_REFERENCE.sub(replace, text)
 
