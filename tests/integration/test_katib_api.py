@@ -286,7 +286,10 @@ def test_a_trial_template_in_a_labelled_config_map_runs_and_an_unlabelled_one_is
     refused["metadata"]["name"] = "from-unlabelled"
     refused["spec"]["trialTemplate"]["configMap"].update(configMapNamespace=namespace, configMapName="unlabelled")
     out = katib_sdk(refused, namespace, cluster)
-    assert "ExperimentRefused" in out["raised"] and "needs the label katib.kubeflow.org/component" in out["raised"], out
+    assert "ExperimentRefused" in out["raised"], out
+    found = custom.get_namespaced_custom_object("kubeflow.org", "v1beta1", namespace, "experiments", "from-unlabelled")
+    (failed,) = [c for c in found["status"]["conditions"] if c["type"] == "Failed"]
+    assert "unlabelled: needs the label katib.kubeflow.org/component: trial-templates" in failed["message"], failed
 
 
 # A Katib trial with the Push collector: Katib's own report_metrics() each epoch, nothing of kubetune's inside
