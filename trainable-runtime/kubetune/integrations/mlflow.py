@@ -168,11 +168,16 @@ class _RunCloser:
         self.tracking_uri, self.run_id = tracking_uri, run_id
 
     def __call__(self, failed: bool) -> None:
-        from mlflow import MlflowClient
+        import mlflow
 
-        client = MlflowClient(tracking_uri=self.tracking_uri)
+        status = "FAILED" if failed else "FINISHED"
+        active = mlflow.active_run()
+        if active is not None and active.info.run_id == self.run_id:  # the closing thread's own: MLflow's exit
+            mlflow.end_run(status=status)  # handler, which ends its main thread's run, must not end it again
+            return
+        client = mlflow.MlflowClient(tracking_uri=self.tracking_uri)
         if client.get_run(self.run_id).info.status == "RUNNING":
-            client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+            client.set_terminated(self.run_id, status=status)
 
     def __repr__(self) -> str:
         return f"MLflow run {self.run_id} at {self.tracking_uri}"

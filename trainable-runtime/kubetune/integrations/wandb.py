@@ -171,13 +171,19 @@ def _loggable(value: Any) -> Any:
 
 
 class _RunFinisher:
-    """Finishes a W&B run when the attempt ends (exit code 1 when it failed), unless it is finished already."""
+    """Finishes a W&B run when the attempt ends (exit code 1 when it failed; nothing when it is finished already) and
+    tears W&B's service down, which writes what it holds."""
 
     def __init__(self, run: Any):
         self.run = run
 
     def __call__(self, failed: bool) -> None:
+        import wandb
+
         self.run.finish(exit_code=1 if failed else 0)
+        # W&B's service writes the run's last records (offline: its .wandb file) when it is torn down, which its exit
+        # handler does; a gang's pod leaves with os._exit, past every exit handler, so tear it down here
+        wandb.teardown()
 
     def __repr__(self) -> str:
         return f"W&B run {getattr(self.run, 'id', '?')}"
