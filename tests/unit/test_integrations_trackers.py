@@ -11,6 +11,7 @@ logger callbacks are importable and refused by ``tune.run`` and ``Tuner``.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ from conftest_runtime import free_port, run_runtime, runtime_env
 
 import kubetune as tune
 from kubetune import wrap_function
-from kubetune.env import EXPERIMENT, RANK
+from kubetune.env import EXPERIMENT, RANK, CheckpointPolicy
 from kubetune.integrations import mlflow as tune_mlflow
 from kubetune.integrations import wandb as tune_wandb
 from kubetune.runtime.attempt_end import attempt_ended
@@ -58,7 +59,30 @@ def train(config):
         kubetune.report({"loss": loss})
     if config.get("fail"):
         raise RuntimeError("the trainable failed")
+
+
+class Tracked(kubetune.Trainable):
+    def setup(self, config):
+        self.mlflow = setup_mlflow(config, create_experiment_if_not_exists=True, tags={"kind": "class"})
+
+    def step(self):
+        loss = self.config["lr"] / (self.iteration + 1)
+        self.mlflow.log_metric("loss", loss, step=self.iteration)
+        return {"loss": loss}
 """
+
+
+#: Runs the command of its arguments and, on SIGTERM, kills its whole process group: with
+#: :func:`_terminated_with_this_process`, a test run that is killed leaves no server behind.
+GROUP_LEADER = (
+    "import os, signal, subprocess, sys; "
+    "signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL)); "
+    "sys.exit(subprocess.call(sys.argv[1:]))"
+)
+
+
+def _terminated_with_this_process() -> None:  # in the child, between fork and exec
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +93,19 @@ def mlflow_server(tmp_path_factory):
     log = open(folder / "server.log", "w")
     server = subprocess.Popen(
         [
+            *(sys.executable, "-c", GROUP_LEADER),
             *(sys.executable, "-m", "mlflow", "server"),
             *("--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"),
             *("--artifacts-destination", str(folder / "artifacts")),
             *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
         ],
         cwd=folder,
+        # no job runner (its huey consumers, 15 worker threads in two processes, serve MLflow's GenAI jobs)
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,  # its workers are in its process group, ended with it
+        start_new_session=True,  # the server and its uvicorn worker are in the leader's process group, ended with it
+        preexec_fn=_terminated_with_this_process,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -103,14 +131,14 @@ def mlflow_server(tmp_path_factory):
         log.close()
 
 
-def run_tracked_trial(tmp_path, server: str, config: dict) -> tuple[int, str]:
-    """Run ``tracked:train`` with ``config`` as trial ``trial-0`` of Experiment ``exp`` in the trial pod's process,
-    tracking to ``server`` through ``MLFLOW_TRACKING_URI``; its exit code and output."""
+def run_tracked_trial(tmp_path, server: str, config: dict, entrypoint="tracked:train", **fields) -> tuple[int, str]:
+    """Run ``entrypoint`` of :data:`TRACKED` with ``config`` as trial ``trial-0`` of Experiment ``exp`` in the trial
+    pod's process (``fields`` go to its ``TrialEnv``), tracking to ``server`` through ``MLFLOW_TRACKING_URI``; its exit
+    code and output."""
     (tmp_path / "modules").mkdir(exist_ok=True)
     (tmp_path / "modules" / "tracked.py").write_text(TRACKED)
-    env = runtime_env(
-        tmp_path, f"file://{tmp_path / 'store'}/ns/exp/trial-0", config=config, entrypoint="tracked:train"
-    )
+    uri = f"file://{tmp_path / 'store'}/ns/exp/trial-0"
+    env = runtime_env(tmp_path, uri, config=config, entrypoint=entrypoint, **fields)
     env["MLFLOW_TRACKING_URI"] = server
     return run_runtime(env, timeout_s=25)
 
@@ -123,7 +151,7 @@ def test_setup_mlflow_tracks_a_trial_pod_under_its_name_with_its_config_and_ends
     client = MlflowClient(tracking_uri=mlflow_server)
     experiment = client.get_experiment_by_name("trial-0")  # Ray's default: the trial's name
     assert experiment is not None
-    (run,) = client.search_runs([experiment.experiment_id])
+    (run,) = client.search_runs([experiment.experiment_id], filter_string="params.lr = '0.5'")
     assert run.info.run_name == "trial-0" and run.info.status == "FINISHED"
     assert run.data.params == {"lr": "0.5", "model/depth": "3", "model/kind": "tree"}  # Ray's flatten, values as str
     history = client.get_metric_history(run.info.run_id, "loss")
@@ -140,6 +168,19 @@ def test_a_failing_trials_mlflow_run_ends_failed_and_run_name_follows_the_experi
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == "failing-runs" and run.info.status == "FAILED"  # Ray: run_name or experiment_name
     assert len(client.get_metric_history(run.info.run_id, "loss")) == 3
+
+
+def test_a_class_trainable_sets_up_mlflow_in_setup_under_the_pods_trial_name(tmp_path, mlflow_server):
+    stop_at_2 = dict(stop={"training_iteration": 2}, checkpoint=CheckpointPolicy(atEnd=False))
+    code, output = run_tracked_trial(tmp_path, mlflow_server, {"lr": 0.3}, "tracked:Tracked", **stop_at_2)
+    assert code == 0, output
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("trial-0")  # a class has no function session: the pod's variables
+    (run,) = client.search_runs([experiment.experiment_id], filter_string="tags.kind = 'class'")
+    assert (run.info.run_name, run.info.status, run.data.params) == ("trial-0", "FINISHED", {"lr": "0.3"})
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.3), (1, 0.15)]
 
 
 def test_setup_mlflow_refuses_an_experiment_that_does_not_exist_as_ray_does(mlflow_server, monkeypatch):
@@ -234,6 +275,7 @@ def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_c
     by_type: dict[str, list] = {}
     for record in records:
         by_type.setdefault(record.WhichOneof("record_type"), []).append(record)
+    assert "run" in by_type, f"{log} ({log.stat().st_size} bytes) holds {sorted(by_type)}"
     (run_record,) = [r.run for r in by_type["run"]]
     assert (run_record.run_id, run_record.display_name, run_record.run_group, run_record.project) == (
         "digits-00001",
