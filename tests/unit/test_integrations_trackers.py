@@ -31,7 +31,7 @@ from kubetune import wrap_function
 from kubetune.env import EXPERIMENT, RANK, CheckpointPolicy
 from kubetune.integrations import mlflow as tune_mlflow
 from kubetune.integrations import wandb as tune_wandb
-from kubetune.runtime.attempt_end import attempt_ended
+from kubetune.runtime.attempt_end import at_attempt_end, attempt_ended
 from kubetune.runtime.trainable import RESULT_DUPLICATE
 from kubetune.sdk.tuner import Tuner, legacy_run_args
 from kubetune.tuner import RunConfig
@@ -256,7 +256,7 @@ def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_c
             tune.report({"loss": config["lr"] / (step + 1)})
 
     trainable = wrap_function(train)(
-        {"lr": 0.5, "model": {"depth": 3}},
+        {"lr": 0.5, "model": {"depth": 3}, "data": Path("/data/digits")},
         logdir=str(tmp_path / "trial"),
         trial_id="digits-00001",
         trial_name="digits-00001",
@@ -286,6 +286,7 @@ def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_c
     items = [*run_record.config.update, *(item for r in by_type.get("config", []) for item in r.config.update)]
     config = {key_of(item): json.loads(item.value_json) for item in items}
     assert config["lr"] == 0.5 and config["model"] == {"depth": 3}
+    assert config["data"] == "/data/digits"  # not JSON: its str, as Ray's _clean_log
     losses = [float(item.value_json) for r in by_type["history"] for item in r.history.item if key_of(item) == "loss"]
     assert losses == [0.5, 0.25, 0.5 / 3]
     summary = {key_of(item): item.value_json for r in by_type.get("summary", []) for item in r.summary.update}
@@ -343,3 +344,19 @@ def test_the_modules_import_without_their_libraries():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_attempts_closers_run_once_in_order_past_a_failing_one(caplog):
+    """``kubetune.runtime.attempt_end``: what the pod's process runs when the attempt ends, with its outcome."""
+    seen = []
+
+    def failing(failed):
+        raise ConnectionError("tracker unreachable")
+
+    at_attempt_end(lambda failed: seen.append(("first", failed)))
+    at_attempt_end(failing)
+    at_attempt_end(lambda failed: seen.append(("last", failed)))
+    attempt_ended(failed=True)
+    attempt_ended(failed=False)  # nothing left: each closer runs once
+    assert seen == [("first", True), ("last", True)]
+    assert "tracker unreachable" in caplog.text
