@@ -28,7 +28,7 @@ from conftest_runtime import free_port, run_runtime, runtime_env
 
 import kubetune as tune
 from kubetune import wrap_function
-from kubetune.env import EXPERIMENT, RANK, CheckpointPolicy
+from kubetune.env import EXPERIMENT, HOSTS, RANK, WORLD_SIZE, CheckpointPolicy
 from kubetune.integrations import mlflow as tune_mlflow
 from kubetune.integrations import wandb as tune_wandb
 from kubetune.runtime.attempt_end import at_attempt_end, attempt_ended
@@ -83,6 +83,21 @@ GROUP_LEADER = (
 
 def _terminated_with_this_process() -> None:  # in the child, between fork and exec
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+#: A W&B-tracked trainable for the runtime subprocess (``tracked_wandb:train``): two results, then it fails.
+TRACKED_WANDB = """
+import kubetune
+from kubetune.integrations.wandb import setup_wandb
+
+
+def train(config):
+    run = setup_wandb(config, project="kubetune-tests")
+    for step in range(2):
+        run.log({"loss": config["lr"] / (step + 1)})
+        kubetune.report({"loss": config["lr"] / (step + 1)})
+    raise RuntimeError("the trainable failed")
+"""
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +254,20 @@ def key_of(item) -> str:
     return item.key or "/".join(item.nested_key)
 
 
+def wandb_records(wandb_dir: Path, run_id: str) -> dict[str, list]:
+    """The records W&B wrote offline for run ``run_id`` under ``wandb_dir``, by their type (``run``, ``history``,
+    ``summary``, ``exit``, ...), parsed with W&B's own protocol buffers."""
+    from wandb.proto import wandb_internal_pb2
+
+    (log,) = (wandb_dir / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
+    by_type: dict[str, list] = {}
+    for data in leveldb_log_records(log):
+        record = wandb_internal_pb2.Record.FromString(data)
+        by_type.setdefault(record.WhichOneof("record_type"), []).append(record)
+    assert "run" in by_type, f"{log} ({log.stat().st_size} bytes) holds {sorted(by_type)}"
+    return by_type
+
+
 def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_config(
     tmp_path, monkeypatch, fresh_wandb
 ):
@@ -268,14 +297,7 @@ def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_c
     trainable.stop()
     attempt_ended(failed=False)  # what the pod's process does when the attempt ends: the run is finished
 
-    (log,) = (tmp_path / "wandb").glob("offline-run-*-digits-00001/run-digits-00001.wandb")
-    from wandb.proto import wandb_internal_pb2
-
-    records = [wandb_internal_pb2.Record.FromString(data) for data in leveldb_log_records(log)]
-    by_type: dict[str, list] = {}
-    for record in records:
-        by_type.setdefault(record.WhichOneof("record_type"), []).append(record)
-    assert "run" in by_type, f"{log} ({log.stat().st_size} bytes) holds {sorted(by_type)}"
+    by_type = wandb_records(tmp_path, "digits-00001")
     (run_record,) = [r.run for r in by_type["run"]]
     assert (run_record.run_id, run_record.display_name, run_record.run_group, run_record.project) == (
         "digits-00001",
@@ -293,6 +315,29 @@ def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_c
     assert float(summary["loss"]) == pytest.approx(0.5 / 3)
     (exit_record,) = [r.exit for r in by_type["exit"]]
     assert exit_record.exit_code == 0
+
+
+def test_a_failing_trial_pods_wandb_run_is_written_whole_and_exits_1(tmp_path):
+    """The trial pod's process, as a gang's head (which leaves with os._exit, past W&B's exit handler): the run
+    is finished with exit code 1 when the trainable raises, and written whole."""
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "tracked_wandb.py").write_text(TRACKED_WANDB)
+    env = runtime_env(
+        tmp_path, f"file://{tmp_path / 'store'}/ns/exp/trial-0", config={"lr": 0.2}, entrypoint="tracked_wandb:train"
+    )
+    env.update(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_CONSOLE="off", WANDB_SILENT="true")
+    env.pop("WANDB_API_KEY", None)
+    env.update({RANK: "0", WORLD_SIZE: "2", HOSTS: "head,worker"})  # a gang's head: it leaves with os._exit
+    code, output = run_runtime(env, timeout_s=25)
+    assert code == 1 and "the trainable failed" in output
+
+    by_type = wandb_records(tmp_path, "trial-0")
+    (run_record,) = [r.run for r in by_type["run"]]
+    assert (run_record.run_id, run_record.display_name, run_record.run_group) == ("trial-0", "trial-0", "exp")
+    losses = [float(item.value_json) for r in by_type["history"] for item in r.history.item if key_of(item) == "loss"]
+    assert losses == [0.2, 0.1]
+    (exit_record,) = [r.exit for r in by_type["exit"]]
+    assert exit_record.exit_code == 1
 
 
 def test_setup_wandb_asks_for_an_api_key_online_as_ray_does(tmp_path, monkeypatch, fresh_wandb):

@@ -181,8 +181,8 @@ class _RunFinisher:
         import wandb
 
         self.run.finish(exit_code=1 if failed else 0)
-        # W&B's service writes the run's last records (offline: its .wandb file) when it is torn down, which its exit
-        # handler does; a gang's pod leaves with os._exit, past every exit handler, so tear it down here
+        # finish() returns before W&B's service has written the run's last records (offline: its .wandb file); its
+        # teardown waits for them, which W&B's exit handler does too, but a gang's pod leaves with os._exit, past it
         wandb.teardown()
 
     def __repr__(self) -> str:
