@@ -40,6 +40,7 @@ import traceback
 from pathlib import Path
 
 from kubetune import env as trial_env
+from kubetune.runtime.attempt_end import attempt_ended
 from kubetune.runtime.loop import DONE, FENCED, PAUSE, STOP, STOP_CRITERIA, TERMINATED, Abandoned, TrialRunner
 from kubetune.runtime.reporter import Reporter
 from kubetune.runtime.worker import WorkerRunner
@@ -169,10 +170,12 @@ class Supervisor:
                 }
             )
         )
+        attempt_ended(failed=False)  # after the outcome is written: a tracker that does not answer delays only this
 
     def _fail(self, text: str) -> None:
         log.error("trial failed:\n%s", text)
         write_termination_message(text)
+        attempt_ended(failed=True)
         runner = self.runner
         if isinstance(runner, WorkerRunner):  # a worker writes nothing to the trial's folder
             return

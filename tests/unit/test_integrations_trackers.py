@@ -1,0 +1,407 @@
+"""Ray's trial-side experiment trackers (``kubetune.integrations.mlflow.setup_mlflow``,
+``kubetune.integrations.wandb.setup_wandb``; issue 33), with the real libraries.
+
+MLflow: a real ``mlflow server`` (SQLite store and artifacts in the module's temporary folder, on a free port of
+127.0.0.1) and function trainables run by the trial pod's process (``python -m kubetune.runtime``, as the pod runs
+them): the run is read back with ``MlflowClient`` (Ray's names, the config as parameters, the metrics logged, the run
+ended with the attempt). W&B: offline (``WANDB_MODE=offline``, ``WANDB_DIR`` in the test's folder), the run's
+records read back from the ``.wandb`` file W&B wrote. Both: a gang's rank 1 gets a no-op, and Ray's driver-side
+logger callbacks are importable and refused by ``tune.run`` and ``Tuner``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest_runtime import free_port, run_runtime, runtime_env
+
+import kubetune as tune
+from kubetune import wrap_function
+from kubetune.env import EXPERIMENT, HOSTS, RANK, WORLD_SIZE, CheckpointPolicy
+from kubetune.integrations import mlflow as tune_mlflow
+from kubetune.integrations import wandb as tune_wandb
+from kubetune.runtime.attempt_end import at_attempt_end, attempt_ended
+from kubetune.runtime.trainable import RESULT_DUPLICATE
+from kubetune.sdk.tuner import Tuner, legacy_run_args
+from kubetune.tuner import RunConfig
+
+mlflow = pytest.importorskip("mlflow")
+wandb = pytest.importorskip("wandb")
+from mlflow import MlflowClient  # noqa: E402 - only once mlflow is known to be there
+
+#: The trainables the runtime subprocess imports (``tracked:train``), written to ``<tmp>/modules/tracked.py``.
+TRACKED = """
+import kubetune
+from kubetune.integrations.mlflow import setup_mlflow
+
+
+def train(config):
+    mlflow = setup_mlflow(
+        config,
+        experiment_name=config.get("experiment"),
+        run_name=config.get("run"),
+        create_experiment_if_not_exists=True,
+    )
+    for step in range(3):
+        loss = config["lr"] / (step + 1)
+        mlflow.log_metric("loss", loss, step=step)
+        kubetune.report({"loss": loss})
+    if config.get("fail"):
+        raise RuntimeError("the trainable failed")
+
+
+class Tracked(kubetune.Trainable):
+    def setup(self, config):
+        self.mlflow = setup_mlflow(config, create_experiment_if_not_exists=True, tags={"kind": "class"})
+
+    def step(self):
+        loss = self.config["lr"] / (self.iteration + 1)
+        self.mlflow.log_metric("loss", loss, step=self.iteration)
+        return {"loss": loss}
+"""
+
+
+#: Runs the command of its arguments and, on SIGTERM, kills its whole process group: with
+#: :func:`_terminated_with_this_process`, a test run that is killed leaves no server behind.
+GROUP_LEADER = (
+    "import os, signal, subprocess, sys; "
+    "signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL)); "
+    "sys.exit(subprocess.call(sys.argv[1:]))"
+)
+
+
+def _terminated_with_this_process() -> None:  # in the child, between fork and exec
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+#: A W&B-tracked trainable for the runtime subprocess (``tracked_wandb:train``): two results, then it fails.
+TRACKED_WANDB = """
+import kubetune
+from kubetune.integrations.wandb import setup_wandb
+
+
+def train(config):
+    run = setup_wandb(config, project="kubetune-tests")
+    for step in range(2):
+        run.log({"loss": config["lr"] / (step + 1)})
+        kubetune.report({"loss": config["lr"] / (step + 1)})
+    raise RuntimeError("the trainable failed")
+"""
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """``mlflow server`` on a free port of 127.0.0.1, its store and artifacts in a temporary folder; its URL."""
+    folder = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    log = open(folder / "server.log", "w")
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-c", GROUP_LEADER),
+            *(sys.executable, "-m", "mlflow", "server"),
+            *("--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"),
+            *("--artifacts-destination", str(folder / "artifacts")),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+        ],
+        cwd=folder,
+        # no job runner (its huey consumers, 15 worker threads in two processes, serve MLflow's GenAI jobs)
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # the server and its uvicorn worker are in the leader's process group, ended with it
+        preexec_fn=_terminated_with_this_process,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"mlflow server did not start: {(folder / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=15)
+        log.close()
+
+
+def run_tracked_trial(tmp_path, server: str, config: dict, entrypoint="tracked:train", **fields) -> tuple[int, str]:
+    """Run ``entrypoint`` of :data:`TRACKED` with ``config`` as trial ``trial-0`` of Experiment ``exp`` in the trial
+    pod's process (``fields`` go to its ``TrialEnv``), tracking to ``server`` through ``MLFLOW_TRACKING_URI``; its exit
+    code and output."""
+    (tmp_path / "modules").mkdir(exist_ok=True)
+    (tmp_path / "modules" / "tracked.py").write_text(TRACKED)
+    uri = f"file://{tmp_path / 'store'}/ns/exp/trial-0"
+    env = runtime_env(tmp_path, uri, config=config, entrypoint=entrypoint, **fields)
+    env["MLFLOW_TRACKING_URI"] = server
+    return run_runtime(env, timeout_s=25)
+
+
+def test_setup_mlflow_tracks_a_trial_pod_under_its_name_with_its_config_and_ends_the_run(tmp_path, mlflow_server):
+    config = {"lr": 0.5, "model": {"depth": 3, "kind": "tree"}}
+    code, output = run_tracked_trial(tmp_path, mlflow_server, config)
+    assert code == 0, output
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("trial-0")  # Ray's default: the trial's name
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id], filter_string="params.lr = '0.5'")
+    assert run.info.run_name == "trial-0" and run.info.status == "FINISHED"
+    assert run.data.params == {"lr": "0.5", "model/depth": "3", "model/kind": "tree"}  # Ray's flatten, values as str
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [(0, 0.5), (1, 0.25), (2, 0.5 / 3)]
+
+
+def test_a_failing_trials_mlflow_run_ends_failed_and_run_name_follows_the_experiment_name(tmp_path, mlflow_server):
+    config = {"lr": 1.0, "fail": True, "experiment": "failing-runs"}
+    code, output = run_tracked_trial(tmp_path, mlflow_server, config)
+    assert code == 1 and "the trainable failed" in output
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("failing-runs")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "failing-runs" and run.info.status == "FAILED"  # Ray: run_name or experiment_name
+    assert len(client.get_metric_history(run.info.run_id, "loss")) == 3
+
+
+def test_a_class_trainable_sets_up_mlflow_in_setup_under_the_pods_trial_name(tmp_path, mlflow_server):
+    stop_at_2 = dict(stop={"training_iteration": 2}, checkpoint=CheckpointPolicy(atEnd=False))
+    code, output = run_tracked_trial(tmp_path, mlflow_server, {"lr": 0.3}, "tracked:Tracked", **stop_at_2)
+    assert code == 0, output
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("trial-0")  # a class has no function session: the pod's variables
+    (run,) = client.search_runs([experiment.experiment_id], filter_string="tags.kind = 'class'")
+    assert (run.info.run_name, run.info.status, run.data.params) == ("trial-0", "FINISHED", {"lr": "0.3"})
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.3), (1, 0.15)]
+
+
+def test_setup_mlflow_refuses_an_experiment_that_does_not_exist_as_ray_does(mlflow_server, monkeypatch):
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    with pytest.raises(ValueError, match="experiment_name: no-such-experiment does not exist"):
+        tune_mlflow.setup_mlflow({}, tracking_uri=mlflow_server, experiment_name="no-such-experiment")
+
+
+def test_a_gangs_other_ranks_get_no_op_trackers(tmp_path, monkeypatch, fresh_wandb):
+    monkeypatch.setenv(RANK, "1")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    # no server: rank 1 asks nothing of it
+    noop = tune_mlflow.setup_mlflow({"lr": 1}, tracking_uri="http://127.0.0.1:9", experiment_name="x")
+    assert noop.log_metric("loss", 1.0) is None and noop.autolog() is None
+    run = tune_wandb.setup_wandb({"lr": 1}, project="p")
+    run.log({"loss": 1.0})
+    run.finish()
+    assert not (tmp_path / "wandb").exists()
+
+
+@pytest.fixture
+def fresh_wandb():
+    """W&B's process-wide state (its settings, read from the environment once; its service) torn down before and
+    after the test: a pod sets its environment once, a test changes it between calls."""
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
+def leveldb_log_records(path: Path) -> list[bytes]:
+    """The records of a W&B transaction log (``run-<id>.wandb``): LevelDB's log format (32 KiB blocks of chunks, each
+    ``crc32c:u32 length:u16 type:u8`` then the bytes; types full 1, first 2, middle 3, last 4) after W&B's 7-byte
+    header (``:W&B``, magic ``0xBEE1``, version)."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B" and struct.unpack("<H", data[4:6])[0] == 0xBEE1
+    records, parts, offset, block = [], [], 7, 32768
+    while offset + 7 <= len(data):
+        if block - offset % block < 7:  # a block's tail too short for a header is padding
+            offset += block - offset % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[offset : offset + 7])
+        chunk = data[offset + 7 : offset + 7 + length]
+        offset += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        parts.append(chunk)
+        if kind in (1, 4):
+            records.append(b"".join(parts))
+            parts = []
+    return records
+
+
+def key_of(item) -> str:
+    """The key of a W&B config, history or summary item: ``key``, or its ``nested_key`` parts joined with ``/``."""
+    return item.key or "/".join(item.nested_key)
+
+
+def wandb_records(wandb_dir: Path, run_id: str) -> dict[str, list]:
+    """The records W&B wrote offline for run ``run_id`` under ``wandb_dir``, by their type (``run``, ``history``,
+    ``summary``, ``exit``, ...), parsed with W&B's own protocol buffers."""
+    from wandb.proto import wandb_internal_pb2
+
+    (log,) = (wandb_dir / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
+    by_type: dict[str, list] = {}
+    for data in leveldb_log_records(log):
+        record = wandb_internal_pb2.Record.FromString(data)
+        by_type.setdefault(record.WhichOneof("record_type"), []).append(record)
+    assert "run" in by_type, f"{log} ({log.stat().st_size} bytes) holds {sorted(by_type)}"
+    return by_type
+
+
+def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_config(
+    tmp_path, monkeypatch, fresh_wandb
+):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)  # offline needs none
+    monkeypatch.setenv(EXPERIMENT, "digits")
+
+    def train(config):
+        run = tune_wandb.setup_wandb(config, project="kubetune-tests")
+        for step in range(3):
+            run.log({"loss": config["lr"] / (step + 1)})
+            tune.report({"loss": config["lr"] / (step + 1)})
+
+    trainable = wrap_function(train)(
+        {"lr": 0.5, "model": {"depth": 3}, "data": Path("/data/digits")},
+        logdir=str(tmp_path / "trial"),
+        trial_id="digits-00001",
+        trial_name="digits-00001",
+    )
+    results = []
+    while not (result := trainable.train()).get(RESULT_DUPLICATE):
+        results.append(result)
+        assert len(results) < 10
+    trainable.stop()
+    attempt_ended(failed=False)  # what the pod's process does when the attempt ends: the run is finished
+
+    by_type = wandb_records(tmp_path, "digits-00001")
+    (run_record,) = [r.run for r in by_type["run"]]
+    assert (run_record.run_id, run_record.display_name, run_record.run_group, run_record.project) == (
+        "digits-00001",
+        "digits-00001",
+        "digits",
+        "kubetune-tests",
+    )
+    items = [*run_record.config.update, *(item for r in by_type.get("config", []) for item in r.config.update)]
+    config = {key_of(item): json.loads(item.value_json) for item in items}
+    assert config["lr"] == 0.5 and config["model"] == {"depth": 3}
+    assert config["data"] == "/data/digits"  # not JSON: its str, as Ray's _clean_log
+    losses = [float(item.value_json) for r in by_type["history"] for item in r.history.item if key_of(item) == "loss"]
+    assert losses == [0.5, 0.25, 0.5 / 3]
+    summary = {key_of(item): item.value_json for r in by_type.get("summary", []) for item in r.summary.update}
+    assert float(summary["loss"]) == pytest.approx(0.5 / 3)
+    (exit_record,) = [r.exit for r in by_type["exit"]]
+    assert exit_record.exit_code == 0
+
+
+def test_a_failing_trial_pods_wandb_run_is_written_whole_and_exits_1(tmp_path):
+    """The trial pod's process, as a gang's head (which leaves with os._exit, past W&B's exit handler): the run
+    is finished with exit code 1 when the trainable raises, and written whole."""
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "tracked_wandb.py").write_text(TRACKED_WANDB)
+    env = runtime_env(
+        tmp_path, f"file://{tmp_path / 'store'}/ns/exp/trial-0", config={"lr": 0.2}, entrypoint="tracked_wandb:train"
+    )
+    env.update(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_CONSOLE="off", WANDB_SILENT="true")
+    env.pop("WANDB_API_KEY", None)
+    env.update({RANK: "0", WORLD_SIZE: "2", HOSTS: "head,worker"})  # a gang's head: it leaves with os._exit
+    code, output = run_runtime(env, timeout_s=25)
+    assert code == 1 and "the trainable failed" in output
+
+    by_type = wandb_records(tmp_path, "trial-0")
+    (run_record,) = [r.run for r in by_type["run"]]
+    assert (run_record.run_id, run_record.display_name, run_record.run_group) == ("trial-0", "trial-0", "exp")
+    losses = [float(item.value_json) for r in by_type["history"] for item in r.history.item if key_of(item) == "loss"]
+    assert losses == [0.2, 0.1]
+    (exit_record,) = [r.exit for r in by_type["exit"]]
+    assert exit_record.exit_code == 1
+
+
+def test_setup_wandb_asks_for_an_api_key_online_as_ray_does(tmp_path, monkeypatch, fresh_wandb):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no stored login
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    with pytest.raises(ValueError, match="No WandB API key found"):
+        tune_wandb.setup_wandb({}, project="p")
+    key_file = tmp_path / "key"
+    key_file.write_text("k" * 40 + "\n")
+    with pytest.raises(ValueError, match="Both WandB `api_key_file` and `api_key` set"):
+        tune_wandb.setup_wandb({}, api_key="k", api_key_file=str(key_file))
+
+
+@pytest.mark.parametrize(
+    "callback",
+    [tune_mlflow.MLflowLoggerCallback(experiment_name="e", save_artifact=True), tune_wandb.WandbLoggerCallback("p")],
+    ids=["mlflow", "wandb"],
+)
+def test_rays_logger_callbacks_import_and_are_refused_by_name(callback):
+    name = type(callback).__name__
+    message = rf"callbacks: {name} is not supported by kubetune: callbacks are user code that Ray runs in its driver"
+    with pytest.raises(ValueError, match=message):
+        legacy_run_args({"callbacks": [callback]}, name="exp", restore=None, storage=None)
+    with pytest.raises(ValueError, match=message):
+        tune.run("m:T", name="exp", storage="s3://b/p", callbacks=[callback])  # before any cluster is asked
+    with pytest.raises(ValueError, match=message):
+        Tuner("m:T", run_config=RunConfig(callbacks=[callback])).fit()
+
+
+def test_the_modules_import_without_their_libraries():
+    """The SDK's machine imports the modules (for the callbacks) without MLflow or W&B installed."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["mlflow"] = None
+        sys.modules["wandb"] = None
+        from kubetune.integrations.mlflow import MLflowLoggerCallback, setup_mlflow
+        from kubetune.integrations.wandb import WandbLoggerCallback, setup_wandb
+        for setup, name in ((setup_mlflow, "mlflow"), (setup_wandb, "wandb")):
+            try:
+                setup({})
+            except RuntimeError as exc:
+                assert f"kubetune[{name}]" in str(exc), exc
+            else:
+                raise AssertionError(name)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_attempts_closers_run_once_in_order_past_a_failing_one(caplog):
+    """``kubetune.runtime.attempt_end``: what the pod's process runs when the attempt ends, with its outcome."""
+    seen = []
+
+    def failing(failed):
+        raise ConnectionError("tracker unreachable")
+
+    at_attempt_end(lambda failed: seen.append(("first", failed)))
+    at_attempt_end(failing)
+    at_attempt_end(lambda failed: seen.append(("last", failed)))
+    attempt_ended(failed=True)
+    attempt_ended(failed=False)  # nothing left: each closer runs once
+    assert seen == [("first", True), ("last", True)]
+    assert "tracker unreachable" in caplog.text

@@ -1,0 +1,233 @@
+"""Ray's path ``ray.air.integrations.wandb`` (Ray 2.x): :func:`setup_wandb`, which the user's trainable calls in the
+trial pod to track the trial in Weights & Biases, and :class:`WandbLoggerCallback`, Ray's driver-side logger, which
+``tune.run`` and ``Tuner`` refuse.
+
+``from kubetune.integrations.wandb import setup_wandb`` is ``from ray.air.integrations.wandb import setup_wandb``
+under kubetune's import rule (``ray.air.X`` is ``kubetune.X``). ``setup_wandb`` keeps Ray's signature, defaults and
+semantics (``ray/air/integrations/wandb.py``): the run's id is the trial's id, its name the trial's name, its group
+the experiment's name, its config the trial's config; only rank 0 of a gang gets a run. What differs
+(``docs/ray-tune.md``, "Trackers"): no API key is asked for when W&B runs offline or disabled (``WANDB_MODE`` or
+``mode=``), since W&B needs none then; a gang's other ranks get W&B's own no-op run (``wandb.init(mode="disabled")``)
+where Ray returns ``RunDisabled``, which newer W&B releases keep only as a stub whose methods are None; Ray's
+``WANDB_*_HOOK`` variables are not read; the run is finished when the trial attempt ends (exit code 1 when the
+trainable raised). W&B is imported only when ``setup_wandb`` is called: the trial image needs ``wandb``,
+``pip install 'kubetune[wandb]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import Any
+
+from kubetune.logger import LoggerCallback
+from kubetune.runtime.attempt_end import at_attempt_end
+from kubetune.runtime.context import get_context
+
+__all__ = ["WandbLoggerCallback", "setup_wandb"]
+
+#: Ray's environment variables: the API key (W&B's own), the default project and group.
+WANDB_ENV_VAR = "WANDB_API_KEY"
+WANDB_PROJECT_ENV_VAR = "WANDB_PROJECT_NAME"
+WANDB_GROUP_ENV_VAR = "WANDB_GROUP_NAME"
+#: W&B modes that reach no server, so need no API key.
+_KEYLESS_MODES = ("offline", "disabled", "dryrun")
+
+
+def setup_wandb(
+    config: dict | None = None,
+    api_key: str | None = None,
+    api_key_file: str | None = None,
+    rank_zero_only: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """Start this trial's W&B run and return it (a ``wandb.Run``), as Ray 2.x's ``setup_wandb``.
+
+    Called in the trial pod by the user's function trainable (``run = setup_wandb(config, project="p")``, then
+    ``run.log({...})`` or ``wandb.log({...})``) or ``Trainable.setup``. ``wandb.init`` is called with Ray's
+    arguments: ``id`` the trial's id (its Trial's name), ``name`` the trial's name, ``group`` the experiment's name,
+    ``project`` from ``WANDB_PROJECT_NAME`` when not given, ``config`` the trial's config (values W&B cannot store
+    as JSON become numbers or strings), ``resume=True``, ``reinit=True``, ``allow_val_change=True``; ``kwargs`` win
+    over all of them (``trial_id`` and ``trial_name`` set the id and name). A ``"wandb"`` dict in ``config`` is Ray's
+    deprecated way to pass them (a ``DeprecationWarning``): it is taken out of the config and passed on. With
+    ``WANDB_MODE=offline`` the run is written under ``WANDB_DIR`` (default the working directory) for ``wandb sync``.
+    The run is finished when the attempt ends, with exit code 1 when the trainable raised.
+
+    Args:
+        config: the trial's config, logged as the run's config.
+        api_key: W&B's API key, set as ``WANDB_API_KEY``.
+        api_key_file: a file whose first line is the API key (``~`` expanded).
+        rank_zero_only: on a gang (``resourcesPerTrial.workers``), only rank 0 starts a run; the other ranks get W&B's
+            disabled run, whose methods do nothing. False: every rank starts one.
+        **kwargs: passed to ``wandb.init``, over the defaults above.
+
+    Returns:
+        The run ``wandb.init`` returned.
+
+    Raises:
+        RuntimeError: W&B is not installed.
+        ValueError: both ``api_key`` and ``api_key_file`` given, or (online) no API key in the arguments,
+            ``WANDB_API_KEY`` or W&B's stored login (Ray's errors).
+        OSError: ``api_key_file`` cannot be read.
+    """
+    try:
+        import wandb
+    except ImportError as exc:
+        raise RuntimeError("wandb was not found: the trial image needs it, pip install 'kubetune[wandb]'") from exc
+
+    context = get_context()
+    if rank_zero_only and context.get_world_rank() != 0:
+        return wandb.init(mode="disabled")
+    init_kwargs: dict[str, Any] = {
+        "trial_id": kwargs.get("trial_id") or context.get_trial_id(),
+        "trial_name": kwargs.get("trial_name") or context.get_trial_name(),
+        "group": kwargs.get("group") or context.get_experiment_name(),
+    }
+    init_kwargs.update(kwargs)
+    trial_id, trial_name = init_kwargs.pop("trial_id"), init_kwargs.pop("trial_name")
+    if init_kwargs["group"] is None:  # outside a trial: WANDB_GROUP_NAME or the config's group, below, decide
+        del init_kwargs["group"]
+
+    config = dict(config or {})
+    from_config = dict(config.pop("wandb", None) or {})
+    if from_config:
+        warnings.warn(
+            "Passing a `wandb` key in the config dict is deprecated and will raise an error in the future. Please "
+            "pass the actual arguments to `setup_wandb()` instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    api_key_file = api_key_file or from_config.pop("api_key_file", None)
+    api_key = api_key or from_config.pop("api_key", None)
+    mode = init_kwargs.get("mode") or from_config.get("mode") or os.environ.get("WANDB_MODE")
+    _set_api_key(wandb, api_key_file and os.path.expanduser(api_key_file), api_key, mode)
+    from_config["project"] = from_config.get("project") or os.environ.get(WANDB_PROJECT_ENV_VAR)
+    from_config["group"] = from_config.get("group") or os.environ.get(WANDB_GROUP_ENV_VAR)
+
+    arguments: dict[str, Any] = {
+        "id": trial_id,
+        "name": trial_name,
+        "resume": True,
+        "reinit": True,
+        "allow_val_change": True,
+        "config": _loggable(config),
+        **from_config,
+        **init_kwargs,
+    }
+    run = wandb.init(**arguments)
+    at_attempt_end(_RunFinisher(run))
+    return run
+
+
+def _set_api_key(wandb: Any, api_key_file: str | None, api_key: str | None, mode: str | None) -> None:
+    """Set ``WANDB_API_KEY`` from the key or its file, or check W&B has one (Ray's rule; none needed offline)."""
+    if api_key_file:
+        if api_key:
+            raise ValueError("Both WandB `api_key_file` and `api_key` set.")
+        with open(api_key_file) as fp:
+            api_key = fp.readline().strip()
+    if api_key:
+        os.environ[WANDB_ENV_VAR] = api_key
+        return
+    if os.environ.get(WANDB_ENV_VAR) or (mode or "").lower() in _KEYLESS_MODES:
+        return
+    try:
+        if wandb.login(prompt=False, verify=False):  # a stored login (`wandb login`, .netrc), without asking the server
+            return
+    except TypeError:  # W&B before login(prompt=...): Ray's check
+        wandb.ensure_configured()
+        if wandb.api.api_key:
+            return
+    except Exception:  # noqa: BLE001 - W&B's own errors when there is no login: the error below says what to do
+        pass
+    raise ValueError(
+        f"No WandB API key found. Either set the {WANDB_ENV_VAR} environment variable, pass `api_key` or "
+        "`api_key_file` to setup_wandb(), run `wandb login` in the image, or set WANDB_MODE=offline"
+    )
+
+
+def _loggable(value: Any) -> Any:
+    """``value`` with what W&B cannot store as JSON replaced by a number or a string (Ray's ``_clean_log``)."""
+    if isinstance(value, dict):
+        return {key: _loggable(item) for key, item in value.items()}
+    if isinstance(value, (list, set)):
+        return [_loggable(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_loggable(item) for item in value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        text = str(value)
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    return text
+
+
+class _RunFinisher:
+    """Finishes a W&B run when the attempt ends (exit code 1 when it failed; nothing when it is finished already) and
+    tears W&B's service down, which writes what it holds."""
+
+    def __init__(self, run: Any):
+        self.run = run
+
+    def __call__(self, failed: bool) -> None:
+        import wandb
+
+        self.run.finish(exit_code=1 if failed else 0)
+        # finish() returns before W&B's service has written the run's last records (offline: its .wandb file); its
+        # teardown waits for them, which W&B's exit handler does too, but a gang's pod leaves with os._exit, past it
+        wandb.teardown()
+
+    def __repr__(self) -> str:
+        return f"W&B run {getattr(self.run, 'id', '?')}"
+
+
+class WandbLoggerCallback(LoggerCallback):
+    """Ray's ``WandbLoggerCallback``: a logger callback that Ray's driver calls for every trial.
+
+    Kept with Ray's signature so that scripts import it; ``tune.run`` and ``Tuner`` refuse it (``ValueError`` naming
+    it) before anything is created, as every logger callback of user code: kubetune has no driver process to run it
+    in yet. In the trainable, :func:`setup_wandb` tracks each trial from its own pod.
+
+    Args:
+        project: the W&B project.
+        group: the W&B group; None: the trainable's name.
+        api_key_file: a file holding the API key.
+        api_key: the API key.
+        excludes: result keys not to log.
+        log_config: log the result's ``config`` with each result.
+        upload_checkpoints: upload each checkpoint as an artifact (Ray 2.x; ``save_checkpoints`` before).
+        save_checkpoints: Ray's older name of ``upload_checkpoints``.
+        upload_timeout: seconds to wait for the uploads at the end.
+        **kwargs: passed to ``wandb.init``.
+    """
+
+    def __init__(
+        self,
+        project: str | None = None,
+        group: str | None = None,
+        api_key_file: str | None = None,
+        api_key: str | None = None,
+        excludes: list[str] | None = None,
+        log_config: bool = False,
+        upload_checkpoints: bool = False,
+        save_checkpoints: bool = False,
+        upload_timeout: int = 1800,
+        **kwargs: Any,
+    ):
+        self.project = project
+        self.group = group
+        self.api_key_file = api_key_file
+        self.api_key = api_key
+        self.excludes = excludes or []
+        self.log_config = log_config
+        self.upload_checkpoints = upload_checkpoints or save_checkpoints
+        self.upload_timeout = upload_timeout
+        self.kwargs = kwargs
