@@ -121,7 +121,9 @@ def test_each_rung_copies_the_best_of_the_one_before_with_the_next_budget(mode):
 def test_a_rung_waits_for_all_its_trials_and_the_same_trial_gets_the_same_config():
     searcher = make()
     rung0 = suggest_all(searcher, 0)
+    before = json.dumps(searcher.get_state())
     assert searcher.suggest("t9") is None  # rung 0 runs
+    assert json.dumps(searcher.get_state()) == before and searcher.quiet_wait  # the operator journals no "not now"
     assert searcher.suggest("t3") == rung0[3][1]  # a Trial whose create failed is asked for again
     for trial, _ in rung0[:-1]:
         searcher.on_trial_complete(trial, {"loss": 1.0})

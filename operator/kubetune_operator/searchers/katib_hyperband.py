@@ -64,6 +64,8 @@ class KatibHyperBand(Searcher):
             below 1, ``eta`` below 2.
     """
 
+    quiet_wait = True  # suggest's None changes nothing: it waits for the rung, which moves on in a later call
+
     @checked
     def __init__(
         self,
