@@ -21,7 +21,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubetune.search.katib_hyperband import DEFAULT_ETA, max_bracket, total_trials
+from kubetune.search.katib_hyperband import DEFAULT_ETA, max_bracket, plan, total_trials
 
 __all__ = ["Conversion", "KatibConversionError", "Note", "convert", "convert_text"]
 
@@ -565,11 +565,13 @@ class _Converter:
             )
         r_l = int(r_l) if float(r_l).is_integer() else r_l
         self.hyperband_plan = (r_l, eta)
+        budgets = ", ".join(str(b) for b in sorted({rung.resource for bracket in plan(r_l, eta) for rung in bracket}))
         self.note(
             f"{where}.algorithmName",
             f"hyperband: Katib's searcher as katib-hyperband: {total_trials(r_l, eta)} trials in "
-            f"{max_bracket(r_l, eta) + 1} brackets, each trial run from its start with {resource} set to its "
-            "budget; a rung's best are copied once all its trials ended, ranked by their last value. Each "
+            f"{max_bracket(r_l, eta) + 1} brackets (numSamples, Katib's maxTrialCount, may stop it first), each "
+            f"trial run from its start with {resource} set to its budget; a rung's best are copied once all its "
+            "trials ended, ranked by their last value. Each "
             "bracket's first rung has the formula's size, where Katib's takes as many configs as it was asked "
             "for then (its free slots, the same for the first bracket when parallelTrialCount is eta ** s_max)",
             "spec",
@@ -577,7 +579,7 @@ class _Converter:
         )
         self.note(
             f"spec.parameters[{resource}]",
-            f"the resource parameter: katib-hyperband sets it to each rung's budget (1 to {r_l:g}), as Katib "
+            f"the resource parameter: katib-hyperband sets it to each rung's budget ({budgets}), as Katib "
             "does, whatever its feasibleSpace",
             "spec",
             "config",
