@@ -106,6 +106,7 @@ class KatibHyperBand(Searcher):
         self.to_draw = 0  # the current rung's new configs not drawn yet (rung 0: drawn as they are suggested)
         # the current rung's trials in suggestion order: [trial_id, config, ended, value (None: not ranked)]
         self.members: list[list] = []
+        self._member: dict[str, list] = {}  # trial_id -> its entry of members
         self.finished = False
 
     # ----- the plan ---------------------------------------------------------------------------------------------
@@ -132,7 +133,7 @@ class KatibHyperBand(Searcher):
                 self.finished, self.pending = True, []
                 return
             self.rung, self.to_draw = 0, self.brackets[self.bracket][0].size
-        self.members = []
+        self.members, self._member = [], {}
 
     def _ranked(self) -> list[dict]:
         """The current rung's configs with a value, best first (``mode``), ties in suggestion order."""
@@ -145,9 +146,8 @@ class KatibHyperBand(Searcher):
         """The config of the new trial ``trial_id`` (the same one when asked again), None while the current rung's
         trials run (the next rung is ranked on their results), or :data:`FINISHED` after the plan's last rung or
         ``num_samples`` trials."""
-        for member in self.members:
-            if member[0] == trial_id:
-                return copy.deepcopy(member[1])
+        if trial_id in self._member:
+            return copy.deepcopy(self._member[trial_id][1])
         if self.finished or self.suggested >= self.num_samples:
             return FINISHED
         while not self.pending and not self.to_draw:
@@ -158,6 +158,7 @@ class KatibHyperBand(Searcher):
                 return FINISHED
         config = self.pending.pop(0) if self.pending else self._draw()
         self.members.append([trial_id, config, False, None])
+        self._member[trial_id] = self.members[-1]
         self.suggested += 1
         return copy.deepcopy(config)
 
@@ -166,12 +167,11 @@ class KatibHyperBand(Searcher):
     ) -> None:
         """``trial_id`` ended: its value is ``result[metric]`` unless it failed or the value is missing or not
         finite (then it is not ranked). Unknown and already ended trials are ignored."""
-        for member in self.members:
-            if member[0] == trial_id and not member[2]:
-                value = (result or {}).get(self.metric)
-                ok = not error and is_number(value) and math.isfinite(value)
-                member[2], member[3] = True, float(value) if ok else None
-                return
+        member = self._member.get(trial_id)
+        if member is not None and not member[2]:
+            value = (result or {}).get(self.metric)
+            ok = not error and is_number(value) and math.isfinite(value)
+            member[2], member[3] = True, float(value) if ok else None
 
     def get_state(self) -> dict:
         """Strict JSON: ``seed``, the plan's settings, the position (``bracket``, ``rung``, ``draws``,
@@ -211,3 +211,4 @@ class KatibHyperBand(Searcher):
         self.suggested, self.finished = state["suggested"], state["finished"]
         self.pending, self.to_draw = copy.deepcopy(state["pending"]), state["to_draw"]
         self.members = [[t, copy.deepcopy(c), ended, decode_number(v)] for t, c, ended, v in state["members"]]
+        self._member = {member[0]: member for member in self.members}
