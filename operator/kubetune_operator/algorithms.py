@@ -37,6 +37,7 @@ SEARCH_ALGORITHMS: dict[str, str] = {
     "random": "kubetune_operator.searchers.basic:BasicVariantSearcher",
     "optuna": "kubetune_operator.searchers.optuna_search:OptunaSearch",
     "bohb": "kubetune_operator.searchers.bohb:TuneBOHB",
+    "katib-hyperband": "kubetune_operator.searchers.katib_hyperband:KatibHyperBand",
 }
 
 #: Scheduler name → ``"module:Class"``. Parameters use Ray Tune's snake_case names (``grace_period``,

@@ -227,6 +227,16 @@ class JournaledDecisions:
         self.journal.record(entry.as_json())
         return outcome
 
+    def suggest(self, trial: str) -> dict | None | str:
+        """Ask the searcher for the config of the new trial ``trial``, journaled; a "not now" (None) of a searcher
+        whose waiting changes nothing (:attr:`~kubetune_operator.searchers.base.Searcher.quiet_wait`) is not: its
+        replay would change nothing, and a rung that runs for hours would add an entry at every pass."""
+        entry = Suggest(trial)
+        suggestion = self.apply(entry)
+        if suggestion is not None or not self.searcher.quiet_wait:
+            self.journal.record(entry.as_json())
+        return suggestion
+
     def replay(self, stored: list) -> None:
         """Carry out one stored journal entry (a JSON list) after a restart, as :meth:`apply` did it live."""
         self.apply(entry_from_json(stored))

@@ -13,7 +13,7 @@ import time
 
 from .builders import build_trial
 from .decisions import JournaledDecisions
-from .journal import Add, Suggest
+from .journal import Add
 from .labels import trial_name
 from .plan import Plan, created_event
 from .settings import Settings
@@ -95,7 +95,7 @@ class TrialAdmission:
                     break
                 config, tag = self.decisions.searcher.variant(index)
             else:
-                suggestion = self.decisions.do(Suggest(trial_name(self.intake.name, index)))
+                suggestion = self.decisions.suggest(trial_name(self.intake.name, index))
                 if not isinstance(suggestion, dict):
                     break  # FINISHED (search_finished from now on), or None: nothing to suggest yet
                 config, tag = suggestion, f"{index}"

@@ -5,10 +5,11 @@ Katib's ``hp-tuning/random.yaml`` (12 trials, 3 at a time) is created with ``Kat
 trial command runs ``examples/container-trials/mnist.py`` (the stand-in for Katib's pytorch-mnist image, same flags
 and lines) from this checkout instead of the image's ``/opt/pytorch-mnist/mnist.py``: the process node runs
 commands on this host. Katib's SDK then waits for ``Succeeded`` and reads the optimal trial and every trial, and
-each answer is checked against the native objects that ran it. A Katib Experiment kubetune cannot run is refused
-with the reason, at admission where the CRD's rules see it, else by the operator; Katib's SDK raises with it.
-Then: ``KatibClient.tune`` with a user's function, Katib's trial-metadata references and a trial template in a
-ConfigMap, Katib's ``report_metrics()`` from a trial, and the CRD's rules on every example.
+each answer is checked against the native objects that ran it. Katib's ``hp-tuning/hyperband.yaml`` runs its
+brackets with a tiny trial command. A Katib Experiment kubetune cannot run is refused with the reason, at admission
+where the CRD's rules see it, else by the operator; Katib's SDK raises with it. Then: ``KatibClient.tune`` with a
+user's function, Katib's trial-metadata references and a trial template in a ConfigMap, Katib's ``report_metrics()``
+from a trial, and the CRD's rules on every example.
 """
 
 from __future__ import annotations
@@ -183,12 +184,12 @@ def test_katibs_random_example_runs_through_katibs_sdk_and_reads_back_what_kubet
 def test_what_kubetune_cannot_run_is_refused_at_admission_or_by_the_operator_with_the_reason(
     cluster, operator, custom, core, namespace
 ):
-    """Katib's hyperband is refused by the CRD's rule, so create_experiment fails with the reason; a reference to
+    """Katib's pbt is refused by the CRD's rule, so create_experiment fails with the reason; a reference to
     an annotation the trial's Job does not have (which only the converter sees) ends Failed, reason
     ExperimentRefused, which Katib's SDK raises while it waits, with a Refused event and no native Experiment."""
-    out = katib_sdk(katib_example("hp-tuning/hyperband.yaml", namespace), namespace, cluster)
+    out = katib_sdk(katib_example("hp-tuning/simple-pbt.yaml", namespace), namespace, cluster)
     assert "Failed to create Katib Experiment" in out["refused"], out
-    assert "spec.algorithm.algorithmName: kubetune does not run Katib's hyperband" in out["refused"], out
+    assert "spec.algorithm.algorithmName: kubetune does not run Katib's pbt" in out["refused"], out
     katib = katib_example("trial-template/trial-metadata-substitution.yaml", namespace)
     katib["spec"]["trialTemplate"]["trialParameters"][-1]["reference"] = "${trialSpec.Annotations[absent]}"
     out = katib_sdk(katib, namespace, cluster)
@@ -292,6 +293,51 @@ def test_a_trial_template_in_a_labelled_config_map_runs_and_an_unlabelled_one_is
     assert "unlabelled: needs the label katib.kubeflow.org/component: trial-templates" in failed["message"], failed
 
 
+# Katib's hyperband.yaml trial, tiny: the flags of Katib's pytorch-mnist command, one `loss=` line an epoch (Katib's
+# StdOut format), a loss that falls with the epochs and depends on lr and momentum
+HYPERBAND_TRIAL = """
+import sys
+flags = dict(arg[2:].split("=", 1) for arg in sys.argv[1:])
+epochs, lr, momentum = int(flags["epochs"]), float(flags["lr"]), float(flags["momentum"])
+for epoch in range(1, epochs + 1):
+    print(f"epoch {epoch} loss={round(abs(lr - 0.03) * 10 + momentum / 10 + 1 / epoch, 6)}", flush=True)
+"""
+
+
+def test_katibs_hyperband_example_runs_its_brackets_through_katibs_sdk(cluster, operator, custom, namespace):
+    """Katib's hyperband.yaml (resource_name num-epochs, r_l 2, eta 2, 2 trials at a time) with maxTrialCount 5, its
+    whole plan: bracket s=1 runs 2 new configs at 1 epoch, then the one with the lower last loss again at 2 epochs
+    once both ended; bracket s=0 runs 2 new configs at 2 epochs; then the search is finished and the Experiment
+    succeeds (tests/unit/test_katib_hyperband.py has the numbers from Li et al. and Katib's service)."""
+    katib = katib_example("hp-tuning/hyperband.yaml", namespace)
+    katib["spec"]["maxTrialCount"] = 5
+    (container,) = katib["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:2] == ["python3", "/opt/pytorch-mnist/mnist.py"]
+    container["command"][1:2] = ["-c", HYPERBAND_TRIAL]
+    out = katib_sdk(katib, namespace, cluster)
+    assert out.get("succeeded") is True, out
+    native = get(custom, namespace, "experiments", "hyperband")
+    assert native["spec"]["searchAlgorithm"]["name"] == "katib-hyperband"
+    ran = trials(custom, namespace)
+    assert len(ran) == 5 and out["trials"] == sorted(ran)
+    order = sorted(ran.values(), key=lambda t: t["metadata"]["name"])  # <experiment>-<index:05d>
+    configs = [t["spec"]["config"] for t in order]
+    assert [c["num-epochs"] for c in configs] == [1, 1, 2, 2, 2]
+    for trial in order:
+        status = trial["status"]
+        assert status["phase"] == "Succeeded" and status["reason"] == "Completed", status
+        assert status["iteration"] == trial["spec"]["config"]["num-epochs"], status
+    # the copy: rung 0's config with the lower last loss, started only after both of rung 0's trials ended
+    best = min(order[:2], key=lambda t: t["status"]["lastResult"]["loss"])
+    assert {k: v for k, v in configs[2].items() if k != "num-epochs"} == {
+        k: v for k, v in best["spec"]["config"].items() if k != "num-epochs"
+    }
+    ended = max(t["status"]["completionTime"] for t in order[:2])
+    assert order[2]["status"]["startTime"] >= ended, (order[2]["status"], ended)
+    assert len({(c["lr"], c["momentum"]) for c in configs[:2] + configs[3:]}) == 4  # new configs drawn once
+    assert out["details"][order[2]["metadata"]["name"]]["assignments"]["num-epochs"] == "2"
+
+
 # A Katib trial with the Push collector: Katib's own report_metrics() each epoch, nothing of kubetune's inside
 PUSHING_TRIAL = """
 import sys
@@ -348,7 +394,8 @@ def test_the_crds_rules_admit_every_example_the_converter_runs_and_refuse_only_w
             except client.ApiException as exc:
                 assert exc.status == 422 and not converts, (path, exc.body)
                 refused_at_admission.add(path.relative_to(EXAMPLES).as_posix())
-    assert {"hp-tuning/hyperband.yaml", "hp-tuning/simple-pbt.yaml"} <= refused_at_admission
+    assert "hp-tuning/simple-pbt.yaml" in refused_at_admission
+    assert "hp-tuning/hyperband.yaml" not in refused_at_admission  # run by the katib-hyperband searcher
     assert "metrics-collector/custom-metrics-collector.yaml" in refused_at_admission
 
 

@@ -124,7 +124,13 @@ def test_enums():
     spec = _spec("Experiment")["properties"]
     assert spec["mode"]["enum"] == ["max", "min"]
     assert spec["objectives"]["items"]["properties"]["mode"]["enum"] == ["max", "min"]
-    assert spec["searchAlgorithm"]["properties"]["name"]["enum"] == ["basic", "random", "optuna", "bohb"]
+    assert spec["searchAlgorithm"]["properties"]["name"]["enum"] == [
+        "basic",
+        "random",
+        "optuna",
+        "bohb",
+        "katib-hyperband",
+    ]
     assert spec["scheduler"]["properties"]["name"]["enum"] == [
         "fifo",
         "asha",

@@ -20,10 +20,12 @@ from ruamel.yaml import YAML
 
 from kubetune.sdk.cli import main
 from kubetune.sdk.katib_convert import KatibConversionError, convert, convert_text
+from kubetune.search.katib_hyperband import total_trials
 from kubetune_operator.algorithms import create_searcher
 from kubetune_operator.builders import build_pod, trial_object
 from kubetune_operator.container_trials import substitute
 from kubetune_operator.controller import ExperimentController
+from kubetune_operator.searchers import FINISHED
 from kubetune_operator.searchers.basic import BasicVariantSearcher
 from kubetune_operator.settings import Settings
 
@@ -32,6 +34,7 @@ DOCS = Path(__file__).parents[2] / "docs"
 CONVERTED = [
     "hp-tuning/random.yaml",
     "hp-tuning/grid.yaml",
+    "hp-tuning/hyperband.yaml",
     "hp-tuning/tpe.yaml",
     "hp-tuning/multivariate-tpe.yaml",
     "hp-tuning/cma-es.yaml",
@@ -50,7 +53,6 @@ CONVERTED = [
 ]
 #: Example -> what the refusal must say.
 REFUSED = {
-    "hp-tuning/hyperband.yaml": r"algorithmName: hyperband is Katib's searcher .*another algorithm",
     "hp-tuning/simple-pbt.yaml": r"algorithmName: pbt is Katib's generations .*program must change",
     "metrics-collector/custom-metrics-collector.yaml": r"collector.kind: Custom is refused",
     "kubeflow-training-operator/tfjob-mnist-with-summaries.yaml": r"a kubeflow.org/v1 TFJob trial",
@@ -122,24 +124,53 @@ def _inside(value, param: dict, grid: bool) -> None:
         assert math.isclose(k, round(k), abs_tol=1e-6), (param["name"], value)
 
 
+def _hyperband_configs(spec: dict) -> tuple[list[dict], str]:
+    """Every config the converted Experiment's katib-hyperband searcher suggests (without its maxTrialCount),
+    each rung ending before the next is asked for; and the resource parameter's name."""
+    search = spec["searchAlgorithm"]
+    searcher = create_searcher(
+        search["name"], spec["config"], spec["metric"], spec["mode"], SAMPLES, 3, **search["params"]
+    )
+    configs, running = [], []
+    while True:
+        config = searcher.suggest(f"t{len(configs)}")
+        if config is None:
+            for i in running:
+                searcher.on_trial_complete(f"t{i}", {spec["metric"]: configs[i]["lr"]})
+            running = []
+            continue
+        if not isinstance(config, dict):
+            return configs, search["params"]["resource_name"]
+        running.append(len(configs))
+        configs.append(config)
+
+
 @pytest.mark.parametrize("name", CONVERTED)
 def test_configs_stay_in_katibs_feasible_space_and_commands_keep_every_word(name):
     katib = _katib(name)
     experiment = convert(katib).experiment
     spec = experiment["spec"]
     grid = katib["spec"]["algorithm"]["algorithmName"] == "grid"
-    searcher = BasicVariantSearcher(spec["config"], num_samples=1 if grid else SAMPLES, seed=3)
-    configs = [searcher.variant(i)[0] for i in range(searcher.total)]
     params = {p["name"]: p for p in katib["spec"]["parameters"]}
-    assert all(set(c) == set(params) for c in configs)
-    for config in configs:
+    if spec["searchAlgorithm"]["name"] == "katib-hyperband":
+        configs, resource = _hyperband_configs(spec)
+        # the resource parameter takes each rung's budget (Katib's too), whatever its feasibleSpace
+        assert {c[resource] for c in configs} == set(range(1, int(spec["searchAlgorithm"]["params"]["r_l"]) + 1))
+        params = {k: v for k, v in params.items() if k != resource}
+        configs_in_space = [{k: v for k, v in c.items() if k != resource} for c in configs]
+    else:
+        searcher = BasicVariantSearcher(spec["config"], num_samples=1 if grid else SAMPLES, seed=3)
+        configs = configs_in_space = [searcher.variant(i)[0] for i in range(searcher.total)]
+    assert all(set(c) == set(params) for c in configs_in_space)
+    for config in configs_in_space:
         for key, value in config.items():
             _inside(value, params[key], grid)
     if grid:  # every point of Katib's grid, once
         sizes = [len({c[k] for c in configs}) for k in params]
         assert len(configs) == math.prod(sizes) == len({json.dumps(c, sort_keys=True) for c in configs})
+    names = {p["name"] for p in katib["spec"]["parameters"]}  # the trial's metadata is not a parameter
     references = {
-        p["name"]: p["reference"] for p in katib["spec"]["trialTemplate"]["trialParameters"] if p["reference"] in params
+        p["name"]: p["reference"] for p in katib["spec"]["trialTemplate"]["trialParameters"] if p["reference"] in names
     }
     container = _primary(katib)
     katib_words = container.get("command", []) + container.get("args", [])
@@ -377,7 +408,7 @@ def test_what_kubetune_cannot_substitute_or_katib_does_not_have_is_refused():
 def test_a_file_of_several_documents_converts_each_and_names_the_one_refused():
     text = (DATA / "hp-tuning/random.yaml").read_text() + (DATA / "hp-tuning/grid.yaml").read_text()
     assert [c.source for c in convert_text(text)] == ["random", "grid"]
-    with pytest.raises(KatibConversionError, match=r"two.yaml \(document 2\): .*hyperband"):
+    with pytest.raises(KatibConversionError, match=r"two.yaml \(document 2\): .*r_l and resource_name must be set"):
         convert_text(text.replace("algorithmName: grid", "algorithmName: hyperband"), "two.yaml")
 
 
@@ -408,3 +439,76 @@ def test_conversion_does_not_change_its_input():
     before = copy.deepcopy(katib)
     convert(katib)
     assert katib == before
+
+
+# ----- Katib's hyperband: the katib-hyperband searcher (tests/unit/test_katib_hyperband.py plays it) -----
+
+
+def test_katibs_example_converts_to_katib_hyperband_and_runs_its_first_rung():
+    """Katib's hyperband.yaml: maxTrialCount 2 stops it after bracket 1's first rung, as in Katib."""
+    experiment = convert(yaml.safe_load((DATA / "hp-tuning/hyperband.yaml").read_text())).experiment
+    spec = experiment["spec"]
+    search = spec["searchAlgorithm"]
+    assert search == {"name": "katib-hyperband", "params": {"resource_name": "num-epochs", "r_l": 2, "eta": 2}}
+    searcher = create_searcher(
+        search["name"], spec["config"], spec["metric"], spec["mode"], spec["numSamples"], 5, **search["params"]
+    )
+    first = [searcher.suggest(f"t{i}") for i in range(2)]
+    assert [c["num-epochs"] for c in first] == [1, 1]
+    assert searcher.suggest("t2") == FINISHED
+
+
+def katib_example(settings: dict | None = None, **spec) -> dict:
+    """Katib's hyperband.yaml with its algorithm settings replaced by ``settings`` (None: removed) and ``spec``
+    fields set (None: removed)."""
+    katib = yaml.safe_load((DATA / "hp-tuning/hyperband.yaml").read_text())
+    if settings is not None:
+        katib["spec"]["algorithm"]["algorithmSettings"] = [{"name": k, "value": v} for k, v in settings.items()]
+    for key, value in spec.items():
+        if value is None:
+            katib["spec"].pop(key, None)
+        else:
+            katib["spec"][key] = value
+    return katib
+
+
+EXAMPLE = {"resource_name": "num-epochs", "eta": "2", "r_l": "2"}
+
+
+@pytest.mark.parametrize(
+    "settings, spec, message",
+    [
+        ({"resource_name": "num-epochs"}, {}, r"r_l and resource_name must be set"),
+        ({"r_l": "9"}, {}, r"r_l and resource_name must be set"),
+        ({**EXAMPLE, "r_l": "ten"}, {}, r"algorithmSettings\[r_l\]: 'ten' is not a number"),
+        ({**EXAMPLE, "r_l": "0.5"}, {}, r"r_l\]: 0.5 is below 1"),
+        ({**EXAMPLE, "resource_name": "epochs"}, {}, r"'epochs': value of resource_name setting must be in parameters"),
+        ({**EXAMPLE, "eta": "1"}, {}, r"eta\]: 1 is not a whole number >= 2"),
+        ({**EXAMPLE, "eta": "2.5"}, {}, r"eta\]: 2.5 is not a whole number >= 2"),
+        (
+            {**EXAMPLE, "r_l": "9", "eta": "3"},
+            {"parallelTrialCount": 8},
+            r"parallelTrialCount: 8: must be not less than 9",
+        ),
+        ({**EXAMPLE, "r_l": "9", "eta": "3"}, {"parallelTrialCount": None}, r"parallelTrialCount: 3: .*less than 9"),
+        ({**EXAMPLE, "current_s": "0"}, {}, r"current_s: the state Katib's hyperband service writes back"),
+    ],
+)
+def test_the_converter_refuses_settings_as_katib_validates_them(settings, spec, message):
+    with pytest.raises(KatibConversionError, match=message):
+        convert(katib_example(settings, **spec))
+
+
+def test_the_converter_takes_katibs_default_eta_and_counts_the_trials_without_max_trial_count():
+    conversion = convert(katib_example({**EXAMPLE, "eta": "0", "r_l": "9"}, parallelTrialCount=9, maxTrialCount=None))
+    spec = conversion.experiment["spec"]
+    assert spec["searchAlgorithm"]["params"] == {"resource_name": "num-epochs", "r_l": 9, "eta": 3}
+    assert spec["numSamples"] == 23 == total_trials(9, 3)
+    notes = {n.katib: n.text for n in conversion.notes}
+    assert "takes 3" in notes["spec.algorithm.algorithmSettings[eta]"]
+    assert "every trial of its brackets" in notes["spec.maxTrialCount"]
+    assert "each rung's budget" in notes["spec.parameters[num-epochs]"]
+    text = conversion.to_yaml()
+    assert "katib-hyperband: 23 trials in 3 brackets" in " ".join(text.split())
+    no_eta = convert(katib_example({"resource_name": "num-epochs", "r_l": "9"}, parallelTrialCount=9)).experiment
+    assert no_eta["spec"]["searchAlgorithm"]["params"]["eta"] == 3

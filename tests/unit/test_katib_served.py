@@ -56,8 +56,10 @@ def test_the_native_experiment_is_the_conversion_owned_by_the_katib_experiment()
     assert native["spec"]["numSamples"] == 12 and native["spec"]["maxConcurrentTrials"] == 3
     assert ka.serves(native, source) and not ka.serves(native, {"metadata": {"uid": "another"}})
     assert source == katib()  # the Katib Experiment is not changed
-    with pytest.raises(ka.KatibConversionError, match="hyperband is Katib's searcher"):
-        ka.native_experiment(katib("hb", "hp-tuning/hyperband.yaml"))
+    with pytest.raises(ka.KatibConversionError, match="pbt is Katib's generations"):
+        ka.native_experiment(katib("pbt", "hp-tuning/simple-pbt.yaml"))
+    hyperband = ka.native_experiment(katib("hb", "hp-tuning/hyperband.yaml"))
+    assert hyperband["spec"]["searchAlgorithm"]["name"] == "katib-hyperband"
 
 
 # Katib's defaultTrialTemplate.yaml of its trial-templates ConfigMap, as its manifests install it
@@ -219,12 +221,12 @@ def test_counts_lists_and_the_optimal_trial():
 
 
 def test_a_refused_experiment_is_failed_with_the_reason():
-    status = ka.refused_status(katib(), "spec.algorithm.algorithmName: hyperband is ...", NOW)
+    status = ka.refused_status(katib(), "spec.algorithm.algorithmName: pbt is ...", NOW)
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
         ("Created", "False", "ExperimentRefused"),
         ("Failed", "True", "ExperimentRefused"),
     ]
-    assert all("hyperband" in c["message"] for c in status["conditions"])
+    assert all("pbt" in c["message"] for c in status["conditions"])
 
 
 # Katib's SDK reads what kubetune wrote: its models, its condition check (utils.has_condition).

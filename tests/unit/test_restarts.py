@@ -613,3 +613,38 @@ def test_sample_from_values_are_drawn_once_per_trial_through_retries_exploits_an
     assert stormy.kills >= 5 and any(
         cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
     )
+
+
+def test_katib_hyperband_waits_for_each_rung_and_decides_as_an_uninterrupted_run_when_killed(monkeypatch):
+    """Katib's hyperband (searcher katib-hyperband) through kills at every kind of instant and snapshots after almost
+    every commit: no config drawn twice, each rung's copies chosen from the same results, the same trials in the
+    end (tests/unit/test_katib_hyperband.py has the rules of each rung)."""
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 500)
+    params = {"resource_name": "epochs", "r_l": 9, "eta": 3}  # brackets 9-3-1, 5-2 and 3 trials: 23
+    spec = {
+        "config": {"x": {"uniform": [0, 1]}, "y": {"choice": [1, 2, 3]}, "epochs": 1},
+        "numSamples": 100,
+        "searchAlgorithm": {"name": "katib-hyperband", "seed": 7, "params": params},
+    }
+    calm = World(spec)
+    recorded = []
+    record = calm.ctl.decisions.journal.record
+    calm.ctl.decisions.journal.record = lambda entry: (recorded.append(entry[0]), record(entry))
+    expected = calm.run()
+    # a "not now" while a rung runs is not journaled: one suggest entry per trial, and the one that said FINISHED
+    assert recorded.count("suggest") == len(expected) + 1
+    stormy = World(spec, kill_at=range(2, 10_000, 3))
+    assert stormy.run() == expected
+    assert stormy.kills >= 5 and any(
+        cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
+    )
+    trials = [t for _, t in sorted((int(name.rsplit("-", 1)[1]), t) for name, t in expected.items())]
+    assert [t["config"]["epochs"] for t in trials] == [1] * 9 + [3] * 3 + [9] + [3] * 5 + [9] * 2 + [9] * 3
+    assert all(t["phase"] == "Succeeded" for t in trials)
+    new = [trials[i]["config"] for i in (*range(9), *range(13, 18), *range(20, 23))]
+    assert len({(c["x"], c["y"]) for c in new}) == len(new)  # every new config drawn once
+    # a copy is a config of the rung before (the best by score), with the next budget
+    assert {(c["x"], c["y"]) for c in (t["config"] for t in trials[9:12])} <= {(c["x"], c["y"]) for c in new[:9]}
+    assert (trials[12]["config"]["x"], trials[12]["config"]["y"]) in {
+        (t["config"]["x"], t["config"]["y"]) for t in trials[9:12]
+    }

@@ -32,6 +32,7 @@ SEARCHERS = [
     "basic",
     "random",
     "bohb",
+    "katib-hyperband",
     "optuna",
     "optuna:random",
     "optuna:cmaes",
@@ -49,9 +50,14 @@ SAMPLER_ARGS = {
 }
 
 
+#: The parameters of algorithms that need some: katib-hyperband's first rung is 16 new configs at epochs 3 (more than
+#: NUM_SAMPLES, so every suggestion here is a new draw; tests/unit/test_katib_hyperband.py plays the rungs).
+PARAMS = {"katib-hyperband": {"resource_name": "epochs", "r_l": 48, "eta": 4}}
+
+
 def make(name: str, seed: int = 3, num_samples: int = NUM_SAMPLES) -> Searcher:
     algorithm, _, sampler = name.partition(":")
-    params = {"sampler": sampler} if sampler else {}
+    params = {"sampler": sampler} if sampler else dict(PARAMS.get(name, {}))
     if name in SAMPLER_ARGS:
         params["sampler_args"] = SAMPLER_ARGS[name]
     return create_searcher(algorithm, SPACE, metric="score", mode="max", num_samples=num_samples, seed=seed, **params)

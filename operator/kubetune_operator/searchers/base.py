@@ -52,6 +52,9 @@ class Searcher:
     FINISHED = FINISHED
     #: True when the searcher's suggestions are a function of the spec alone (the operator journals nothing).
     stateless = False
+    #: True when a "not now" (None) from :meth:`suggest` changes nothing in the searcher: the operator then journals
+    #: no such answer (a searcher that waits, e.g. for a rung to end, would add an entry at every reconcile pass).
+    quiet_wait = False
     #: How many configs a random-access searcher has (the operator then reads :meth:`variant` ``i`` for trial
     #: ``i`` instead of calling :meth:`suggest`); None for a searcher that suggests.
     total: int | None = None

@@ -21,12 +21,17 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubetune.search.katib_hyperband import DEFAULT_ETA, max_bracket, plan, total_trials
+
 __all__ = ["Conversion", "KatibConversionError", "Note", "convert", "convert_text"]
 
 KATIB_API_VERSION = "kubeflow.org/v1beta1"
 #: Katib's defaults (experiment_defaults.go).
 DEFAULT_PARALLEL_TRIALS = 3
 DEFAULT_PRIMARY_CONTAINER = "training-container"
+#: The algorithm settings Katib's hyperband service writes back into its Suggestion (HyperBandParam.generate):
+#: its state, which an Experiment that sets them starts from.
+_HYPERBAND_STATE = {"s_max", "b_l", "n", "r", "current_s", "current_i", "evaluating_trials"}
 _WIDTH = 118
 _KATIB_REFERENCE = re.compile(r"\$\{trialParameters\.([^}]*)\}")
 #: Katib's references to the trial's own name and namespace, and kubetune's for them (docs/api.md).
@@ -277,6 +282,7 @@ class _Converter:
         self.notes: list[Note] = []
         self.out: dict[str, Any] = {}
         self.algorithm = ((self.spec.get("algorithm") or {}).get("algorithmName")) or ""
+        self.hyperband_plan: tuple[float, int] | None = None  # (r_l, eta) of Katib's hyperband
 
     def note(self, katib: str, text: str, *target: str) -> None:
         self.notes.append(Note(katib, text, tuple(target)))
@@ -460,14 +466,6 @@ class _Converter:
         name = self.algorithm
         settings = {s.get("name"): s.get("value") for s in algorithm.get("algorithmSettings") or []}
         where = "spec.algorithm"
-        if name == "hyperband":
-            raise KatibConversionError(
-                f"{where}.algorithmName: hyperband is Katib's searcher that gives each trial a budget in the "
-                "parameter resource_name and runs it from its start; kubetune's hyperband scheduler (Ray's) pauses "
-                "trials and resumes them over growing budgets from their checkpoint folders: another algorithm, not "
-                "converted. Write spec.scheduler hyperband with spec.checkpoint.path (docs/api.md, 'Checkpoints of a "
-                "container trial'), or convert with algorithmName random and an earlyStopping"
-            )
         if name == "pbt":
             raise KatibConversionError(
                 f"{where}.algorithmName: pbt is Katib's generations of trials, each handed its parent's folder on a "
@@ -477,7 +475,9 @@ class _Converter:
             )
         seed = settings.pop("random_state", None)
         search: dict[str, Any] = {}
-        if name in ("random", "grid"):
+        if name == "hyperband":
+            search = self.hyperband(settings, where)
+        elif name in ("random", "grid"):
             search["name"] = "basic"
             if name == "grid":
                 self.note(
@@ -515,6 +515,79 @@ class _Converter:
                 "searchAlgorithm",
             )
         self.out["searchAlgorithm"] = search
+
+    def hyperband(self, settings: dict, where: str) -> dict:
+        """Katib's hyperband as searcher ``katib-hyperband``, its settings checked as Katib's
+        ``ValidateAlgorithmSettings`` checks them (and taken from ``settings``)."""
+        state = sorted(set(settings) & _HYPERBAND_STATE)
+        if state:
+            raise KatibConversionError(
+                f"{where}.algorithmSettings: {', '.join(state)}: the state Katib's hyperband service writes back "
+                "into its Suggestion, not a setting of the Experiment (Katib would start from it); remove it"
+            )
+        if "r_l" not in settings or "resource_name" not in settings:
+            raise KatibConversionError(f"{where}.algorithmSettings: r_l and resource_name must be set (hyperband)")
+        r_l = _number(settings.pop("r_l"), f"{where}.algorithmSettings[r_l]")
+        if r_l < 1:
+            raise KatibConversionError(
+                f"{where}.algorithmSettings[r_l]: {r_l:g} is below 1: the largest budget gives each trial "
+                "int(r_l * eta**-s) of the resource, 0 below 1 (Katib's service fails at log(0) for 0)"
+            )
+        eta = _number(settings.pop("eta", DEFAULT_ETA), f"{where}.algorithmSettings[eta]")
+        if eta <= 0:
+            self.note(
+                f"{where}.algorithmSettings[eta]",
+                f"{eta:g}: Katib's hyperband takes 3 for an eta of 0 or below; so does kubetune",
+                "spec",
+                "searchAlgorithm",
+            )
+            eta = DEFAULT_ETA
+        if not float(eta).is_integer() or eta < 2:
+            raise KatibConversionError(
+                f"{where}.algorithmSettings[eta]: {eta:g} is not a whole number >= 2 (Katib checks "
+                "parallelTrialCount with int(eta) but runs the float, and divides by log(eta), 0 for 1)"
+            )
+        eta = int(eta)
+        resource = settings.pop("resource_name")
+        if resource not in self.out["config"]:
+            raise KatibConversionError(
+                f"{where}.algorithmSettings[resource_name]: {resource!r}: value of resource_name setting must be "
+                "in parameters"
+            )
+        parallel = self.spec.get("parallelTrialCount")
+        parallel = DEFAULT_PARALLEL_TRIALS if parallel is None else _number(parallel, "spec.parallelTrialCount", True)
+        try:
+            least = eta ** max_bracket(r_l, eta)
+        except ValueError as exc:
+            raise KatibConversionError(f"{where}.algorithmSettings: {exc}") from None
+        if parallel < least:
+            raise KatibConversionError(
+                f"spec.parallelTrialCount: {parallel}: must be not less than {least} for hyperband (Katib's rule: "
+                "eta ** s_max, the size of its first bracket)"
+            )
+        r_l = int(r_l) if float(r_l).is_integer() else r_l
+        self.hyperband_plan = (r_l, eta)
+        budgets = ", ".join(str(b) for b in sorted({rung.resource for bracket in plan(r_l, eta) for rung in bracket}))
+        self.note(
+            f"{where}.algorithmName",
+            f"hyperband: Katib's searcher as katib-hyperband: {total_trials(r_l, eta)} trials in "
+            f"{max_bracket(r_l, eta) + 1} brackets (numSamples, Katib's maxTrialCount, may stop it first), each "
+            f"trial run from its start with {resource} set to its budget; a rung's best are copied once all its "
+            "trials ended, ranked by their last value. Each "
+            "bracket's first rung has the formula's size, where Katib's takes as many configs as it was asked "
+            "for then (its free slots, the same for the first bracket when parallelTrialCount is eta ** s_max)",
+            "spec",
+            "searchAlgorithm",
+        )
+        self.note(
+            f"spec.parameters[{resource}]",
+            f"the resource parameter: katib-hyperband sets it to each rung's budget ({budgets}), as Katib "
+            "does, whatever its feasibleSpace",
+            "spec",
+            "config",
+            resource,
+        )
+        return {"name": "katib-hyperband", "params": {"resource_name": resource, "r_l": r_l, "eta": eta}}
 
     def early_stopping(self) -> None:
         early = self.spec.get("earlyStopping")
@@ -567,6 +640,15 @@ class _Converter:
                     "spec",
                     "numSamples",
                 )
+        elif max_trials is None and self.hyperband_plan is not None:
+            self.out["numSamples"] = total_trials(*self.hyperband_plan)
+            self.note(
+                "spec.maxTrialCount",
+                "missing: Katib's hyperband runs until its last bracket (or the goal); numSamples is every trial of "
+                "its brackets",
+                "spec",
+                "numSamples",
+            )
         elif max_trials is None:
             raise KatibConversionError(
                 "spec.maxTrialCount: missing; Katib then runs until the goal, kubetune needs a number of trials"

@@ -76,7 +76,7 @@ __all__ = [
     "TuneBOHB",
 ]
 
-_OTHER = "the operator runs only the basic, optuna and bohb searchers"
+_OTHER = "the operator runs only the basic, optuna, bohb and katib-hyperband searchers"
 __getattr__ = unsupported_names(
     __name__,
     {
