@@ -27,6 +27,7 @@ from kubernetes import client
 
 from devcluster.testkit import outside_a_pod, wait_for
 from kubetune.sdk.katib_convert import KatibConversionError, convert
+from kubetune_operator.status import parse_time
 from tests.integration.test_operator import events, get, trials
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -332,8 +333,10 @@ def test_katibs_hyperband_example_runs_its_brackets_through_katibs_sdk(cluster, 
     assert {k: v for k, v in configs[2].items() if k != "num-epochs"} == {
         k: v for k, v in best["spec"]["config"].items() if k != "num-epochs"
     }
-    ended = max(t["status"]["completionTime"] for t in order[:2])
-    assert order[2]["status"]["startTime"] >= ended, (order[2]["status"], ended)
+    # (a Trial's creation time is to the second; a trial this short may end before the operator saw it run)
+    ended = max(parse_time(t["status"]["completionTime"]).replace(microsecond=0) for t in order[:2])
+    created = parse_time(order[2]["metadata"]["creationTimestamp"])
+    assert created >= ended, (order[2]["metadata"]["creationTimestamp"], ended)
     assert len({(c["lr"], c["momentum"]) for c in configs[:2] + configs[3:]}) == 4  # new configs drawn once
     assert out["details"][order[2]["metadata"]["name"]]["assignments"]["num-epochs"] == "2"
 
