@@ -242,7 +242,7 @@ def listed_with_notes(root, cluster, clock, **kwargs):  # noqa: F811 - root is t
     experiment["status"]["conditions"] = CONDITIONS
     studies = ExperimentStudies(
         lambda: [experiment],
-        lambda e: experiment_analysis(e, []),
+        lambda e: experiment_analysis(e, cluster.trials[NAMESPACE]),  # the failed Trials' messages: FAIL at once
         settle_s=3600,
         notes=ClusterNotes(cluster, clock=clock, **kwargs),
     )
@@ -278,7 +278,8 @@ def test_the_list_writes_conditions_events_columns_and_logs_bounded_per_refresh(
         "pending_cause": "",
         "attempt": 0,
     }
-    assert by_name["digits-00006"].user_attrs["phase"] == "Failed"  # written as it was added, FAIL at once
+    failed = by_name["digits-00006"]  # FAIL as it was added: its columns were read before
+    assert failed.state.name == "FAIL" and (failed.user_attrs["phase"], failed.user_attrs["attempt"]) == ("Failed", 2)
     # the failed trial's pod first (its phase is new to the notes), then the running ones in index order, 3 a refresh
     assert cluster.log_reads() == ["digits-00006-2", "digits-00000-0", "digits-00001-0"]
     note = get_note(optuna.Trial(study, by_name["digits-00000"]._trial_id))

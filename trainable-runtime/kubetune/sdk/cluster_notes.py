@@ -458,6 +458,20 @@ class ClusterNotes:
         self._logs: dict[tuple[str, str], _Log] = {}  # by (namespace, trial)
         self._written: dict[tuple[int, int | None], str] = {}  # note by (study id, trial id or None)
 
+    def trial_attrs_of(self, experiment: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The status columns (:func:`trial_attrs`) of ``experiment``'s Trials, as last read, reading its
+        namespace's Trials (and Events) first when they were never read: for a study about to be filled, whose
+        trials final at once cannot take them later.
+
+        Returns:
+            ``{trial name: attributes}``; empty when the Trials cannot be read (said in the next note).
+        """
+        meta = experiment["metadata"]
+        if meta["namespace"] not in self._readings:
+            self._readings[meta["namespace"]] = self._read(meta["namespace"])
+        owned = self._readings[meta["namespace"]].trials.get(meta["uid"], [])
+        return {t["metadata"]["name"]: trial_attrs(t) for t in owned}
+
     def due(self) -> bool:
         """Whether ``interval_s`` passed since the cluster was last read (or it never was)."""
         return self._read_at is None or self.clock() - self._read_at >= self.interval_s

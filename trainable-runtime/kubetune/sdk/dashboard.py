@@ -195,12 +195,17 @@ class Dashboard(_Served):
     ):
         if (notes is None) != (experiment is None):
             raise ValueError("notes and experiment go together")
-        self.live = LiveStudy(analysis, metric, mode, reread=reread, settle_s=settle_s)
         self.notes = notes
         self._experiment = experiment
         self._last_experiment: dict | None = None
         self._experiment_error: str | None = None
         self._experiment_tried = -math.inf
+        first_attrs = None
+        if notes is not None:  # the Trials' columns before the trials are added: those final at once keep them
+            self._read_experiment()
+            if self._last_experiment is not None:
+                first_attrs = notes.trial_attrs_of(self._last_experiment)
+        self.live = LiveStudy(analysis, metric, mode, reread=reread, settle_s=settle_s, trial_attrs=first_attrs)
         super().__init__(self.live.storage, self._refresh_all, refresh_s, host, port, first_now=notes is not None)
         study_id = self.live.storage.get_study_id_from_name(self.live.study.study_name)
         self.url = f"{self.base_url}/studies/{study_id}"
@@ -215,6 +220,15 @@ class Dashboard(_Served):
             raise
         return self._refresh_notes() or changed
 
+    def _read_experiment(self) -> None:
+        """Read the Experiment (kept as last read when that fails, and why in :attr:`_experiment_error`)."""
+        self._experiment_tried = self.notes.clock()
+        try:
+            self._last_experiment, self._experiment_error = self._experiment(), None
+        except Exception as exc:  # noqa: BLE001 - refused, no answer...: said in the note
+            log.debug("reading the Experiment failed", exc_info=True)
+            self._experiment_error = read_error(exc)
+
     def _refresh_notes(self) -> bool:
         """Read the Experiment when the notes are due, and hand it to them; whether a note or attribute changed."""
         if self.notes is None or self._experiment is None:
@@ -222,14 +236,8 @@ class Dashboard(_Served):
         from kubetune.sdk.experiment_studies import note
         from kubetune.sdk.experiment_summary import summary
 
-        now = self.notes.clock()
-        if self.notes.due() and now - self._experiment_tried >= self.notes.interval_s:
-            self._experiment_tried = now
-            try:
-                self._last_experiment, self._experiment_error = self._experiment(), None
-            except Exception as exc:  # noqa: BLE001 - refused, no answer...: said in the note
-                log.debug("reading the Experiment failed", exc_info=True)
-                self._experiment_error = read_error(exc)
+        if self.notes.due() and self.notes.clock() - self._experiment_tried >= self.notes.interval_s:
+            self._read_experiment()
         experiment = self._last_experiment
         if experiment is None:
             return False

@@ -251,6 +251,7 @@ class ExperimentStudies:
                 study_name=name,
                 reread=lambda: self._analysis_of(entry.experiment),
                 settle_s=self.settle_s,
+                trial_attrs=self.notes.trial_attrs_of(experiment) if self.notes is not None else None,
             )
             entry.study, entry.reason, entry.written = entry.live.study, None, {}
             return True

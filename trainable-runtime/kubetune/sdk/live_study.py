@@ -96,6 +96,8 @@ class LiveStudy:
         storage: the Optuna storage to create the study in; default a new ``InMemoryStorage``. The dashboard's
             experiment list keeps one study per Experiment in one storage.
         study_name: the study's name; default ``<namespace>/<experiment>`` from the analysis's path.
+        trial_attrs: the first :meth:`set_trial_attrs`, before the first trials are added (so that a trial final
+            at once, failed or of a quiet experiment, has them too).
 
     Attributes:
         study: the Optuna study; trial ``number`` ``n`` is the ``n``-th kubetune trial seen (user attribute
@@ -121,6 +123,7 @@ class LiveStudy:
         settle_s: float = DEFAULT_SETTLE_S,
         storage: Any = None,
         study_name: str | None = None,
+        trial_attrs: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         from optuna.storages import InMemoryStorage
 
@@ -134,7 +137,7 @@ class LiveStudy:
         self._written_at = max((written for written, _ in self._stamps.values()), default=0.0)
         self._modes = study_modes(self.study)
         self._trial_ids: dict[str, int] = {}
-        self._trial_attrs: dict[str, dict[str, Any]] = {}
+        self._trial_attrs = {name: dict(values) for name, values in (trial_attrs or {}).items()}
         self._applied_quiet = False
         self._apply()
 
