@@ -25,7 +25,8 @@ from kubetune.sdk.analysis import ExperimentAnalysis
 from kubetune.sdk.client import Cluster
 from kubetune.sdk.cluster_notes import (
     ClusterNotes,
-    _Log,
+    LogRead,
+    clean_log,
     conditions_table,
     events_table,
     fenced,
@@ -214,21 +215,24 @@ def test_the_events_are_the_newest_about_the_experiment_or_its_trials():
 def test_a_trials_note_says_its_status_and_shows_the_tail_of_its_pods_log():
     running = trial(0, "Running", reason="Running", attempt=1)
     text = "epoch 1\n```not the end of the block```\nepoch 2\n"
-    note = trial_note(running, _Log("digits-00000-1", "Running", text=text, read_at=NOW.timestamp()))
+    note = trial_note(running, LogRead("digits-00000-1", "Running", text=text, read_at=NOW.timestamp()))
     assert note.startswith("Trial `digits-00000`: **Running** · reason `Running` · attempt 1 · pod `digits-00000-1`")
     assert "Last 50 lines of the log of pod `digits-00000-1` (container `trial`), read at 03:04:05 UTC:" in note
     assert note.endswith("````text\nepoch 1\n```not the end of the block```\nepoch 2\n````")
     assert fenced("a") == "```text\na\n```"
+    bar = "\x1b[32mloading\x1b[0m\n 10%|#  |\r 50%|### |\r100%|#####|\n" + "x" * 500 + "\n"
+    assert clean_log(bar, lines=3, width=12) == "loading\n100%|#####|\nxxxxxxxxxxx…\n"
+    assert clean_log(bar, lines=1) == "x" * 399 + "…\n" and clean_log("") == ""
 
     waiting = trial(1, "Pending", reason="ErrImagePull", message="pull access denied\nfor image x", attempt=0)
     assert trial_note(waiting, None) == (
         "Trial `digits-00001`: **Pending** · reason `ErrImagePull` · attempt 0\n\n"
         "> pull access denied\n> for image x\n\nNo pod yet."
     )
-    gone = _Log("digits-00000-1", "Succeeded", text="last words\n", gone=True, read_at=NOW.timestamp())
+    gone = LogRead("digits-00000-1", "Succeeded", text="last words\n", gone=True, read_at=NOW.timestamp())
     note = trial_note(trial(0, "Succeeded", reason="Completed", attempt=1), gone)
     assert "Pod `digits-00000-1` is gone" in note and "as last read at 03:04:05 UTC" in note and "last words" in note
-    forbidden = _Log("digits-00000-1", "Running", error=read_error(refused(403, "pods/log is forbidden")))
+    forbidden = LogRead("digits-00000-1", "Running", error=read_error(refused(403, "pods/log is forbidden")))
     note = trial_note(running, forbidden)
     assert "cannot be read (00:00:00 UTC): 403 Forbidden: pods/log is forbidden." in note
     assert "secret-token" not in note

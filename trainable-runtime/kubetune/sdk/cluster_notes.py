@@ -10,7 +10,8 @@ Kubernetes API holds them, through Optuna Dashboard's own features (no page of o
   message), and the last :data:`MAX_EVENTS` Events about the Experiment or its Trials (last seen, type, reason,
   object, message), as ``kubectl describe`` and ``kubectl get events`` show them;
 * each trial's note (:func:`trial_note`): its status (phase, reason, attempt, pod, message) and the last
-  :data:`LOG_LINES` lines of its current pod's log (container ``trial``, the user's own output).
+  :data:`LOG_LINES` lines of its current pod's log (container ``trial``, the user's own output), as a terminal
+  shows them (:func:`clean_log`: no colour codes, a progress bar's last state, long lines cut).
 
 Callers: :mod:`kubetune.sdk.experiment_studies` (the experiment list, ``kubetune dashboard``) and
 :mod:`kubetune.sdk.dashboard` (one Experiment that exists in the cluster, ``kubetune dashboard NAME``), whose
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
@@ -50,11 +52,14 @@ __all__ = [
     "ATTR_KEYS",
     "ClusterNotes",
     "ClusterReader",
+    "LogRead",
     "DEFAULT_NOTES_S",
     "LOG_LINES",
+    "MAX_LOG_LINE",
     "MAX_EVENTS",
     "MAX_LOGS_PER_REFRESH",
     "Shown",
+    "clean_log",
     "cluster_section",
     "conditions_table",
     "events_table",
@@ -73,6 +78,8 @@ DEFAULT_NOTES_S = 5.0
 MAX_LOGS_PER_REFRESH = 8
 #: Lines of a trial pod's log its note shows (the last ones).
 LOG_LINES = 50
+#: Longest log line a trial's note shows, in characters (the rest cut, with "…").
+MAX_LOG_LINE = 400
 #: Events the study's note lists (the newest).
 MAX_EVENTS = 20
 #: Trials waiting for their pod the study's note lists (then how many more).
@@ -333,9 +340,17 @@ def cluster_section(
 
 
 @dataclass
-class _Log:
-    """What was last read of a trial's pod log: the pod and phase it was read at, its text or why it could not
-    be read, and when (seconds since the epoch)."""
+class LogRead:
+    """What was last read of a trial's pod log.
+
+    Attributes:
+        pod: the pod read.
+        phase: its Trial's phase when read.
+        text: the last lines read (:func:`clean_log`'s), or None when none was ever read of this pod.
+        error: why the last read failed (:func:`read_error`), when it did and the pod was not gone.
+        gone: whether the last read found the pod deleted (404).
+        read_at: when it was read, in seconds since the epoch.
+    """
 
     pod: str
     phase: str
@@ -345,7 +360,28 @@ class _Log:
     read_at: float = 0.0
 
 
-def trial_note(trial: Mapping[str, Any], log_state: _Log | None, lines: int = LOG_LINES) -> str:
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def clean_log(text: str, lines: int = LOG_LINES, width: int = MAX_LOG_LINE) -> str:
+    """The last ``lines`` lines of the log ``text`` as a terminal would show them: terminal escape sequences
+    (colours) dropped, each line what follows its last carriage return (a progress bar's last state), cut at
+    ``width`` characters with "…".
+
+    Returns:
+        The lines, each ending with a newline ("" for an empty log).
+    """
+    found = _ANSI.sub("", text).replace("\r\n", "\n").split("\n")  # not splitlines(): it splits at \r too
+    if found[-1] == "":
+        found.pop()
+    shown = []
+    for line in found[-lines:]:
+        line = line.rsplit("\r", 1)[-1]
+        shown.append(line if len(line) <= width else line[: width - 1] + "…")
+    return "".join(f"{line}\n" for line in shown)
+
+
+def trial_note(trial: Mapping[str, Any], log_state: LogRead | None, lines: int = LOG_LINES) -> str:
     """The Markdown note of a Trial's Optuna trial: its status, then the tail of its current pod's log.
 
     Args:
@@ -455,8 +491,8 @@ class ClusterNotes:
         self.clock = clock
         self._read_at: float | None = None
         self._readings: dict[str, _Reading] = {}
-        self._logs: dict[tuple[str, str], _Log] = {}  # by (namespace, trial)
-        self._written: dict[tuple[int, int | None], str] = {}  # note by (study id, trial id or None)
+        self._logs: dict[tuple[str, str], LogRead] = {}  # by (namespace, trial)
+        self._written: dict[tuple[int, int | None], int] = {}  # note's hash by (study id, trial id or None)
 
     def trial_attrs_of(self, experiment: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         """The status columns (:func:`trial_attrs`) of ``experiment``'s Trials, as last read, reading its
@@ -577,9 +613,9 @@ class ClusterNotes:
         name, pod, phase = trial["metadata"]["name"], status["podName"], status["phase"]
         last = self._logs.get((namespace, name))
         kept = last.text if last is not None and last.pod == pod else None
-        state = _Log(pod, phase, text=kept, read_at=now)
+        state = LogRead(pod, phase, text=kept, read_at=now)
         try:
-            state.text = self.reader.log_tail(namespace, pod, self.log_lines)
+            state.text = clean_log(self.reader.log_tail(namespace, pod, self.log_lines), self.log_lines)
         except Exception as exc:  # noqa: BLE001 - gone, refused, no answer...: said in the note
             if getattr(exc, "status", None) == 404:
                 state.gone = True
@@ -591,12 +627,12 @@ class ClusterNotes:
     def _save_note(self, study: optuna.Study, trial_id: int | None, body: str) -> bool:
         """Write ``body`` as the note of ``study`` (``trial_id`` None) or of its trial ``trial_id``, when it is not
         the note this object wrote there last (Optuna Dashboard's ``save_note``: a study system attribute)."""
-        key = (study._study_id, trial_id)
-        if self._written.get(key) == body:
+        key, digest = (study._study_id, trial_id), hash(body)  # not the body: thousands of notes of 50 lines
+        if self._written.get(key) == digest:
             return False
         import optuna
         from optuna_dashboard import save_note
 
         save_note(study if trial_id is None else optuna.Trial(study, trial_id), body)
-        self._written[key] = body
+        self._written[key] = digest
         return True
