@@ -227,8 +227,12 @@ def test_a_trials_note_says_its_status_and_shows_the_tail_of_its_pods_log():
     waiting = trial(1, "Pending", reason="ErrImagePull", message="pull access denied\nfor image x", attempt=0)
     assert trial_note(waiting, None) == (
         "Trial `digits-00001`: **Pending** · reason `ErrImagePull` · attempt 0\n\n"
-        "> pull access denied\n> for image x\n\nNo pod yet."
+        "Message:\n\n```text\npull access denied\nfor image x\n```\n\nNo pod yet."
     )
+    retrying = trial(0, "Pending", reason="Retrying", message="RuntimeError: boom", attempt=2, podName="digits-00000-2")
+    note = trial_note(retrying, LogRead("digits-00000-1", "Running", text="boom\n", read_at=NOW.timestamp()))
+    assert "pod `digits-00000-2`" in note and "```text\nRuntimeError: boom\n```" in note
+    assert "log of pod `digits-00000-1`" in note and note.endswith("```text\nboom\n```")  # the failed attempt's
     gone = LogRead("digits-00000-1", "Succeeded", text="last words\n", gone=True, read_at=NOW.timestamp())
     note = trial_note(trial(0, "Succeeded", reason="Completed", attempt=1), gone)
     assert "Pod `digits-00000-1` is gone" in note and "as last read at 03:04:05 UTC" in note and "last words" in note
@@ -289,7 +293,7 @@ def test_the_list_writes_conditions_events_columns_and_logs_bounded_per_refresh(
     note = get_note(optuna.Trial(study, by_name["digits-00000"]._trial_id))
     assert "Last 50 lines of the log of pod `digits-00000-0`" in note
     assert "digits-00000-0 step 79\n" in note and "step 30\n" in note and "step 29\n" not in note
-    assert "No log shown: not read yet." in get_note(optuna.Trial(study, by_name["digits-00005"]._trial_id))
+    assert "No log shown: not read yet" in get_note(optuna.Trial(study, by_name["digits-00005"]._trial_id))
 
     assert studies.refresh() is False and cluster.reads == [], "read again before interval_s"
     clock.now += 5

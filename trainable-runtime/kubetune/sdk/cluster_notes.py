@@ -390,8 +390,9 @@ def trial_note(trial: Mapping[str, Any], log_state: LogRead | None, lines: int =
         lines: how many lines a log read holds at most (for the heading).
 
     Returns:
-        Markdown: ``**<phase>** · reason `<reason>` · attempt <n> · pod `<pod>```, the status message quoted,
-        then the log (a code block headed with the pod and when it was read), or why there is none.
+        Markdown: ``**<phase>** · reason `<reason>` · attempt <n> · pod `<pod>```, the status message (a code
+        block), then the log (a code block headed with the pod and when it was read; between two attempts, the
+        last one's as last read), or why there is none.
     """
     status = _status(trial)
     attrs = trial_attrs(trial)
@@ -404,13 +405,16 @@ def trial_note(trial: Mapping[str, Any], log_state: LogRead | None, lines: int =
         head.append(f"pod `{pod}`")
     parts = [f"Trial `{trial['metadata']['name']}`: " + " · ".join(head)]
     message = status.get("message")
-    if message:
-        parts.append("\n".join(f"> {line}" if line.strip() else ">" for line in str(message).splitlines()))
+    if message:  # a traceback's end, the scheduler's words: as they are, not as Markdown
+        parts += ["Message:", fenced(str(message))]
     if not pod:
         parts.append("No pod yet.")
         return "\n\n".join(parts)
     if log_state is None:
-        reason = "its pod has not started" if attrs["phase"] == "Pending" else "not read yet"
+        reason = {
+            "Pending": "its pod has not started",
+            "Paused": "the trial is paused (checkpointed, its pod deleted)",
+        }.get(attrs["phase"], "not read yet (a few pods' logs are read every few seconds)")
         parts.append(f"No log shown: {reason}.")
         return "\n\n".join(parts)
     read_at = datetime.datetime.fromtimestamp(log_state.read_at, datetime.timezone.utc).strftime("%H:%M:%S UTC")
