@@ -97,7 +97,7 @@ def test_the_notes_show_conditions_events_the_trials_status_and_its_log(
 
         shown = wait_for(logged, timeout=120, what="the trial's note to show its pod's log")
         attrs = _attrs(shown)
-        assert attrs["phase"] in ("Running", "Succeeded") and attrs["attempt"] == 0, attrs
+        assert attrs["phase"] in ("Running", "Succeeded") and attrs["attempt"] == "0", attrs  # served as text
         assert {"phase", "reason", "pending_cause", "attempt", "best_score"} <= set(attrs), attrs
         assert f"Last 50 lines of the log of pod `{trial}-0`" in shown["note"]["body"]
     finally:

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 
 import optuna
 import pytest
@@ -18,7 +24,7 @@ from kubernetes.client import ApiException
 from optuna_dashboard import get_note
 from stored_experiment import EXPERIMENT, METRIC, NAMESPACE, SPACE, TRIALS, UID
 from test_analysis import write_trial
-from test_cli_errors import api  # noqa: F401 - the API server fixture
+from test_cli_errors import DISCOVERY, SERVED, api  # noqa: F401 - the API server fixture
 from test_experiment_studies import digits, root  # noqa: F401 - root is a fixture
 
 from kubetune.sdk.analysis import ExperimentAnalysis
@@ -405,3 +411,49 @@ def test_the_cluster_lists_trials_and_kubetunes_events_of_a_namespace(api):  # n
     with pytest.raises(ApiException) as exc:
         cluster.list_events("team")
     assert read_error(exc.value) == "403 Forbidden: status 403"
+
+
+def test_the_command_for_one_experiment_in_the_cluster_shows_its_notes(api, root):  # noqa: F811 - fixtures
+    """``kubetune dashboard NAME`` as a process against the API server: the study's note has the Experiment's
+    conditions and Events, a trial its Trial's columns, and its note says why its log cannot be read (403)."""
+    base = "/apis/kubetune.io/v1alpha1/namespaces/team"
+    experiment = digits(root)
+    experiment["status"]["conditions"] = CONDITIONS
+    api.routes[DISCOVERY] = SERVED
+    api.routes[f"{base}/experiments/{EXPERIMENT}"] = experiment
+    api.routes[f"{base}/trials"] = {"items": [trial(i, "Running", reason="Running") for i in range(len(TRIALS))]}
+    api.routes["/api/v1/namespaces/team/events"] = {
+        "items": [event("Experiment", EXPERIMENT, "TrialsCreated", "created 8 trials", "2026-01-02T03:00:00Z")]
+    }
+    api.routes["/api/v1/namespaces/team/pods/digits-00000-0/log"] = 403
+    command = [sys.executable, "-m", "kubetune.sdk.cli", "dashboard", EXPERIMENT, "--no-browser", "--port", "0"]
+    proc = subprocess.Popen([*command, "--refresh", "0.2"], stderr=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        line = proc.stderr.readline()
+        assert "Optuna Dashboard of 8 trials" in line, line + proc.stderr.read()
+        study_url = line.split(": ")[-1].split()[0].replace("/dashboard", "/api")
+        deadline, detail = time.monotonic() + 30, {}
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(study_url, timeout=10) as response:
+                detail = json.loads(response.read())
+            if "cannot be read" in detail["trials"][0]["note"]["body"]:
+                break
+            time.sleep(0.2)
+        note = detail["note"]["body"]
+        assert "| TrialsWaiting | True | Unschedulable |" in note and "| experiment/digits | created 8 trials |" in note
+        attrs = {a["key"]: a["value"] for a in detail["trials"][0]["user_attrs"]}
+        assert (attrs["phase"], attrs["reason"], attrs["attempt"]) == (
+            "Running",
+            "Running",
+            "0",
+        )  # the API serves attributes as text
+        assert "The log of pod `digits-00000-0` cannot be read" in detail["trials"][0]["note"]["body"]
+        assert "/pods/digits-00000-0/log" in " ".join(api.requests)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"Ctrl-C did not end the dashboard: {proc.communicate()[1][-3000:]}") from None
+    assert proc.returncode == 0 and "Traceback" not in err, err
