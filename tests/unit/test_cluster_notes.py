@@ -299,7 +299,7 @@ def test_the_list_writes_conditions_events_columns_and_logs_bounded_per_refresh(
     note = get_note(optuna.Trial(study, by_name["digits-00000"]._trial_id))
     assert "Last 50 lines of the log of pod `digits-00000-0`" in note
     assert "digits-00000-0 step 79\n" in note and "step 30\n" in note and "step 29\n" not in note
-    assert "No log shown: not read yet" in get_note(optuna.Trial(study, by_name["digits-00005"]._trial_id))
+    assert get_note(optuna.Trial(study, by_name["digits-00005"]._trial_id)) == ""  # nothing beyond its columns yet
 
     assert studies.refresh() is False and cluster.reads == [], "read again before interval_s"
     clock.now += 5
@@ -322,6 +322,33 @@ def test_the_list_writes_conditions_events_columns_and_logs_bounded_per_refresh(
     clock.now += 5
     studies.refresh()
     assert "digits-00000-0" not in cluster.log_reads(), "an ended pod's log is read once"
+
+
+def test_at_most_max_trial_notes_trials_of_a_study_get_a_note(root):  # noqa: F811 - fixture
+    """Optuna Dashboard reads all of a study's notes for each noted trial it serves: two noted trials at most here,
+    the failed one (its message) and the first whose log was read; the others' logs are not read, and the study's
+    note says how many trials have none."""
+    cluster, clock = FakeCluster(), Clock()
+    trials = [trial(i, "Running", reason="Running") for i in range(6)]
+    trials.append(trial(6, "Failed", reason="Error", message="ValueError: the loss diverged", attempt=2))
+    cluster.trials[NAMESPACE] = trials
+    cluster.logs = {t["status"]["podName"]: log_of(t["status"]["podName"]) for t in trials}
+    _, studies = listed_with_notes(root, cluster, clock, max_logs=2, max_trial_notes=2)
+    studies.refresh()
+    study = studies.studies()[f"{NAMESPACE}/{EXPERIMENT}"]
+    noted = [t.user_attrs["kubetune_trial"] for t in study.get_trials() if get_note(optuna.Trial(study, t._trial_id))]
+    assert noted == ["digits-00000", "digits-00006"]
+    assert cluster.log_reads() == ["digits-00006-2", "digits-00000-0"]
+    assert "Trials left without a note" not in get_note(study)
+    clock.now += 5
+    studies.refresh()
+    assert cluster.log_reads() == ["digits-00000-0"], "only the noted trials' logs"
+
+    trials[3] = trial(3, "Running", reason="Running", message="storage unreachable: retrying")
+    clock.now += 5
+    studies.refresh()
+    assert "*Trials left without a note of their own: 1. At most 2 trials of a study get one" in get_note(study)
+    assert len([t for t in study.get_trials() if get_note(optuna.Trial(study, t._trial_id))]) == 2
 
 
 def test_a_read_the_cluster_refuses_is_said_in_the_note_and_the_rest_shows(root):  # noqa: F811 - fixture
