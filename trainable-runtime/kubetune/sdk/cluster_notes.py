@@ -15,8 +15,9 @@ Kubernetes API holds them, through Optuna Dashboard's own features (no page of o
 
 Callers: :mod:`kubetune.sdk.experiment_studies` (the experiment list, ``kubetune dashboard``) and
 :mod:`kubetune.sdk.dashboard` (one Experiment that exists in the cluster, ``kubetune dashboard NAME``), whose
-refresh thread calls :meth:`ClusterNotes.refresh` at each refresh; the cluster's reads go through a
-:class:`ClusterReader` (:class:`kubetune.sdk.client.Cluster`, with the user's kubeconfig).
+refresh thread calls :meth:`ClusterNotes.refresh` at each refresh; :mod:`kubetune.sdk.cli` makes the
+:class:`ClusterNotes` of both over its :class:`kubetune.sdk.client.Cluster` (the user's kubeconfig), through which
+the cluster is read (a :class:`ClusterReader`; tests give a fake one).
 
 Bounds: the cluster is read at most every ``interval_s`` seconds (one list of the Trials and one of kubetune's
 Events per namespace shown); at most ``max_logs`` pod logs are read per such refresh, each its last
