@@ -428,6 +428,13 @@ def test_notes_go_with_the_experiment_that_they_read(root):  # noqa: F811 - fixt
 # --- the cluster's reads, over HTTP --------------------------------------------------------------------------------
 
 
+def test_the_log_read_is_the_trial_containers():
+    from kubetune.sdk import client
+    from kubetune_operator.labels import TRIAL_CONTAINER
+
+    assert client.TRIAL_CONTAINER == TRIAL_CONTAINER  # the SDK may not import the operator: one spelling, checked
+
+
 def test_the_cluster_lists_trials_and_kubetunes_events_of_a_namespace(api):  # noqa: F811 - fixture
     api.routes["/apis/kubetune.io/v1alpha1/namespaces/team/trials"] = {"items": [trial(0)]}
     api.routes["/api/v1/namespaces/team/events"] = {"items": [event("Trial", "digits-00000", "X", "y", "z")]}
