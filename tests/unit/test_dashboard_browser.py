@@ -9,8 +9,10 @@ importance view naming every searched parameter, the parallel coordinates with a
 and, with the page open, a result and a trial written to storage showing in it within 5 s, and the trials' final
 states once the experiment is quiet. A PBT exploit: its trial's ``pbt_exploits`` among its attributes, its curve
 going on from the donor's iteration. Several objectives: the Pareto front marks the non-dominated trials. The
-experiment list (no name): each Experiment by name on the home page, and how it stands on its study's page. A
-missing browser fails the test: it is never skipped.
+experiment list (no name): each Experiment by name on the home page, and how it stands on its study's page; with
+the cluster's reads (a fake cluster reader, through kubetune.sdk.cluster_notes), the study's note shows the
+Experiment's conditions as a table and its Events, the trial table the Trials' phase and attempt, and a trial's
+note the last lines of its pod's log. A missing browser fails the test: it is never skipped.
 
 Screenshots go to ``$KUBETUNE_SCREENSHOTS``, default ``build/screenshots`` in the repository (printed); the views
 README.md and docs/sdk.md show (:data:`DOCS_IMAGES`, most cropped to their view's card) are copied from there to
@@ -19,6 +21,7 @@ docs/images/ by hand after a run.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import time
@@ -29,12 +32,16 @@ from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - 
 from playwright.sync_api import expect, sync_playwright
 from stored_experiment import METRIC, SEARCHED, SPACE, TRIALS, exploit, store
 from test_analysis import write_trial
+from test_cluster_notes import CONDITIONS, FakeCluster, event, log_of, trial
 from test_experiment_studies import digits, mnist, studies_of, write_mnist
 from test_views import write_two
 
 from kubetune.sdk.analysis import ExperimentAnalysis
+from kubetune.sdk.cluster_notes import ClusterNotes
 from kubetune.sdk.dashboard import Dashboard, ExperimentsDashboard
+from kubetune.sdk.experiment_studies import ExperimentStudies
 from kubetune.sdk.optuna_study import EXPLOITS_ATTR, TRIAL_NAME_ATTR
+from kubetune.sdk.tuner import experiment_analysis
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +53,8 @@ DOCS_IMAGES = (
     "pbt-exploits.png",
     "pareto-front.png",
     "experiment-list.png",
+    "experiment-conditions.png",
+    "trial-log.png",
 )
 #: The browser window, in CSS pixels: small enough for the docs' pictures to stay small.
 VIEWPORT = {"width": 1200, "height": 900}
@@ -269,3 +278,77 @@ def test_the_experiment_list_names_each_experiment_and_its_page_says_how_it_stan
         page.goto(f"{page.url}/note")
         expect(page.get_by_text(f"best {METRIC}: 0.93 (digits-00003)", exact=False)).to_be_visible()
         page.screenshot(path=shots / "experiment-note.png", full_page=True)
+
+
+def test_the_notes_show_the_experiments_conditions_and_events_and_a_trials_log(browser, tmp_path, shots):
+    """The experiment list with the cluster's reads (a fake reader: the Trials, Events and pod logs the API would
+    answer): the study's Note tab shows the Experiment's conditions as a table and its Events; the trial table has
+    each Trial's phase and attempt as columns; a trial's page shows its note, its status and its pod's last 50 log
+    lines."""
+    root = f"file://{tmp_path}/store"
+    store(root, tmp_path)
+    experiment = digits(root, counts={"pending": 1, "running": 7, "failed": 1})
+    now = datetime.datetime.now(datetime.timezone.utc)
+    at = {"lastTransitionTime": (now - datetime.timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    experiment["status"]["conditions"] = [{**condition, **at} for condition in CONDITIONS]
+    cluster = FakeCluster()
+    cluster.trials["team"] = [trial(i, "Running", reason="Running", attempt=1) for i in range(len(TRIALS))]
+    waiting = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu"
+    cluster.trials["team"].append(trial(len(TRIALS), "Pending", reason="Unschedulable", message=waiting))
+    seen = (now - datetime.timedelta(seconds=40)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.events["team"] = [
+        event("Trial", TRIALS[2].name, "TrialWaiting", f"pod {TRIALS[2].name}-1: ErrImagePull", seen, "Warning")
+    ]
+    pod = f"{TRIALS[2].name}-1"
+    cluster.logs[pod] = log_of(pod)
+    studies = ExperimentStudies(
+        lambda: [experiment],
+        lambda e: experiment_analysis(e, []),
+        settle_s=3600,
+        notes=ClusterNotes(cluster, max_logs=len(TRIALS)),
+    )
+    with ExperimentsDashboard(studies, refresh_s=0.5) as served:
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(served.url)
+        page.get_by_text(re.compile(r"^\d+\. team/digits$")).click()
+        expect(page.get_by_text("Study User Attributes", exact=True)).to_be_visible()
+        page.goto(f"{page.url}/note")
+        conditions = page.get_by_role("table").filter(has=page.get_by_role("columnheader", name="Last transition"))
+        expect(conditions).to_have_count(1)
+        for type_, status, reason in (("Ready", "True", "SpecValid"), ("TrialsWaiting", "True", "Unschedulable")):
+            row = conditions.get_by_role("row").filter(has=page.get_by_role("cell", name=type_, exact=True))
+            expect(row.get_by_role("cell", name=status, exact=True)).to_have_count(1)
+            expect(row.get_by_role("cell", name=reason, exact=True)).to_have_count(1)
+        expect(conditions.get_by_role("cell", name="1 trial waits: 0/3 nodes | Insufficient cpu")).to_have_count(1)
+        waiting_trials = page.get_by_role("table").filter(has=page.get_by_role("columnheader", name="Attempt"))
+        expect(waiting_trials.get_by_role("cell", name=waiting, exact=True)).to_have_count(1)
+        events = page.get_by_role("table").filter(has=page.get_by_role("columnheader", name="Object"))
+        expect(events.get_by_role("cell", name=f"trial/{TRIALS[2].name}", exact=True)).to_have_count(1)
+        expect(events.get_by_role("cell", name="TrialWaiting", exact=True)).to_have_count(1)
+        page.screenshot(path=shots / "experiment-note-cluster.png", full_page=True)
+        _card(page, "table").screenshot(path=shots / "experiment-conditions.png")
+
+        study_url = page.url.removesuffix("/note")
+        page.goto(f"{study_url}/smartSelection")  # Optuna Dashboard's trial table is there
+        headers = page.locator("th")
+        for column in ("phase", "reason", "pending_cause", "attempt", f"best_{METRIC}"):
+            # a sortable (numeric) column's header ends with its sort icon's label, "sorted ascending"
+            expect(headers.filter(has_text=re.compile(rf"^UserAttribute\s*{column}\s*(sorted \w+)?$"))).to_have_count(1)
+        columns = [" ".join(text.splitlines()[0].split()) for text in headers.all_inner_texts()]
+        row = page.locator("tr").filter(has=page.get_by_role("cell", name=TRIALS[2].name, exact=True))
+        cells = [" ".join(text.split()) for text in row.locator("td").all_inner_texts()]
+        shown = dict(zip(columns, cells))
+        assert (shown["UserAttribute phase"], shown["UserAttribute attempt"]) == ("Running", "1"), shown
+        page.screenshot(path=shots / "trial-table.png", full_page=True)
+
+        page.goto(f"{study_url}/trials?numbers=2")
+        expect(page.get_by_text(f"Trial `{TRIALS[2].name}`: ", exact=False)).to_have_count(0)  # Markdown, rendered
+        heading = f"Last 50 lines of the log of pod {pod} (container trial)"
+        expect(page.get_by_text(heading, exact=False)).to_be_visible()
+        log_block = page.locator("code", has_text=f"{pod} step 79")
+        expect(log_block).to_have_count(1)
+        shown = log_block.inner_text().splitlines()
+        assert shown == [f"{pod} step {i}" for i in range(30, 80)], shown[:3]
+        page.screenshot(path=shots / "trial-note.png", full_page=True)
+        page.set_viewport_size({"width": VIEWPORT["width"], "height": 1700})  # the whole card on the screen
+        _card(page, f"code:has-text('{pod} step 79')").screenshot(path=shots / "trial-log.png")

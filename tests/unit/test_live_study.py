@@ -56,7 +56,12 @@ def test_a_refresh_writes_new_results_and_trials_once_each_and_keeps_the_numbers
     assert [t.user_attrs[TRIAL_NAME_ATTR] for t in after] == [t.name for t in TRIALS] + ["digits-00008"]
     assert [t.number for t in after] == list(range(len(TRIALS) + 1))
     assert after[2].intermediate_values == dict(enumerate(grown, 1))
-    assert after[2].user_attrs == {TRIAL_NAME_ATTR: TRIALS[2].name, "training_iteration": 4, METRIC: 0.55}
+    assert after[2].user_attrs == {
+        TRIAL_NAME_ATTR: TRIALS[2].name,
+        "training_iteration": 4,
+        METRIC: 0.55,
+        f"best_{METRIC}": max(grown),
+    }
     assert after[8].intermediate_values == {1: 0.25} and after[8].params == {"lr": 0.001, "layers": 2, "act": "relu"}
     assert after[8].state.name == "RUNNING" and after[2].state.name == "RUNNING"
     for old, new in zip(before, after):  # the others as they were

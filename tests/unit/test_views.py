@@ -195,7 +195,14 @@ def test_an_experiment_with_several_objectives_is_a_study_of_as_many_directions(
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "COMPLETE", "COMPLETE", "PRUNED", "FAIL"]
     assert [t.values for t in trials[:5]] == [list(points[-1]) for points in list(TWO.values())[:5]]
     assert trials[0].intermediate_values == {1: 0.5, 2: 0.7, 3: 0.8}  # the first objective's
-    assert trials[1].user_attrs == {TRIAL_NAME_ATTR: "two-00001", "training_iteration": 3, "acc": 0.7, "latency": 3.0}
+    assert trials[1].user_attrs == {
+        TRIAL_NAME_ATTR: "two-00001",
+        "training_iteration": 3,
+        "acc": 0.7,
+        "latency": 3.0,
+        "best_acc": 0.7,  # each objective's best by its own mode
+        "best_latency": 3.0,
+    }
     assert sorted(t.user_attrs[TRIAL_NAME_ATTR] for t in study.best_trials) == ["two-00000", "two-00001", "two-00003"]
     assert [t.trial_id for t in analysis.pareto_front] == ["two-00000", "two-00001", "two-00003", "two-00004"]
 

@@ -316,6 +316,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     args.namespace = args.namespace[0] if args.namespace else None
     _quiet_optuna()
     analysis = _stored_analysis(args)
+    cluster_views = {}
+    if not args.storage_only:  # the Experiment is in the cluster: its conditions, Events, Trials' status and logs
+        from kubetune.sdk.client import READ_TIMEOUT_S
+        from kubetune.sdk.cluster_notes import ClusterNotes
+
+        cluster = _cluster(args)
+        cluster_views = {
+            "notes": ClusterNotes(cluster),
+            "experiment": lambda: cluster.get(args.name, timeout_s=READ_TIMEOUT_S),
+        }
     try:
         dashboard = Dashboard(
             analysis,
@@ -326,6 +336,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             # the cluster says which trials failed: ask it again; storage alone: the same folder again
             reread=None if args.storage_only else lambda: _stored_analysis(args),
             **{key: value for key, value in (("refresh_s", args.refresh), ("settle_s", args.settle)) if value},
+            **cluster_views,
         )
     except OSError as exc:
         return _error(f"cannot listen on {args.host}:{args.port}: {exc}; --port chooses another port", USAGE)
@@ -361,6 +372,7 @@ def _dashboard_list(args: argparse.Namespace) -> int:
     (:mod:`kubetune.sdk.experiment_studies`), cluster-wide or in the ``--namespace`` namespaces (default the
     context's) it may read."""
     from kubetune.sdk.client import Cluster
+    from kubetune.sdk.cluster_notes import ClusterNotes
     from kubetune.sdk.dashboard import DEFAULT_LIST_REFRESH_S, ExperimentsDashboard
     from kubetune.sdk.experiment_studies import ExperimentStudies, readable_experiments
     from kubetune.sdk.tuner import experiment_analysis
@@ -377,6 +389,7 @@ def _dashboard_list(args: argparse.Namespace) -> int:
         lambda: readable_experiments(cluster.list_all_namespaces, cluster.list, namespaces),
         lambda experiment: experiment_analysis(experiment, cluster.trials(experiment)),
         **({"settle_s": args.settle} if args.settle else {}),
+        notes=ClusterNotes(cluster),
     )
     try:
         dashboard = ExperimentsDashboard(

@@ -2,7 +2,8 @@
 
 Owns every Kubernetes API call made from a user's machine (kubeconfig loading, the pre-flight
 check of the cluster and kubetune's CRDs, create, read, suspend, resume, delete, listing an
-Experiment's Trials and reading a trial pod's log) and :func:`follow`, the loop that shows an
+Experiment's Trials, a namespace's Trials and kubetune Events (the dashboard's notes) and reading a trial
+pod's log or its last lines) and :func:`follow`, the loop that shows an
 Experiment's progress until it ends. Called by :mod:`kubetune.sdk.tuner` and :mod:`kubetune.sdk.cli`. Uses
 the official ``kubernetes`` client (the ``sdk`` extra); nothing here runs in a trial pod.
 
@@ -25,6 +26,13 @@ FINAL_PHASES = ("Succeeded", "Failed")
 
 #: Seconds to connect to, then to hear from, the API server in the pre-flight check.
 CHECK_TIMEOUT_S = (5.0, 10.0)
+#: Seconds to connect to, then to hear from, the API server for each read of the dashboard's notes
+#: (:meth:`Cluster.list_trials`, :meth:`Cluster.list_events`, :meth:`Cluster.log_tail`).
+READ_TIMEOUT_S = (5.0, 20.0)
+#: Most bytes of a pod's log :meth:`Cluster.log_tail` asks for (the kubelet's ``limitBytes``).
+LOG_TAIL_BYTES = 64 * 1024
+#: The container of a trial pod that runs the trainable (its log is the user's output).
+TRIAL_CONTAINER = "trial"
 #: How long :func:`follow` keeps polling through API errors before it gives up, in seconds.
 FOLLOW_OUTAGE_S = 60.0
 
@@ -138,9 +146,12 @@ class Cluster:
         """
         return self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, EXPERIMENTS, body)
 
-    def get(self, name: str) -> dict:
-        """Return the Experiment ``name``. Raises ``ApiException`` (404) when absent."""
-        return self.objects.get_namespaced_custom_object(GROUP, VERSION, self.namespace, EXPERIMENTS, name)
+    def get(self, name: str, timeout_s: Any = None) -> dict:
+        """Return the Experiment ``name``; ``timeout_s``: seconds to connect, then to hear from the API server (a
+        number or a pair; None waits). Raises ``ApiException`` (404) when absent."""
+        return self.objects.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, EXPERIMENTS, name, _request_timeout=timeout_s
+        )
 
     def list(self, namespace: str | None = None) -> list[dict]:
         """Return every Experiment of ``namespace`` (default :attr:`namespace`).
@@ -167,6 +178,70 @@ class Cluster:
         items = self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, TRIALS)["items"]
         owned = [t for t in items if any(o.get("uid") == uid for o in t["metadata"].get("ownerReferences") or ())]
         return sorted(owned, key=lambda t: t["spec"].get("index", 0))
+
+    def list_trials(self, namespace: str, timeout_s: Any = READ_TIMEOUT_S) -> list[dict]:
+        """Return every Trial of ``namespace`` as the API returns it (one list; the caller groups them by owner).
+
+        Args:
+            namespace: the namespace.
+            timeout_s: seconds to connect, then to hear from the API server (a number or a pair).
+
+        Raises:
+            kubernetes.client.ApiException: refused (403 where the identity may not list Trials there).
+            Exception: urllib3's errors when the API server does not answer within ``timeout_s``.
+        """
+        return self.objects.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, TRIALS, _request_timeout=timeout_s
+        )["items"]
+
+    def list_events(self, namespace: str, timeout_s: Any = READ_TIMEOUT_S) -> list[dict]:
+        """Return the Events of ``namespace`` about kubetune's objects (``involvedObject.apiVersion`` kubetune.io's:
+        Experiments and Trials), as the API returns them (camelCase keys: ``involvedObject``, ``lastTimestamp``...).
+
+        Args:
+            namespace: the namespace.
+            timeout_s: seconds to connect, then to hear from the API server (a number or a pair).
+
+        Raises:
+            kubernetes.client.ApiException: refused (403 where the identity may not list Events there).
+            Exception: urllib3's errors when the API server does not answer within ``timeout_s``.
+        """
+        import json
+
+        response = self.core.list_namespaced_event(
+            namespace,
+            field_selector=f"involvedObject.apiVersion={GROUP}/{VERSION}",
+            _request_timeout=timeout_s,
+            _preload_content=False,
+        )
+        return json.loads(response.data).get("items") or []
+
+    def log_tail(
+        self,
+        namespace: str,
+        pod: str,
+        lines: int,
+        container: str = TRIAL_CONTAINER,
+        timeout_s: Any = READ_TIMEOUT_S,
+    ) -> str:
+        """Return the last ``lines`` lines of container ``container`` of pod ``pod`` (at most
+        :data:`LOG_TAIL_BYTES` bytes of them; undecodable bytes replaced).
+
+        Raises:
+            kubernetes.client.ApiException: 404 when the pod is gone, 400 while its container has not started,
+                403 where the identity may not read pods' logs.
+            Exception: urllib3's errors when the API server does not answer within ``timeout_s``.
+        """
+        response = self.core.read_namespaced_pod_log(
+            pod,
+            namespace,
+            container=container,
+            tail_lines=lines,
+            limit_bytes=LOG_TAIL_BYTES,
+            _request_timeout=timeout_s,
+            _preload_content=False,
+        )
+        return response.data.decode(errors="replace")
 
     def trial(self, name: str) -> dict:
         """Return the Trial ``name``. Raises ``ApiException`` (404) when absent."""

@@ -8,7 +8,11 @@ every Experiment the user may list (:class:`ExperimentsDashboard`: the studies o
 in an Optuna ``InMemoryStorage`` in this process (no database, nothing written anywhere). While the server serves, a
 thread refreshes them every ``refresh_s`` seconds (one listing of each experiment's folder; an experiment read again
 only when something there changed; for the list, the Experiments listed again first), so new trials, new results and
-trials' final states show in the open page (its trial list polls every 2 s, the study's page every 10 s). Callers:
+trials' final states show in the open page (its trial list polls every 2 s, the study's page every 10 s). Where the
+dashboard may read the Experiment's cluster objects (the list always; one experiment when given ``notes`` and
+``experiment``), each refresh also hands them to a :class:`kubetune.sdk.cluster_notes.ClusterNotes`, which reads
+the cluster at most every few seconds and writes the Experiment's conditions and Events into the study's note and
+each Trial's status and pod log tail into its trial's columns and note. Callers:
 the ``kubetune dashboard`` command (:func:`serve`, until Ctrl-C) and tests or notebooks (a dashboard in a thread,
 stopped with :meth:`Dashboard.close`).
 
@@ -23,15 +27,18 @@ its API while the user looks); Optuna's ``InMemoryStorage`` takes a lock for eac
 from __future__ import annotations
 
 import logging
+import math
 import socketserver
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from kubetune.sdk.cluster_notes import Shown, read_error
 from kubetune.sdk.live_study import DEFAULT_SETTLE_S, LiveStudy
 
 if TYPE_CHECKING:
     from kubetune.sdk.analysis import ExperimentAnalysis
+    from kubetune.sdk.cluster_notes import ClusterNotes
     from kubetune.sdk.experiment_studies import ExperimentStudies
 
 __all__ = ["DEFAULT_LIST_REFRESH_S", "DEFAULT_REFRESH_S", "Dashboard", "ExperimentsDashboard", "serve"]
@@ -154,9 +161,14 @@ class Dashboard(_Served):
         refresh_s: seconds between two refreshes from storage while serving.
         settle_s: seconds without a write to storage after which the trials get their final states
             (:mod:`kubetune.sdk.live_study`).
+        notes: writes what the cluster says of the Experiment and its Trials into the study at each refresh
+            (its note, its trials' status columns and notes); needs ``experiment``. None: storage alone.
+        experiment: reads the Experiment from the cluster, as the API returns it (called when ``notes`` is due to
+            read the cluster; what it raises is said in the note, the Experiment shown as last read).
 
     Attributes:
         live: the :class:`LiveStudy` served; ``live.study`` is the Optuna study.
+        notes: as given.
         refresh_s: as given.
         base_url: ``http://host:port/dashboard``, the home page.
         url: ``http://host:port/dashboard/studies/<id>``, the study's page.
@@ -178,11 +190,59 @@ class Dashboard(_Served):
         reread: Callable[[], ExperimentAnalysis] | None = None,
         refresh_s: float = DEFAULT_REFRESH_S,
         settle_s: float = DEFAULT_SETTLE_S,
+        notes: ClusterNotes | None = None,
+        experiment: Callable[[], dict] | None = None,
     ):
-        self.live = LiveStudy(analysis, metric, mode, reread=reread, settle_s=settle_s)
-        super().__init__(self.live.storage, self.live.refresh, refresh_s, host, port, first_now=False)
+        if (notes is None) != (experiment is None):
+            raise ValueError("notes and experiment go together")
+        self.notes = notes
+        self._experiment = experiment
+        self._last_experiment: dict | None = None
+        self._experiment_error: str | None = None
+        self._experiment_tried = -math.inf
+        first_attrs = None
+        if notes is not None:  # the Trials' columns before the trials are added: those final at once keep them
+            self._read_experiment()
+            if self._last_experiment is not None:
+                first_attrs = notes.trial_attrs_of(self._last_experiment)
+        self.live = LiveStudy(analysis, metric, mode, reread=reread, settle_s=settle_s, trial_attrs=first_attrs)
+        super().__init__(self.live.storage, self._refresh_all, refresh_s, host, port, first_now=notes is not None)
         study_id = self.live.storage.get_study_id_from_name(self.live.study.study_name)
         self.url = f"{self.base_url}/studies/{study_id}"
+
+    def _refresh_all(self) -> bool:
+        """Refresh the study from storage, then the cluster's notes (also when storage failed: the Trials' status
+        and logs say most then); raise what storage raised, after."""
+        try:
+            changed = self.live.refresh()
+        except Exception:
+            self._refresh_notes()
+            raise
+        return self._refresh_notes() or changed
+
+    def _read_experiment(self) -> None:
+        """Read the Experiment (kept as last read when that fails, and why in :attr:`_experiment_error`)."""
+        self._experiment_tried = self.notes.clock()
+        try:
+            self._last_experiment, self._experiment_error = self._experiment(), None
+        except Exception as exc:  # noqa: BLE001 - refused, no answer...: said in the note
+            log.debug("reading the Experiment failed", exc_info=True)
+            self._experiment_error = read_error(exc)
+
+    def _refresh_notes(self) -> bool:
+        """Read the Experiment when the notes are due, and hand it to them; whether a note or attribute changed."""
+        if self.notes is None or self._experiment is None:
+            return False
+        from kubetune.sdk.experiment_studies import note
+        from kubetune.sdk.experiment_summary import summary
+
+        if self.notes.due() and self.notes.clock() - self._experiment_tried >= self.notes.interval_s:
+            self._read_experiment()
+        experiment = self._last_experiment
+        if experiment is None:
+            return False
+        head = note(experiment, summary(experiment))
+        return self.notes.refresh([Shown(experiment, self.live.study, self.live, head, self._experiment_error)])
 
 
 class ExperimentsDashboard(_Served):

@@ -15,9 +15,12 @@ with the Experiment's storage by a :class:`kubetune.sdk.live_study.LiveStudy` (i
 NAME`` shows them), with the Experiment's few words (:func:`kubetune.sdk.experiment_summary.summary`: phase, trials
 by phase, best value, age) as the study's user attributes and as its note (Markdown, on the study's page; Optuna
 Dashboard's home page shows only names); an Experiment with several objectives (``spec.objectives``) has a study of
-as many directions, whose Pareto front Optuna Dashboard draws. An Experiment whose trials cannot be shown (no
-``spec.metric``, nothing in storage yet, storage unreachable) shows as a study without trials whose note says why; the
-last two are tried again at each refresh. New Experiments appear at the next refresh; a deleted one keeps its study
+as many directions, whose Pareto front Optuna Dashboard draws. Given the cluster's reads
+(:class:`kubetune.sdk.cluster_notes.ClusterNotes`), the note goes on with what the cluster says of the Experiment
+(its conditions, waiting Trials and Events), and each trial gets its Trial's status columns and a note of its own
+(its status and the tail of its pod's log). An Experiment whose trials cannot be shown (no ``spec.metric``, nothing
+in storage yet, storage unreachable) shows as a study without trials whose note says why; the last two are tried
+again at each refresh. New Experiments appear at the next refresh; a deleted one keeps its study
 as last seen, until an Experiment of the same name replaces it.
 """
 
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from kubetune.resultkeys import is_multi_objective, spec_objectives
+from kubetune.sdk.cluster_notes import Shown
 from kubetune.sdk.experiment_summary import summary
 from kubetune.sdk.live_study import DEFAULT_SETTLE_S, LiveStudy
 
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
     import optuna
 
     from kubetune.sdk.analysis import ExperimentAnalysis
+    from kubetune.sdk.cluster_notes import ClusterNotes
 
 __all__ = ["ExperimentStudies", "note", "readable_experiments", "study_name", "unshown_reason"]
 
@@ -135,10 +140,13 @@ class ExperimentStudies:
             (:func:`kubetune.sdk.tuner.experiment_analysis` with the cluster's Trials); raises
             ``FileNotFoundError`` while nothing is stored.
         settle_s: as :class:`kubetune.sdk.live_study.LiveStudy`'s.
+        notes: writes what the cluster says of each Experiment and its Trials into its study (its note after the
+            few words, its trials' status columns and notes) at each refresh; None: the few words alone.
 
     Attributes:
         storage: the Optuna ``InMemoryStorage`` holding the studies (what Optuna Dashboard serves).
         settle_s: as given.
+        notes: as given.
 
     Raises:
         ImportError: Optuna or Optuna Dashboard is not installed.
@@ -150,11 +158,13 @@ class ExperimentStudies:
         analysis_of: Callable[[dict], ExperimentAnalysis],
         *,
         settle_s: float = DEFAULT_SETTLE_S,
+        notes: ClusterNotes | None = None,
     ):
         from optuna.storages import InMemoryStorage
 
         self.storage = InMemoryStorage()
         self.settle_s = settle_s
+        self.notes = notes
         self._list = list_experiments
         self._analysis_of = analysis_of
         self._entries: dict[str, _Entry] = {}  # by the Experiment's uid
@@ -166,20 +176,29 @@ class ExperimentStudies:
     def refresh(self) -> bool:
         """List the Experiments again; add a study for each new one, bring the others' up to date.
 
-        One Experiment whose storage cannot be read is logged and left as it was; the others are refreshed.
+        One Experiment whose storage cannot be read is logged and left as it was; the others are refreshed. Then
+        :attr:`notes`, when given, writes what the cluster says of the Experiments listed (a read of the cluster
+        that fails is said in the notes).
 
         Returns:
-            Whether any study changed (a new study, new trials or results, new attributes).
+            Whether any study changed (a new study, new trials or results, new attributes or notes).
 
         Raises:
             Exception: what listing the Experiments raises (:func:`readable_experiments`); nothing changed then.
         """
         changed = False
+        shown = []
         for experiment in self._list():
             try:
                 changed |= self._refresh(experiment)
             except Exception:  # noqa: BLE001 - one Experiment's storage failing leaves the others' studies live
                 log.warning("refreshing the study of Experiment %s failed", study_name(experiment), exc_info=True)
+            entry = self._entries.get(experiment["metadata"]["uid"])
+            if entry is not None and entry.study is not None:
+                head = note(entry.experiment, summary(entry.experiment), entry.reason)
+                shown.append(Shown(entry.experiment, entry.study, entry.live, head))
+        if self.notes is not None:
+            changed |= self.notes.refresh(shown)
         return changed
 
     def _refresh(self, experiment: dict) -> bool:
@@ -232,6 +251,7 @@ class ExperimentStudies:
                 study_name=name,
                 reread=lambda: self._analysis_of(entry.experiment),
                 settle_s=self.settle_s,
+                trial_attrs=self.notes.trial_attrs_of(experiment) if self.notes is not None else None,
             )
             entry.study, entry.reason, entry.written = entry.live.study, None, {}
             return True
@@ -264,7 +284,7 @@ class ExperimentStudies:
         for key, value in words.items():
             if entry.written.get(key) != value:
                 self.storage.set_study_user_attr(study_id, key, value)
-        if entry.written.get("note") != body:
+        if entry.written.get("note") != body and self.notes is None:  # else the notes write it, with the cluster's
             save_note(entry.study, body)
         entry.written = wanted
         return True

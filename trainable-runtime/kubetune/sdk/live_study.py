@@ -24,8 +24,11 @@ iteration from ``result.json`` (:mod:`kubetune.sdk.pbt_exploits`); Optuna cannot
 so a running trial's step that its results no longer have is set to NaN (Optuna Dashboard's API serves it as
 ``"nan"``) until the trial reports that step again; a view started afresh leaves the step out.
 
-A trial that is final in the study stays as it is: results it reports after that (a trial written again after
-the experiment was quiet for ``settle_s``, a retry after an ``error.txt`` without the cluster's word) show after
+Whoever knows the cluster's Trials (:mod:`kubetune.sdk.cluster_notes`) hands their status columns over with
+:meth:`LiveStudy.set_trial_attrs`: they are added to each trial's user attributes, at once for a trial the study
+holds and still runs, and when a trial is added. A trial that is final in the study stays as it is: results it
+reports after that (a trial written again after the experiment was quiet for ``settle_s``, a retry after an
+``error.txt`` without the cluster's word), and its Trial's status after that, show after
 the view is started again.
 """
 
@@ -34,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from kubetune.sdk.analysis import object_stamps
 from kubetune.sdk.optuna_study import (
@@ -44,6 +47,7 @@ from kubetune.sdk.optuna_study import (
     frozen_trial,
     histories,
     longest_iteration,
+    study_modes,
     trial_state,
     user_attrs,
 )
@@ -92,6 +96,8 @@ class LiveStudy:
         storage: the Optuna storage to create the study in; default a new ``InMemoryStorage``. The dashboard's
             experiment list keeps one study per Experiment in one storage.
         study_name: the study's name; default ``<namespace>/<experiment>`` from the analysis's path.
+        trial_attrs: the first :meth:`set_trial_attrs`, before the first trials are added (so that a trial final
+            at once, failed or of a quiet experiment, has them too).
 
     Attributes:
         study: the Optuna study; trial ``number`` ``n`` is the ``n``-th kubetune trial seen (user attribute
@@ -117,6 +123,7 @@ class LiveStudy:
         settle_s: float = DEFAULT_SETTLE_S,
         storage: Any = None,
         study_name: str | None = None,
+        trial_attrs: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         from optuna.storages import InMemoryStorage
 
@@ -128,9 +135,42 @@ class LiveStudy:
         self.analysis = analysis
         self._stamps = object_stamps(analysis.storage, analysis.experiment_path)
         self._written_at = max((written for written, _ in self._stamps.values()), default=0.0)
+        self._modes = study_modes(self.study)
         self._trial_ids: dict[str, int] = {}
+        self._trial_attrs = {name: dict(values) for name, values in (trial_attrs or {}).items()}
         self._applied_quiet = False
         self._apply()
+
+    def trial_id(self, name: str) -> int | None:
+        """The Optuna ``trial_id`` (in :attr:`storage`) of the kubetune trial ``name``; None while the study has no
+        such trial (nothing of it in storage yet)."""
+        return self._trial_ids.get(name)
+
+    def set_trial_attrs(self, attrs: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Add ``attrs`` to the user attributes of the trials they name, now where the study's trial still runs, and
+        to a trial when it is added (module docstring).
+
+        Args:
+            attrs: ``{kubetune trial name: {user attribute: value}}`` (values Optuna stores: JSON's); replaces
+                what an earlier call gave.
+
+        Returns:
+            Whether a trial's user attributes changed.
+        """
+        self._trial_attrs = {name: dict(values) for name, values in attrs.items()}
+        changed = False
+        for name, values in self._trial_attrs.items():
+            trial_id = self._trial_ids.get(name)
+            if trial_id is None:
+                continue
+            current = self.storage.get_trial(trial_id)
+            if current.state.is_finished():
+                continue
+            for key, value in values.items():
+                if current.user_attrs.get(key) != value:
+                    self.storage.set_trial_user_attr(trial_id, key, value)
+                    changed = True
+        return changed
 
     def _quiet(self) -> bool:
         return time.time() - self._written_at >= self.settle_s
@@ -177,7 +217,8 @@ class LiveStudy:
                 if dists is None:
                     dists = distributions(analysis)
                 number = len(self._trial_ids)
-                self.study.add_trial(frozen_trial(trial, found, state, dists, metrics, own))
+                extra = self._trial_attrs.get(trial.trial_id)
+                self.study.add_trial(frozen_trial(trial, found, state, dists, metrics, own, self._modes, extra))
                 self._trial_ids[trial.trial_id] = self.storage.get_trial_id_from_study_id_trial_number(
                     self._study_id, number
                 )
@@ -207,7 +248,11 @@ class LiveStudy:
             if current.intermediate_values.get(step) != value:
                 self.storage.set_trial_intermediate_value(trial_id, step, value)
                 changed = True
-        for key, value in user_attrs(trial, histories, self._metrics, exploits).items():
+        attrs = {
+            **user_attrs(trial, histories, self._metrics, exploits, self._modes),
+            **self._trial_attrs.get(trial.trial_id, {}),
+        }
+        for key, value in attrs.items():
             if current.user_attrs.get(key) != value:
                 self.storage.set_trial_user_attr(trial_id, key, value)
                 changed = True

@@ -28,7 +28,8 @@ What each Optuna trial holds:
   value (of each) otherwise.
 * ``user_attrs`` (Optuna Dashboard's trial table shows them as columns): ``kubetune_trial`` (the trial's
   name), ``training_iteration`` (its last result's, once it reported one), each objective's name with its last
-  finite value (once there is one: a running trial's progress, which has no Optuna value yet), for a failed
+  finite value (once there is one: a running trial's progress, which has no Optuna value yet) and
+  ``best_<metric>`` with its best finite value by the objective's mode (once there is one), for a failed
   trial ``error`` (the last line of its message) and, for a trial a PBT exploit restored from another's
   checkpoint, ``pbt_exploits`` (:func:`kubetune.sdk.pbt_exploits.describe`: its iteration, the donor and the
   donor's iteration, of each exploit).
@@ -47,7 +48,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from kubetune.resultkeys import is_number
 from kubetune.sdk.pbt_exploits import Exploit, describe, read_exploits
@@ -71,6 +72,7 @@ __all__ = [
     "histories",
     "longest_iteration",
     "trial_state",
+    "study_modes",
     "user_attrs",
 ]
 
@@ -79,6 +81,8 @@ TRIAL_NAME_ATTR = "kubetune_trial"
 #: The user attribute of an Optuna trial a PBT exploit restored from another's checkpoint: its exploits.
 EXPLOITS_ATTR = "pbt_exploits"
 TRAINING_ITERATION = "training_iteration"
+#: The prefix of the user attribute that holds a trial's best finite value of an objective.
+BEST_PREFIX = "best_"
 #: A trial's ``(training_iteration, value)`` pairs of finite values of one metric, in increasing iteration.
 History = list[tuple[int, float]]
 
@@ -182,8 +186,17 @@ def trial_state(trial: TrialRecord, histories: Sequence[History], longest: int) 
     return "PRUNED" if is_number(last) and last < longest else "COMPLETE"
 
 
+def study_modes(study: optuna.Study) -> tuple[str, ...]:
+    """The mode of each objective of ``study``: ``"max"`` for ``MAXIMIZE``, else ``"min"``."""
+    return tuple("max" if d.name == "MAXIMIZE" else "min" for d in study.directions)
+
+
 def user_attrs(
-    trial: TrialRecord, histories: Sequence[History], metrics: Sequence[str], exploits: Sequence[Exploit] = ()
+    trial: TrialRecord,
+    histories: Sequence[History],
+    metrics: Sequence[str],
+    exploits: Sequence[Exploit] = (),
+    modes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The Optuna user attributes of ``trial`` (module docstring).
 
@@ -192,10 +205,11 @@ def user_attrs(
         histories: its ``(training_iteration, value)`` pairs of finite values of each of ``metrics``.
         metrics: the study's objectives.
         exploits: its PBT exploits (:func:`kubetune.sdk.pbt_exploits.read_exploits`).
+        modes: each objective's ``"min"`` or ``"max"``; without them no ``best_<metric>``.
 
     Returns:
-        ``{"kubetune_trial": name, "training_iteration": int, <metric>: float, ..., "error": str,
-        "pbt_exploits": str}``, those known.
+        ``{"kubetune_trial": name, "training_iteration": int, <metric>: float, "best_<metric>": float, ...,
+        "error": str, "pbt_exploits": str}``, those known.
     """
     attrs: dict[str, Any] = {TRIAL_NAME_ATTR: trial.trial_id}
     iteration = trial.last_result.get(TRAINING_ITERATION)
@@ -204,6 +218,9 @@ def user_attrs(
     for metric, history in zip(metrics, histories):
         if history:
             attrs[metric] = history[-1][1]
+    for metric, history, mode in zip(metrics, histories, modes):
+        if history:
+            attrs[f"{BEST_PREFIX}{metric}"] = (max if mode == "max" else min)(value for _, value in history)
     if trial.error is not None:
         attrs["error"] = (trial.error.strip().splitlines() or ["failed"])[-1]
     if exploits:
@@ -224,6 +241,8 @@ def frozen_trial(
     dists: dict[str, Any],
     metrics: Sequence[str],
     exploits: Sequence[Exploit] = (),
+    modes: Sequence[str] = (),
+    extra_attrs: Mapping[str, Any] | None = None,
 ) -> optuna.trial.FrozenTrial:
     """``trial`` as an Optuna trial to add to a study.
 
@@ -235,9 +254,12 @@ def frozen_trial(
         dists: :func:`distributions` of the experiment (holding every searched value of ``trial``).
         metrics: the study's objectives.
         exploits: its PBT exploits.
+        modes: each objective's mode (:func:`user_attrs`).
+        extra_attrs: user attributes to add to :func:`user_attrs`' (the dashboard's Trial status columns,
+            :func:`kubetune.sdk.cluster_notes.trial_attrs`).
 
     Returns:
-        The trial with its parameters, intermediate values (the first objective's) and :func:`user_attrs`.
+        The trial with its parameters, intermediate values (the first objective's) and user attributes.
     """
     from optuna.trial import TrialState, create_trial
 
@@ -247,7 +269,7 @@ def frozen_trial(
         values=final_values(histories, state),
         params={name: _param(own[name], value) for name, value in trial.evaluated_params.items()},
         distributions=own,
-        user_attrs=user_attrs(trial, histories, metrics, exploits),
+        user_attrs={**user_attrs(trial, histories, metrics, exploits, modes), **(extra_attrs or {})},
         intermediate_values=dict(histories[0]),
     )
 
@@ -327,10 +349,11 @@ def fill_study(
     dists = distributions(analysis)
     longest = longest_iteration(analysis)
     exploits = read_exploits(analysis)
+    modes = study_modes(study)
     trials = []
     for trial in analysis.trials:
         found = histories(analysis, trial, metrics)
         state = trial_state(trial, found, longest)
-        trials.append(frozen_trial(trial, found, state, dists, metrics, exploits.get(trial.trial_id, ())))
+        trials.append(frozen_trial(trial, found, state, dists, metrics, exploits.get(trial.trial_id, ()), modes))
     study.add_trials(trials)
     return study
