@@ -85,13 +85,15 @@ def _pods(core, namespace: str) -> list[str]:
         if status.phase in ("Pending", "Running"):  # what a pod that did not end was doing
             for c in status.container_statuses or []:
                 if c.state and c.state.running:
-                    text = core.read_namespaced_pod_log(
+                    raw = core.read_namespaced_pod_log(  # raw: the client's str of a log is repr(bytes)
                         pod.metadata.name,
                         namespace,
                         container=c.name,
                         tail_lines=POD_LOG_LINES,
                         _request_timeout=TIMEOUT_S,
+                        _preload_content=False,
                     )
+                    text = raw.data.decode("utf-8", "replace")
                     lines += [f"    {c.name}: {line[:200]}" for line in text.splitlines()]
     return lines
 
@@ -127,9 +129,14 @@ def _operator_log(fixtures: dict, core) -> list[str]:
             pods = core.list_namespaced_pod(OPERATOR_NAMESPACE, _request_timeout=TIMEOUT_S).items
             lines = []
             for pod in pods:
-                text = core.read_namespaced_pod_log(
-                    pod.metadata.name, OPERATOR_NAMESPACE, tail_lines=LOG_LINES, _request_timeout=TIMEOUT_S
+                raw = core.read_namespaced_pod_log(
+                    pod.metadata.name,
+                    OPERATOR_NAMESPACE,
+                    tail_lines=LOG_LINES,
+                    _request_timeout=TIMEOUT_S,
+                    _preload_content=False,
                 )
+                text = raw.data.decode("utf-8", "replace")
                 lines += [f"operator pod {pod.metadata.name} (the last {LOG_LINES} lines):", *text.splitlines()]
             return lines
     except Exception as exc:  # noqa: BLE001 - the section says what it could not read

@@ -91,7 +91,8 @@ def test_the_notes_show_conditions_events_the_trials_status_and_its_log(
         def logged():
             study = study_of(admin, name)
             shown = [t for t in (study or {}).get("trials", []) if _attrs(t).get("kubetune_trial") == trial]
-            if shown and " INFO kubetune.runtime." in shown[0]["note"]["body"]:  # the runtime's log lines
+            # the runtime's log lines, and a first result (best_<metric> comes with the first finite value)
+            if shown and " INFO kubetune.runtime." in shown[0]["note"]["body"] and "best_score" in _attrs(shown[0]):
                 return shown[0]
             return None
 

@@ -46,9 +46,11 @@ class Core:
             ]
         )
 
-    def read_namespaced_pod_log(self, name, namespace, container=None, tail_lines=None, _request_timeout=None):
-        assert (name, container) == ("exp-00000", "trial")
-        return "\n".join(f"epoch={i}" for i in range(12)[-tail_lines:])
+    def read_namespaced_pod_log(
+        self, name, namespace, container=None, tail_lines=None, _request_timeout=None, _preload_content=True
+    ):
+        assert (name, container, _preload_content) == ("exp-00000", "trial", False)
+        return SimpleNamespace(data="\n".join(f"epoch={i}" for i in range(12)[-tail_lines:]).encode())
 
 
 class Down:
