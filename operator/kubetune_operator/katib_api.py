@@ -100,11 +100,11 @@ def with_template(katib: Mapping, config_map: Mapping | None) -> dict:
     Raises:
         KatibConversionError: the ConfigMap is missing, lacks the label or the key, or the key holds no YAML mapping.
     """
+    namespace, name = template_source(katib)
+    where = f"spec.trialTemplate.configMap: {namespace}/{name}"
     katib = copy.deepcopy(dict(katib))
     template = katib["spec"]["trialTemplate"]
     source = template.pop("configMap")
-    namespace = source.get("configMapNamespace") or katib["metadata"]["namespace"]
-    where = f"spec.trialTemplate.configMap: {namespace}/{source['configMapName']}"
     if config_map is None:
         raise KatibConversionError(f"{where}: no such ConfigMap")
     key, value = TRIAL_TEMPLATES_LABEL

@@ -46,14 +46,19 @@ MAX_WRITES_PER_PASS = 800
 _BUDGET = ("numSamples", "maxConcurrentTrials", "failure")
 
 
-def _get(kube: Kube, group: str, version: str, namespace: str, plural: str, name: str) -> dict | None:
+def _read(call, *args) -> dict | None:
+    """The object a client read ``call(*args)`` answers (a dict), or None where it does not exist (404)."""
     try:
-        resp = kube.custom.get_namespaced_custom_object(group, version, namespace, plural, name, _preload_content=False)
+        resp = call(*args, _preload_content=False)
     except client.ApiException as exc:
         if exc.status == 404:
             return None
         raise
     return json.loads(resp.data)
+
+
+def _get(kube: Kube, group: str, version: str, namespace: str, plural: str, name: str) -> dict | None:
+    return _read(kube.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
 
 
 def _list(kube: Kube, group: str, version: str, namespace: str, plural: str, selector: str) -> list[dict]:
@@ -68,16 +73,6 @@ def _list(kube: Kube, group: str, version: str, namespace: str, plural: str, sel
         token = page["metadata"].get("continue")
         if not token:
             return items
-
-
-def _config_map(kube: Kube, namespace: str, name: str) -> dict | None:
-    try:
-        resp = kube.core.read_namespaced_config_map(name, namespace, _preload_content=False)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return json.loads(resp.data)
 
 
 def _patch_status(kube: Kube, namespace: str, plural: str, name: str, status: dict) -> None:
@@ -111,7 +106,8 @@ def _sync(
         source, inline = ka.template_source(katib), katib
         if source is not None:
             if source not in templates:
-                templates[source] = _config_map(kube, *source)
+                config_map_namespace, config_map = source
+                templates[source] = _read(kube.core.read_namespaced_config_map, config_map, config_map_namespace)
             inline = ka.with_template(katib, templates[source])
         desired = ka.native_experiment(inline)
     except ka.KatibConversionError as exc:
