@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from kubetune.sdk.experiment_summary import age
+from kubetune.sdk.experiment_summary import age, parse_time
 
 if TYPE_CHECKING:
     import optuna
@@ -192,7 +192,7 @@ def _parse(timestamp: str | None) -> datetime.datetime | None:
     if not timestamp:
         return None
     try:
-        return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        return parse_time(timestamp)
     except ValueError:
         return None
 

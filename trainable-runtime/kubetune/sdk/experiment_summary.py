@@ -1,7 +1,8 @@
 """An Experiment in a few words, as ``kubectl get experiments`` shows it: phase, trials by phase, best value, age.
 
 Owns reading those out of an Experiment as the Kubernetes API returns it (a dict): its ``status.phase``,
-``status.trials`` counts, ``status.bestTrial`` and ``metadata.creationTimestamp``. Reads nothing from the cluster
+``status.trials`` counts, ``status.bestTrial`` and ``metadata.creationTimestamp`` (and the API's times,
+:func:`parse_time`). Reads nothing from the cluster
 and imports nothing beyond the standard library. Callers: the ``kubetune get`` command (:mod:`kubetune.sdk.cli`,
 the AGE column) and the dashboard's experiment list (:mod:`kubetune.sdk.experiment_studies`, each study's
 attributes and note).
@@ -12,10 +13,19 @@ from __future__ import annotations
 import datetime
 from typing import Any, Mapping
 
-__all__ = ["TRIAL_PHASES", "age", "summary", "trials_by_phase"]
+__all__ = ["TRIAL_PHASES", "age", "parse_time", "summary", "trials_by_phase"]
 
 #: The keys of ``status.trials`` that count trials by phase, in the order a trial goes through them.
 TRIAL_PHASES = ("pending", "running", "paused", "succeeded", "failed")
+
+
+def parse_time(timestamp: str) -> datetime.datetime:
+    """An RFC 3339 time as the API writes it (``2026-01-02T03:04:05Z``), timezone-aware.
+
+    Raises:
+        ValueError: ``timestamp`` is not an ISO 8601 time.
+    """
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
 
 
 def age(timestamp: str | None, now: datetime.datetime | None = None) -> str:
@@ -33,7 +43,7 @@ def age(timestamp: str | None, now: datetime.datetime | None = None) -> str:
     """
     if not timestamp:
         return "-"
-    created = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    created = parse_time(timestamp)
     now = now or datetime.datetime.now(datetime.timezone.utc)
     seconds = max(0, int((now - created).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

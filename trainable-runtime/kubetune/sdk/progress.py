@@ -33,6 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kubetune.resultkeys import is_number, lookup, spec_objectives
+from kubetune.sdk.experiment_summary import parse_time
 from kubetune.search import DOMAIN_NAMES
 from kubetune.shipping import is_function
 
@@ -570,4 +571,4 @@ def _timestamp(value: Any) -> datetime | None:
     """An RFC 3339 time as the API returns it (``2024-05-01T12:00:00Z``), or a datetime; None stays None."""
     if value is None or isinstance(value, datetime):
         return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return parse_time(str(value))
