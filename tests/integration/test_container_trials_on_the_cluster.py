@@ -11,7 +11,7 @@ from devcluster.testkit import wait_for
 from kubetune_operator.algorithms import create_scheduler
 from kubetune_operator.status import compact_result
 from tests.integration.test_faults import ASHA, MAX_T, operator_scheduler, run_with_kills
-from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, trials
+from tests.integration.test_operator import GROUP, VERSION, experiment, get, phase_is, posted, trials
 
 # Prints `epoch <i>: score=<x * i>` every 0.4 s for MAX_T epochs, as a training script would; no kubetune inside.
 SCRIPT = f"""
@@ -110,4 +110,4 @@ def test_a_container_trial_runs_its_command_as_written_with_json_lines_and_one_t
     assert (trial["status"]["phase"], trial["status"]["reason"]) == ("Failed", "MetricMissing")
     assert "no line of its output reported score" in trial["status"]["message"]
     assert get(custom, namespace, "experiments", "silent")["status"]["trials"]["failed"] == 1
-    assert any("MetricMissing" in e.message for e in events(core, namespace, "TrialFailed"))
+    posted(core, namespace, "TrialFailed", match="MetricMissing")

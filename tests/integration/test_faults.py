@@ -26,7 +26,17 @@ from kubetune_operator.controller import ExperimentController
 from kubetune_operator.schedulers.pb2_gp import select
 from kubetune_operator.settings import Settings
 from kubetune_operator.status import compact_result
-from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
+from tests.integration.test_operator import (
+    GROUP,
+    VERSION,
+    events,
+    experiment,
+    get,
+    phase_is,
+    posted,
+    result_lines,
+    trials,
+)
 
 MAX_T = 6
 
@@ -321,7 +331,7 @@ def test_a_refused_journal_write_degrades_the_experiment_until_it_succeeds(
         what="Degraded=True",
     )
     assert degraded["reason"] == "ReconcileError" and "forbidden" in degraded["message"].lower(), degraded
-    assert events(core, namespace, "ReconcileFailed")
+    posted(core, namespace, "ReconcileFailed")
     assert trials(custom, namespace) == {}  # nothing was decided that the journal does not hold
     core.delete_namespaced_resource_quota("limits", namespace)
     wait_for(

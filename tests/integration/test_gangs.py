@@ -9,7 +9,17 @@ from __future__ import annotations
 from kubernetes import client
 
 from devcluster.testkit import wait_for
-from tests.integration.test_operator import GROUP, VERSION, events, experiment, get, phase_is, result_lines, trials
+from tests.integration.test_operator import (
+    GROUP,
+    VERSION,
+    events,
+    experiment,
+    get,
+    phase_is,
+    posted,
+    result_lines,
+    trials,
+)
 
 SOURCE = """
 import os, time
@@ -107,7 +117,7 @@ def test_a_gang_whose_service_name_is_taken_waits_and_says_whose_it_is(
 
     wait_for(lambda: ready().get("reason") == "TrialNameTaken", timeout=60, what="TrialNameTaken")
     assert "Service g-taken-00000-0 already exists and is not this Experiment's" in ready()["message"]
-    assert events(core, namespace, "TrialNameTaken")
+    posted(core, namespace, "TrialNameTaken")
     assert core.list_namespaced_pod(namespace, label_selector="kubetune.io/experiment=taken").items == []
     core.delete_namespaced_service("g-taken-00000-0", namespace)
     wait_for(lambda: phase_is(custom, namespace, "taken", "Succeeded", "Failed"), timeout=120, what="the end")

@@ -28,7 +28,7 @@ from kubernetes import client
 from devcluster.testkit import outside_a_pod, wait_for
 from kubetune.sdk.katib_convert import KatibConversionError, convert
 from kubetune_operator.status import parse_time
-from tests.integration.test_operator import events, get, trials
+from tests.integration.test_operator import get, posted, trials
 
 ROOT = Path(__file__).resolve().parents[2]
 KATIB_PYTHON = ROOT / ".venv-katib" / "bin" / "python"
@@ -197,8 +197,8 @@ def test_what_kubetune_cannot_run_is_refused_at_admission_or_by_the_operator_wit
     assert "ExperimentRefused" in out["raised"] and "Annotations[absent]" in out["raised"], out
     name = katib["metadata"]["name"]
     assert get(custom, namespace, "experiments", name) == {}  # no native Experiment was created
-    found = events(core, namespace, "Refused")
-    assert any(e.involved_object.name == name and "Annotations[absent]" in e.message for e in found), found
+    found = posted(core, namespace, "Refused", match="Annotations[absent]")
+    assert any(e.involved_object.name == name for e in found), found
 
 
 # Katib's trial-metadata-substitution example's variables, checked by the trial itself: the namespace (argv[1]), the

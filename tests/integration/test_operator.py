@@ -67,6 +67,18 @@ def events(core, ns, reason):
     return [e for e in core.list_namespaced_event(ns).items if e.reason == reason]
 
 
+def posted(core, ns, reason, match="", type_=None, timeout=30):
+    """The events of ``reason`` (of ``type_``; any when None) whose message holds ``match``, waited for up to
+    ``timeout`` s: the operator posts an event after the status write it goes with (kopf sends events from a
+    queue), so a test that saw the status waits for the event."""
+    return wait_for(
+        lambda: [e for e in events(core, ns, reason) if match in (e.message or "") and type_ in (None, e.type)],
+        timeout=timeout,
+        interval=0.5,
+        what=f"a {reason} event" + (f" saying {match!r}" if match else ""),
+    )
+
+
 def test_happy_path_runs_every_trial_and_reports_the_best(
     cluster, operator, custom, core, s3, namespace, storage_secret
 ):
@@ -95,7 +107,7 @@ def test_happy_path_runs_every_trial_and_reports_the_best(
     assert (conditions["Reconciling"]["status"], conditions["Stalled"]["status"]) == ("False", "False")  # kstatus
     created = events(core, namespace, "TrialsCreated")
     assert sum(int(e.message.split()[1]) for e in created) == 3, [(e.message, e.count) for e in created]
-    assert events(core, namespace, "TrialSucceeded")
+    posted(core, namespace, "TrialSucceeded")
     table = cluster.kubectl("get", "trials", "-n", namespace).stdout
     assert "Succeeded" in table and "ITERATION" in table.upper()
 
@@ -225,7 +237,7 @@ def test_retry_after_a_crash_and_failure_after_max_failures(
     lines = result_lines(s3, namespace, "flaky", "flaky-00000")
     assert [r["training_iteration"] for r in lines] == [1, 2, 3, 4]  # resumed from checkpoint 2, no line twice
     assert lines[-1]["score"] == 4.0
-    assert events(core, namespace, "TrialRetried")
+    posted(core, namespace, "TrialRetried")
     wait_for(lambda: phase_is(custom, namespace, "broken", "Succeeded", "Failed"), what="broken to finish")
     broken = get(custom, namespace, "trials", "broken-00000")
     assert broken["status"]["phase"] == "Failed" and broken["status"]["failures"] == 2
@@ -346,7 +358,7 @@ def test_invalid_specs_are_rejected_or_marked(cluster, operator, custom, core, n
     wait_for(lambda: marked("badspace"), what="the InvalidSpec condition")
     wait_for(lambda: marked("asroot"), what="the InvalidSpec condition of a root template")
     assert "'restricted' Pod Security level" in marked("asroot") and "runAsUser is 0" in marked("asroot")
-    assert events(core, namespace, "InvalidSpec")
+    posted(core, namespace, "InvalidSpec")
     assert trials(custom, namespace) == {}
     # the operator still serves other experiments
     custom.create_namespaced_custom_object(
@@ -511,7 +523,7 @@ def test_pbt_restarts_the_worst_trial_from_the_best_ones_checkpoint_with_an_expl
         after = [r for r in lines if r["training_iteration"] > last["iteration"]]
         if len(status["perturbations"]) == 1 and after:
             assert after[0]["score"] == donor_score + status["config"]["x"]
-    assert events(core, namespace, "TrialPerturbed")
+    posted(core, namespace, "TrialPerturbed")
     # every exploit's line is in the experiment's pbt_global.txt once, whichever pod appended it first
     experiment_dir = trial_prefix(s3, S3_BUCKET, "experiments", namespace, "pbt", name).rsplit("/", 1)[0]
     global_log = s3.get_object(Bucket=S3_BUCKET, Key=f"{experiment_dir}/pbt_global.txt")["Body"].read().decode()

@@ -23,6 +23,7 @@ from tests.integration.test_operator import (
     experiment,
     get,
     phase_is,
+    posted,
     result_lines,
     trials,
 )
@@ -71,7 +72,7 @@ def test_an_oversized_config_is_refused_before_anything_is_created_and_its_exper
         annotations = get(custom, namespace, "experiments", name)["metadata"].get("annotations") or {}
         assert sum(len(k) + len(v) for k, v in annotations.items()) < 4096  # kopf's state stays small
     assert trials(custom, namespace) == {}  # nothing was created
-    assert any("spec.config is over" in e.message for e in events(core, namespace, "InvalidSpec"))
+    posted(core, namespace, "InvalidSpec", match="spec.config is over")
     for name in ("big", "grid"):  # kopf can patch them: their finalizer goes with the delete
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
     wait_for(lambda: not get(custom, namespace, "experiments", "big"), timeout=30, what="big to be deleted")
@@ -227,7 +228,7 @@ def test_an_experiment_created_again_after_an_orphaning_delete_never_adopts_the_
     )
     message = condition(custom, namespace, "same", "Ready")["message"]
     assert "already exists and is not this Experiment's" in message and "no owner (orphaned)" in message
-    assert events(core, namespace, "TrialNameTaken")
+    posted(core, namespace, "TrialNameTaken")
     time.sleep(3)
     now = trials(custom, namespace)
     assert {name: t["metadata"]["uid"] for name, t in now.items()} == old  # none taken over, none created

@@ -11,6 +11,7 @@ import time
 
 from devcluster.cluster import S3_BUCKET
 from devcluster.testkit import wait_for
+from tests.integration.test_operator import posted
 
 GROUP, VERSION = "kubetune.io", "v1alpha1"
 
@@ -84,7 +85,7 @@ def test_storage_without_its_endpoint_is_reported_as_unreachable(
     assert cond["reason"] == "StorageUnreachable"
     assert "(AWS S3: spec.storage.endpoint is not set)" in cond["message"], cond["message"]
     assert cond["message"].startswith("1 trial(s) stalled; nostore-00000: storage endpoint https://")
-    assert warnings(core, namespace, "StorageUnreachable")
+    posted(core, namespace, "StorageUnreachable", type_="Warning")
     trial = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trials", "nostore-00000")
     assert (trial["status"]["phase"], trial["status"]["reason"]) == ("Running", "StorageUnreachable")
     header, row = kubetune_get(cluster, namespace)[:2]
@@ -144,7 +145,7 @@ def test_an_unknown_domain_is_refused_up_front(cluster, operator, custom, core, 
     assert cond["reason"] == "InvalidSpec"
     assert cond["message"].startswith("config.x: 'gaussian' is not a domain kubetune knows (use randn(mean, sd))")
     assert "the domains are: choice, grid_search" in cond["message"]
-    assert warnings(core, namespace, "InvalidSpec")
+    posted(core, namespace, "InvalidSpec", type_="Warning")
     assert custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trials")["items"] == []
     header, row = kubetune_get(cluster, namespace)[:2]
     assert row.split()[:2] == ["gauss", "Pending"] and "InvalidSpec" in row.split()
