@@ -10,15 +10,14 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 import xgboost as xgb
+from conftest_callbacks import checkpoint_of, run
 from sklearn.datasets import load_breast_cancer
 
 import kubetune
-from kubetune import Checkpoint, wrap_function
-from kubetune.checkpoint_layout import find_checkpoint_dir
+from kubetune import wrap_function
 from kubetune.env import RANK
 from kubetune.integration import lightgbm as tune_lgb
 from kubetune.integration import xgboost as tune_xgb
-from kubetune.runtime.trainable import RESULT_DUPLICATE
 
 X, Y = load_breast_cancer(return_X_y=True)
 TRAIN, VALID = slice(0, 400), slice(400, None)
@@ -70,23 +69,6 @@ def train_lightgbm(config):
         callbacks=[callback(tune_lgb, config), lgb.record_evaluation(evals_result)],
     )
     EVALS.append(evals_result)
-
-
-def run(trainable) -> tuple[list[dict], dict[int, str]]:
-    """Train until the function returns; return its results (without the final duplicate) and, per iteration
-    whose result carries a checkpoint, the path ``save()`` gave then."""
-    results, saved = [], {}
-    while not (result := trainable.train()).get(RESULT_DUPLICATE):
-        results.append(result)
-        if result.get("should_checkpoint"):
-            saved[result["training_iteration"]] = trainable.save()
-        assert len(results) < 50
-    trainable.stop()
-    return results, saved
-
-
-def checkpoint_of(path: str) -> Checkpoint:
-    return Checkpoint(find_checkpoint_dir(path))
 
 
 @pytest.fixture(autouse=True)

@@ -16,9 +16,10 @@ The package's layout shows where code runs: ``kubetune.runtime`` runs in the tri
 (``kubetune.schedulers``, ``kubetune.stopper``, ``kubetune.tuner``, ``kubetune.analysis``,
 ``kubetune.trainable``, ``kubetune.session``, ``kubetune.track``, ``kubetune.search``, ``kubetune.suggest``,
 ``kubetune.result``, ``kubetune.logger``, ``kubetune.utils`` with ``validate_save_restore`` and ``wait_for_gpu``,
-``kubetune.utils.mock_trainable``, the trial's callbacks of ``kubetune.integration.xgboost`` and
-``kubetune.integration.lightgbm``, and Ray 2.x's ``ray.air.integrations`` trackers, ``kubetune.integrations.mlflow`` and
-``kubetune.integrations.wandb``).
+``kubetune.utils.mock_trainable``, the trial's callbacks of ``kubetune.integration.xgboost``,
+``kubetune.integration.lightgbm`` and ``kubetune.integration.keras``, and Ray 2.x's ``ray.air.integrations``:
+the trackers ``kubetune.integrations.mlflow`` and ``kubetune.integrations.wandb``, and Keras's callback
+``kubetune.integrations.keras``).
 """
 
 import importlib

@@ -1,13 +1,16 @@
-"""What the boosting callbacks of :mod:`kubetune.integration.xgboost` and :mod:`kubetune.integration.lightgbm`
-share: which metrics of a round are reported under which names, which rounds carry a checkpoint, and the report
-itself (``kubetune.report`` with the model saved into a checkpoint directory).
+"""What the callbacks of :mod:`kubetune.integration` share: which metrics of a round are reported under which names,
+which rounds carry a checkpoint, and the report itself (``kubetune.report`` with the model saved into a checkpoint
+directory). The boosting callbacks (:mod:`kubetune.integration.xgboost`, :mod:`kubetune.integration.lightgbm`) use
+:class:`RoundReporter`; the Keras ones (:mod:`kubetune.integration.keras`, :mod:`kubetune.integrations.keras`) use
+:func:`select_metrics` and :func:`report_with_model` on the logs of a Keras hook.
 
 The rules are those of Ray 2.x's ``RayReportCallback`` (``ray/train/xgboost/_xgboost_utils.py``,
 ``ray/train/lightgbm/_lightgbm_utils.py``), which Ray's ``ray.tune.integration`` callbacks extend: a round's
 evaluation results ``{dataset: {metric: value}}`` are flattened to ``"<dataset>-<metric>"`` keys, ``metrics``
-picks and renames them, ``results_postprocessing_fn`` has the last word, and a round ``i`` (from 0) carries a
-checkpoint when ``frequency`` divides ``i + 1``. Only the gang's rank 0 writes the model (Ray Train's rule); every
-rank reports, and the runtime keeps rank 0's results only.
+picks and renames them (Ray's Keras callbacks pick from Keras's ``logs`` by the same rule),
+``results_postprocessing_fn`` has the last word, and a round ``i`` (from 0) carries a checkpoint when ``frequency``
+divides ``i + 1``. Only the gang's rank 0 writes the model (Ray Train's rule); every rank reports, and the runtime
+keeps rank 0's results only.
 """
 
 from __future__ import annotations
@@ -19,6 +22,48 @@ from typing import Any, Callable
 from kubetune.checkpoint_layout import Checkpoint
 from kubetune.runtime.context import get_context
 from kubetune.runtime.session import report
+
+
+def select_metrics(
+    metrics: str | list[str] | dict[str, str] | None, values: dict[str, Any], source: str
+) -> dict[str, Any]:
+    """The result to report from a library's ``values`` (a round's flattened evaluation results, a Keras ``logs``).
+
+    Args:
+        metrics: a key of ``values`` or a list of them, reported under the same names, or ``{reported name: key}``;
+            None or empty: every key, under its own name.
+        values: what the library gives, by its key.
+        source: what ``values`` are, for the error (``"this round's evaluation results"``).
+
+    Raises:
+        KeyError: a key of ``metrics`` is not among ``values`` (the message lists those there are).
+    """
+    if not metrics:
+        return dict(values)
+    names = {metrics: metrics} if isinstance(metrics, str) else metrics
+    if not isinstance(names, dict):
+        names = {key: key for key in names}
+    missing = [key for key in names.values() if key not in values]
+    if missing:
+        raise KeyError(f"metric(s) {missing} not among {source} {sorted(values)}")
+    return {name: values[key] for name, key in names.items()}
+
+
+def report_with_model(result: dict[str, Any], filename: str, save: Callable[[str], None]) -> None:
+    """``kubetune.report(result)`` with a checkpoint of the model that ``save`` writes, on the gang's rank 0 only.
+
+    Args:
+        result: the metrics to report.
+        filename: the model's file name in the checkpoint directory.
+        save: ``save(path)`` writes the model to ``path`` (a file named ``filename`` in a temporary directory that
+            ``report`` copies before it returns); not called on the other ranks, which report ``result`` alone.
+    """
+    if get_context().get_world_rank() != 0:
+        report(result)
+        return
+    with tempfile.TemporaryDirectory(prefix="model_checkpoint_") as directory:
+        save(f"{directory}/{filename}")
+        report(result, checkpoint=Checkpoint(directory))
 
 
 def flatten_evals(evals: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -55,7 +100,7 @@ class RoundReporter:
         checkpoint_at_end: bool,
         results_postprocessing_fn: Callable[[dict[str, Any]], dict[str, Any]] | None,
     ):
-        self.metrics = [metrics] if isinstance(metrics, str) else metrics
+        self.metrics = metrics
         self.filename = filename
         self.frequency = frequency
         self.checkpoint_at_end = checkpoint_at_end
@@ -67,14 +112,7 @@ class RoundReporter:
         Raises:
             KeyError: a key of ``metrics`` is not among the round's (the message lists those there are).
         """
-        if not self.metrics:
-            selected = dict(flat)
-        else:
-            names = self.metrics if isinstance(self.metrics, dict) else {key: key for key in self.metrics}
-            missing = [key for key in names.values() if key not in flat]
-            if missing:
-                raise KeyError(f"metric(s) {missing} not among this round's evaluation results {sorted(flat)}")
-            selected = {name: flat[key] for name, key in names.items()}
+        selected = select_metrics(self.metrics, flat, "this round's evaluation results")
         if self.results_postprocessing_fn:
             selected = self.results_postprocessing_fn(selected)
         return selected
@@ -91,12 +129,10 @@ class RoundReporter:
             save: ``save(path)`` writes the model to ``path`` (a file named :attr:`filename` in a temporary
                 directory that ``report`` copies before it returns); called on rank 0 only.
         """
-        if save is None or get_context().get_world_rank() != 0:
+        if save is None:
             report(result)
-            return
-        with tempfile.TemporaryDirectory(prefix="boosting_checkpoint_") as directory:
-            save(f"{directory}/{self.filename}")
-            report(result, checkpoint=Checkpoint(directory))
+        else:
+            report_with_model(result, self.filename, save)
 
 
 def report_only_callback(checkpointing: type, library: str) -> type:
