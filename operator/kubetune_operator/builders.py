@@ -261,6 +261,10 @@ def build_pod(
     the program printed, credentials included, never reaches the Trial's status).
     ``template.containers`` run beside the trial's container.
 
+    With ``spec.trialNameCreator``, a pod of a Trial without ``status.displayName`` calls the creator
+    (``kubetune.env.TRIAL_NAME_CREATOR``, with the Trial's ``spec.tag``); once the Trial has one, its pods get
+    the name instead (``kubetune.env.DISPLAY_NAME``).
+
     A container trial's pod (``spec.trainable.command``) runs the user's container as it is
     (:func:`kubetune_operator.container_trials.trial_container`: parameters substituted, no variable or file of
     kubetune's, no read-only root) and, for a ``metricsCollector.kind`` other than ``StdOut``, kubetune's metrics
@@ -320,6 +324,8 @@ def build_pod(
         return _container_trial_pod(experiment, trial, attempt, settings, template, restore_from)
     _, endpoint, region = _storage(spec, settings)
     checkpoint = spec.get("checkpoint") or {}
+    display_name = (trial.get("status") or {}).get("displayName")
+    name_creator = None if display_name else (spec.get("trialNameCreator") or {}).get("pickleURI")
     trial_env = TrialEnv(
         namespace=namespace,
         experiment=exp_name,
@@ -349,6 +355,9 @@ def build_pod(
         decision_wait_s=DECISION_WAIT_S
         if (spec.get("scheduler") or {}).get("name", "fifo") != "fifo" or spec.get("stoppers")
         else 0.0,
+        name_creator=name_creator,
+        tag=trial["spec"].get("tag") if name_creator else None,
+        display_name=display_name,
     )
     secret_name = token_secret_name(name, trial["metadata"]["uid"])
     env = [{"name": k, "value": v} for k, v in encode_trial_env(trial_env).items()]
@@ -556,14 +565,26 @@ def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
     }
 
 
-def trial_object(namespace: str, name: str, uid: str, index: int, config: Mapping) -> dict:
-    """A Trial as the pod builders read it (what the operator keeps of each Trial): owner and env source."""
-    return {
+def trial_object(
+    namespace: str,
+    name: str,
+    uid: str,
+    index: int,
+    config: Mapping,
+    tag: str | None = None,
+    display_name: str | None = None,
+) -> dict:
+    """A Trial as the pod builders read it (what the operator keeps of each Trial): owner and env source, with
+    ``spec.tag`` and ``status.displayName`` when given."""
+    trial = {
         "apiVersion": API_VERSION,
         "kind": TRIAL_KIND,
         "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "spec": {"index": index, "config": config},
+        "spec": {"index": index, "config": config, **({"tag": tag} if tag else {})},
     }
+    if display_name:
+        trial["status"] = {"displayName": display_name}
+    return trial
 
 
 def sample_pod(experiment: Mapping, settings: Settings) -> dict:

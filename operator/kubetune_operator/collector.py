@@ -41,7 +41,7 @@ from . import metrics
 from .labels import pod_name
 from .metricsauth import MetricsAuth
 from .params import describe
-from .podinput import checkpoint_problem, explored_problem, result_problem
+from .podinput import checkpoint_problem, display_name_problem, explored_problem, result_problem
 from .podview import DECISION_RANK
 from .tokens import token_claims
 
@@ -108,6 +108,9 @@ class ResultBatch(BaseModel):
     """The config the attempt computed in its pod: its PBT exploit's user functions called
     (``kubetune.env.PBT_EXPLORE``), or the values it drew for the config's ``sample_from`` functions."""
 
+    displayName: StrictStr | None = None
+    """The display name the attempt's ``trial_name_creator`` gave (``kubetune.env.TRIAL_NAME_CREATOR``)."""
+
     @field_validator("results")
     @classmethod
     def _at_most(cls, results: list[dict[str, Any]], info: ValidationInfo) -> list[dict[str, Any]]:
@@ -118,7 +121,12 @@ class ResultBatch(BaseModel):
 
 
 def _problem(
-    ctl, trial: str, results: list[dict[str, Any]], checkpoint: dict | None, explored: dict | None = None
+    ctl,
+    trial: str,
+    results: list[dict[str, Any]],
+    checkpoint: dict | None,
+    explored: dict | None = None,
+    display_name: str | None = None,
 ) -> str | None:
     """Why the operator cannot take a batch's values (:mod:`kubetune_operator.podinput`), or None."""
     for index, result in enumerate(results):
@@ -129,6 +137,10 @@ def _problem(
         problem = explored_problem(explored)
         if problem is not None:
             return f"explored: {problem}"
+    if display_name is not None:  # it becomes the Trial's status.displayName
+        problem = display_name_problem(display_name)
+        if problem is not None:
+            return f"displayName: {problem}"
     if checkpoint is not None and ctl.trials.get(trial) is not None:
         return checkpoint_problem(checkpoint["uri"], checkpoint["iteration"], ctl.trial_dir(trial))
     return None
@@ -173,7 +185,7 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
                 return _error(503, "experiment not loaded yet; retry")
             results, decision = batch.results, "continue"
             checkpoint = batch.checkpoint.model_dump() if batch.checkpoint else None
-            problem = _problem(ctl, trial, results, checkpoint, batch.explored)
+            problem = _problem(ctl, trial, results, checkpoint, batch.explored, batch.displayName)
             if problem is not None:  # nothing of the batch is taken; the Trial shows why
                 ctl.results_refused(trial, attempt, problem)
                 registry.wake(ns, experiment)
@@ -190,6 +202,7 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
                         checkpoint if last else None,
                         uid=claims[3],
                         explored=batch.explored if not start else None,
+                        display_name=batch.displayName if not start else None,
                     )
                 except Exception:  # noqa: BLE001 - a scheduler or searcher bug must not take the collector down
                     log.exception("experiment %s/%s: results of %s could not be taken", ns, experiment, trial)

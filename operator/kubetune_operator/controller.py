@@ -182,7 +182,7 @@ class ExperimentController:
             spec.scheduler.params,
             parsed.stoppers,
             spec_changed=old != spec,
-            pods_draw=holds_function(spec.config),
+            pods_draw=holds_function(spec.config) or spec.trial_name_creator is not None,
         )
         if self.intake.accept(experiment, spec):  # another metric or mode: the trials are ranked anew
             self.book.reopen_all()
@@ -319,6 +319,7 @@ class ExperimentController:
         checkpoint: dict | None,
         uid: str | None = None,
         explored: dict | None = None,
+        display_name: str | None = None,
     ) -> str | None:
         """Take a batch of results of ``trial``'s ``attempt``; return the decision for the runtime.
 
@@ -326,6 +327,9 @@ class ExperimentController:
             explored: the config the attempt computed in its pod, journaled once, before the batch's results:
                 its PBT exploit's user functions called (an ``explored`` entry), or the values it drew for the
                 config's ``sample_from`` functions (a ``sampled`` entry); ignored when none is awaited.
+            display_name: the display name the attempt's ``trial_name_creator`` gave (checked by
+                :func:`kubetune_operator.podinput.display_name_problem`), journaled once (a ``named`` entry) as the
+                Trial's ``status.displayName``; ignored when the Trial has one or the spec has no creator.
             uid: the Trial uid the reporting pod's token names; another than this Trial's is stale (a
                 pod of an earlier Experiment of the same name). None: not checked.
 
@@ -338,7 +342,7 @@ class ExperimentController:
             return None
         if state.phase in TERMINAL or self.stop_reason or self.intake.spec.suspend:
             return "pause" if self.intake.spec.suspend and state.phase not in TERMINAL else "stop"
-        return self.decisions.take_results(state, attempt, results, checkpoint, explored)
+        return self.decisions.take_results(state, attempt, results, checkpoint, explored, display_name)
 
     # ----- PB2's explore steps, computed off the event loop (kubetune_operator.explore_pool) -------------
     def exploration(self) -> dict | None:

@@ -5,7 +5,8 @@ Owns :class:`JournaledDecisions`: the searcher, the scheduler and the stoppers, 
 (:mod:`kubetune_operator.journal`) and what the journal rebuilds beside their own state: each trial's applied
 decision (:class:`Applied`), the trials told ended, the PBT exploits decided and not carried out yet
 (:class:`~kubetune_operator.schedulers.base.Exploit`), the user functions an exploited trial's pods call, the
-configs pods computed, and why the Experiment fails for a missing metric. Called by the controller
+configs pods computed, the display names pods' ``trial_name_creator`` gave, and why the Experiment fails for a
+missing metric. Called by the controller
 (:class:`kubetune_operator.controller.ExperimentController`: spec intake, results from the collector, journal
 restore and snapshots, PB2's explore steps), the trial lifecycle (a trial ended), the admission of new and
 paused trials (suggest, add, choose) and the PBT perturbation (exploits carried out). Pure: no API calls.
@@ -31,6 +32,7 @@ from .journal import (
     Journal,
     JournalCorrupt,
     MetricMissing,
+    Named,
     Results,
     Sampled,
     Suggest,
@@ -105,6 +107,8 @@ class JournaledDecisions:
         # trial -> the attempt whose pod computed its config (sample_from values, a PBT explore step), until a
         # status write shows that config: a snapshot keeps those configs (the journal's entries may be gone)
         self.pod_configs: dict[str, int] = {}
+        # trial -> the display name its pod's trial_name_creator gave, until a status write shows it (as pod_configs)
+        self.pod_names: dict[str, str] = {}
         self.metric_missing = metric_missing  # why the experiment fails: a result lacked its metric
 
     def take_spec(
@@ -120,7 +124,8 @@ class JournaledDecisions:
         :meth:`~kubetune_operator.controller.ExperimentController.update` has checked they may replace the
         current ones): a model-based searcher of the same kind keeps what it learned, the scheduler and stoppers
         in force stay unless the scheduler's kind changed, and the journal records what they keep (``pods_draw``:
-        the spec's config has ``sample_from`` functions its trial pods draw, which the journal keeps).
+        the spec's config has ``sample_from`` functions its trial pods draw, or a ``trialNameCreator`` its trial pods
+        call, whose values the journal keeps).
         """
         old = self.searcher
         if self.stoppers is None:
@@ -131,7 +136,7 @@ class JournaledDecisions:
         self.journal.snapshot_due |= old is not None and not searcher.stateless
         stateless = searcher.stateless and self.scheduler.stateless and not self.stoppers.stoppers
         self.journal.enabled = not stateless or pods_draw
-        self.journal.kinds = frozenset({"sampled"}) if stateless else None  # the values trial pods drew, alone
+        self.journal.kinds = frozenset({"sampled", "named"}) if stateless else None  # what trial pods computed, alone
         self.searcher = searcher
         if spec_changed:
             self.searcher_finished = False  # an edit (more samples) may give the searcher more to do
@@ -171,10 +176,13 @@ class JournaledDecisions:
         return exploit
 
     def config_shown(self, trial: TrialState) -> None:
-        """A status write of ``trial`` went through: a config its pod computed (:meth:`show_pod_config`) that the
-        write showed need not be kept in the journal's snapshots."""
+        """A status write of ``trial`` went through: a config its pod computed (:meth:`show_pod_config`), or a
+        display name its pod gave (:meth:`_apply_named`), that the write showed need not be kept in the journal's
+        snapshots."""
         if trial.name in self.pod_configs and trial.written.get("config") == trial.config:
             del self.pod_configs[trial.name]
+        if trial.name in self.pod_names and trial.written.get("displayName") == self.pod_names[trial.name]:
+            del self.pod_names[trial.name]
 
     def snapshot(self) -> dict:
         """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions; a copy
@@ -196,6 +204,7 @@ class JournaledDecisions:
                 for name, attempt in sorted(self.pod_configs.items())
                 if name in self.book.trials
             },
+            "podNames": {name: shown for name, shown in sorted(self.pod_names.items()) if name in self.book.trials},
             "lastResult": {name: result for name, result in last.items() if result},
             "metricMissing": self.metric_missing,
         }
@@ -216,6 +225,8 @@ class JournaledDecisions:
         self.metric_missing = self.metric_missing or snapshot.get("metricMissing")
         for name, (attempt, config) in (snapshot.get("podConfigs") or {}).items():
             self.show_pod_config(name, config, attempt)  # the scheduler's state has them; the Trial may not
+        for name, display_name in (snapshot.get("podNames") or {}).items():
+            self._apply_named(name, display_name)
         for name, result in snapshot["lastResult"].items():
             trial = self.book.trials.get(name)
             if trial is not None and (trial.status.get("iteration") or 0) < (result.get("training_iteration") or 0):
@@ -268,6 +279,8 @@ class JournaledDecisions:
             self._apply_explored(entry.trial, entry.outcome)
         elif isinstance(entry, Sampled):
             self._apply_sampled(entry.trial, entry.config, entry.attempt)
+        elif isinstance(entry, Named):
+            self._apply_named(entry.trial, entry.name)
         else:  # MetricMissing
             self.metric_missing = self.metric_missing or entry.message
         return None
@@ -358,6 +371,16 @@ class JournaledDecisions:
         Ray draws them once per trial."""
         self.scheduler.sampled(trial, config)
         self.show_pod_config(trial, config, attempt)
+
+    def _apply_named(self, trial: str, name: str) -> None:
+        """The display name ``trial``'s pod got from the ``trial_name_creator``: its ``status.displayName``, unless it
+        has one (the first name stays, as Ray names a trial once; a restored status already shows it)."""
+        state = self.book.trials.get(trial)
+        if state is None or state.status.get("displayName"):
+            return
+        state.status["displayName"] = name
+        state.dirty = True
+        self.pod_names[trial] = name
 
     def _apply_pod_explored(self, trial: str, config: dict, attempt: int | None) -> None:
         """The config ``trial``'s pod of ``attempt`` chose by calling the user functions of its PBT exploit: the
@@ -496,12 +519,20 @@ class JournaledDecisions:
         self.book.find_missing()
 
     def take_results(
-        self, state: TrialState, attempt: int, results: list[dict], checkpoint: dict | None, explored: dict | None
+        self,
+        state: TrialState,
+        attempt: int,
+        results: list[dict],
+        checkpoint: dict | None,
+        explored: dict | None,
+        display_name: str | None = None,
     ) -> str:
         """Take a batch of results of the current ``attempt`` of the open trial ``state`` (the collector's, through
         :meth:`kubetune_operator.controller.ExperimentController.record_results`, which says what the arguments
         are); return the decision for the runtime: ``continue``, ``checkpoint``, ``pause`` or ``stop``."""
         trial = state.name
+        if display_name is not None and self.intake.spec.trial_name_creator and not state.status.get("displayName"):
+            self.do(Named(trial, display_name))
         if explored is not None and trial in self.pod_explores:  # before any result of the attempt
             self.do(Explored(trial, {"config": explored, "attempt": attempt}))
         elif explored is not None and holds_function(state.config):

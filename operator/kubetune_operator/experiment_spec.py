@@ -129,6 +129,8 @@ class ExperimentSpec:
     """``resourcesPerTrial.workers.scheduleTimeoutSeconds``: longest a gang waits partly scheduled; 0: forever."""
     container: ContainerTrial | None = None
     """A container trial's command and metrics collector; None: the trial runs kubetune's runtime."""
+    trial_name_creator: str | None = None
+    """``spec.trialNameCreator.pickleURI``: the function each Trial's first pod calls for its display name."""
 
     @property
     def multi_objective(self) -> bool:
@@ -216,6 +218,7 @@ class ExperimentSpec:
             suspend=bool(spec.get("suspend", False)),
             storage_uri=obj("storage").get("uri") or None,
             stoppers=tuple(dict(item) for item in spec.get("stoppers") or ()),
+            trial_name_creator=obj("trialNameCreator").get("pickleURI") or None,
             workers_schedule_timeout_s=number(
                 "resourcesPerTrial.workers.scheduleTimeoutSeconds",
                 (obj("resourcesPerTrial").get("workers") or {}).get("scheduleTimeoutSeconds", 300),
@@ -260,6 +263,8 @@ def _container_trial(spec: Mapping[str, Any]) -> ContainerTrial | None:
         )
     if _PICKLED in json.dumps([spec.get("config"), (spec.get("scheduler") or {}).get("params")], default=str):
         refused.append("Python functions in spec.config or the scheduler's params (they run in kubetune's runtime)")
+    if spec.get("trialNameCreator"):
+        refused.append("spec.trialNameCreator (a Python function: it runs in kubetune's runtime)")
     if refused:
         raise ValueError("a container trial (spec.trainable.command) cannot use: " + "; ".join(refused))
     kind, format = collector.get("kind", "StdOut"), collector.get("format", "TEXT")

@@ -49,6 +49,7 @@ __all__ = [
     "JournalCorrupt",
     "LABEL_STATE",
     "MetricMissing",
+    "Named",
     "Results",
     "Sampled",
     "Suggest",
@@ -149,6 +150,15 @@ class Sampled(NamedTuple):
     as_json = Add.as_json
 
 
+class Named(NamedTuple):
+    """The display name ``trial``'s pod got from the experiment's ``trial_name_creator``: ``name``."""
+
+    trial: str
+    name: str
+    kind = "named"
+    as_json = Add.as_json
+
+
 class MetricMissing(NamedTuple):
     """A result lacked the experiment's metric: ``message`` says which (the Experiment fails)."""
 
@@ -158,8 +168,10 @@ class MetricMissing(NamedTuple):
 
 
 #: One journal entry, as the controller records and replays it.
-Entry = Union[Add, Suggest, Results, End, Choose, Explored, Sampled, MetricMissing]
-_KINDS: dict[str, type] = {t.kind: t for t in (Add, Suggest, Results, End, Choose, Explored, Sampled, MetricMissing)}
+Entry = Union[Add, Suggest, Results, End, Choose, Explored, Sampled, Named, MetricMissing]
+_KINDS: dict[str, type] = {
+    t.kind: t for t in (Add, Suggest, Results, End, Choose, Explored, Sampled, Named, MetricMissing)
+}
 
 
 def entry_from_json(stored: list) -> Entry:

@@ -1,11 +1,12 @@
-"""What trial pods tell the operator, checked at the boundary: the results, the checkpoint reference and the
-explored config (PBT's step in the pod) of a collector batch, and the runtime's termination message.
+"""What trial pods tell the operator, checked at the boundary: the results, the checkpoint reference, the
+explored config (PBT's step in the pod) and the display name (``trial_name_creator``) of a collector batch, and the
+runtime's termination message.
 
 Any code in a trial pod can read its attempt's collector token and write its termination message, so neither
 is trusted: each value is checked here (type, finiteness, range, size) before it reaches the controller's
 state, the journal or a status patch. Callers: :mod:`kubetune_operator.collector` (a batch with a refused
-value is answered 400 with :func:`result_problem`'s, :func:`explored_problem`'s or
-:func:`checkpoint_problem`'s reason, and reported on the Trial) and
+value is answered 400 with :func:`result_problem`'s, :func:`explored_problem`'s, :func:`display_name_problem`'s
+or :func:`checkpoint_problem`'s reason, and reported on the Trial) and
 :class:`~kubetune_operator.controller.ExperimentController` (:func:`parse_outcome` of an ended pod: refused
 fields are left out and reported). Pure: no I/O. docs/operations.md, "Values from trial pods", states the
 same rules.
@@ -17,7 +18,10 @@ import json
 import math
 from typing import Any
 
-from kubetune.limits import INT64, MAX_DEPTH, MAX_FIELD_BYTES, json_size
+from kubetune.limits import INT64, MAX_DEPTH, MAX_FIELD_BYTES, display_name_problem, json_size
+
+#: display_name_problem is kubetune.limits' rule, which the pod checks too before it reports a name.
+__all__ = ["checkpoint_problem", "display_name_problem", "explored_problem", "parse_outcome", "result_problem"]
 
 #: Largest ``training_iteration`` (and checkpoint iteration) taken: 2**53 - 1, exact in every JSON reader.
 MAX_ITERATION = 2**53 - 1

@@ -103,7 +103,9 @@ class TrialAdmission:
             manifest = build_trial(self.intake.experiment, index, config, tag)
             plan.create_trials.append(manifest)
             name = manifest["metadata"]["name"]
-            self.book.created(TrialState(name, index, config, {"phase": "Pending", "attempt": 0}))
+            self.book.created(
+                TrialState(name, index, config, {"phase": "Pending", "attempt": 0}, tag=manifest["spec"].get("tag"))
+            )
             self.decisions.do(Add(name))
             next_index = max(next_index, index + 1)
         if plan.create_trials:  # one event per pass, like the event recorder's aggregation, not one per trial

@@ -34,6 +34,7 @@ class TrialState:
     spec_config: dict | None = None  # the spec's config, when ``config`` is an exploit's
     restore_from: str | None = None  # the checkpoint of the trial's current lineage (status.restoreFrom)
     pbt_policy: list | None = None  # the policy line of the exploit its next pod carries out (not kept on restart)
+    tag: str | None = None  # spec.tag: Ray's experiment_tag, which a trial_name_creator may read
     dirty: bool = False
     written_at: float = 0.0
     phase_changed: bool = False
@@ -96,6 +97,7 @@ class TrialBook:
                     phase_changed=status != written,
                     spec_config=config,
                     restore_from=status.get("restoreFrom"),
+                    tag=spec.get("tag"),
                 )
             )
             self.next_index = max(self.next_index, self.trials[name].index + 1)

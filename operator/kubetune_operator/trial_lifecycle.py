@@ -531,7 +531,15 @@ class TrialLifecycle:
         trial.phase_changed |= not trial.written  # a new Trial's first status goes out with its first pod
 
     def _trial_object(self, trial: TrialState) -> dict:
-        return trial_object(self.intake.namespace, trial.name, trial.uid, trial.index, trial.config)
+        return trial_object(
+            self.intake.namespace,
+            trial.name,
+            trial.uid,
+            trial.index,
+            trial.config,
+            trial.tag,
+            trial.status.get("displayName"),
+        )
 
     def _pod(self, trial: TrialState) -> dict:
         return build_pod(

@@ -1,7 +1,8 @@
 """Ray 0.8's ``tune.run`` keywords (its "Tune User Guide") are honoured or refused by name, never a bare
 ``TypeError`` (issue 33): ``upload_dir`` is the storage, ``resume`` re-attaches to the Experiment of the run's name,
 ``return_trials`` returns the trials, the sync and server keywords mean nothing here and say why, a custom trial
-executor, a Tune server or a trial name creator is refused with the reason and what to use. ``loggers`` and
+executor, a Tune server or a trial dirname creator is refused with the reason and what to use (trial_name_creator:
+``tests/unit/test_trial_names.py``). ``loggers`` and
 ``callbacks``: ``tests/unit/test_ray_modules.py``."""
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def test_keywords_that_mean_nothing_for_pods_are_accepted_with_why(key, value, w
     [
         ("with_server", True, "no Tune server to add or read trials through: .*kubectl get experiments,trials"),
         ("trial_executor", object(), "no trial executor to replace; shape the pods with resources_per_trial="),
-        ("trial_name_creator", lambda trial: str(trial), "Kubernetes object names"),
+        ("trial_dirname_creator", lambda trial: str(trial), "named after its Trial object.*trial_name_creator"),
     ],
 )
 def test_keywords_kubetune_cannot_honour_are_refused_by_name_with_the_alternative(key, value, why):

@@ -119,6 +119,7 @@ class World:
         self.pod_configs: dict[str, dict] = {}  # pod -> the config its PBT explore step chose
         self.drawn: dict[str, dict] = {}  # pod -> its config with the values it drew for sample_from functions
         self.ran: dict[str, set[float]] = {}  # trial -> the sample_from values (z) its pods ran with
+        self.named: dict[str, str] = {}  # pod -> the display name its trial_name_creator gave
         self.fail_at = fail_at
         self.store = ConfigMaps()
         self.kill_at, self.step, self.kills = sorted(kill_at), 0, 0
@@ -141,11 +142,13 @@ class World:
     def commit(self):
         asyncio.run(self.registry.commit(self.ctl))
 
-    def send(self, pod: PodView, result: dict, explored: dict | None = None) -> str:
+    def send(self, pod: PodView, result: dict, explored: dict | None = None, display_name: str | None = None) -> str:
         """The runtime's POST, retried until it gets an answer (from whichever operator is up)."""
         while True:
             try:
-                decision = self.ctl.record_results(pod.trial, pod.attempt, [result], None, explored=explored)
+                decision = self.ctl.record_results(
+                    pod.trial, pod.attempt, [result], None, explored=explored, display_name=display_name
+                )
                 self.maybe_kill(0)
                 self.commit()
                 self.maybe_kill(1)
@@ -214,9 +217,12 @@ class World:
         if explore:  # the pod calls the PBT exploit's user functions once, and reports the config with its results
             config = self.pod_configs.setdefault(pod.name, pod_explore(config, explore, pod.name))
         self.ran.setdefault(pod.trial, set()).add(config.get("z"))
+        display_name = None
+        if env.get("KUBETUNE_TRIAL_NAME_CREATOR") and pod.name not in self.named:  # called once, sent until answered
+            display_name = self.named[pod.name] = f"run {pod.name}"
         iteration = self.runs[pod.name] + 1
         result = {"training_iteration": iteration, "score": score(config, iteration), "cost": cost(config, iteration)}
-        decision = self.send(pod, result, explored=config if computed else None)
+        decision = self.send(pod, result, explored=config if computed else None, display_name=display_name)
         previous = self.decisions.setdefault((pod.trial, lineage, iteration), decision)
         assert previous == decision, (pod.trial, iteration, previous, decision)
         self.runs[pod.name] = self.checkpoint[pod.trial] = iteration
@@ -260,6 +266,7 @@ class World:
                 "reason": t["status"].get("reason"),
                 "iteration": t["status"].get("iteration"),
                 "attempt": t["status"].get("attempt"),
+                "displayName": t["status"].get("displayName"),
             }
             for name, t in sorted(self.trials.items())
         }
@@ -613,6 +620,39 @@ def test_sample_from_values_are_drawn_once_per_trial_through_retries_exploits_an
     assert stormy.kills >= 5 and any(
         cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
     )
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "pbt"])
+def test_a_trial_keeps_the_display_name_its_first_pod_gave_through_retries_exploits_and_restarts(
+    monkeypatch, scheduler
+):
+    """Ray names a trial once (``trial_name_creator``): the first pod of each Trial calls the creator and reports the
+    name with its first batch; the operator journals it, writes it as ``status.displayName`` and gives it to the
+    later attempts (retries, PBT exploits), which call nothing. The operator is killed at every kind of instant and
+    restarts from snapshots as well as from entries."""
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 50)  # names are short: a snapshot after a few
+    spec = {
+        "scheduler": SCHEDULERS[scheduler],
+        "failure": {"maxFailures": 1},
+        "trialNameCreator": {"pickleURI": "s3://b/p/ns/exp/sdk/functions/name.pkl"},
+    }
+    calm = World(spec, fail_at=3)
+    expected = calm.run()
+    assert {name: t["displayName"] for name, t in expected.items()} == {name: f"run {name}-0" for name in expected}
+    assert sorted(calm.named) == [f"{name}-0" for name in expected]  # only each Trial's first pod called it
+    for pod, env in calm.pod_env.items():
+        trial, attempt = pod.rsplit("-", 1)
+        assert ("KUBETUNE_TRIAL_NAME_CREATOR" in env) == (attempt == "0"), pod
+        assert env.get("KUBETUNE_DISPLAY_NAME") == (None if attempt == "0" else f"run {trial}-0"), pod
+        tag = env.get("KUBETUNE_TRIAL_TAG")  # Ray's experiment_tag, for the creator only
+        assert tag.startswith(f"{int(trial.rsplit('-', 1)[1])}_x=") if attempt == "0" else tag is None, (pod, tag)
+    if scheduler == "fifo":  # FIFO and the basic searcher keep no state: the journal holds only the names
+        _, entries = journal.load(calm.ctl.journal, calm.store.list())
+        assert entries and {entry[0] for entry in entries} == {"named"}, entries
+    stormy = World(spec, kill_at=range(2, 10_000, 3), fail_at=3)
+    assert stormy.run() == expected
+    assert stormy.named == calm.named and stormy.kills >= 5
+    assert any(cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values())
 
 
 def test_katib_hyperband_waits_for_each_rung_and_decides_as_an_uninterrupted_run_when_killed(monkeypatch):

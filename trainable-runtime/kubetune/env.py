@@ -74,6 +74,13 @@ RANK = "KUBETUNE_RANK"
 WORLD_SIZE = "KUBETUNE_WORLD_SIZE"
 HOSTS = "KUBETUNE_HOSTS"
 WORKER_ENTRYPOINT = "KUBETUNE_WORKER_ENTRYPOINT"
+#: ``spec.trialNameCreator.pickleURI``: the ``trial_name_creator`` this attempt calls and reports
+#: (:mod:`kubetune.runtime.trial_name`); set only while the Trial has no display name. With it, the Trial's
+#: ``spec.tag`` (Ray's ``experiment_tag``, which the creator may read) is :data:`TRIAL_TAG`.
+TRIAL_NAME_CREATOR = "KUBETUNE_TRIAL_NAME_CREATOR"
+TRIAL_TAG = "KUBETUNE_TRIAL_TAG"
+#: The Trial's display name (``status.displayName``) an earlier attempt reported: the trainable's ``trial_name``.
+DISPLAY_NAME = "KUBETUNE_DISPLAY_NAME"
 
 #: Where the operator mounts the attempt's Secret (read-only) in the trial container.
 ATTEMPT_DIR = "/var/run/kubetune"
@@ -90,12 +97,14 @@ TERMINATION_MESSAGE_PATH_VAR = "KUBETUNE_TERMINATION_MESSAGE_PATH"
 KATIB_DB_PORT = 6789
 #: Path of the results endpoint on the operator's collector. The runtime POSTs
 #: JSON ``{"namespace", "experiment", "trial", "attempt": int, "results": [result, ...],
-#: "checkpoint": {"uri", "iteration"} | null, "done": bool, "stalled": {"reason", "message"}, "explored": config}`` with
+#: "checkpoint": {"uri", "iteration"} | null, "done": bool, "stalled": {"reason", "message"}, "explored": config,
+#: "displayName": str}`` with
 #: header ``Authorization: Bearer <KUBETUNE_TOKEN>``; the reply is ``{"decision": one of DECISIONS}``
 #: (200), or 400 malformed, 401 bad token, 413 body over ``MAX_BATCH_BYTES``. ``stalled`` is there
 #: while something outside the trainable stalls the attempt (a reason of :data:`STALL_REASONS`, and a
 #: message of at most :data:`MAX_STALL_MESSAGE` characters), and left out once nothing does. ``explored`` is the
-#: config an attempt started with ``KUBETUNE_PBT_EXPLORE`` chose, on every batch until one is answered.
+#: config an attempt started with ``KUBETUNE_PBT_EXPLORE`` chose, on every batch until one is answered; so is
+#: ``displayName``, what the attempt's ``KUBETUNE_TRIAL_NAME_CREATOR`` returned.
 COLLECTOR_RESULTS_PATH = "/v1alpha1/results"
 #: What may stall an attempt: its object storage has not answered for ``UNREACHABLE_AFTER_S`` seconds.
 STALL_REASONS = ("StorageUnreachable",)
@@ -159,6 +168,9 @@ class TrialEnv:
         hosts: each rank's DNS name in the gang's headless Service, index = rank (empty without workers).
         worker_entrypoint: ``module:function`` the workers (rank > 0) call with the config instead of the
             trainable, or None.
+        name_creator: URI of the pickled ``trial_name_creator`` this attempt calls, or None.
+        tag: the Trial's ``spec.tag`` (given with ``name_creator``), or None.
+        display_name: the Trial's display name an earlier attempt reported, or None.
     """
 
     namespace: str
@@ -189,6 +201,9 @@ class TrialEnv:
     world_size: int = 1
     hosts: list[str] = field(default_factory=list)
     worker_entrypoint: str | None = None
+    name_creator: str | None = None
+    tag: str | None = None
+    display_name: str | None = None
 
 
 def encode_trial_env(env: TrialEnv, config_file: str = CONFIG_PATH) -> dict[str, str]:
@@ -222,6 +237,9 @@ def encode_trial_env(env: TrialEnv, config_file: str = CONFIG_PATH) -> dict[str,
         GRACE_PERIOD: f"{env.grace_period_s:g}",
         DECISION_WAIT: f"{env.decision_wait_s:g}" if env.decision_wait_s else None,
         WORKER_ENTRYPOINT: env.worker_entrypoint,
+        TRIAL_NAME_CREATOR: env.name_creator,
+        TRIAL_TAG: env.tag,
+        DISPLAY_NAME: env.display_name,
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
@@ -297,6 +315,9 @@ def read_trial_env(environ: Mapping[str, str] | None = None, config_text: str | 
         world_size=int(e.get(WORLD_SIZE, "1")),
         hosts=[h for h in e.get(HOSTS, "").split(",") if h],
         worker_entrypoint=e.get(WORKER_ENTRYPOINT),
+        name_creator=e.get(TRIAL_NAME_CREATOR),
+        tag=e.get(TRIAL_TAG),
+        display_name=e.get(DISPLAY_NAME),
     )
 
 

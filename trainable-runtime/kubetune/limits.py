@@ -12,6 +12,11 @@ PBT exploit's ``status.config``) within etcd's 1.5 MiB per object.
 192 KiB also keeps ``kubectl apply``, which copies the whole object into an annotation (at most 256 KiB
 for all of them), working. Larger objects (datasets, models, lookup tables) belong in
 ``tune.with_parameters``, which puts them in object storage once.
+
+It also bounds the one string a trial pod names its Trial by, the display name its ``trial_name_creator``
+returned (:func:`display_name_problem`): the pod (:mod:`kubetune.runtime.trial_name`) checks it before it
+reports it, and the operator (``kubetune_operator.podinput``) again before a Trial's ``status.displayName``
+takes it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,26 @@ MAX_DEPTH = 16
 #: Integers a trial pod reports lie in ``[-INT64, INT64)``: they fit a signed 64-bit integer, as Kubernetes'
 #: JSON and etcd's readers take them.
 INT64 = 2**63
+#: Longest display name of a Trial (``status.displayName``, what ``trial_name_creator`` returned), in characters.
+MAX_DISPLAY_NAME_CHARS = 256
+
+
+def display_name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot be a Trial's display name (``status.displayName``), or None.
+
+    Taken: a string of 1 to :data:`MAX_DISPLAY_NAME_CHARS` characters, every one printable (no newline, tab or
+    other control character: the name is one cell of a table).
+
+    Returns:
+        A line saying what the name must be, without the name (any code in a trial pod may send one).
+    """
+    if type(name) is not str:
+        return f"a display name must be a string, not {type(name).__name__}"
+    if not 1 <= len(name) <= MAX_DISPLAY_NAME_CHARS:
+        return f"a display name must have 1 to {MAX_DISPLAY_NAME_CHARS} characters, not {len(name)}"
+    if not name.isprintable():
+        return "a display name must be printable: no newline, tab or other control character"
+    return None
 
 
 class SpecTooLarge(ValueError):

@@ -12,7 +12,8 @@ and stands in ``spec.config`` as ``{"kubetune/pickled_function": "<uri>"}``, a c
 operator's searchers; the trial pod replaces it by the function's value before the trainable sees
 the config, as Ray resolves ``sample_from`` after every other value. The first attempt reports the values it
 drew (:func:`sampled_as_json`) and the operator gives them to the trial's later attempts, as Ray draws them once
-per trial.
+per trial. A ``trial_name_creator`` travels the same way (:meth:`FunctionPickles.pickle`), named by
+``spec.trialNameCreator.pickleURI``; the trial pod calls it (:mod:`kubetune.runtime.trial_name`).
 
 ``with_parameters`` objects are pickled one by one, content-addressed
 (``<experiment storage>/sdk/parameters/<sha256[:32]>.pkl``) and uploaded only when absent, so the same
@@ -118,10 +119,14 @@ class FunctionPickles:
 
     def marker(self, function: Any) -> dict:
         """Pickle ``function`` (a :class:`kubetune.search.sample.Function`); return its ``spec.config`` form."""
-        data = _dumps_by_value(function.func)
+        return {FUNCTION_KEY: self.pickle(function.func)}
+
+    def pickle(self, func: Callable) -> str:
+        """Pickle ``func`` by value (its own modules' code included) for :meth:`upload`; return its URI."""
+        data = _dumps_by_value(func)
         uri = join_uri(self.base_uri, "functions", hashlib.sha256(data).hexdigest()[:32] + ".pkl")
         self.pending[uri] = data
-        return {FUNCTION_KEY: uri}
+        return uri
 
     def upload(self, storage: Storage) -> None:
         """Upload the functions absent from storage."""

@@ -52,6 +52,7 @@ from kubetune.runtime.loader import load_trainable_class
 from kubetune.runtime.pbt_explore import explore_in_pod
 from kubetune.runtime.reporter import FENCED, Reporter, json_default
 from kubetune.runtime.results import ResultLog
+from kubetune.runtime.trial_name import TrialInfo, create_display_name
 from kubetune.shipping import resolve_config, sampled_as_json
 from kubetune.stop_criteria import should_stop
 from kubetune.storage import Storage, join_uri
@@ -113,7 +114,8 @@ class TrialRunner:
 
     def setup(self) -> None:
         """Load the trainable, resolve the config's ``sample_from`` values, call a PBT exploit's user functions
-        (:mod:`kubetune.runtime.pbt_explore`, reported to the operator), publish that config to a gang's workers
+        (:mod:`kubetune.runtime.pbt_explore`, reported to the operator), call the ``trial_name_creator`` of a trial
+        not named yet (:mod:`kubetune.runtime.trial_name`, reported), publish that config to a gang's workers
         (:mod:`kubetune.runtime.gang_config`), construct and restore the trainable,
         resume the result log, write ``params.json`` (the resolved config).
 
@@ -133,9 +135,15 @@ class TrialRunner:
                 env.pbt_policy[5] = config
         elif config is not env.config and self.reporter is not None:
             self._report_sampled(config)
+        display_name = env.display_name
+        if env.name_creator:  # the trial has no display name yet: its creator is called here, as Ray's driver does
+            info = TrialInfo(cls.__name__, env.trial, config, env.tag or "", env.trial_dir_uri)
+            display_name = create_display_name(env.name_creator, self.storage, info)
+            if display_name is not None and self.reporter is not None:
+                self.reporter.set_display_name(display_name)  # the operator keeps it: later attempts call nothing
         gang_config.publish(self.storage, env, config)  # a gang's workers run with these values, not their own
-        self.trainable = cls(
-            config=config, trial_id=env.trial, trial_name=env.trial, logdir=str(self.workdir / "logdir")
+        self.trainable = cls(  # trial_name is Ray's str(trial): the display name when the trial has one
+            config=config, trial_id=env.trial, trial_name=display_name or env.trial, logdir=str(self.workdir / "logdir")
         )
         restored = self._restore()
         kept, dropped = self.results.resume(restored)

@@ -161,6 +161,7 @@ class Reporter:
         self._stall_version = 0
         self._stall_sent = 0
         self._explored: str | None = None  # JSON of the config this attempt computed, until answered
+        self._display_name: str | None = None  # the display name this attempt's trial_name_creator gave, until answered
         self._closing = False
         self._done_sent = False
         self._final_decision: str | None = None
@@ -234,6 +235,13 @@ class Reporter:
             self._explored = json.dumps(config, default=json_default, sort_keys=True)
             self._cond.notify()
 
+    def set_display_name(self, name: str) -> None:
+        """Report the display name this attempt's ``trial_name_creator`` gave: it rides on every batch until the
+        collector answers one (the first batch, unless that one is lost), and the operator journals it."""
+        with self._cond:
+            self._display_name = name
+            self._cond.notify()
+
     def take_decision(self) -> str | None:
         """Return the pending decision other than ``continue``, or None.
 
@@ -285,6 +293,7 @@ class Reporter:
             or self._checkpoint_version != self._checkpoint_sent
             or self._stall_version != self._stall_sent
             or self._explored is not None
+            or self._display_name is not None
             or (self._closing and not self._done_sent)
         )
 
@@ -301,9 +310,9 @@ class Reporter:
                 version = self._checkpoint_version
                 checkpoint = self._checkpoint if version != self._checkpoint_sent else None
                 stall_version, stall = self._stall_version, self._stall
-                explored = self._explored
+                explored, display_name = self._explored, self._display_name
                 final = self._closing and len(entries) == len(self._buffer)
-            body, covered, sent = self._encode(entries, checkpoint, final, stall, explored)
+            body, covered, sent = self._encode(entries, checkpoint, final, stall, explored, display_name)
             try:
                 decision = self._post(body)
             except _TooLarge:
@@ -356,6 +365,8 @@ class Reporter:
                 self._stall_sent = stall_version
                 if explored is not None and self._explored == explored:
                     self._explored = None
+                if display_name is not None and self._display_name == display_name:
+                    self._display_name = None
                 if final and covered == len(entries) and not self._buffer:
                     self._done_sent = True
                 self._apply(decision)  # before the waiting step sees its result answered
@@ -370,6 +381,7 @@ class Reporter:
         final: bool,
         stall: dict | None = None,
         explored: str | None = None,
+        display_name: str | None = None,
     ) -> tuple[bytes, int, int]:
         """Return the batch body, how many ``entries`` it covers, and how many results it holds.
 
@@ -379,6 +391,7 @@ class Reporter:
         head = (self._envelope + ',"results":[').encode()
         stalled = f',"stalled":{json.dumps(stall)}' if stall else ""
         stalled += f',"explored":{explored}' if explored is not None else ""
+        stalled += f',"displayName":{json.dumps(display_name)}' if display_name is not None else ""
         budget = MAX_BATCH_BYTES - len(head) - 200 - len(json.dumps(checkpoint)) - len(stalled.encode())
         parts: list[bytes] = []
         covered = 0

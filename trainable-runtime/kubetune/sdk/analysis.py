@@ -24,10 +24,11 @@ checkpoints' metric values). pandas (the ``sdk`` extra) is imported only by the 
 frames, so the module imports in a trial pod without it.
 
 Where kubetune differs from Ray: a trial's ``trial_id`` is its name (the operator sets Ray's
-``trial_id`` result field to it too); trial paths and checkpoint locations are storage URIs; Ray's
-running mean for the ``avg`` scope (which divides by ``training_iteration``) is the plain mean of the
-reported values, and ``max``/``min`` of the ``all`` scope ignore NaN values instead of depending on
-where they fall.
+``trial_id`` result field to it too), and ``str(trial)`` the display name its ``trial_name_creator`` gave
+(``Trial.status.displayName``, which the SDK passes as ``display_names``), else that name; trial paths and
+checkpoint locations are storage URIs; Ray's running mean for the ``avg`` scope (which divides by
+``training_iteration``) is the plain mean of the reported values, and ``max``/``min`` of the ``all`` scope ignore
+NaN values instead of depending on where they fall.
 """
 
 from __future__ import annotations
@@ -147,9 +148,20 @@ class TrialRecord:
             ``Trial.evaluated_params``): those at the domains and grids of the parameter space; every
             value of ``config`` when the space is not known (``ExperimentAnalysis`` without ``param_space``).
         storage: the :class:`kubetune.storage.Storage` the trial directory is read from.
+        custom_trial_name: the display name the experiment's ``trial_name_creator`` gave (Ray's attribute), or
+            None; ``str(trial)`` is it when set, else ``trial_id``.
     """
 
-    __slots__ = ("trial_id", "path", "config", "last_result", "error", "evaluated_params", "storage")
+    __slots__ = (
+        "trial_id",
+        "path",
+        "config",
+        "last_result",
+        "error",
+        "evaluated_params",
+        "storage",
+        "custom_trial_name",
+    )
 
     def __init__(self, trial_id: str, path: str, config: dict, last_result: dict, error: str | None, storage: Storage):
         self.trial_id = trial_id
@@ -159,6 +171,7 @@ class TrialRecord:
         self.error = error
         self.evaluated_params = flatten(config)
         self.storage = storage
+        self.custom_trial_name: str | None = None
 
     def has_checkpoint(self) -> bool:
         """Whether the trial has a committed checkpoint (Ray's ``Trial.has_checkpoint()``); one listing of storage."""
@@ -174,7 +187,7 @@ class TrialRecord:
         return ERROR if self.error is not None else TERMINATED
 
     def __str__(self) -> str:
-        return self.trial_id
+        return self.custom_trial_name or self.trial_id
 
     def __repr__(self) -> str:
         return f"TrialRecord({self.trial_id!r}, status={self.status})"
@@ -323,6 +336,9 @@ class ExperimentAnalysis:
             None, a trial failed if it has an ``error.txt``, whose text is the error.
         param_space: the Experiment's ``spec.config`` (or an SDK space): which config values each
             trial's ``evaluated_params`` holds (the SDK passes it).
+        display_names: trial name -> display name (``Trial.status.displayName``, what the experiment's
+            ``trial_name_creator`` gave), as the SDK knows them: each such trial's ``custom_trial_name`` and
+            ``str()``. Storage does not hold them: without it, ``str(trial)`` is the trial's name.
 
     Attributes:
         experiment_path: URI of the ``<uid8>`` folder read.
@@ -348,6 +364,7 @@ class ExperimentAnalysis:
         storage_region: str | None = None,
         trial_errors: Mapping[str, str] | None = None,
         param_space: Any = None,
+        display_names: Mapping[str, str] | None = None,
     ):
         self.objectives = None
         objective = (default_metric, default_mode)
@@ -362,7 +379,7 @@ class ExperimentAnalysis:
         if "://" not in experiment_path:
             experiment_path = Path(experiment_path).resolve().as_uri()
         self.storage = open_storage(experiment_path, storage_endpoint, storage_region)
-        self._source = (*objective, storage_endpoint, storage_region, trial_errors)
+        self._source = (*objective, storage_endpoint, storage_region, trial_errors, display_names)
         try:
             self.experiment_path, files = _resolve(self.storage, experiment_path)
         except FileNotFoundError:
@@ -393,6 +410,8 @@ class ExperimentAnalysis:
             loaded = list(pool.map(load, names))
         self.trials: list[TrialRecord] = [trial for trial, _ in loaded]
         self._raw: dict[str, bytes] = {trial.trial_id: data for trial, data in loaded}
+        for trial in self.trials:
+            trial.custom_trial_name = (display_names or {}).get(trial.trial_id)
         if param_space is not None:
             paths = [path for path, _ in find_domains(parse_space(param_space))]
             for trial in self.trials:
@@ -403,13 +422,13 @@ class ExperimentAnalysis:
 
         Returns:
             A new analysis of :attr:`experiment_path` (the ``<uid8>`` folder this one read, even when a newer one
-            appeared beside it since) with this one's objective, endpoint, region, ``trial_errors`` and
-            ``param_space``; this one is left as it was.
+            appeared beside it since) with this one's objective, endpoint, region, ``trial_errors``,
+            ``param_space`` and ``display_names``; this one is left as it was.
 
         Raises:
             FileNotFoundError, ValueError: as the constructor.
         """
-        metric, mode, endpoint, region, trial_errors = self._source
+        metric, mode, endpoint, region, trial_errors, display_names = self._source
         return ExperimentAnalysis(
             self.experiment_path,
             metric,
@@ -418,6 +437,7 @@ class ExperimentAnalysis:
             storage_region=region,
             trial_errors=trial_errors,
             param_space=self.param_space,
+            display_names=display_names,
         )
 
     # -- validation (Ray's messages) ---------------------------------------------------------------

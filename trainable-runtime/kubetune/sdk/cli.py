@@ -114,20 +114,28 @@ def cmd_get(args: argparse.Namespace) -> int:
         trials = cluster.trials(experiments[0])
         if trials:
             print()
-            _table(
-                [["TRIAL", "PHASE", "ITER", "METRIC", "REASON"]]
-                + [
-                    [
-                        t["metadata"]["name"],
-                        (t.get("status") or {}).get("phase", "Pending"),
-                        (t.get("status") or {}).get("iteration"),
-                        (t.get("status") or {}).get("metricValue"),
-                        (t.get("status") or {}).get("reason"),
-                    ]
-                    for t in trials
-                ]
-            )
+            _table(_trial_rows(trials))
     return OK
+
+
+def _trial_rows(trials: list[dict]) -> list[list[Any]]:
+    """The trial table of ``kubetune get NAME``: header, then a row per Trial; a DISPLAY-NAME column after TRIAL
+    when a Trial has a display name (``status.displayName``, from the experiment's ``trial_name_creator``)."""
+    named = any((t.get("status") or {}).get("displayName") for t in trials)
+    rows: list[list[Any]] = [["TRIAL", *(["DISPLAY-NAME"] if named else []), "PHASE", "ITER", "METRIC", "REASON"]]
+    for t in trials:
+        status = t.get("status") or {}
+        rows.append(
+            [
+                t["metadata"]["name"],
+                *([status.get("displayName")] if named else []),
+                status.get("phase", "Pending"),
+                status.get("iteration"),
+                status.get("metricValue"),
+                status.get("reason"),
+            ]
+        )
+    return rows
 
 
 def _follow(cluster, name: str) -> int:

@@ -428,7 +428,7 @@ class _View:
             config = trial_status.get("config") or (trial.get("spec") or {}).get("config") or {}
             time_total = last.get("time_total_s")
             cells = [
-                _name(trial),
+                trial_status.get("displayName") or _name(trial),  # Ray's str(trial): the trial_name_creator's name
                 _phase(trial),
                 *("" if is_function(value) else format_value(value) for value in (lookup(config, k) for k in keys)),
                 format_value(trial_status.get("iteration", last.get("training_iteration"))),

@@ -73,9 +73,9 @@ REFUSED = {
     "loggers": "a Logger of your own is user code that Ray runs in its driver, and kubetune has no driver process "
     "to run it in yet (a driver pod per Experiment is planned); the trial pods write result.json, progress.csv and "
     "TensorBoard events themselves, so Ray's JsonLogger, CSVLogger and TBXLogger (DEFAULT_LOGGERS) are accepted",
-    "trial_name_creator": "Trial names are Kubernetes object names, <experiment>-<index>; each Trial's config is in "
-    "its status and in the analysis",
-    "trial_dirname_creator": "trial directories are named after their Trial",
+    "trial_dirname_creator": "a trial's folder in the experiment's storage is named after its Trial object, "
+    "<experiment>-<index>, by which the operator, the trial pods and the analysis find it; give trials display "
+    "names with trial_name_creator",
     "export_formats": "checkpoints are kept in Ray's 1.x layout only",
     "search_alg_state": "the searcher's state lives in the operator's journal",
     "trial_executor": "each trial is a pod that the operator creates and watches, so there is no trial executor to "
@@ -166,7 +166,7 @@ class TuneConfig:
     max_concurrent_trials: int | None = None
     time_budget_s: float | datetime.timedelta | None = None
     reuse_actors: bool | None = None
-    trial_name_creator: Any = None
+    trial_name_creator: Callable[[Any], str] | None = None
     trial_dirname_creator: Any = None
 
 
@@ -541,11 +541,14 @@ def create_experiment(
         resources_per_trial: Ray's resources; None takes those of ``with_resources`` or
             ``default_resource_request``.
         config: the parameter space.
-        experiment: the other keyword arguments of :func:`build_experiment`.
+        experiment: the other keyword arguments of :func:`build_experiment`, and ``trial_name_creator`` (Ray's:
+            a function of the trial returning its display name), pickled beside the ``sample_from`` functions as
+            ``spec.trialNameCreator``; each Trial's first pod calls it (:mod:`kubetune.runtime.trial_name`).
 
     Raises:
         ValueError: an argument kubetune cannot honour (before anything is uploaded or created), such as a
             ``config`` over the CRD's limit (:class:`kubetune.limits.SpecTooLarge`).
+        TypeError: a ``trial_name_creator`` that is not callable.
         kubetune.storage.StorageUnavailable: the storage could not be written within
             :data:`kubetune.storage.SDK_OUTAGE_TIMEOUT_S` (nothing is created).
         kubernetes.client.ApiException: the API server refused the Experiment (after a 4xx, what this call
@@ -558,6 +561,9 @@ def create_experiment(
     from kubetune.storage import SDK_OUTAGE_TIMEOUT_S, StorageUnavailable, open_storage, storage_errors
 
     resources = trial_resources(trainable, resources_per_trial, config)
+    name_creator = experiment.pop("trial_name_creator", None)
+    if name_creator is not None and not callable(name_creator):
+        raise TypeError(f"trial_name_creator must be a function of the trial returning its name, got {name_creator!r}")
     experiment["stop"], user_stop = split_stop(experiment.get("stop"))
     store = open_storage(
         storage_fields["uri"],
@@ -576,6 +582,8 @@ def create_experiment(
         sample_from=functions.marker,
         **experiment,
     )  # every check before any upload
+    if name_creator is not None:
+        manifest["spec"]["trialNameCreator"] = {"pickleURI": functions.pickle(name_creator)}
     check_spec_sizes(manifest["spec"])  # the CRD's limits, before anything is uploaded
     if user_stop is not None:
         trainable = with_stopper(trainable, user_stop)
@@ -669,7 +677,8 @@ def failed_trials(trials: list[dict]) -> dict[str, str]:
 
 def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
     """The :class:`kubetune.sdk.analysis.ExperimentAnalysis` of ``experiment`` (as the API returns it), read from
-    its storage folder, with its failed ``trials``' messages as their errors."""
+    its storage folder, with its failed ``trials``' messages as their errors and their display names
+    (``status.displayName``)."""
     from kubetune.sdk.analysis import ExperimentAnalysis
 
     meta, spec = experiment["metadata"], experiment["spec"]
@@ -683,6 +692,11 @@ def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
         storage_region=storage.get("region"),
         trial_errors={name: message or "failed" for name, message in failed_trials(trials).items()},
         param_space=spec.get("config"),
+        display_names={
+            t["metadata"]["name"]: (t.get("status") or {})["displayName"]
+            for t in trials
+            if (t.get("status") or {}).get("displayName")
+        },
     )
 
 
@@ -796,6 +810,7 @@ def run(
     verbose: int = 2,
     progress_reporter: Any = None,
     max_concurrent_trials: int | None = None,
+    trial_name_creator: Callable[[Any], str] | None = None,
     *,
     namespace: str | None = None,
     image: str | None = None,
@@ -817,7 +832,9 @@ def run(
     existing Experiment to attach to instead of creating one.
     ``checkpoint_config`` (Ray 2.x's :class:`CheckpointConfig`) takes the place of ``checkpoint_freq``,
     ``checkpoint_at_end``, ``keep_checkpoints_num`` and ``checkpoint_score_attr``. After the run, the
-    searcher's ``total_samples`` is the number of trials.
+    searcher's ``total_samples`` is the number of trials. ``trial_name_creator`` gives each trial a display
+    name (Ray's ``str(trial)``): its first pod calls it, and tables and the analysis show the name; the Trial
+    objects keep their names, ``<experiment>-<index>``.
 
     Ray's other keywords, those of Ray 0.8's user guide included (``upload_dir``, ``resume``, ``return_trials``,
     ``loggers``, ...), are honoured or refused by name, with why and what to use (:func:`legacy_run_args`).
@@ -879,6 +896,7 @@ def run(
         image=image,
         template=template,
         queue_name=queue_name,
+        trial_name_creator=trial_name_creator,
     )
     failed = failed_trials(trials)
     if failed and raise_on_failed_trial:
@@ -982,9 +1000,8 @@ class Tuner:
             As :func:`run`, but never :class:`TuneError`.
         """
         tc, rc = self.tune_config, self.run_config
-        for key in ("trial_name_creator", "trial_dirname_creator"):
-            if getattr(tc, key) is not None:
-                raise ValueError(f"{key} is not supported by kubetune: {REFUSED[key]}")
+        if tc.trial_dirname_creator is not None:
+            raise ValueError(f"trial_dirname_creator is not supported by kubetune: {REFUSED['trial_dirname_creator']}")
         _check_logging("callbacks", rc.callbacks)
         cc = rc.checkpoint_config or CheckpointConfig()
         fc = rc.failure_config or FailureConfig()
@@ -1020,6 +1037,7 @@ class Tuner:
             image=self.image,
             template=self.template,
             queue_name=self.queue_name,
+            trial_name_creator=tc.trial_name_creator,
             entry="Tuner",
         )
         self._result_grid = ResultGrid(analysis)
