@@ -667,9 +667,10 @@ def failed_trials(trials: list[dict]) -> dict[str, str]:
     }
 
 
-def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
+def experiment_analysis(experiment: dict, trials: list[dict], previous: Any = None) -> Any:
     """The :class:`kubetune.sdk.analysis.ExperimentAnalysis` of ``experiment`` (as the API returns it), read from
-    its storage folder, with its failed ``trials``' messages as their errors."""
+    its storage folder, with its failed ``trials``' messages as their errors (``previous``: an earlier reading of
+    it, as the analysis takes it)."""
     from kubetune.sdk.analysis import ExperimentAnalysis
 
     meta, spec = experiment["metadata"], experiment["spec"]
@@ -683,6 +684,7 @@ def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
         storage_region=storage.get("region"),
         trial_errors={name: message or "failed" for name, message in failed_trials(trials).items()},
         param_space=spec.get("config"),
+        previous=previous,
     )
 
 
