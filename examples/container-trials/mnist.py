@@ -1,15 +1,23 @@
 """A trial with no kubetune in it: softmax regression on scikit-learn's handwritten digits, standard library only.
 
 It stands in for Katib's ``pytorch-mnist`` trial image: its flags (``--lr``, ``--momentum``, ``--epochs``,
-``--batch-size``, ``--seed``; ``--log-path`` sends the lines to that file instead of stdout) and its log lines are
-that example's, so an Experiment written for Katib runs it
-unchanged. Each epoch logs, through :mod:`logging` on stdout with an RFC 3339 UTC timestamp first::
+``--batch-size``, ``--seed``; ``--log-path`` sends the lines to that file instead of stdout; ``--logger hypertune``)
+and its log lines are that example's, so an Experiment written for Katib runs it unchanged. Each epoch logs,
+through :mod:`logging` on stdout with an RFC 3339 UTC timestamp first::
 
     2026-11-27T16:00:00Z INFO     Train Epoch: 1 [1437/1437 (100%)]	loss=1.2345
     2026-11-27T16:00:00Z INFO     {metricName: accuracy, metricValue: 0.8750};{metricName: loss, metricValue: 1.1000}
 
 The first line (the epoch's mean training loss) is what Katib's default ``name=value`` regex reads, one line an
 epoch; the second is the held-out split's accuracy and loss in the form Katib's pytorch example prints them.
+With ``--logger hypertune`` (what Katib's JSON examples pass) the lines stay on stdout, and each epoch also
+appends the held-out loss, then accuracy, as the ``cloudml-hypertune`` library that example calls writes them:
+one JSON object a line, the value and step as strings, the time in seconds since the epoch, to ``--log-path``
+(default ``$CLOUD_ML_HP_METRIC_FILE``, else ``/tmp/hypertune/output.metrics``)::
+
+    {"loss": "1.0999873", "global_step": "1", "timestamp": 1795881600.25, "trial": "0"}
+    {"accuracy": "0.875", "global_step": "1", "timestamp": 1795881600.25, "trial": "0"}
+
 Plain SGD with momentum (PyTorch's rule: ``v = momentum * v + grad``, ``w -= lr * v``), seeded, so a config
 gives the same lines every run. It reads ``digits.csv.gz`` (beside it, or ``--data``) and exits on SIGTERM at once
 (a scheduler's stop deletes the pod).
@@ -45,6 +53,8 @@ PIXEL_MAX = 16.0  # the digits' 8x8 images hold grey levels 0..16
 SAVE_MARKER = ".kubetune-save"
 #: Longest wait for kubetune to commit a checkpoint, in seconds.
 SAVE_WAIT_S = 120.0
+#: Where ``--logger hypertune`` writes without ``--log-path`` or ``$CLOUD_ML_HP_METRIC_FILE`` (cloudml-hypertune's).
+HYPERTUNE_FILE = "/tmp/hypertune/output.metrics"
 
 
 def load(path: Path) -> list[tuple[list[float], int]]:
@@ -114,6 +124,17 @@ def save(folder: str, state: dict) -> None:
         time.sleep(0.05)
 
 
+def report_hypertune(path: str, epoch: int, metrics: dict[str, float]) -> None:
+    """Append one JSON line per metric to ``path``, as ``cloudml-hypertune``'s ``report_hyperparameter_tuning_metric``
+    does (module docstring)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    trial = os.environ.get("CLOUD_ML_TRIAL_ID", "0")
+    with open(path, "a") as f:
+        for name, value in metrics.items():
+            line = {name: str(value), "global_step": str(epoch), "timestamp": time.time(), "trial": trial}
+            f.write(json.dumps(line) + "\n")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Softmax regression on the digits data (Katib's mnist flags)")
     parser.add_argument("--lr", type=float, default=0.01, help="learning rate (default: 0.01)")
@@ -122,7 +143,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64, help="minibatch size (default: 64)")
     parser.add_argument("--seed", type=int, default=1, help="shuffling seed (default: 1)")
     parser.add_argument(
-        "--log-path", default="", help="write the log lines to this file instead of stdout (Katib's File collector)"
+        "--log-path",
+        default="",
+        help="write the log lines to this file instead of stdout (Katib's File collector); with --logger hypertune, "
+        "the JSON lines",
+    )
+    parser.add_argument(
+        "--logger",
+        choices=["standard", "hypertune"],
+        default="standard",
+        help="hypertune: also write each epoch's held-out loss and accuracy as JSON lines (default: standard)",
     )
     parser.add_argument(
         "--data", type=Path, default=Path(__file__).with_name("digits.csv.gz"), help="the digits CSV (gzip)"
@@ -140,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)-8s %(message)s",
         datefmt="%Y-%m-%dT%H:%M:%SZ",
         level=logging.INFO,
-        **({"filename": args.log_path} if args.log_path else {"stream": sys.stdout}),
+        **({"filename": args.log_path} if args.log_path and args.logger == "standard" else {"stream": sys.stdout}),
     )
+    hypertune = args.log_path or os.environ.get("CLOUD_ML_HP_METRIC_FILE") or HYPERTUNE_FILE
     rng = random.Random(args.seed)
     rows = load(args.data)
     rng.shuffle(rows)
@@ -165,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.info(
             "{metricName: accuracy, metricValue: %.4f};{metricName: loss, metricValue: %.4f}\n", accuracy, test_loss
         )
+        if args.logger == "hypertune":
+            report_hypertune(hypertune, epoch, {"loss": test_loss, "accuracy": accuracy})
         if folder:
             state = {"epoch": epoch, "weights": weights, "velocity": velocity, "rng": rng.getstate(), "order": order}
             save(folder, state)

@@ -221,8 +221,9 @@ def test_rendered_manifests_pass_the_api_servers_dry_run(own_cluster, helm, tmp_
 
 def test_the_dashboard_is_opt_in_read_only_restricted_and_in_cluster_only(own_cluster, helm, tmp_path):
     """dashboard.enabled: a Deployment of `kubetune dashboard` (no name) listening on every address of its pod, its
-    own ServiceAccount with `list` on Experiments and Trials only, a ClusterIP Service, and a pod the API server
-    admits in a namespace that enforces the restricted Pod Security Standard."""
+    own ServiceAccount with `list` on Experiments, Trials and Events only (pods' logs with dashboard.podLogs), a
+    ClusterIP Service, and a pod the API server admits in a namespace that enforces the restricted Pod Security
+    Standard."""
     name = "kubetune-dashboard"
     assert not [d for d in render(helm) if "dashboard" in d["metadata"]["name"]]  # off by default
     on = ("--set", "dashboard.enabled=true", "--set", "dashboard.storageCredentialsSecret=s3-creds")
@@ -238,7 +239,8 @@ def test_the_dashboard_is_opt_in_read_only_restricted_and_in_cluster_only(own_cl
         assert line + " (server dry run)" in applied, applied
     docs = by_kind([d for d in yaml.safe_load_all(out) if d])
     assert docs[("ClusterRole", "", name)]["rules"] == [
-        {"apiGroups": [GROUP], "resources": ["experiments", "trials"], "verbs": ["list"]}
+        {"apiGroups": [GROUP], "resources": ["experiments", "trials"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
     ]
     assert docs[("ClusterRoleBinding", "", name)]["subjects"] == [
         {"kind": "ServiceAccount", "name": name, "namespace": SYSTEM}
@@ -273,6 +275,27 @@ def test_the_dashboard_is_opt_in_read_only_restricted_and_in_cluster_only(own_cl
     }
     admitted = own_cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(as_pod)).stdout
     assert "pod/dashboard-psa created (server dry run)" in admitted  # TEAM enforces restricted
+
+    # dashboard.podLogs (off by default) and dashboard.events, as the API server grants them
+    logs = ("--set", "dashboard.enabled=true", "--set", "dashboard.podLogs=true", "--set", "dashboard.events=false")
+    rbac = [
+        d
+        for d in render(helm, *logs)
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding") and d["metadata"]["name"] == name
+    ]
+    own_cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
+    try:
+
+        def can(*args):
+            user = f"system:serviceaccount:{SYSTEM}:{name}"
+            return own_cluster.kubectl("auth", "can-i", *args, "--as", user, check=False).stdout.strip()
+
+        assert can("get", "pods", "--subresource=log", "-n", TEAM) == "yes"
+        assert can("list", "experiments.kubetune.io", "-n", TEAM) == "yes"
+        assert (can("list", "events", "-n", TEAM), can("get", "pods", "-n", TEAM)) == ("no", "no")
+        assert can("get", "secrets", "-n", TEAM) == "no"
+    finally:
+        own_cluster.kubectl("delete", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
 
     values = tmp_path / "dashboard.yaml"
     values.write_text(yaml.safe_dump({"dashboard": {"enabled": True}, "watchNamespaces": [TEAM, OTHER_TEAM]}))

@@ -1,6 +1,7 @@
 """Katib's own examples on the real node, served by kubetune's chart (``katib.enabled``): Katib's
-``hp-tuning/random.yaml`` and ``metrics-collector/file-metrics-collector.yaml`` applied as Katib's users apply them,
-changed only in their namespace and their image (``trial-python``: ``examples/container-trials/mnist.py`` at
+``hp-tuning/random.yaml``, ``hp-tuning/tpe.yaml``, ``metrics-collector/file-metrics-collector.yaml`` and
+``metrics-collector/file-metrics-collector-with-json-format.yaml`` (``--logger=hypertune``: JSON lines in a file)
+applied as Katib's users apply them, changed only in their namespace and their image (``trial-python``: ``examples/container-trials/mnist.py`` at
 ``/opt/pytorch-mnist/mnist.py``, Katib's pytorch-mnist flags and lines, Debian's python3 alone). Each runs its 12
 trials, 3 at a time, under the ``restricted`` Pod Security Standard, and ends ``Succeeded`` with Katib's reason; its
 Katib Trials hold each trial's assignments and its objective's metrics. Prints the wall time and the time from the
@@ -25,7 +26,15 @@ def katib_conditions(custom, namespace: str, name: str) -> list[list[str]]:
     return [[c["type"], c["status"], c["reason"]] for c in (experiment.get("status") or {}).get("conditions") or ()]
 
 
-@pytest.mark.parametrize("path", ["hp-tuning/random.yaml", "metrics-collector/file-metrics-collector.yaml"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "hp-tuning/random.yaml",
+        "hp-tuning/tpe.yaml",
+        "metrics-collector/file-metrics-collector.yaml",
+        "metrics-collector/file-metrics-collector-with-json-format.yaml",
+    ],
+)
 def test_katibs_example_runs_unchanged_but_for_its_image(node_cluster, core, custom, team, path):
     (katib,) = [d for d in yaml.safe_load_all((EXAMPLES / path).read_text()) if d]
     name = katib["metadata"]["name"]

@@ -18,7 +18,7 @@ from kubetune import Checkpoint
 from kubetune.checkpoint_store import COMMIT_MARKER, checkpoint_uri, commit_checkpoint
 from kubetune.runtime.results import ResultLog
 from kubetune.sdk.analysis import ExperimentAnalysis, ResultGrid, StoredCheckpoint, TrialRecord
-from kubetune.storage import join_uri, open_storage
+from kubetune.storage import file_uri_path, join_uri, open_storage
 
 UID = "0a1b2c3d"
 
@@ -486,3 +486,34 @@ def test_last_checkpoint_and_evaluated_params(file_root, tmp_path):
         "net/act": "relu",
         "epochs": 3,
     }
+
+
+def test_a_reread_takes_the_trials_listed_as_before_from_the_previous_reading(file_root, tmp_path):
+    """reread() (previous=self) reads again only the trials whose objects' stamps changed: a file rewritten with the
+    same size and modification time (which a listing cannot tell apart) is taken from the previous reading; a trial
+    written again, a new trial and a new error are read."""
+    exp = join_uri(file_root, "team", "live", UID)
+    for i in range(3):
+        write_trial(exp, f"live-{i:05d}", [{"score": i}], workdir=tmp_path / "a")
+    first = ExperimentAnalysis(exp, "score", "max")
+    assert first.dataframe()["score"].tolist() == [0, 1, 2]  # results parsed: kept as rows
+    hidden = Path(file_uri_path(join_uri(exp, "live-00000", "result.json")))
+    stat = hidden.stat()
+    hidden.write_bytes(hidden.read_bytes().replace(b'"score": 0', b'"score": 7'))
+    os.utime(hidden, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    write_trial(exp, "live-00001", [{"score": 1}, {"score": 5}], workdir=tmp_path / "b")
+    write_trial(exp, "live-00003", [{"score": 3}], workdir=tmp_path / "a")
+    Path(file_uri_path(join_uri(exp, "live-00002", "error.txt"))).write_text("OOMKilled")
+    again = first.reread()
+    assert {t.trial_id: t.last_result["score"] for t in again.trials} == {
+        "live-00000": 0,  # as first read
+        "live-00001": 5,
+        "live-00002": 2,
+        "live-00003": 3,
+    }
+    assert [t.error for t in again.trials] == [None, None, "OOMKilled", None]
+    assert again.metric_history("live-00001", "score") == [(1, 1), (2, 5)]
+    assert again.metric_history("live-00000", "score") == [(1, 0)]
+    assert first.metric_history("live-00000", "score") == [(1, 0)]  # the previous reading is left as it was
+    fresh = ExperimentAnalysis(exp, "score", "max")
+    assert fresh.metric_history("live-00000", "score") == [(1, 7)]  # what is stored now, read afresh

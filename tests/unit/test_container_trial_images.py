@@ -7,6 +7,7 @@ is read with Katib's default metrics regex, as the operator's StdOut collector r
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from devcluster import images
 from devcluster.images import digits_data
+from kubetune.output_metrics import OutputParser
 
 TRIALS = Path(__file__).resolve().parents[2] / "examples" / "container-trials"
 #: Katib's default ``metricsFormat`` (its StdOut and File collectors' TEXT format).
@@ -80,6 +82,26 @@ def test_mnist_writes_its_lines_to_the_log_path_for_katibs_file_collector(tmp_pa
     )
     written = (tmp_path / "mnist.log").read_text().splitlines()
     assert [line[21:] for line in written] == [line[21:] for line in on_stdout]  # the same lines, times aside
+
+
+def test_mnist_with_the_hypertune_logger_writes_katibs_json_lines_beside_its_stdout_lines(tmp_path):
+    """``--logger hypertune`` (Katib's JSON examples): the log lines stay on stdout, and the held-out loss, then
+    accuracy, of each epoch go to ``--log-path`` as cloudml-hypertune writes them, which kubetune's JSON format
+    reads as results: one per line of the objective, with the value the stdout line printed."""
+    log = tmp_path / "katib" / "mnist.json"
+    args = ("--epochs", "2", "--lr=0.05", "--momentum=0.9")
+    lines = mnist(*args, f"--log-path={log}", "--logger=hypertune", cwd=tmp_path)
+    assert [line[21:] for line in lines] == [line[21:] for line in mnist(*args, cwd=tmp_path)]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    names = ["loss", "accuracy", "loss", "accuracy"]
+    assert [set(r) for r in records] == [{name, "global_step", "timestamp", "trial"} for name in names]
+    assert [r["global_step"] for r in records] == ["1", "1", "2", "2"] and {r["trial"] for r in records} == {"0"}
+    assert all(isinstance(r["timestamp"], float) and abs(r["timestamp"] - time.time()) < 60 for r in records)
+    printed = [re.findall(r"metricValue: (\d\.\d{4})", line) for line in lines if "metricName" in line]
+    parser = OutputParser(["accuracy"], format="JSON")
+    results = [r for r in map(parser.feed, log.read_text().splitlines()) if r is not None]
+    assert [r["training_iteration"] for r in results] == [1, 2]
+    assert [[f"{r['accuracy']:.4f}", f"{r['loss']:.4f}"] for r in results] == printed
 
 
 def test_mnist_exits_at_once_on_sigterm(tmp_path):

@@ -12,7 +12,7 @@ from conftest_storage import aws_env, moto_endpoint, new_bucket  # noqa: F401 - 
 from stored_experiment import METRIC, SPACE, TRIALS, exploit, store
 from test_analysis import write_trial
 
-from kubetune.sdk.analysis import ExperimentAnalysis
+from kubetune.sdk.analysis import ExperimentAnalysis, changed_trials
 from kubetune.sdk.live_study import LiveStudy
 from kubetune.sdk.optuna_study import EXPLOITS_ATTR, TRIAL_NAME_ATTR, fill_study
 
@@ -123,3 +123,41 @@ def test_a_running_trials_steps_its_exploit_dropped_are_nan_until_it_reports_the
     quiet = live.study.get_trials()[1]
     assert (quiet.state.name, quiet.value) == ("COMPLETE", 0.92)
     assert quiet.intermediate_values == fill_study(live.analysis).get_trials()[1].intermediate_values
+
+
+def test_a_refresh_looks_at_the_trials_written_and_those_whose_error_changed(stored, tmp_path):
+    """A trial the cluster says failed (its Trial's message) while its folder stays as it was turns FAIL at the next
+    refresh that reads the experiment again, though only another trial's objects changed."""
+    analysis, endpoint = stored
+    errors = {t.name: "failed" for t in TRIALS if t.state == "FAIL"}
+
+    def reread(previous=None):
+        return ExperimentAnalysis(
+            analysis.experiment_path,
+            METRIC,
+            "max",
+            storage_endpoint=endpoint,
+            trial_errors=dict(errors),
+            param_space=SPACE,
+            previous=previous,
+        )
+
+    live = LiveStudy(reread(), reread=reread, settle_s=3600)
+    running = next(t for t in TRIALS if t.state != "FAIL")
+    assert live.study.trials[TRIALS.index(running)].state.name == "RUNNING"
+    errors[running.name] = "OOMKilled"
+    _report(analysis, endpoint, tmp_path, "digits-00008", [0.25], NEW)
+    assert live.refresh() is True
+    trials = live.study.get_trials()
+    assert trials[TRIALS.index(running)].state.name == "FAIL"
+    assert trials[-1].user_attrs[TRIAL_NAME_ATTR] == "digits-00008"
+
+
+def test_changed_trials_names_the_trial_folders_written_and_none_for_an_object_beside_them():
+    base = "s3://b/kubetune/team/digits/ab12cd34"
+    before = {f"{base}/t-0/result.json": (1.0, "10:a"), f"{base}/t-1/result.json": (1.0, "10:b")}
+    after = {**before, f"{base}/t-1/result.json": (2.0, "20:c"), f"{base}/t-2/params.json": (2.0, "5:d")}
+    assert changed_trials(before, after, base) == {"t-1", "t-2"}
+    assert changed_trials(after, before, base + "/") == {"t-1", "t-2"}  # removed ones too; a trailing slash
+    assert changed_trials(before, before, base) == set()
+    assert changed_trials(before, {**before, f"{base}/pbt_global.txt": (3.0, "1:e")}, base) is None

@@ -182,6 +182,18 @@ class Storage(ABC):
         """URIs of every object under ``<uri_prefix>/``, recursive, sorted."""
 
     @abstractmethod
+    def stamps(self, uri_prefix: str) -> dict[str, tuple[float, str]]:
+        """What every object under ``<uri_prefix>/`` is now, by one listing (what a live view compares to know
+        what was written since it last looked).
+
+        Returns:
+            ``{uri: (last-modified time in unix seconds, version)}``: the version is a text that changes whenever
+            the object is written again (S3's ETag with the size; a file's size with its modification time in
+            nanoseconds: S3 keeps times to the second, so two writes in one second differ only by it); ``{}``
+            when nothing is stored there.
+        """
+
+    @abstractmethod
     def delete(self, uri: str) -> None:
         """Delete the object ``uri``; deleting an absent object is not an error."""
 
@@ -260,6 +272,16 @@ class FileStorage(Storage):
             for p in root.rglob("*")
             if p.is_file() and _TMP_MARK not in p.name
         )
+
+    def stamps(self, uri_prefix):
+        found = {}
+        for uri in self.list(uri_prefix):
+            try:
+                stat = file_uri_path(uri).stat()
+            except FileNotFoundError:  # deleted since the listing
+                continue
+            found[uri] = (stat.st_mtime, f"{stat.st_size}:{stat.st_mtime_ns}")
+        return found
 
     def delete(self, uri):
         file_uri_path(uri).unlink(missing_ok=True)
@@ -581,14 +603,21 @@ class S3Storage(Storage):
         return self._retry(f"head of {uri}", head)
 
     def list(self, uri_prefix):
+        return sorted(self.stamps(uri_prefix))
+
+    def stamps(self, uri_prefix):
         bucket, key = split_s3_uri(join_uri(uri_prefix))
         prefix = f"{key}/" if key else ""
 
-        def list_all() -> list[str]:
-            keys = []
+        def list_all() -> dict[str, tuple[float, str]]:
+            found = {}
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-                keys.extend(obj["Key"] for obj in page.get("Contents", ()))
-            return sorted(f"s3://{bucket}/{k}" for k in keys)
+                for obj in page.get("Contents", ()):
+                    found[f"s3://{bucket}/{obj['Key']}"] = (
+                        obj["LastModified"].timestamp(),
+                        f"{obj['Size']}:{obj['ETag']}",
+                    )
+            return found
 
         return self._retry(f"list of {uri_prefix}", list_all)
 

@@ -50,9 +50,9 @@ from kubetune.resultkeys import finite_number, flatten, is_multi_objective, is_n
 from kubetune.runtime.results import PROGRESS_FILE, RESULT_FILE
 from kubetune.search.sample import parse_space
 from kubetune.search.variants import find_domains
-from kubetune.storage import FileStorage, S3Storage, Storage, file_uri_path, join_uri, open_storage, split_s3_uri
+from kubetune.storage import Storage, join_uri, open_storage
 
-__all__ = ["ExperimentAnalysis", "Result", "ResultGrid", "StoredCheckpoint", "TrialRecord", "object_stamps"]
+__all__ = ["ExperimentAnalysis", "Result", "ResultGrid", "StoredCheckpoint", "TrialRecord", "changed_trials"]
 
 log = logging.getLogger(__name__)
 
@@ -238,51 +238,56 @@ class StoredCheckpoint(Checkpoint):
         return hash(self.uri)
 
 
-def object_stamps(storage: Storage, base: str) -> dict[str, tuple[float, str]]:
-    """What each object under ``base`` is now, by one listing: its last-modified time and a text that changes
-    whenever its content is written again. The Storage API has no such call.
+def _in_trial_folder(uri: str, path: str) -> tuple[str, str] | None:
+    """``(trial name, the object's path in its folder)`` of an object ``uri`` under ``<path>/<trial>/``; None for
+    an object elsewhere (beside the trial folders, say)."""
+    prefix = path.rstrip("/") + "/"
+    trial, sep, rest = uri.removeprefix(prefix).partition("/")
+    return (trial, rest) if sep and uri.startswith(prefix) else None
+
+
+def _trial_stamps(listed: Mapping[str, Any], path: str) -> dict[str, dict[str, Any]]:
+    """``{trial name: {object's path in the trial folder: stamp}}`` of the objects ``listed`` in ``path``'s trial
+    folders."""
+    found: dict[str, dict[str, Any]] = {}
+    for uri, stamp in listed.items():
+        where = _in_trial_folder(uri, path)
+        if where is not None:
+            found.setdefault(where[0], {})[where[1]] = stamp
+    return found
+
+
+def changed_trials(before: Mapping[str, Any], after: Mapping[str, Any], experiment_path: str) -> set[str] | None:
+    """The names of the trials whose objects differ between two listings of ``Storage.stamps``.
 
     Args:
-        storage: a ``FileStorage`` or an ``S3Storage``.
-        base: a folder URI.
+        before, after: ``{uri: stamp}`` of the experiment's folder, then and now.
+        experiment_path: the folder's URI (the ``<uid8>`` folder: a trial's objects are ``<it>/<trial>/<file>``).
 
     Returns:
-        ``{uri: (last-modified time in unix seconds, version)}``: the version is S3's ETag with the size, or a
-        file's size with its modification time in nanoseconds (S3 keeps times to the second, so two writes in
-        one second differ only by it); ``{}`` when nothing is stored there.
-
-    Raises:
-        ValueError: another kind of storage.
+        The trial folders' names where an object was added, removed or written again; None when an object outside
+        them did (``pbt_global.txt``, say), which may change what every trial shows.
     """
-    if isinstance(storage, FileStorage):
-        stamps = {}
-        for uri in storage.list(base):
-            stat = file_uri_path(uri).stat()
-            stamps[uri] = (stat.st_mtime, f"{stat.st_size}:{stat.st_mtime_ns}")
-        return stamps
-    if isinstance(storage, S3Storage):
-        bucket, key = split_s3_uri(join_uri(base))
-        stamps = {}
-        for page in storage.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key}/"):
-            for obj in page.get("Contents", ()):
-                version = f"{obj['Size']}:{obj['ETag']}"
-                stamps[f"s3://{bucket}/{obj['Key']}"] = (obj["LastModified"].timestamp(), version)
-        return stamps
-    raise ValueError(
-        f"cannot read when the objects under {base} were written on {type(storage).__name__}; "
-        "pass the experiment's <uid> folder"
-    )
+    names: set[str] = set()
+    for uri in set(before) ^ set(after) | {uri for uri in before.keys() & after.keys() if before[uri] != after[uri]}:
+        where = _in_trial_folder(uri, experiment_path)
+        if where is None:
+            return None
+        names.add(where[0])
+    return names
 
 
-def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]]]:
-    """Return ``(uid folder URI, {trial name: names of its trial files})`` for an experiment or uid folder.
+def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]], dict[str, tuple[float, str]]]:
+    """Return ``(uid folder URI, {trial name: names of its trial files}, {uri: stamp})`` for an experiment or uid
+    folder, the stamps those of ``storage.stamps`` (the folder's objects, listed before anything is read).
 
     Raises:
         FileNotFoundError: no object under ``path``.
         ValueError: objects, but no trial directory at either depth.
     """
     base = join_uri(path)
-    uris = storage.list(base)
+    listed = storage.stamps(base)
+    uris = list(listed)
     if not uris:
         raise FileNotFoundError(f"no objects under {base}: expected <root>/<namespace>/<experiment>[/<uid>]")
     direct: dict[str, set[str]] = {}
@@ -294,14 +299,14 @@ def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]]]:
         elif len(parts) == 3 and parts[2] in TRIAL_FILES:
             nested.setdefault(parts[0], {}).setdefault(parts[1], set()).add(parts[2])
     if direct:
-        return base, direct
+        return base, direct, listed
     if not nested:
         raise ValueError(f"{base} holds no trial directory (<trial>/{RESULT_FILE} or <uid>/<trial>/{RESULT_FILE})")
     if len(nested) == 1:
         uid = next(iter(nested))
     else:
         newest: dict[str, float] = {}
-        for uri, (mtime, _) in object_stamps(storage, base).items():
+        for uri, (mtime, _) in listed.items():
             folder = uri[len(base) + 1 :].split("/", 1)[0]
             newest[folder] = max(newest.get(folder, -math.inf), mtime)
         uid = max(nested, key=lambda name: newest.get(name, -math.inf))
@@ -312,7 +317,7 @@ def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]]]:
             ", ".join(sorted(nested)),
             uid,
         )
-    return join_uri(base, uid), nested[uid]
+    return join_uri(base, uid), nested[uid], listed
 
 
 class ExperimentAnalysis:
@@ -339,6 +344,9 @@ class ExperimentAnalysis:
         display_names: trial name -> display name (``Trial.status.displayName``, what the experiment's
             ``trial_name_creator`` gave), as the SDK knows them: each such trial's ``custom_trial_name`` and
             ``str()``. Storage does not hold them: without it, ``str(trial)`` is the trial's name.
+        previous: an earlier reading of the same folder (a live view's last one): a trial whose objects
+            are listed with the same stamps (``Storage.stamps``) as that reading listed them is taken from it,
+            not read again (its error from ``trial_errors`` when given). None: every trial is read.
 
     Attributes:
         experiment_path: URI of the ``<uid8>`` folder read.
@@ -365,6 +373,7 @@ class ExperimentAnalysis:
         trial_errors: Mapping[str, str] | None = None,
         param_space: Any = None,
         display_names: Mapping[str, str] | None = None,
+        previous: ExperimentAnalysis | None = None,
     ):
         self.objectives = None
         objective = (default_metric, default_mode)
@@ -381,16 +390,19 @@ class ExperimentAnalysis:
         self.storage = open_storage(experiment_path, storage_endpoint, storage_region)
         self._source = (*objective, storage_endpoint, storage_region, trial_errors, display_names)
         try:
-            self.experiment_path, files = _resolve(self.storage, experiment_path)
+            self.experiment_path, files, self._listed = _resolve(self.storage, experiment_path)
         except FileNotFoundError:
             if not trial_errors:
                 raise
-            self.experiment_path, files = join_uri(experiment_path), {}  # every trial failed before writing
+            self.experiment_path, files, self._listed = join_uri(experiment_path), {}, {}  # none wrote anything
         self._rows: dict[str, list[dict]] = {}
         self._stats: dict[str, dict[str, dict[str, float]]] = {}
         self._frames: dict[str, Any] = {}
+        kept = self._unchanged(previous)
 
-        def load(name: str) -> tuple[TrialRecord, bytes]:
+        def load(name: str) -> tuple[TrialRecord, bytes | None]:
+            if name in kept:
+                return kept[name]
             have, uri = files.get(name, set()), join_uri(self.experiment_path, name)
             data = self.storage.get_bytes(join_uri(uri, RESULT_FILE)) if RESULT_FILE in have else b""
             last = _last_result(data, join_uri(uri, RESULT_FILE))
@@ -409,7 +421,10 @@ class ExperimentAnalysis:
         with ThreadPoolExecutor(max_workers=FETCH_WORKERS) as pool:
             loaded = list(pool.map(load, names))
         self.trials: list[TrialRecord] = [trial for trial, _ in loaded]
-        self._raw: dict[str, bytes] = {trial.trial_id: data for trial, data in loaded}
+        self._raw: dict[str, bytes] = {trial.trial_id: data for trial, data in loaded if data is not None}
+        for trial, data in loaded:
+            if data is None:  # kept from ``previous``, its results parsed there already
+                self._rows[trial.trial_id] = list(previous._rows[trial.trial_id])
         for trial in self.trials:
             trial.custom_trial_name = (display_names or {}).get(trial.trial_id)
         if param_space is not None:
@@ -417,13 +432,37 @@ class ExperimentAnalysis:
             for trial in self.trials:
                 trial.evaluated_params = _values_at(trial.config, paths)
 
+    def _unchanged(self, previous: ExperimentAnalysis | None) -> dict[str, tuple[TrialRecord, bytes | None]]:
+        """The trials of ``previous`` whose objects this reading listed as ``previous`` did, as ``load`` returns
+        them: a new record, with the bytes of its results, or None where ``previous`` parsed them already."""
+        if previous is None or previous.experiment_path != self.experiment_path:
+            return {}
+        now, then = (
+            _trial_stamps(self._listed, self.experiment_path),
+            _trial_stamps(previous._listed, previous.experiment_path),
+        )
+        trial_errors = self._source[4]
+        kept = {}
+        for old in previous.trials:
+            name = old.trial_id
+            stamps = now.get(name)
+            if stamps is None or stamps != then.get(name):
+                continue
+            raw, rows = previous._raw.get(name), previous._rows.get(name)
+            if raw is None and rows is None:
+                continue
+            error = trial_errors.get(name) if trial_errors is not None else old.error
+            kept[name] = TrialRecord(name, old.path, old.config, old.last_result, error, self.storage), raw
+        return kept
+
     def reread(self) -> ExperimentAnalysis:
         """The same experiment read again from storage, as it is now (what a live view refreshes from).
 
         Returns:
             A new analysis of :attr:`experiment_path` (the ``<uid8>`` folder this one read, even when a newer one
             appeared beside it since) with this one's objective, endpoint, region, ``trial_errors``,
-            ``param_space`` and ``display_names``; this one is left as it was.
+            ``param_space`` and ``display_names``, this one its ``previous`` (the trials whose objects did not
+            change are not read again); this one is left as it was.
 
         Raises:
             FileNotFoundError, ValueError: as the constructor.
@@ -438,6 +477,7 @@ class ExperimentAnalysis:
             trial_errors=trial_errors,
             param_space=self.param_space,
             display_names=display_names,
+            previous=self,
         )
 
     # -- validation (Ray's messages) ---------------------------------------------------------------

@@ -3,10 +3,12 @@
 Owns :class:`LiveStudy`: it fills an Optuna study from an :class:`kubetune.sdk.analysis.ExperimentAnalysis` as
 :func:`kubetune.sdk.optuna_study.fill_study` does, then, at each :meth:`LiveStudy.refresh`, lists the experiment's
 folder (one listing), and when an object there changed reads the experiment again and writes only the difference
-into the study: a trial not seen before is added (its Optuna ``number`` is the count of trials added before it, so
-each kubetune trial keeps its number), a trial still ``RUNNING`` in the study gets the intermediate values and user
-attributes it did not have, and its final state and value once it ends. Caller: :mod:`kubetune.sdk.dashboard`,
-whose server thread calls :meth:`LiveStudy.refresh` every couple of seconds while Optuna Dashboard's page polls.
+into the study, looking only at the trials whose objects changed or whose error did (every trial when the
+experiment turns quiet, or when an object outside the trials' folders changed): a trial not seen before is added
+(its Optuna ``number`` is the count of trials added before it, so each kubetune trial keeps its number), a trial
+still ``RUNNING`` in the study gets the intermediate values and user attributes it did not have, and its final
+state and value once it ends. Caller: :mod:`kubetune.sdk.dashboard`, whose server thread calls
+:meth:`LiveStudy.refresh` every couple of seconds while Optuna Dashboard's page polls.
 
 The states (Optuna's rule, not kubetune's: a finished Optuna trial cannot change, and Optuna Dashboard's page never
 fetches again a finished trial that comes before its first running one):
@@ -39,7 +41,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from kubetune.sdk.analysis import object_stamps
+from kubetune.sdk.analysis import changed_trials
 from kubetune.sdk.optuna_study import (
     create_study,
     distributions,
@@ -90,8 +92,10 @@ class LiveStudy:
     Args:
         analysis: the experiment, read from storage.
         metric, mode: the study's objective; default the analysis's (:func:`kubetune.sdk.optuna_study.fill_study`).
-        reread: reads the experiment again, as it is now; default ``analysis.reread`` (the same storage folder,
-            the same ``trial_errors``). The ``kubetune dashboard`` command passes one that asks the cluster again.
+        reread: reads the experiment again, as it is now, given the analysis last read (to pass as the new one's
+            ``previous``: the trials whose objects did not change are not read again); default
+            ``ExperimentAnalysis.reread`` (the same storage folder, the same ``trial_errors``). The ``kubetune
+            dashboard`` command passes one that asks the cluster again.
         settle_s: seconds without a write under the experiment's folder after which it is quiet.
         storage: the Optuna storage to create the study in; default a new ``InMemoryStorage``. The dashboard's
             experiment list keeps one study per Experiment in one storage.
@@ -108,7 +112,7 @@ class LiveStudy:
         settle_s: as given.
 
     Raises:
-        ValueError: as :func:`kubetune.sdk.optuna_study.fill_study`; storage other than S3 or files.
+        ValueError: as :func:`kubetune.sdk.optuna_study.fill_study`.
         optuna.exceptions.DuplicatedStudyError: ``storage`` holds a study named ``study_name`` already.
         ImportError: Optuna is not installed.
     """
@@ -119,7 +123,7 @@ class LiveStudy:
         metric: str | None = None,
         mode: str | None = None,
         *,
-        reread: Callable[[], ExperimentAnalysis] | None = None,
+        reread: Callable[[ExperimentAnalysis], ExperimentAnalysis] | None = None,
         settle_s: float = DEFAULT_SETTLE_S,
         storage: Any = None,
         study_name: str | None = None,
@@ -130,13 +134,14 @@ class LiveStudy:
         self.storage = storage if storage is not None else InMemoryStorage()
         self.study, self._metrics = create_study(analysis, metric, mode, storage=self.storage, study_name=study_name)
         self._study_id = self.storage.get_study_id_from_name(self.study.study_name)
-        self._reread = reread or analysis.reread
+        self._reread = reread or type(analysis).reread
         self.settle_s = settle_s
         self.analysis = analysis
-        self._stamps = object_stamps(analysis.storage, analysis.experiment_path)
+        self._stamps = analysis.storage.stamps(analysis.experiment_path)
         self._written_at = max((written for written, _ in self._stamps.values()), default=0.0)
         self._modes = study_modes(self.study)
         self._trial_ids: dict[str, int] = {}
+        self._errors: dict[str, str | None] = {}  # each trial's error when last applied
         self._trial_attrs = {name: dict(values) for name, values in (trial_attrs or {}).items()}
         self._applied_quiet = False
         self._apply()
@@ -185,9 +190,10 @@ class LiveStudy:
             Exception: what listing or reading storage raises (an unreachable endpoint, say); the study is as it
                 was, or updated in part for the trials before the one that failed.
         """
-        stamps = object_stamps(self.analysis.storage, self.analysis.experiment_path)
+        stamps = self.analysis.storage.stamps(self.analysis.experiment_path)
+        written: set[str] | None = set()
         if stamps != self._stamps:
-            analysis = self._reread()
+            analysis = self._reread(self.analysis)
             if analysis.experiment_path != self.analysis.experiment_path:
                 log.warning(
                     "the experiment is read from %s now, not %s: still showing the latter",
@@ -195,20 +201,34 @@ class LiveStudy:
                     self.analysis.experiment_path,
                 )
                 return False
+            written = changed_trials(self._stamps, stamps, analysis.experiment_path)
             self._stamps, self._written_at, self.analysis = stamps, time.time(), analysis
         elif self._applied_quiet or not self._quiet():
             return False
-        return self._apply()
+        return self._apply(written)
 
-    def _apply(self) -> bool:
-        """Write :attr:`analysis` into the study where it differs; return whether anything was written."""
+    def _apply(self, written: set[str] | None = None) -> bool:
+        """Write :attr:`analysis` into the study where it differs; return whether anything was written.
+
+        Args:
+            written: the trials whose objects changed since the last call (:func:`changed_trials`); the others are
+                looked at only when their error changed, or when the experiment turned quiet or live. None: every
+                trial.
+        """
         analysis, metrics = self.analysis, self._metrics
         quiet = self._quiet()
+        if quiet != self._applied_quiet:
+            written = None
         longest = longest_iteration(analysis)
         exploits = read_exploits(analysis)
         dists = None
         changed = False
         for trial in analysis.trials:
+            seen = trial.trial_id in self._trial_ids
+            if seen and written is not None and trial.trial_id not in written:
+                if self._errors.get(trial.trial_id) == trial.error:
+                    continue
+            self._errors[trial.trial_id] = trial.error
             found = histories(analysis, trial, metrics)
             state = live_state(trial, found, longest, quiet)
             own = exploits.get(trial.trial_id, [])

@@ -675,10 +675,10 @@ def failed_trials(trials: list[dict]) -> dict[str, str]:
     }
 
 
-def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
+def experiment_analysis(experiment: dict, trials: list[dict], previous: Any = None) -> Any:
     """The :class:`kubetune.sdk.analysis.ExperimentAnalysis` of ``experiment`` (as the API returns it), read from
     its storage folder, with its failed ``trials``' messages as their errors and their display names
-    (``status.displayName``)."""
+    (``status.displayName``); ``previous``: an earlier reading of it, as the analysis takes it."""
     from kubetune.sdk.analysis import ExperimentAnalysis
 
     meta, spec = experiment["metadata"], experiment["spec"]
@@ -697,6 +697,7 @@ def experiment_analysis(experiment: dict, trials: list[dict]) -> Any:
             for t in trials
             if (t.get("status") or {}).get("displayName")
         },
+        previous=previous,
     )
 
 
