@@ -441,7 +441,7 @@ class ExperimentAnalysis:
             _trial_stamps(self._listed, self.experiment_path),
             _trial_stamps(previous._listed, previous.experiment_path),
         )
-        trial_errors = self._source[4]
+        *_, trial_errors, _ = self._source  # (metric, mode, endpoint, region, trial_errors, display_names)
         kept = {}
         for old in previous.trials:
             name = old.trial_id
