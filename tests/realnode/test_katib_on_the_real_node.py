@@ -1,11 +1,12 @@
 """Katib's own examples on the real node, served by kubetune's chart (``katib.enabled``): Katib's
 ``hp-tuning/random.yaml``, ``hp-tuning/tpe.yaml``, ``metrics-collector/file-metrics-collector.yaml`` and
 ``metrics-collector/file-metrics-collector-with-json-format.yaml`` (``--logger=hypertune``: JSON lines in a file)
-applied as Katib's users apply them, changed only in their namespace and their image (``trial-python``: ``examples/container-trials/mnist.py`` at
-``/opt/pytorch-mnist/mnist.py``, Katib's pytorch-mnist flags and lines, Debian's python3 alone). Each runs its 12
-trials, 3 at a time, under the ``restricted`` Pod Security Standard, and ends ``Succeeded`` with Katib's reason; its
-Katib Trials hold each trial's assignments and its objective's metrics. Prints the wall time and the time from the
-create to the first trial pod running (the issue's figures for ``random.yaml``).
+applied as Katib's users apply them, changed only in their namespace and their image (``trial-python``:
+``examples/container-trials/mnist.py`` at ``/opt/pytorch-mnist/mnist.py``, Katib's pytorch-mnist flags and lines,
+Debian's python3 alone). Each runs its 12 trials, 3 at a time, under the ``restricted`` Pod Security Standard, and
+ends ``Succeeded`` with Katib's reason; its Katib Trials hold each trial's assignments and its objective's metrics.
+Prints the wall time and the time from the create to the first trial pod running (the issue's figures for
+``random.yaml``).
 """
 
 from __future__ import annotations
