@@ -257,6 +257,42 @@ def test_a_retried_trial_runs_with_the_sample_from_values_its_first_attempt_drew
     assert status["attempt"] == 1 and status["config"] == trial.config and 0 <= trial.config["seed"] < 1
 
 
+def seeded_name(trial):
+    """A ``trial_name_creator``: called in the trial's first pod, with the config that pod drew."""
+    return f"{trial.trainable_name}-seed-{trial.config['seed']:.6f}"
+
+
+def test_trial_name_creator_names_a_trial_in_its_first_pod_for_its_whole_life(
+    operator, custom, namespace, storage_secret, sdk_env
+):
+    """Ray's trial_name_creator: the trial's first pod calls it with the values it drew; the retried attempt keeps
+    the name; the Trial's status, ``kubetune get NAME`` and the analysis's ``str(trial)`` show it, and the object
+    keeps its name."""
+    analysis = tune.run(
+        drawn_once,
+        name="named",
+        namespace=namespace,
+        storage=storage(storage_secret),
+        config={"seed": tune.sample_from(lambda spec: __import__("random").random())},
+        max_failures=1,
+        trial_name_creator=seeded_name,
+        metric="score",
+        mode="max",
+        verbose=0,
+        poll_interval_s=0.5,
+    )
+    (trial,) = analysis.trials
+    expected = f"drawn_once-seed-{trial.config['seed']:.6f}"
+    status = custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "trials", "named-00000")[
+        "status"
+    ]
+    assert (status["attempt"], status["displayName"]) == (1, expected)  # the retry kept the first pod's name
+    assert trial.last_result["score"] == 1.0 and trial.trial_id == "named-00000" and str(trial) == expected
+    header, row = kubetune_cli("get", "named", "-n", namespace, env=sdk_env).stdout.splitlines()[-2:]
+    assert header.split()[:3] == ["TRIAL", "DISPLAY-NAME", "PHASE"], header
+    assert row.split()[:3] == ["named-00000", expected, "Succeeded"], row
+
+
 def test_a_spec_the_operator_refuses_raises_and_leaves_nothing(operator, custom, namespace, storage_secret, sdk_env):
     scheduler = tune.schedulers.ASHAScheduler(metric="score", mode="max", grace_period=5, max_t=2)
     with pytest.raises(InvalidExperiment, match="grace_period"):
