@@ -291,7 +291,6 @@ def test_the_dashboard_is_opt_in_read_only_restricted_and_in_cluster_only(own_cl
             return own_cluster.kubectl("auth", "can-i", *args, "--as", user, check=False).stdout.strip()
 
         assert can("get", "pods", "--subresource=log", "-n", TEAM) == "yes"
-        assert can("list", "experiments.kubetune.io", "-n", TEAM) == "yes"
         assert (can("list", "events", "-n", TEAM), can("get", "pods", "-n", TEAM)) == ("no", "no")
         assert can("get", "secrets", "-n", TEAM) == "no"
     finally:
