@@ -24,7 +24,7 @@ from stored_experiment import EXPERIMENT, METRIC, NAMESPACE, SEARCHED, SPACE, TR
 
 from kubetune.sdk import cli
 from kubetune.sdk.analysis import ExperimentAnalysis, ResultGrid
-from kubetune.sdk.optuna_study import EXPLOITS_ATTR, TRIAL_NAME_ATTR, fill_study
+from kubetune.sdk.optuna_study import DISPLAY_NAME_ATTR, EXPLOITS_ATTR, TRIAL_NAME_ATTR, fill_study
 from kubetune.sdk.plots import KINDS, STYLES, draw, save
 from kubetune.storage import file_uri_path, open_storage
 
@@ -125,6 +125,18 @@ def test_a_trial_without_a_value_yet_is_running_and_the_objective_is_required(tm
         fill_study(ExperimentAnalysis(exp))
     with pytest.raises(ValueError, match="several objectives"):  # one of them: a metric and its mode
         fill_study(ExperimentAnalysis(exp, ["acc", "other"], ["max", "min"]), "acc")
+
+
+def test_a_trials_display_name_is_a_user_attribute_where_the_analysis_knows_it(tmp_path):
+    from test_analysis import write_trial
+
+    exp = f"file://{tmp_path}/store/ns/e/{'0' * 8}"
+    for name in ("e-00000", "e-00001"):
+        write_trial(exp, name, [{"acc": 0.5}], workdir=tmp_path)
+    named = ExperimentAnalysis(exp, "acc", "max", display_names={"e-00001": "lr=0.1"})
+    attrs = [t.user_attrs for t in fill_study(named).get_trials()]
+    assert [a.get(DISPLAY_NAME_ATTR) for a in attrs] == [None, "lr=0.1"]
+    assert [a[TRIAL_NAME_ATTR] for a in attrs] == ["e-00000", "e-00001"]
 
 
 def test_a_pbt_exploit_shows_as_the_trials_exploits_and_its_curve_goes_on_from_the_donors_iteration(analysis, tmp_path):

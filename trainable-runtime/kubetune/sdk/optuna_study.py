@@ -27,10 +27,11 @@ What each Optuna trial holds:
   shows, so the trials of a running experiment that are behind show so too); ``COMPLETE`` with its last finite
   value (of each) otherwise.
 * ``user_attrs`` (Optuna Dashboard's trial table shows them as columns): ``kubetune_trial`` (the trial's
-  name), ``training_iteration`` (its last result's, once it reported one), each objective's name with its last
-  finite value (once there is one: a running trial's progress, which has no Optuna value yet) and
-  ``best_<metric>`` with its best finite value by the objective's mode (once there is one), for a failed
-  trial ``error`` (the last line of its message) and, for a trial a PBT exploit restored from another's
+  name), ``display_name`` (what the experiment's ``trial_name_creator`` named it, where the analysis knows it:
+  read with the cluster's Trials), ``training_iteration`` (its last result's, once it reported one), each
+  objective's name with its last finite value (once there is one: a running trial's progress, which has no Optuna
+  value yet) and ``best_<metric>`` with its best finite value by the objective's mode (once there is one), for a
+  failed trial ``error`` (the last line of its message) and, for a trial a PBT exploit restored from another's
   checkpoint, ``pbt_exploits`` (:func:`kubetune.sdk.pbt_exploits.describe`: its iteration, the donor and the
   donor's iteration, of each exploit).
 
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from kubetune.sdk.analysis import ExperimentAnalysis, TrialRecord
 
 __all__ = [
+    "DISPLAY_NAME_ATTR",
     "EXPLOITS_ATTR",
     "TRIAL_NAME_ATTR",
     "create_study",
@@ -78,6 +80,8 @@ __all__ = [
 
 #: The user attribute of each Optuna trial that holds the kubetune trial's name.
 TRIAL_NAME_ATTR = "kubetune_trial"
+#: The user attribute that holds the trial's display name (``Trial.status.displayName``), when it has one.
+DISPLAY_NAME_ATTR = "display_name"
 #: The user attribute of an Optuna trial a PBT exploit restored from another's checkpoint: its exploits.
 EXPLOITS_ATTR = "pbt_exploits"
 TRAINING_ITERATION = "training_iteration"
@@ -208,10 +212,12 @@ def user_attrs(
         modes: each objective's ``"min"`` or ``"max"``; without them no ``best_<metric>``.
 
     Returns:
-        ``{"kubetune_trial": name, "training_iteration": int, <metric>: float, "best_<metric>": float, ...,
-        "error": str, "pbt_exploits": str}``, those known.
+        ``{"kubetune_trial": name, "display_name": str, "training_iteration": int, <metric>: float,
+        "best_<metric>": float, ..., "error": str, "pbt_exploits": str}``, those known.
     """
     attrs: dict[str, Any] = {TRIAL_NAME_ATTR: trial.trial_id}
+    if trial.custom_trial_name:
+        attrs[DISPLAY_NAME_ATTR] = trial.custom_trial_name
     iteration = trial.last_result.get(TRAINING_ITERATION)
     if is_number(iteration):
         attrs[TRAINING_ITERATION] = iteration
