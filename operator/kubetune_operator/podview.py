@@ -87,6 +87,15 @@ class PodView:
     sidecar_exit: int | None = None  # a container trial's metrics sidecar ended with it (0: its last batch was taken)
 
 
+def _ran(status: dict) -> bool:
+    """Whether a container of the pod had started (a terminated or running state with its start time)."""
+    for cs in status.get("containerStatuses") or ():
+        state = cs.get("state") or {}
+        if (state.get("terminated") or state.get("running") or {}).get("startedAt"):
+            return True
+    return False
+
+
 def pod_view(pod: Mapping) -> PodView:
     """Summarise a pod body (dict) as a :class:`PodView`."""
     meta, status = pod["metadata"], pod.get("status") or {}
@@ -118,6 +127,11 @@ def pod_view(pod: Mapping) -> PodView:
     if target is not None:  # KEP-3329: set by eviction, preemption, taint manager and kubelet shutdown
         view.disruption = target.get("reason") or "DisruptionTarget"
     elif status.get("reason") in ("Evicted", "Preempting", "Shutdown", "Terminated", "NodeShutdown"):
+        view.disruption = status["reason"]
+    elif status.get("reason") == "UnexpectedAdmissionError" and _ran(status):
+        # a running pod the kubelet admitted again after its restart and refused (its device plugin had not
+        # registered again yet: "no healthy devices"): the node ended it, as an eviction would. A pod refused
+        # at its first admission never ran, and fails as it is (a node that keeps refusing would loop).
         view.disruption = status["reason"]
     scheduled = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {})
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":

@@ -175,6 +175,35 @@ def test_disruptions_are_retried_even_with_no_retries_left(condition, status_rea
     assert [p["metadata"]["name"] for p in plan.create_pods] == ["exp-00000-1"]  # one truth: a new attempt
 
 
+@pytest.mark.parametrize("ran", [True, False])
+def test_a_pod_the_kubelet_refused_on_readmission_is_a_disruption_one_refused_before_it_ran_a_failure(ran):
+    """After a kubelet restart, a running pod whose device plugin has not registered again is refused
+    (UnexpectedAdmissionError, "no healthy devices"): retried, not counted. A pod refused at its first admission never
+    ran: a failure, so that a node that keeps refusing does not loop."""
+    ctl = ExperimentController(experiment(failure={"maxFailures": 0}), Settings(), KEY)
+    adopt_created(ctl, ctl.plan({}, T0))
+    ctl.plan({}, T0 + 1)
+    terminated = {"exitCode": 137, "reason": "Error"} | ({"startedAt": "2026-11-28T05:00:00Z"} if ran else {})
+    body = {
+        "metadata": {"name": "exp-00000-0", "labels": {"kubetune.io/trial": "exp-00000", "kubetune.io/attempt": "0"}},
+        "status": {
+            "phase": "Failed",
+            "reason": "UnexpectedAdmissionError",
+            "message": "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate "
+            "unhealthy devices nvidia.com/gpu, which is unexpected",
+            "containerStatuses": [{"name": "trial", "state": {"terminated": terminated}}],
+        },
+    }
+    ctl.plan({"exp-00000-0": pod_view(body)}, T0 + 2)
+    trial = ctl.trials["exp-00000"]
+    if ran:
+        assert (trial.phase, trial.attempt, trial.status["reason"]) == ("Pending", 1, "UnexpectedAdmissionError")
+        assert not trial.status.get("failures")
+    else:
+        assert (trial.phase, trial.status["reason"]) == ("Failed", "UnexpectedAdmissionError")
+        assert "no healthy devices" in trial.status["message"]
+
+
 @pytest.mark.parametrize("phase, outcome", [("Running", None), ("Succeeded", OUTCOME_TERMINATED)])
 def test_an_evicted_pod_seen_only_once_deleted_is_retried_with_the_eviction_as_its_reason(ctl, phase, outcome):
     # the kubelet deletes an evicted pod as soon as it ended: the pass often sees only its last state
