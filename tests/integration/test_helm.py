@@ -134,6 +134,11 @@ NON_DEFAULT = {
 }
 
 
+def can(cluster, user: str, *args: str) -> str:
+    """``kubectl auth can-i ARGS --as USER``: what the API server answers, "yes" or "no"."""
+    return cluster.kubectl("auth", "can-i", *args, "--as", user, check=False).stdout.strip()
+
+
 def render(helm, *extra: str) -> list[dict]:
     out = helm.run("template", RELEASE, str(CHART), "-n", SYSTEM, *extra).stdout
     return [d for d in yaml.safe_load_all(out) if d]
@@ -285,14 +290,11 @@ def test_the_dashboard_is_opt_in_read_only_restricted_and_in_cluster_only(own_cl
     ]
     own_cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
     try:
-
-        def can(*args):
-            user = f"system:serviceaccount:{SYSTEM}:{name}"
-            return own_cluster.kubectl("auth", "can-i", *args, "--as", user, check=False).stdout.strip()
-
-        assert can("get", "pods", "--subresource=log", "-n", TEAM) == "yes"
-        assert (can("list", "events", "-n", TEAM), can("get", "pods", "-n", TEAM)) == ("no", "no")
-        assert can("get", "secrets", "-n", TEAM) == "no"
+        user = f"system:serviceaccount:{SYSTEM}:{name}"
+        assert can(own_cluster, user, "get", "pods", "--subresource=log", "-n", TEAM) == "yes"
+        assert can(own_cluster, user, "list", "events", "-n", TEAM) == "no"
+        assert can(own_cluster, user, "get", "pods", "-n", TEAM) == "no"
+        assert can(own_cluster, user, "get", "secrets", "-n", TEAM) == "no"
     finally:
         own_cluster.kubectl("delete", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
 
@@ -479,15 +481,12 @@ def test_install_runs_an_experiment_with_the_charts_service_account(own_cluster,
     assert environ["KUBERNETES_SERVICE_PORT"] == str(own_cluster.state["ports"]["apiserver"])
 
     # Least privilege: the operator may run trials but cannot read users' Secrets.
-    def can(*args):
-        return own_cluster.kubectl("auth", "can-i", *args, "--as", SA_USER, check=False).stdout.strip()
-
-    assert can("create", "pods", "-n", TEAM) == "yes"
-    assert can("patch", "trials.kubetune.io", "--subresource=status", "-n", TEAM) == "yes"
-    assert can("get", "secrets", "-n", TEAM) == "no"
-    assert can("get", f"secrets/{KEY_SECRET}", "-n", SYSTEM) == "yes"
-    assert can("get", "secrets/other", "-n", SYSTEM) == "no"
-    assert can("update", "experiments.kubetune.io", "-n", TEAM) == "no"
+    assert can(own_cluster, SA_USER, "create", "pods", "-n", TEAM) == "yes"
+    assert can(own_cluster, SA_USER, "patch", "trials.kubetune.io", "--subresource=status", "-n", TEAM) == "yes"
+    assert can(own_cluster, SA_USER, "get", "secrets", "-n", TEAM) == "no"
+    assert can(own_cluster, SA_USER, "get", f"secrets/{KEY_SECRET}", "-n", SYSTEM) == "yes"
+    assert can(own_cluster, SA_USER, "get", "secrets/other", "-n", SYSTEM) == "no"
+    assert can(own_cluster, SA_USER, "update", "experiments.kubetune.io", "-n", TEAM) == "no"
 
     started = time.monotonic()
     proof = experiment("proof", own_cluster)
