@@ -64,6 +64,11 @@ class NoWorker(kubetune.Trainable):
 def note_lr(config):
     with open(f"{config['out']}lr{kubetune.get_context().get_world_rank()}", "w") as f:
         json.dump(config["lr"], f)
+
+
+def note_name(config):
+    with open(f"{config['out']}name{kubetune.get_context().get_world_rank()}", "w") as f:
+        json.dump(kubetune.get_context().get_trial_name(), f)
 '''
 
 
@@ -152,6 +157,36 @@ def test_a_worker_takes_only_its_own_attempts_config_and_says_when_it_never_came
     head = TrialEnv(attempt=3, config={"lr": 0.1}, pbt_explore=explore, **gang)
     assert gang_config.computed_in_pod(head) and not gang_config.computed_in_pod(TrialEnv(attempt=3, config={}, **gang))
     gang_config.publish(storage, head, {"lr": 0.25})
-    assert gang_config.receive(storage, head) == {"lr": 0.25}
+    assert gang_config.receive(storage, head) == ({"lr": 0.25}, None)
+    named = TrialEnv(attempt=3, config={}, name_creator="s3://b/name.pkl", **gang)
+    assert gang_config.computed_in_pod(named)
+    gang_config.publish(storage, named, {}, "lr=0.25")
+    assert gang_config.receive(storage, named) == ({}, "lr=0.25")
     with pytest.raises(TimeoutError, match="did not publish attempt 4's config in 0 s"):
         gang_config.receive(storage, TrialEnv(attempt=4, config={"lr": 0.1}, pbt_explore=explore, **gang), wait_s=0.3)
+
+
+def test_every_rank_gets_the_display_name_the_heads_trial_name_creator_gave_and_a_later_attempts_own(tmp_path):
+    """The first attempt calls the ``trial_name_creator`` in the head alone (Ray calls it once per trial): a worker
+    started before the head waits for the name it published; a later attempt's ranks all run with the name the
+    operator gives them (``env.display_name``) and call nothing."""
+    uri = f"file://{tmp_path / 'store'}/ns/exp/trial-0"
+    creator_uri = f"file://{tmp_path / 'store'}/ns/exp/sdk/functions/name.pkl"
+    calls = tmp_path / "creator-calls"
+    creator = lambda trial: open(calls, "a").write("x") and f"named-{trial.trial_id}"  # noqa: E731
+    open_storage(creator_uri).put_bytes(creator_uri, dumps(creator))
+    worker = start_runtime(_env(tmp_path, uri, "note_name", 2, name_creator=creator_uri))
+    head = _env(tmp_path, uri, "note_name", 0, name_creator=creator_uri)
+    head.update({RANK: "0", WORLD_SIZE: "3", HOSTS: "rank-0.g.ns.svc,rank-1.g.ns.svc,rank-2.g.ns.svc"})
+    code, output = run_runtime(head)
+    assert code == 0, output
+    worker_output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, worker_output
+    assert json.loads((tmp_path / "seen-name0").read_text()) == "named-trial-0"
+    assert json.loads((tmp_path / "seen-name2").read_text()) == "named-trial-0"
+    assert calls.read_text() == "x"  # the head's call only
+
+    code, output = run_runtime(_env(tmp_path, uri, "note_name", 1, attempt=1, display_name="named-trial-0"))
+    assert code == 0, output  # no head runs: the worker does not wait for a config of attempt 1
+    assert json.loads((tmp_path / "seen-name1").read_text()) == "named-trial-0"
+    assert calls.read_text() == "x"

@@ -141,7 +141,7 @@ class TrialRunner:
             display_name = create_display_name(env.name_creator, self.storage, info)
             if display_name is not None and self.reporter is not None:
                 self.reporter.set_display_name(display_name)  # the operator keeps it: later attempts call nothing
-        gang_config.publish(self.storage, env, config)  # a gang's workers run with these values, not their own
+        gang_config.publish(self.storage, env, config, display_name)  # a gang's workers run with these, not their own
         self.trainable = cls(  # trial_name is Ray's str(trial): the display name when the trial has one
             config=config, trial_id=env.trial, trial_name=display_name or env.trial, logdir=str(self.workdir / "logdir")
         )

@@ -55,8 +55,8 @@ class WorkerRunner(TrialRunner):
     """A :class:`TrialRunner` for a worker: the same restore, no reports, no checkpoints, no result log."""
 
     def setup(self) -> None:
-        """Load the worker's program, take the head's config when it was computed in the pod, restore the trial's
-        checkpoint (read-only).
+        """Load the worker's program, take the head's config and display name when they were computed in the pod,
+        restore the trial's checkpoint (read-only).
 
         Raises:
             TimeoutError: the head did not publish its config (:func:`kubetune.runtime.gang_config.receive`).
@@ -65,9 +65,12 @@ class WorkerRunner(TrialRunner):
         env = self.env
         trainable = load_trainable(env, self.storage)  # first: a source's module must exist for workerEntrypoint
         cls = worker_program(trainable, env.worker_entrypoint)
-        config = gang_config.receive(self.storage, env) if gang_config.computed_in_pod(env) else env.config
-        self.trainable = cls(
-            config=config, trial_id=env.trial, trial_name=env.trial, logdir=str(self.workdir / "logdir")
+        if gang_config.computed_in_pod(env):
+            config, display_name = gang_config.receive(self.storage, env)
+        else:
+            config, display_name = env.config, env.display_name
+        self.trainable = cls(  # trial_name is the head's: the display name when the trial has one
+            config=config, trial_id=env.trial, trial_name=display_name or env.trial, logdir=str(self.workdir / "logdir")
         )
         self._restore()
         log.info("worker %d of %d of trial %s ready", env.rank, env.world_size, env.trial)
