@@ -183,6 +183,7 @@ class ExperimentController:
             parsed.stoppers,
             spec_changed=old != spec,
             pods_draw=holds_function(spec.config) or spec.trial_name_creator is not None,
+            ranges=spec.best_trial_scope == "all",
         )
         if self.intake.accept(experiment, spec):  # another metric or mode: the trials are ranked anew
             self.book.reopen_all()

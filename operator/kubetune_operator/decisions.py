@@ -109,6 +109,9 @@ class JournaledDecisions:
         self.pod_configs: dict[str, int] = {}
         # trial -> the display name its pod's trial_name_creator gave, until a status write shows it (as pod_configs)
         self.pod_names: dict[str, str] = {}
+        # trials whose status.metricRange grew since a status write showed it (bestTrialScope all): a snapshot keeps
+        # their ranges, made of results whose entries it replaces
+        self.unshown_ranges: set[str] = set()
         self.metric_missing = metric_missing  # why the experiment fails: a result lacked its metric
 
     def take_spec(
@@ -119,13 +122,15 @@ class JournaledDecisions:
         stoppers: Stoppers,
         spec_changed: bool,
         pods_draw: bool,
+        ranges: bool = False,
     ) -> None:
         """Use the searcher, scheduler and stoppers a new version of the spec makes (the controller's
         :meth:`~kubetune_operator.controller.ExperimentController.update` has checked they may replace the
         current ones): a model-based searcher of the same kind keeps what it learned, the scheduler and stoppers
         in force stay unless the scheduler's kind changed, and the journal records what they keep (``pods_draw``:
         the spec's config has ``sample_from`` functions its trial pods draw, or a ``trialNameCreator`` its trial pods
-        call, whose values the journal keeps).
+        call, whose values the journal keeps; ``ranges``: each trial's ``status.metricRange`` is kept, made of every
+        result, which the journal then keeps too).
         """
         old = self.searcher
         if self.stoppers is None:
@@ -135,6 +140,7 @@ class JournaledDecisions:
             self.scheduler, self.scheduler_params = scheduler, params
         self.journal.snapshot_due |= old is not None and not searcher.stateless
         stateless = searcher.stateless and self.scheduler.stateless and not self.stoppers.stoppers
+        stateless &= not ranges
         self.journal.enabled = not stateless or pods_draw
         self.journal.kinds = frozenset({"sampled", "named"}) if stateless else None  # what trial pods computed, alone
         self.searcher = searcher
@@ -176,13 +182,15 @@ class JournaledDecisions:
         return exploit
 
     def config_shown(self, trial: TrialState) -> None:
-        """A status write of ``trial`` went through: a config its pod computed (:meth:`show_pod_config`), or a
-        display name its pod gave (:meth:`_apply_named`), that the write showed need not be kept in the journal's
-        snapshots."""
+        """A status write of ``trial`` went through: a config its pod computed (:meth:`show_pod_config`), a
+        display name its pod gave (:meth:`_apply_named`), or a ``metricRange`` (:meth:`_widen_range`), that the write
+        showed need not be kept in the journal's snapshots."""
         if trial.name in self.pod_configs and trial.written.get("config") == trial.config:
             del self.pod_configs[trial.name]
         if trial.name in self.pod_names and trial.written.get("displayName") == self.pod_names[trial.name]:
             del self.pod_names[trial.name]
+        if trial.name in self.unshown_ranges and trial.written.get("metricRange") == trial.status.get("metricRange"):
+            self.unshown_ranges.discard(trial.name)
 
     def snapshot(self) -> dict:
         """What the journal keeps of a snapshot: searcher, scheduler and the controller's own decisions; a copy
@@ -206,6 +214,11 @@ class JournaledDecisions:
             },
             "podNames": {name: shown for name, shown in sorted(self.pod_names.items()) if name in self.book.trials},
             "lastResult": {name: result for name, result in last.items() if result},
+            "metricRange": {
+                name: self.book.trials[name].status["metricRange"]
+                for name in sorted(self.unshown_ranges)
+                if name in self.book.trials and self.book.trials[name].status.get("metricRange")
+            },
             "metricMissing": self.metric_missing,
         }
 
@@ -231,6 +244,13 @@ class JournaledDecisions:
             trial = self.book.trials.get(name)
             if trial is not None and (trial.status.get("iteration") or 0) < (result.get("training_iteration") or 0):
                 self.book.show_result(trial, result)
+        for name, ranges in (snapshot.get("metricRange") or {}).items():  # results a status write may not show
+            trial = self.book.trials.get(name)
+            if trial is not None:
+                merged = st.merge_ranges(trial.status.get("metricRange"), ranges)
+                if merged != trial.status.get("metricRange"):
+                    trial.status["metricRange"], trial.dirty = merged, True
+                    self.unshown_ranges.add(name)
 
     def do(self, entry: Entry) -> Any:
         """Apply ``entry`` and record it in the journal (recorded only once applied without error)."""
@@ -295,6 +315,7 @@ class JournaledDecisions:
             self.applied[trial] = before._replace(seen=max(before.seen, seen), attempt=attempt)
             if trial in self.book.trials and results:
                 self.book.show_result(self.book.trials[trial], results[-1])
+                self._widen_range(trial, results)
             return "stop"
         decision, exploit, fed = "continue", None, results
         for i, result in enumerate(results):
@@ -339,7 +360,15 @@ class JournaledDecisions:
             )
             if trial in self.book.trials:
                 self.book.show_result(self.book.trials[trial], results[-1])
+                self._widen_range(trial, results)
         return decision
+
+    def _widen_range(self, trial: str, results: list[dict]) -> None:
+        """Take ``results`` into ``trial``'s ``status.metricRange`` (:meth:`TrialBook.widen_range`), kept in the
+        journal's snapshots until a status write shows it."""
+        state = self.book.trials.get(trial)
+        if state is not None and self.book.widen_range(state, results):
+            self.unshown_ranges.add(trial)
 
     def _take_exploits(self, skip: str | None = None) -> None:
         """Take the exploits synchronous PBT decided for trials other than ``skip`` (they wait, paused, at their
@@ -435,6 +464,8 @@ class JournaledDecisions:
     def _apply_end(self, trial: str, result: dict | None, how: str) -> None:
         self.ended.add(trial)
         self.applied.pop(trial, None)
+        if result:  # its last result may have come in its pod's termination message alone (the operator was down)
+            self._widen_range(trial, [result])
         if how == "complete":
             self.scheduler.on_trial_complete(trial, result)
         else:

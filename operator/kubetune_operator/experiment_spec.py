@@ -115,6 +115,9 @@ class ExperimentSpec:
     scheduler: Algorithm = field(default_factory=lambda: Algorithm("fifo"))
     stop: dict = field(default_factory=dict)
     goal: float | None = None
+    best_trial_scope: str = "last"
+    """``spec.bestTrialScope``: ``last`` ranks trials by their last metric value, ``all`` by their best at any
+    iteration (kept in each Trial's ``status.metricRange``)."""
     time_budget_s: float | None = None
     """``spec.timeBudget`` in seconds."""
     max_concurrent_trials: int | None = None
@@ -193,6 +196,11 @@ class ExperimentSpec:
             if not is_threshold(value):
                 raise ValueError(f"spec.stop.{key} must be a number or a bool, got {value!r}")
         budget = spec.get("timeBudget")
+        scope = spec.get("bestTrialScope", "last")
+        if scope not in ("last", "all"):
+            raise ValueError(f"spec.bestTrialScope must be last or all, got {scope!r}")
+        if scope == "all" and not isinstance(metric, str):
+            raise ValueError("spec.bestTrialScope all needs metric and mode: it ranks one metric's values")
         container = _container_trial(spec)
         return cls(
             container=container,
@@ -204,6 +212,7 @@ class ExperimentSpec:
             scheduler=algorithm("scheduler", "fifo"),
             stop=stop,
             goal=number("goal", spec.get("goal")),
+            best_trial_scope=scope,
             time_budget_s=parse_duration(budget) if budget else None,
             max_concurrent_trials=number(
                 "maxConcurrentTrials", spec.get("maxConcurrentTrials") or None, 1, integer=True

@@ -185,16 +185,23 @@ def _metric_names(katib: Mapping) -> list[str]:
     return [n for n in names if n]
 
 
-def _observation(katib: Mapping, last: Mapping | None) -> dict | None:
-    """Katib's ``observation``: each metric of the objective with the value of the trial's last result (``latest``).
-    kubetune keeps a trial's last result in its status, not every value: ``min``/``max`` are left out."""
-    if not last:
-        return None
+def _observation(katib: Mapping, status: Mapping) -> dict | None:
+    """Katib's ``observation`` of a native Trial's ``status``: each metric of the objective with the value of the
+    trial's last result (``latest``) and, where the Trial keeps its ``metricRange`` (``bestTrialScope: all``, what
+    Katib's default ``metricStrategies`` convert to), the least and greatest value of every result (``min``,
+    ``max``). A metric with neither is left out."""
+    last, ranges = status.get("lastResult") or {}, status.get("metricRange") or {}
     metrics = []
     for name in _metric_names(katib):
-        value = last.get(name)
+        value, bounds = last.get(name), ranges.get(name) or {}
+        entry: dict[str, str] = {"name": name}
+        for key in ("min", "max"):
+            if isinstance(bounds.get(key), (int, float)) and math.isfinite(bounds[key]):
+                entry[key] = _value(bounds[key])
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            metrics.append({"name": name, "latest": _value(value)})
+            entry["latest"] = _value(value)
+        if len(entry) > 1:
+            metrics.append(entry)
     return {"metrics": metrics} if metrics else None
 
 
@@ -253,7 +260,7 @@ def katib_trial(katib: Mapping, trial: Mapping) -> dict:
         out_status["startTime"] = status["startTime"]
     if status.get("completionTime"):
         out_status["completionTime"] = status["completionTime"]
-    observation = _observation(katib, status.get("lastResult"))
+    observation = _observation(katib, status)
     if observation is not None:
         out_status["observation"] = observation
     trial_spec = {

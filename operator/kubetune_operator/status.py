@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kubetune import env
+from kubetune.result import AUTO_RESULT_KEYS
 from kubetune.resultkeys import finite_number, lookup, mode_sign, non_dominated
 
 EXPERIMENT_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
@@ -53,6 +54,10 @@ MAX_BEST_CONFIG_BYTES = 4096
 MAX_RESULT_BYTES = 2048
 #: Most trials of the Pareto front shown in ``status.paretoFront.trials`` (``count`` says how many it has).
 MAX_PARETO_TRIALS = 20
+#: Most result keys of a Trial's ``status.metricRange`` (the metric first).
+MAX_RANGE_KEYS = 16
+#: Result keys a ``metricRange`` leaves out: Ray's auto-filled progress keys, and ``done``.
+_UNRANGED = frozenset({*AUTO_RESULT_KEYS, "done"})
 _REASON = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0}
@@ -175,17 +180,73 @@ def metric_value(result: Mapping | None, metric: str) -> float | None:
     return finite_number(lookup(result, metric))
 
 
-def trial_metric_value(trial: Mapping, metric: str) -> float | None:
-    """The metric value of a Trial object: ``status.metricValue``, else from ``status.lastResult``."""
+def trial_metric_value(trial: Mapping, metric: str, mode: str | None = None, scope: str = "last") -> float | None:
+    """The metric value of a Trial object: ``status.metricValue``, else from ``status.lastResult``; with ``scope``
+    ``all``, its best value at any iteration by ``mode`` (``status.metricRange``), else the last one (a Trial that has
+    no range yet)."""
     status = trial.get("status") or {}
+    if scope == "all":
+        bounds = (status.get("metricRange") or {}).get(metric) or {}
+        value = finite_number(bounds.get("max" if mode == "max" else "min"))
+        if value is not None:
+            return value
     value = finite_number(status.get("metricValue"))
     return value if value is not None else metric_value(status.get("lastResult"), metric)
 
 
-def best_trial(trials: Iterable[Mapping], metric: str, mode: str) -> dict | None:
-    """Return ``status.bestTrial`` for ``trials``: the one whose last reported ``metric`` is best.
+def widen_range(ranges: Mapping[str, Mapping[str, float]] | None, results: Iterable[Mapping], metric: str) -> dict:
+    """A Trial's ``status.metricRange`` after ``results``: each key's least and greatest value over every result.
 
-    Like Ray's ``ExperimentAnalysis.get_best_trial(metric, mode, scope="last")``:
+    Keys are the finite numbers of each result as :func:`compact_result` keeps them (flattened with ``/``), Ray's
+    auto-filled keys and ``done`` left out, ``metric`` first, at most :data:`MAX_RANGE_KEYS`: a key first seen once
+    that many are ranged is not. Taking a result again changes nothing (a re-sent batch, a journal replayed over a
+    restored status), so the order results come in does not matter. Katib's ``observation`` (each metric's
+    ``min``, ``max``, ``latest``) and ``spec.bestTrialScope: all`` (Ray's ``get_best_trial(scope="all")``) read it.
+
+    Args:
+        ranges: the range so far (``{key: {"min", "max"}}``), or None.
+        results: the results to take.
+        metric: the experiment's metric.
+
+    Returns:
+        A new ``{key: {"min": float, "max": float}}``; ``ranges`` is left as it was.
+    """
+    out = {key: dict(bounds) for key, bounds in (ranges or {}).items()}
+    for result in results:
+        compact = compact_result(result, metric)
+        keys = [metric, *(key for key in compact if key != metric)] if metric in compact else list(compact)
+        for key in keys:
+            value = finite_number(compact.get(key)) if not isinstance(compact.get(key), bool) else None
+            if value is None or key in _UNRANGED:
+                continue
+            bounds = out.get(key)
+            if bounds is None:
+                if len(out) >= MAX_RANGE_KEYS:
+                    continue
+                out[key] = {"min": value, "max": value}
+            else:
+                bounds["min"], bounds["max"] = min(bounds["min"], value), max(bounds["max"], value)
+    return out
+
+
+def merge_ranges(a: Mapping[str, Mapping[str, float]] | None, b: Mapping[str, Mapping[str, float]] | None) -> dict:
+    """The ``metricRange`` of the results of two ranges together (:func:`widen_range`): a restored Trial status's
+    and a journal snapshot's. ``a``'s keys first, then ``b``'s, at most :data:`MAX_RANGE_KEYS`."""
+    out = {key: dict(bounds) for key, bounds in (a or {}).items()}
+    for key, bounds in (b or {}).items():
+        mine = out.get(key)
+        if mine is not None:
+            mine["min"], mine["max"] = min(mine["min"], bounds["min"]), max(mine["max"], bounds["max"])
+        elif len(out) < MAX_RANGE_KEYS:
+            out[key] = dict(bounds)
+    return out
+
+
+def best_trial(trials: Iterable[Mapping], metric: str, mode: str, scope: str = "last") -> dict | None:
+    """Return ``status.bestTrial`` for ``trials``: the one whose last reported ``metric`` is best, or with ``scope``
+    ``all`` its best value at any iteration (``spec.bestTrialScope``).
+
+    Like Ray's ``ExperimentAnalysis.get_best_trial(metric, mode, scope)`` for ``"last"`` and ``"all"``:
     every trial with a finite metric value takes part, whatever its phase. Ties
     go to the lowest ``spec.index`` (the earliest trial, as Ray keeps the first
     of equal trials in creation order), then the name.
@@ -194,6 +255,7 @@ def best_trial(trials: Iterable[Mapping], metric: str, mode: str) -> dict | None
         trials: Trial objects (dicts with ``metadata``, ``spec``, ``status``).
         metric: the experiment's ``spec.metric``.
         mode: ``"max"`` or ``"min"``.
+        scope: ``"last"`` or ``"all"`` (:func:`trial_metric_value`).
 
     Returns:
         ``{"name", "metricValue", "iteration"?, "checkpoint"?, "config"?}``, or None when no
@@ -205,7 +267,7 @@ def best_trial(trials: Iterable[Mapping], metric: str, mode: str) -> dict | None
     sign = mode_sign(mode)
     best, best_key = None, None
     for trial in trials:
-        value = trial_metric_value(trial, metric)
+        value = trial_metric_value(trial, metric, mode, scope)
         if value is None:
             continue
         key = (-sign * value, (trial.get("spec") or {}).get("index", math.inf), trial["metadata"]["name"])

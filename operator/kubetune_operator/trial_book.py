@@ -151,7 +151,7 @@ class TrialBook:
         bids = [t.as_object() for t in self.open.values()]
         if self.retired_best is not None:
             bids.append(self.retired_best.as_object())
-        return st.best_trial(bids, self.intake.metric, self.intake.mode)
+        return st.best_trial(bids, self.intake.metric, self.intake.mode, self.intake.spec.best_trial_scope)
 
     def pareto(self) -> list[dict]:
         """The Pareto front of a multi-objective Experiment as :func:`status.pareto_front` gives it (the open
@@ -184,7 +184,7 @@ class TrialBook:
             self.retired_front = [self.trials[p["trial"]] for p in front]
         elif retiring and self.intake.metric and self.intake.mode:
             bids = [t.as_object() for t in retiring + ([self.retired_best] if self.retired_best else [])]
-            best = st.best_trial(bids, self.intake.metric, self.intake.mode)
+            best = st.best_trial(bids, self.intake.metric, self.intake.mode, self.intake.spec.best_trial_scope)
             if best is not None:
                 self.retired_best = self.trials[best["name"]]
 
@@ -197,6 +197,18 @@ class TrialBook:
         if value is not None:
             trial.status["metricValue"] = value
         trial.dirty = True
+
+    def widen_range(self, trial: TrialState, results: list[dict]) -> bool:
+        """Take ``results`` into ``trial``'s ``status.metricRange`` (:func:`kubetune_operator.status.widen_range`),
+        kept only for ``spec.bestTrialScope: all``; return whether it changed."""
+        if self.intake.spec.best_trial_scope != "all" or not results:
+            return False
+        ranges = st.widen_range(trial.status.get("metricRange"), results, self.intake.metric)
+        if ranges == trial.status.get("metricRange"):
+            return False
+        trial.status["metricRange"] = ranges
+        trial.dirty = True
+        return True
 
     def active(self) -> int:
         """How many open trials are Pending or Running (they hold a slot)."""

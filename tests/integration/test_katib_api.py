@@ -66,7 +66,7 @@ out = {
     "best": {
         "name": best.best_trial_name,
         "assignments": {p.name: p.value for p in best.parameter_assignments},
-        "metrics": {m.name: m.latest for m in best.observation.metrics},
+        "metrics": {m.name: {"min": m.min, "max": m.max, "latest": m.latest} for m in best.observation.metrics},
     },
     "trials": sorted(t.metadata.name for t in katib.list_trials(name, namespace)),
     "details": {
@@ -165,9 +165,18 @@ def test_katibs_random_example_runs_through_katibs_sdk_and_reads_back_what_kubet
         detail = out["details"][name]
         assert detail["assignments"] == {"lr": repr(config["lr"]), "momentum": repr(config["momentum"])}
         assert detail["metrics"] == {"loss": str(status["lastResult"]["loss"])}
+    # Katib's default metricStrategies rank a minimized loss by its min over every result: bestTrialScope all
+    assert native["spec"]["bestTrialScope"] == "all"
+    lowest = {name: t["status"]["metricRange"]["loss"]["min"] for name, t in ran.items()}
     best = native["status"]["bestTrial"]
-    assert out["best"]["name"] == best["name"] and float(out["best"]["metrics"]["loss"]) == best["metricValue"]
-    assert best["metricValue"] == min(t["status"]["metricValue"] for t in ran.values())
+    assert out["best"]["name"] == best["name"] == min(lowest, key=lowest.get)
+    loss = ran[best["name"]]["status"]["metricRange"]["loss"]
+    assert out["best"]["metrics"]["loss"] == {
+        "min": str(loss["min"]),
+        "max": str(loss["max"]),
+        "latest": str(ran[best["name"]]["status"]["lastResult"]["loss"]),
+    }
+    assert best["metricValue"] == min(lowest.values()) == float(out["best"]["metrics"]["loss"]["min"])
     assert out["best"]["assignments"] == out["details"][best["name"]]["assignments"]
     # delete_experiment: the native Experiment, its Trials and the Katib Trials go with it (the garbage collector)
     assert katib_sdk(katib, namespace, cluster, "delete") == {"deleted": "random"}
@@ -467,5 +476,5 @@ def test_katibs_tune_runs_a_users_function_as_katib_would(cluster, operator, cus
         assert status["phase"] == "Succeeded" and status["iteration"] == 3, (name, status)
         assert out["details"][name]["metrics"] == {"loss": str(round(lr / 3, 6))}
         assert out["details"][name]["assignments"] == {"lr": repr(lr)}
-    best = min(ran, key=lambda n: ran[n]["status"]["metricValue"])
+    best = min(ran, key=lambda n: ran[n]["status"]["metricRange"]["loss"]["min"])  # Katib's default strategy
     assert out["best"] == best

@@ -70,8 +70,12 @@ def test_katibs_example_runs_unchanged_but_for_its_image(node_cluster, core, cus
         status, config = ran[trial["metadata"]["name"]], configs[trial["metadata"]["name"]]
         assignments = {p["name"]: float(p["value"]) for p in trial["spec"]["parameterAssignments"]}
         assert assignments == {k: config[k] for k in ("lr", "momentum")}
-        observed = {m["name"]: float(m["latest"]) for m in trial["status"]["observation"]["metrics"]}
+        metrics = trial["status"]["observation"]["metrics"]
+        observed = {m["name"]: float(m["latest"]) for m in metrics}
         objective = katib["spec"]["objective"]
         names = [objective["objectiveMetricName"], *objective.get("additionalMetricNames", ())]
         assert observed == {n: status["lastResult"][n] for n in names}, (observed, status["lastResult"])
+        # Katib's default strategies: each metric's min and max over every result (the Trial's metricRange)
+        ranges = {m["name"]: {"min": float(m["min"]), "max": float(m["max"])} for m in metrics}
+        assert ranges == {n: status["metricRange"][n] for n in names}, (ranges, status["metricRange"])
         assert trial["status"]["conditions"][-1]["type"] == "Succeeded"

@@ -242,6 +242,7 @@ def test_trial_status_bounds_match_the_code():
     props = _status("Trial")["properties"]
     assert props["message"]["maxLength"] == status.MAX_TRIAL_MESSAGE_BYTES
     assert set(props["checkpoint"]["properties"]) == {"uri", "iteration"}
+    assert props["metricRange"]["maxProperties"] == status.MAX_RANGE_KEYS
     assert _spec("Trial")["properties"]["tag"]["maxLength"] == builders.MAX_TAG_LENGTH
 
 
@@ -306,6 +307,8 @@ def _rule_with(kind: str, text: str) -> tuple[str, dict]:
         ("trainable is immutable", ".spec.trainable", ("oldSelf",)),
         ("metric and mode must be set together", ".spec", ("metric", "mode")),
         ("goal needs metric", ".spec", ("goal", "metric")),
+        ("bestTrialScope all needs metric", ".spec", ("bestTrialScope", "metric")),
+        ("bestTrialScope cannot change", ".spec", ("oldSelf.bestTrialScope",)),
         ("scheduler other than fifo needs metric", ".spec", ("scheduler", "fifo", "metric")),
         ("optuna needs metric", ".spec", ("searchAlgorithm", "optuna", "metric", "objectives")),
         ("objectives takes the place of metric", ".spec", ("objectives", "metric")),

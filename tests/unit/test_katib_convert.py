@@ -512,3 +512,35 @@ def test_the_converter_takes_katibs_default_eta_and_counts_the_trials_without_ma
     assert "katib-hyperband: 23 trials in 3 brackets" in " ".join(text.split())
     no_eta = convert(katib_example({"resource_name": "num-epochs", "r_l": "9"}, parallelTrialCount=9)).experiment
     assert no_eta["spec"]["searchAlgorithm"]["params"]["eta"] == 3
+
+
+@pytest.mark.parametrize(
+    "strategy, scope",
+    [(None, "all"), ("min", "all"), ("latest", None)],
+)
+def test_the_objectives_strategy_is_how_trials_are_ranked_as_in_katib(strategy, scope):
+    """Katib ranks a trial by its objective's strategy, by default the objective's own direction (the min of a
+    minimized loss): the best value at any iteration, bestTrialScope all; ``latest`` is kubetune's default."""
+    katib = _katib("hp-tuning/random.yaml")
+    katib["spec"]["objective"] = {"type": "minimize", "objectiveMetricName": "loss"}
+    if strategy:
+        katib["spec"]["objective"]["metricStrategies"] = [{"name": "loss", "value": strategy}]
+    conversion = convert(katib)
+    assert conversion.experiment["spec"].get("bestTrialScope") == scope
+    assert not [n for n in conversion.notes if n.katib == "spec.objective.metricStrategies"]
+    _accepted(conversion.experiment)
+
+
+def test_a_strategy_against_the_objective_is_refused_and_other_metrics_strategies_are_noted():
+    katib = _katib("hp-tuning/random.yaml")
+    katib["spec"]["objective"] = {
+        "type": "minimize",
+        "objectiveMetricName": "loss",
+        "additionalMetricNames": ["accuracy"],
+        "metricStrategies": [{"name": "loss", "value": "max"}],
+    }
+    with pytest.raises(KatibConversionError, match=r"metricStrategies: 'max' for loss, whose objective is to minim"):
+        convert(katib)
+    katib["spec"]["objective"]["metricStrategies"] = [{"name": "accuracy", "value": "max"}]
+    (note,) = [n for n in convert(katib).notes if n.katib == "spec.objective.metricStrategies"]
+    assert "dropped for accuracy" in note.text and "status.metricRange" in note.text

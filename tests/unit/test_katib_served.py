@@ -139,6 +139,24 @@ def test_each_native_phase_and_reason_is_katibs_kind_of_trial(phase, reason, kin
     assert trial["status"]["observation"] == {"metrics": [{"name": "loss", "latest": "0.25"}]}
 
 
+def test_a_trials_observation_has_each_metrics_min_and_max_where_its_trial_keeps_their_range():
+    """``bestTrialScope: all`` (Katib's default strategies): Katib's min, max and latest of each objective metric."""
+    experiment = katib()
+    experiment["spec"]["objective"]["additionalMetricNames"] = ["accuracy"]
+    ranges = {
+        "loss": {"min": 0.125, "max": 0.75},
+        "accuracy": {"min": 0.5, "max": 0.875},
+        "other": {"min": 1, "max": 2},
+    }
+    trial = native_trial("random-00000", "Succeeded", "Completed", lastResult={"loss": 0.25}, metricRange=ranges)
+    assert ka.katib_trial(experiment, trial)["status"]["observation"] == {
+        "metrics": [
+            {"name": "loss", "min": "0.125", "max": "0.75", "latest": "0.25"},
+            {"name": "accuracy", "min": "0.5", "max": "0.875"},  # not in the last result: no latest
+        ]
+    }
+
+
 def test_a_trial_config_chosen_in_its_pod_or_by_pbt_is_what_katib_shows():
     trial = native_trial("random-00001", "Running", config={"lr": 0.03, "momentum": 0.75})
     assert ka.katib_trial(katib(), trial)["spec"]["parameterAssignments"][0] == {"name": "lr", "value": "0.03"}

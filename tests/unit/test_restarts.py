@@ -63,6 +63,12 @@ def cost(config, iteration):
     return round(config["x"] * config["y"] + iteration / MAX_ITER, 6)
 
 
+def loss(config, iteration):
+    """A curve that falls, then rises again (over-fitting), at its least at an iteration that depends on ``x``: a
+    trial's best value is not its last."""
+    return round((iteration - 1 - 8 * config["x"]) ** 2 / 10 + config["y"], 6)
+
+
 def merge(target, patch):
     for key, value in patch.items():
         if value is None:
@@ -222,6 +228,8 @@ class World:
             display_name = self.named[pod.name] = f"run {pod.name}"
         iteration = self.runs[pod.name] + 1
         result = {"training_iteration": iteration, "score": score(config, iteration), "cost": cost(config, iteration)}
+        if self.exp["spec"]["metric"] == "loss" if "metric" in self.exp["spec"] else False:
+            result["loss"] = loss(config, iteration)
         decision = self.send(pod, result, explored=config if computed else None, display_name=display_name)
         previous = self.decisions.setdefault((pod.trial, lineage, iteration), decision)
         assert previous == decision, (pod.trial, iteration, previous, decision)
@@ -688,3 +696,47 @@ def test_katib_hyperband_waits_for_each_rung_and_decides_as_an_uninterrupted_run
     assert (trials[12]["config"]["x"], trials[12]["config"]["y"]) in {
         (t["config"]["x"], t["config"]["y"]) for t in trials[9:12]
     }
+
+
+def test_best_trial_scope_all_ranks_each_trials_best_value_and_restarts_rebuild_its_metric_range(monkeypatch):
+    """``bestTrialScope: all`` (Katib's default metricStrategies): each Trial's ``status.metricRange`` is the least
+    and greatest of every value it reported, rebuilt after kills at every kind of instant from the Trial, the
+    journal's entries and its snapshots (with basic and fifo, which keep nothing of their own, the results are
+    journaled for it), and ``bestTrial`` is the trial with the least loss at any iteration, not the least last one
+    (``loss`` falls, then rises again)."""
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 500)
+    spec = {
+        "metric": "loss",
+        "mode": "min",
+        "bestTrialScope": "all",
+        "scheduler": SCHEDULERS["fifo"],
+        "searchAlgorithm": SEARCHERS["basic"],
+    }
+    calm = World(spec)
+    expected = calm.run()
+    stormy = World(spec, kill_at=range(2, 10_000, 3))
+    assert stormy.run() == expected
+    assert stormy.kills >= 5 and any(
+        cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
+    )
+    for name, trial in stormy.trials.items():
+        config, last = trial["status"].get("config", trial["spec"]["config"]), trial["status"]["iteration"]
+        values = {f.__name__: [f(config, i) for i in range(1, last + 1)] for f in (loss, score, cost)}
+        assert trial["status"]["metricRange"] == {k: {"min": min(v), "max": max(v)} for k, v in values.items()}, name
+        assert list(trial["status"]["metricRange"])[0] == "loss"  # the metric first; training_iteration left out
+        assert trial["status"]["metricRange"] == calm.trials[name]["status"]["metricRange"]
+    bests = {name: t["status"]["metricRange"]["loss"]["min"] for name, t in stormy.trials.items()}
+    lasts = {name: t["status"]["metricValue"] for name, t in stormy.trials.items()}
+    best = stormy.ctl.exp_status["bestTrial"]
+    assert best["name"] == min(bests, key=bests.get) and best["metricValue"] == min(bests.values())
+    assert best == calm.ctl.exp_status["bestTrial"]
+    assert min(lasts, key=lasts.get) != best["name"]  # ranked by the last value, another trial would be best
+
+
+def test_without_best_trial_scope_all_no_range_is_kept_and_basic_with_fifo_journals_no_result():
+    world = World(
+        {"metric": "loss", "mode": "min", "scheduler": SCHEDULERS["fifo"], "searchAlgorithm": SEARCHERS["basic"]}
+    )
+    world.run()
+    assert all("metricRange" not in t["status"] for t in world.trials.values())
+    assert not world.store.items  # nothing to journal: the searcher and scheduler keep nothing

@@ -84,6 +84,12 @@ def test_fields_are_read_into_the_model():
     assert model.storage_uri == "s3://b/p"
 
 
+MULTI = {
+    "objectives": [{"metric": "loss", "mode": "min"}, {"metric": "latency", "mode": "min"}],
+    "searchAlgorithm": {"name": "optuna"},
+}
+
+
 @pytest.mark.parametrize(
     "spec, words",
     [
@@ -97,17 +103,14 @@ def test_fields_are_read_into_the_model():
         ({"scheduler": {"name": "asha", "params": [1]}}, "spec.scheduler.params must be an object"),
         ({"searchAlgorithm": {"seed": "x"}}, "spec.searchAlgorithm.seed must be an integer"),
         ({"timeBudget": "soon"}, "soon"),
+        ({"metric": "loss", "mode": "min", "bestTrialScope": "avg"}, "spec.bestTrialScope must be last or all"),
+        ({"bestTrialScope": "all"}, "bestTrialScope all needs metric and mode"),
+        ({**MULTI, "bestTrialScope": "all"}, "bestTrialScope all needs metric and mode"),
     ],
 )
 def test_bad_fields_are_named_in_the_error(spec, words):
     with pytest.raises(ValueError, match=words):
         ExperimentSpec.parse(spec)
-
-
-MULTI = {
-    "objectives": [{"metric": "loss", "mode": "min"}, {"metric": "latency", "mode": "min"}],
-    "searchAlgorithm": {"name": "optuna"},
-}
 
 
 @pytest.mark.parametrize(

@@ -188,6 +188,40 @@ def test_best_trial_leaves_out_a_large_config():
     assert best == {"name": "exp-00000", "metricValue": 1.0}
 
 
+def test_best_trial_scope_all_ranks_each_trials_best_value_and_falls_back_to_the_last():
+    """Ray's ``get_best_trial(scope="all")``: the best value at any iteration (``status.metricRange``), by mode."""
+    trials = [make_trial(0, 0.5), make_trial(1, 0.4), make_trial(2, 0.3)]
+    trials[0]["status"]["metricRange"] = {"loss": {"min": 0.5, "max": 0.9}}
+    trials[1]["status"]["metricRange"] = {"loss": {"min": 0.1, "max": 0.4}}  # its last value is not its best
+    assert st.best_trial(trials, "loss", "min")["name"] == "exp-00002"
+    assert st.best_trial(trials, "loss", "min", "all") == {"name": "exp-00001", "metricValue": 0.1, "config": {"i": 1}}
+    assert st.best_trial(trials, "loss", "max", "all")["metricValue"] == 0.9
+    assert st.best_trial(trials[2:], "loss", "min", "all")["metricValue"] == 0.3  # no range yet: its last value
+
+
+def test_a_metric_range_takes_every_results_numbers_metric_first_bounded_and_in_any_order():
+    results = [
+        {"training_iteration": 1, "acc": 0.5, "loss": 0.9, "eval": {"f1": 0.2}, "done": False, "ok": True},
+        {"training_iteration": 2, "acc": 0.75, "loss": math.nan, "note": "text", "time_total_s": 3.0},
+        {"training_iteration": 3, "acc": 0.25, "loss": 0.4, "eval": {"f1": 0.6}},
+    ]
+    ranges = st.widen_range(None, results, "loss")
+    assert ranges == {
+        "loss": {"min": 0.4, "max": 0.9},
+        "acc": {"min": 0.25, "max": 0.75},
+        "eval/f1": {"min": 0.2, "max": 0.6},
+    }
+    assert list(ranges)[0] == "loss"  # Ray's auto-filled keys, done, bools, strings and NaN left out
+    assert st.widen_range(ranges, results[::-1], "loss") == ranges  # taken again, in another order: the same
+    assert (
+        st.merge_ranges(st.widen_range(None, results[:1], "loss"), st.widen_range(None, results[1:], "loss")) == ranges
+    )
+    many = {f"k{i:02d}": float(i) for i in range(40)}
+    wide = st.widen_range(None, [many, {"loss": 1.0}], "loss")
+    assert len(wide) == st.MAX_RANGE_KEYS and "loss" not in wide  # a key first seen once the range is full
+    assert list(st.widen_range(None, [{"loss": 1.0, **many}], "loss"))[0] == "loss"
+
+
 def test_metric_value():
     assert st.metric_value({"acc": 1}, "acc") == 1.0 and isinstance(st.metric_value({"acc": 1}, "acc"), float)
     assert st.metric_value({"a": {"b": {"c": 2.5}}}, "a/b/c") == 2.5

@@ -72,6 +72,7 @@ _ORDER = (
     "metric",
     "mode",
     "goal",
+    "bestTrialScope",
     "searchAlgorithm",
     "scheduler",
     "maxConcurrentTrials",
@@ -445,20 +446,21 @@ class _Converter:
                 "metric",
             )
         strategies = {s.get("name"): s.get("value") for s in objective.get("metricStrategies") or []}
-        strategy = strategies.get(metric) or self.out["mode"]
-        if strategy != "latest":
-            self.note(
-                "spec.objective.metricStrategies",
-                f"Katib ranks a trial by the {strategy} of its {metric} values; kubetune by its last value "
-                "(changes meaning for a trial whose metric gets worse at its end)",
-                "spec",
-                "metric",
+        strategy = strategies.get(metric) or self.out["mode"]  # Katib's default: the objective's own direction
+        if strategy == self.out["mode"]:  # the best value at any iteration, as Katib ranks by default
+            self.out["bestTrialScope"] = "all"
+        elif strategy != "latest":
+            raise KatibConversionError(
+                f"spec.objective.metricStrategies: {strategy!r} for {metric}, whose objective is to {kind} it: "
+                f"kubetune ranks a trial by its best {metric} value at any iteration (bestTrialScope all, the "
+                f"strategy {self.out['mode']!r}) or by its last one ('latest'), not by its worst"
             )
         others = sorted(k for k in strategies if k != metric)
         if others:
             self.note(
                 "spec.objective.metricStrategies",
-                f"dropped for {', '.join(others)}: kubetune keeps every result of a trial, not a summary",
+                f"dropped for {', '.join(others)}: only the objective's strategy ranks trials (as in Katib); each "
+                "Trial's status.metricRange has every metric's least and greatest value",
             )
 
     def search(self) -> None:
