@@ -256,8 +256,8 @@ def listed_with_notes(root, cluster, clock, **kwargs):  # noqa: F811 - root is t
     experiment["status"]["conditions"] = CONDITIONS
     studies = ExperimentStudies(
         lambda: [experiment],
-        lambda e, previous: experiment_analysis(
-            e, cluster.trials[NAMESPACE], previous
+        lambda e, previous, listed: experiment_analysis(
+            e, cluster.trials[NAMESPACE], previous, listed
         ),  # the failed Trials' messages: FAIL at once
         settle_s=3600,
         notes=ClusterNotes(cluster, clock=clock, **kwargs),

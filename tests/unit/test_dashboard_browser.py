@@ -303,7 +303,7 @@ def test_the_notes_show_the_experiments_conditions_and_events_and_a_trials_log(b
     cluster.logs[pod] = log_of(pod)
     studies = ExperimentStudies(
         lambda: [experiment],
-        lambda e, previous: experiment_analysis(e, [], previous),
+        lambda e, previous, listed: experiment_analysis(e, [], previous, listed),
         settle_s=3600,
         notes=ClusterNotes(cluster, max_logs=len(TRIALS)),
     )

@@ -83,7 +83,9 @@ def mnist(root, **kwargs):
 def studies_of(listed: list[dict], settle_s: float = 0) -> ExperimentStudies:
     """The studies of whatever ``listed`` holds at each refresh, read as the command reads them (no failed Trial)."""
     return ExperimentStudies(
-        lambda: list(listed), lambda e, previous: experiment_analysis(e, [], previous), settle_s=settle_s
+        lambda: list(listed),
+        lambda e, previous, listed: experiment_analysis(e, [], previous, listed),
+        settle_s=settle_s,
     )
 
 

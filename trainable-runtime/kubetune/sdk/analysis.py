@@ -277,16 +277,19 @@ def changed_trials(before: Mapping[str, Any], after: Mapping[str, Any], experime
     return names
 
 
-def _resolve(storage: Storage, path: str) -> tuple[str, dict[str, set[str]], dict[str, tuple[float, str]]]:
+def _resolve(
+    storage: Storage, path: str, listed: Mapping[str, tuple[float, str]] | None = None
+) -> tuple[str, dict[str, set[str]], dict[str, tuple[float, str]]]:
     """Return ``(uid folder URI, {trial name: names of its trial files}, {uri: stamp})`` for an experiment or uid
-    folder, the stamps those of ``storage.stamps`` (the folder's objects, listed before anything is read).
+    folder, the stamps those of ``storage.stamps`` (the folder's objects, listed before anything is read): the
+    caller's ``listed``, when it has just listed ``path``, else listed here.
 
     Raises:
         FileNotFoundError: no object under ``path``.
         ValueError: objects, but no trial directory at either depth.
     """
     base = join_uri(path)
-    listed = storage.stamps(base)
+    listed = dict(listed) if listed is not None else storage.stamps(base)
     uris = list(listed)
     if not uris:
         raise FileNotFoundError(f"no objects under {base}: expected <root>/<namespace>/<experiment>[/<uid>]")
@@ -347,6 +350,8 @@ class ExperimentAnalysis:
         previous: an earlier reading of the same folder (a live view's last one): a trial whose objects
             are listed with the same stamps (``Storage.stamps``) as that reading listed them is taken from it,
             not read again (its error from ``trial_errors`` when given). None: every trial is read.
+        listed: ``Storage.stamps(experiment_path)`` as the caller has just listed it (a live view that listed the
+            folder to see whether anything changed), so that the folder is not listed twice; None: listed here.
 
     Attributes:
         experiment_path: URI of the ``<uid8>`` folder read.
@@ -374,6 +379,7 @@ class ExperimentAnalysis:
         param_space: Any = None,
         display_names: Mapping[str, str] | None = None,
         previous: ExperimentAnalysis | None = None,
+        listed: Mapping[str, tuple[float, str]] | None = None,
     ):
         self.objectives = None
         objective = (default_metric, default_mode)
@@ -390,7 +396,7 @@ class ExperimentAnalysis:
         self.storage = open_storage(experiment_path, storage_endpoint, storage_region)
         self._source = (*objective, storage_endpoint, storage_region, trial_errors, display_names)
         try:
-            self.experiment_path, files, self._listed = _resolve(self.storage, experiment_path)
+            self.experiment_path, files, self._listed = _resolve(self.storage, experiment_path, listed)
         except FileNotFoundError:
             if not trial_errors:
                 raise
@@ -455,8 +461,12 @@ class ExperimentAnalysis:
             kept[name] = TrialRecord(name, old.path, old.config, old.last_result, error, self.storage), raw
         return kept
 
-    def reread(self) -> ExperimentAnalysis:
+    def reread(self, listed: Mapping[str, tuple[float, str]] | None = None) -> ExperimentAnalysis:
         """The same experiment read again from storage, as it is now (what a live view refreshes from).
+
+        Args:
+            listed: ``Storage.stamps`` of :attr:`experiment_path` as the caller has just listed it; None: listed
+                again.
 
         Returns:
             A new analysis of :attr:`experiment_path` (the ``<uid8>`` folder this one read, even when a newer one
@@ -478,6 +488,7 @@ class ExperimentAnalysis:
             param_space=self.param_space,
             display_names=display_names,
             previous=self,
+            listed=listed,
         )
 
     # -- validation (Ray's messages) ---------------------------------------------------------------

@@ -258,12 +258,13 @@ def cmd_analysis(args: argparse.Namespace) -> int:
     return OK
 
 
-def _stored_analysis(args: argparse.Namespace, previous=None):
+def _stored_analysis(args: argparse.Namespace, previous=None, listed=None):
     """The experiment ``args.name`` read from storage: with ``--storage-only`` from ``--storage`` (or
     ``$KUBETUNE_STORAGE_URI``)/``<namespace>``/``<name>`` alone, the metric and mode from ``--metric`` and
     ``--mode``; otherwise as ``kubetune analysis`` finds it (the Experiment's spec gives the storage, the
     objective, the search space and which trials failed), ``--metric``/``--mode`` overriding its objective.
-    ``previous``: an earlier reading, passed on to :class:`kubetune.sdk.analysis.ExperimentAnalysis`.
+    ``previous``, ``listed``: an earlier reading and the listing of its folder just made, passed on to
+    :class:`kubetune.sdk.analysis.ExperimentAnalysis`.
 
     Raises:
         ValueError: ``--storage-only`` without a storage URI or without ``--metric`` and ``--mode``.
@@ -277,7 +278,7 @@ def _stored_analysis(args: argparse.Namespace, previous=None):
     if not args.storage_only:
         cluster = _cluster(args)
         exp = cluster.get(args.name)
-        return experiment_analysis(exp, cluster.trials(exp), previous=previous)
+        return experiment_analysis(exp, cluster.trials(exp), previous=previous, listed=listed)
     root = args.storage or os.environ.get(STORAGE_URI)
     if not root:
         raise ValueError(f"--storage-only needs the storage URI: --storage s3://bucket/prefix or ${STORAGE_URI}")
@@ -343,7 +344,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             # the cluster says which trials failed: ask it again; storage alone: the same folder again
-            reread=None if args.storage_only else lambda previous: _stored_analysis(args, previous),
+            reread=None if args.storage_only else lambda previous, listed: _stored_analysis(args, previous, listed),
             **{key: value for key, value in (("refresh_s", args.refresh), ("settle_s", args.settle)) if value},
             **cluster_views,
         )
@@ -396,7 +397,9 @@ def _dashboard_list(args: argparse.Namespace) -> int:
     namespaces = list(dict.fromkeys(args.namespace or [cluster.namespace]))
     studies = ExperimentStudies(
         lambda: readable_experiments(cluster.list_all_namespaces, cluster.list, namespaces),
-        lambda experiment, previous: experiment_analysis(experiment, cluster.trials(experiment), previous=previous),
+        lambda experiment, previous, listed: experiment_analysis(
+            experiment, cluster.trials(experiment), previous=previous, listed=listed
+        ),
         **({"settle_s": args.settle} if args.settle else {}),
         notes=ClusterNotes(cluster),
     )

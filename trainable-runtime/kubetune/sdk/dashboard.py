@@ -157,8 +157,8 @@ class Dashboard(_Served):
             (:func:`kubetune.sdk.optuna_study.fill_study`).
         host: the address to listen on; the default, loopback, keeps it on this machine.
         port: the TCP port; 0 picks a free one.
-        reread: reads the experiment again at a refresh, given the analysis last read; default
-            ``ExperimentAnalysis.reread`` (:class:`LiveStudy`).
+        reread: reads the experiment again at a refresh, given the analysis last read and the refresh's listing of
+            its folder; default ``ExperimentAnalysis.reread`` (:class:`LiveStudy`).
         refresh_s: seconds between two refreshes from storage while serving.
         settle_s: seconds without a write to storage after which the trials get their final states
             (:mod:`kubetune.sdk.live_study`).
@@ -188,7 +188,7 @@ class Dashboard(_Served):
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        reread: Callable[[ExperimentAnalysis], ExperimentAnalysis] | None = None,
+        reread: Callable[[ExperimentAnalysis, Mapping[str, Any]], ExperimentAnalysis] | None = None,
         refresh_s: float = DEFAULT_REFRESH_S,
         settle_s: float = DEFAULT_SETTLE_S,
         notes: ClusterNotes | None = None,

@@ -138,7 +138,8 @@ class ExperimentStudies:
             bound to the cluster), each time :meth:`refresh` runs.
         analysis_of: reads an Experiment (as listed) from its storage, with its failed Trials' messages
             (:func:`kubetune.sdk.tuner.experiment_analysis` with the cluster's Trials), given its last reading
-            (None at first) to pass on as ``previous``; raises ``FileNotFoundError`` while nothing is stored.
+            (None at first) and the listing of its folder a refresh has just made (None at first) to pass on as
+            ``previous`` and ``listed``; raises ``FileNotFoundError`` while nothing is stored.
         settle_s: as :class:`kubetune.sdk.live_study.LiveStudy`'s.
         notes: writes what the cluster says of each Experiment and its Trials into its study (its note after the
             few words, its trials' status columns and notes) at each refresh; None: the few words alone.
@@ -155,7 +156,7 @@ class ExperimentStudies:
     def __init__(
         self,
         list_experiments: Callable[[], list[dict]],
-        analysis_of: Callable[[dict, ExperimentAnalysis | None], ExperimentAnalysis],
+        analysis_of: Callable[[dict, ExperimentAnalysis | None, Mapping[str, Any] | None], ExperimentAnalysis],
         *,
         settle_s: float = DEFAULT_SETTLE_S,
         notes: ClusterNotes | None = None,
@@ -237,7 +238,7 @@ class ExperimentStudies:
         reason = unshown_reason(experiment["spec"])
         if reason is None:
             try:
-                analysis = self._analysis_of(experiment, None)
+                analysis = self._analysis_of(experiment, None, None)
             except FileNotFoundError:
                 reason = "nothing is in its storage yet"
             except Exception as exc:  # noqa: BLE001 - storage unreachable, refused...: said in the note, tried again
@@ -249,7 +250,7 @@ class ExperimentStudies:
                 analysis,
                 storage=self.storage,
                 study_name=name,
-                reread=lambda previous: self._analysis_of(entry.experiment, previous),
+                reread=lambda previous, listed: self._analysis_of(entry.experiment, previous, listed),
                 settle_s=self.settle_s,
                 trial_attrs=self.notes.trial_attrs_of(experiment) if self.notes is not None else None,
             )

@@ -93,9 +93,10 @@ class LiveStudy:
         analysis: the experiment, read from storage.
         metric, mode: the study's objective; default the analysis's (:func:`kubetune.sdk.optuna_study.fill_study`).
         reread: reads the experiment again, as it is now, given the analysis last read (to pass as the new one's
-            ``previous``: the trials whose objects did not change are not read again); default
-            ``ExperimentAnalysis.reread`` (the same storage folder, the same ``trial_errors``). The ``kubetune
-            dashboard`` command passes one that asks the cluster again.
+            ``previous``: the trials whose objects did not change are not read again) and the listing of its
+            folder the refresh has just made (``Storage.stamps``, to pass as ``listed``: the folder is listed once
+            per refresh); default ``ExperimentAnalysis.reread`` (the same storage folder, the same
+            ``trial_errors``). The ``kubetune dashboard`` command passes one that asks the cluster again.
         settle_s: seconds without a write under the experiment's folder after which it is quiet.
         storage: the Optuna storage to create the study in; default a new ``InMemoryStorage``. The dashboard's
             experiment list keeps one study per Experiment in one storage.
@@ -123,7 +124,7 @@ class LiveStudy:
         metric: str | None = None,
         mode: str | None = None,
         *,
-        reread: Callable[[ExperimentAnalysis], ExperimentAnalysis] | None = None,
+        reread: Callable[[ExperimentAnalysis, Mapping[str, Any]], ExperimentAnalysis] | None = None,
         settle_s: float = DEFAULT_SETTLE_S,
         storage: Any = None,
         study_name: str | None = None,
@@ -181,7 +182,8 @@ class LiveStudy:
         return time.time() - self._written_at >= self.settle_s
 
     def refresh(self) -> bool:
-        """List the experiment's folder; when an object changed, read the experiment again and write what is new.
+        """List the experiment's folder; when an object changed, read the experiment again (from that listing: the
+        folder is listed once) and write what is new.
 
         Returns:
             Whether the study changed (new results, new trials, or final states once the experiment is quiet).
@@ -193,7 +195,7 @@ class LiveStudy:
         stamps = self.analysis.storage.stamps(self.analysis.experiment_path)
         written: set[str] | None = set()
         if stamps != self._stamps:
-            analysis = self._reread(self.analysis)
+            analysis = self._reread(self.analysis, stamps)
             if analysis.experiment_path != self.analysis.experiment_path:
                 log.warning(
                     "the experiment is read from %s now, not %s: still showing the latter",

@@ -675,10 +675,11 @@ def failed_trials(trials: list[dict]) -> dict[str, str]:
     }
 
 
-def experiment_analysis(experiment: dict, trials: list[dict], previous: Any = None) -> Any:
+def experiment_analysis(experiment: dict, trials: list[dict], previous: Any = None, listed: Any = None) -> Any:
     """The :class:`kubetune.sdk.analysis.ExperimentAnalysis` of ``experiment`` (as the API returns it), read from
     its storage folder, with its failed ``trials``' messages as their errors and their display names
-    (``status.displayName``); ``previous``: an earlier reading of it, as the analysis takes it."""
+    (``status.displayName``); ``previous`` and ``listed``: an earlier reading of it and a listing of its folder just
+    made, as the analysis takes them."""
     from kubetune.sdk.analysis import ExperimentAnalysis
 
     meta, spec = experiment["metadata"], experiment["spec"]
@@ -698,6 +699,7 @@ def experiment_analysis(experiment: dict, trials: list[dict], previous: Any = No
             if (t.get("status") or {}).get("displayName")
         },
         previous=previous,
+        listed=listed,
     )
 
 
