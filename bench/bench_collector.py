@@ -40,9 +40,11 @@ a simulated trial told stop keeps sending, where a real one ends, and the stop s
 and that a forged token and another trial's token both get 401; it exits 1 if a check fails.
 
 Run: ``.venv/bin/python bench/bench_collector.py [--duration S] [--connections N] [--batch B]
-[--trials T] [--rate R] [--rounds K] [--warmup S] [--without-reconcile] [--without-gc-freeze] [--with-unchecked]``
-(about 45 s with the defaults). ``--with-unchecked`` adds a third server in the same alternating slices: the
-collector without its checks of the values from pods (``kubetune_operator.podinput``), and the ratio to it.
+[--trials T] [--rate R] [--rounds K] [--warmup S] [--without-reconcile] [--without-gc-freeze] [--with-unchecked]
+[--with-ranged]`` (about 45 s with the defaults). ``--with-unchecked`` adds a server in the same alternating slices:
+the collector without its checks of the values from pods (``kubetune_operator.podinput``), and the ratio to it;
+``--with-ranged`` one whose Experiment has ``bestTrialScope: all`` (each result widens its Trial's
+``metricRange``).
 """
 
 from __future__ import annotations
@@ -86,9 +88,10 @@ GOAL_RESULTS_PER_S, GOAL_P99_MS = 5000, 20.0
 ASHA_PARAMS = {"max_t": 4**8, "grace_period": 1, "reduction_factor": 4}
 
 
-def experiment(trials: int, scheduler: dict | None = None, trainable: dict | None = None) -> dict:
+def experiment(trials: int, scheduler: dict | None = None, trainable: dict | None = None, **spec) -> dict:
     """The benchmark's Experiment object: ``trials`` random ``lr`` samples, all running at once, under
-    ``scheduler`` (default ASHA with :data:`ASHA_PARAMS`), of ``trainable`` (default a runtime trial's)."""
+    ``scheduler`` (default ASHA with :data:`ASHA_PARAMS`), of ``trainable`` (default a runtime trial's), with the
+    fields of ``spec`` added."""
     return experiment_object(
         EXPERIMENT,
         EXPERIMENT_UID,
@@ -103,14 +106,15 @@ def experiment(trials: int, scheduler: dict | None = None, trainable: dict | Non
         searchAlgorithm={"name": "basic", "seed": 7},
         scheduler=scheduler or {"name": "asha", "params": ASHA_PARAMS},
         storage={"uri": STORAGE_URI},
+        **spec,
     )
 
 
 def load_registry(
-    key: bytes, trials: int, scheduler: dict | None = None, trainable: dict | None = None
+    key: bytes, trials: int, scheduler: dict | None = None, trainable: dict | None = None, **spec
 ) -> tuple[Registry, dict[str, PodView], list[dict]]:
-    """A registry holding the Experiment (``scheduler`` and ``trainable`` as for :func:`experiment`) with all its
-    trials created and their pods Running.
+    """A registry holding the Experiment (``scheduler``, ``trainable`` and ``spec`` as for :func:`experiment`) with
+    all its trials created and their pods Running.
 
     Returns:
         The registry, the pods by name (as the daemon observes them), and
@@ -122,7 +126,7 @@ def load_registry(
     # The journal is committed before every answer, as in the operator, into ConfigMaps held in memory:
     # this measures the collector's own work, not the API server's write latency.
     registry = Registry(Settings(), key, ConfigMaps().write)
-    ctl = registry.load(experiment(trials, scheduler, trainable))
+    ctl = registry.load(experiment(trials, scheduler, trainable, **spec))
     ctl.restore([])  # no Trials or journal existed before: what the daemon's first pass finds
     now = time.time()
     pods, created = {}, True
@@ -173,8 +177,9 @@ def baseline_app() -> web.Application:
 
 
 def serve(kind: str, key: bytes, trials: int, reconcile: bool, freeze: bool, conn) -> None:
-    """Child process: serve ``kind`` on 127.0.0.1: "collector", "baseline", or "unchecked" (the collector without
-    its checks of the values from pods, ``collector._problem``: what they cost).
+    """Child process: serve ``kind`` on 127.0.0.1: "collector", "baseline", "unchecked" (the collector without
+    its checks of the values from pods, ``collector._problem``: what they cost), or "ranged" (the collector of the
+    Experiment with ``bestTrialScope: all``: each Trial's ``metricRange`` widened at every result).
 
     Sends ``(port, trials info or None)`` on ``conn``, serves until it receives anything, then
     replies with the scheduler's counters and the reconcile passes' timings (``{}`` for the baseline), exits.
@@ -182,12 +187,12 @@ def serve(kind: str, key: bytes, trials: int, reconcile: bool, freeze: bool, con
 
     async def main() -> None:
         registry, passes, timings = None, None, []
-        if kind in ("collector", "unchecked"):
+        if kind in ("collector", "unchecked", "ranged"):
             if kind == "unchecked":
                 collector._problem = lambda *args, **kwargs: None
             if freeze:
                 gc.freeze()  # as handlers.startup does once the operator is up, before any Experiment is loaded
-            registry, pods, info = load_registry(key, trials)
+            registry, pods, info = load_registry(key, trials, **({"bestTrialScope": "all"} if kind == "ranged" else {}))
             app = make_app(registry)
             if reconcile:
                 passes = asyncio.create_task(reconcile_passes(registry, pods, timings))
@@ -505,7 +510,12 @@ def report(
         )
     base_sat, base_paced = stats["baseline", "saturated"], stats["baseline", "paced"]
     coll_sat, coll_paced = stats["collector", "saturated"], stats["collector", "paced"]
-    for other, (sat, paced) in (("baseline", (base_sat, base_paced)), ("unchecked", _pair(stats, "unchecked"))):
+    others = (
+        ("baseline", (base_sat, base_paced)),
+        ("unchecked", _pair(stats, "unchecked")),
+        ("ranged", _pair(stats, "ranged")),
+    )
+    for other, (sat, paced) in others:
         if sat is not None:
             print(
                 f"ratio collector/{other}: saturated throughput {coll_sat.results_per_s / sat.results_per_s:.2f}, "
@@ -587,6 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also serve the collector without its checks of values from pods, to measure what they cost",
     )
     parser.add_argument(
+        "--with-ranged",
+        action="store_true",
+        help="also serve the collector of the Experiment with bestTrialScope all, to measure what its ranges cost",
+    )
+    parser.add_argument(
         "--without-gc-freeze",
         action="store_true",
         help="leave out the gc.freeze() the operator does at start-up (to measure what it saves)",
@@ -605,7 +620,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     servers: dict[str, Server] = {}
     try:
-        for kind in ("baseline", "collector", "unchecked") if args.with_unchecked else ("baseline", "collector"):
+        kinds = [
+            "baseline",
+            "collector",
+            *(["unchecked"] if args.with_unchecked else []),
+            *(["ranged"] if args.with_ranged else []),
+        ]
+        for kind in kinds:
             servers[kind] = start_server(kind, key, args.trials, not args.without_reconcile, not args.without_gc_freeze)
         stats = asyncio.run(measure(servers, args))
         codes = asyncio.run(auth_checks(servers["collector"], key))

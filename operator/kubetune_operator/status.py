@@ -56,8 +56,9 @@ MAX_RESULT_BYTES = 2048
 MAX_PARETO_TRIALS = 20
 #: Most result keys of a Trial's ``status.metricRange`` (the metric first).
 MAX_RANGE_KEYS = 16
-#: Result keys a ``metricRange`` leaves out: Ray's auto-filled progress keys, and ``done``.
-_UNRANGED = frozenset({*AUTO_RESULT_KEYS, "done"})
+#: Result keys a ``metricRange`` leaves out: Ray's auto-filled progress keys, ``done``, and what a compacted result
+#: drops (``config``, ``trial_id``, ...).
+_UNRANGED = frozenset({*AUTO_RESULT_KEYS, "done", *env.BOOKKEEPING_KEYS})
 _REASON = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0}
@@ -197,11 +198,12 @@ def trial_metric_value(trial: Mapping, metric: str, mode: str | None = None, sco
 def widen_range(ranges: Mapping[str, Mapping[str, float]] | None, results: Iterable[Mapping], metric: str) -> dict:
     """A Trial's ``status.metricRange`` after ``results``: each key's least and greatest value over every result.
 
-    Keys are the finite numbers of each result as :func:`compact_result` keeps them (flattened with ``/``), Ray's
-    auto-filled keys and ``done`` left out, ``metric`` first, at most :data:`MAX_RANGE_KEYS`: a key first seen once
-    that many are ranged is not. Taking a result again changes nothing (a re-sent batch, a journal replayed over a
-    restored status), so the order results come in does not matter. Katib's ``observation`` (each metric's
-    ``min``, ``max``, ``latest``) and ``spec.bestTrialScope: all`` (Ray's ``get_best_trial(scope="all")``) read it.
+    Keys are each result's finite numbers (nested keys flattened with ``/``, bools left out), Ray's auto-filled
+    keys, ``done`` and the keys a compacted result drops (:data:`kubetune.env.BOOKKEEPING_KEYS`) left out,
+    ``metric`` first, at most :data:`MAX_RANGE_KEYS`: a key first seen once that many are ranged is not. Taking a
+    result again changes nothing (a re-sent batch, a journal replayed over a restored status), so the order results
+    come in does not matter. Katib's ``observation`` (each metric's ``min``, ``max``, ``latest``) and
+    ``spec.bestTrialScope: all`` (Ray's ``get_best_trial(scope="all")``) read it.
 
     Args:
         ranges: the range so far (``{key: {"min", "max"}}``), or None.
@@ -213,20 +215,39 @@ def widen_range(ranges: Mapping[str, Mapping[str, float]] | None, results: Itera
     """
     out = {key: dict(bounds) for key, bounds in (ranges or {}).items()}
     for result in results:
-        compact = compact_result(result, metric)
-        keys = [metric, *(key for key in compact if key != metric)] if metric in compact else list(compact)
-        for key in keys:
-            value = finite_number(compact.get(key)) if not isinstance(compact.get(key), bool) else None
-            if value is None or key in _UNRANGED:
-                continue
-            bounds = out.get(key)
-            if bounds is None:
-                if len(out) >= MAX_RANGE_KEYS:
-                    continue
-                out[key] = {"min": value, "max": value}
-            else:
-                bounds["min"], bounds["max"] = min(bounds["min"], value), max(bounds["max"], value)
+        if metric not in out and len(out) < MAX_RANGE_KEYS:  # the metric first, wherever it is in the result
+            found = lookup(result, metric)
+            if type(found) in (int, float) and _finite(found):
+                out[metric] = {"min": float(found), "max": float(found)}
+        _take_numbers(out, result, "")
     return out
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a float's range
+        return False
+
+
+def _take_numbers(out: dict, result: Mapping, prefix: str) -> None:
+    """Widen ``out`` (:func:`widen_range`) with the numbers of ``result``, its keys under ``prefix``."""
+    for key, item in result.items():
+        kind = type(item)
+        if kind is float or kind is int:  # bools are not numbers here (type, not isinstance)
+            name = f"{prefix}{key}" if prefix else key
+            if not prefix and name in _UNRANGED or not _finite(item):
+                continue
+            bounds = out.get(name)
+            if bounds is None:
+                if len(out) < MAX_RANGE_KEYS:
+                    out[name] = {"min": float(item), "max": float(item)}
+            elif item < bounds["min"]:
+                bounds["min"] = float(item)
+            elif item > bounds["max"]:
+                bounds["max"] = float(item)
+        elif isinstance(item, Mapping) and (prefix or key not in _UNRANGED):
+            _take_numbers(out, item, f"{prefix}{key}/")
 
 
 def merge_ranges(a: Mapping[str, Mapping[str, float]] | None, b: Mapping[str, Mapping[str, float]] | None) -> dict:
