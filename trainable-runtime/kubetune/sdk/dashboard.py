@@ -30,7 +30,7 @@ import logging
 import math
 import socketserver
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from kubetune.sdk.cluster_notes import Shown, read_error
