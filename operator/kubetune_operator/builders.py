@@ -20,7 +20,9 @@ from kubetune.env import (
     ATTEMPT_DIR,
     CHECKPOINT_DIR,
     CONFIG_KEY,
+    CONFIG_PATH,
     RESOURCES,
+    RESULT_LOG,
     STORAGE_ENDPOINT,
     STORAGE_REGION,
     TERMINATION_MESSAGE_PATH,
@@ -37,6 +39,7 @@ from .container_trials import (
     METRICS_SIDECAR,
     METRICS_VOLUME,
     RESTORE_CONTAINER,
+    STATE_DIR,
     STATE_VOLUME,
     checkpoint_path,
     folder_env,
@@ -269,7 +272,9 @@ def build_pod(
     (:func:`kubetune_operator.container_trials.trial_container`: parameters substituted, no variable or file of
     kubetune's, no read-only root) and, for a ``metricsCollector.kind`` other than ``StdOut``, kubetune's metrics
     sidecar (:func:`kubetune_operator.container_trials.metrics_sidecar`) with, for ``File`` and
-    ``TensorFlowEvent``, the emptyDir both mount at the metrics' folder; it needs no storage.
+    ``TensorFlowEvent``, the emptyDir both mount at the metrics' folder. It needs no storage; with one, the sidecar
+    also writes the trial's ``result.json``, ``progress.csv`` and ``params.json`` there, as a runtime trial's pod
+    does (the storage credentials and the attempt's Secret mounted in the sidecar alone).
 
     Args:
         experiment: the Experiment object.
@@ -448,6 +453,10 @@ def _container_trial_pod(
         *([{"name": METRICS_VOLUME, "emptyDir": {}}] if folder else []),
         *([{"name": CHECKPOINT_VOLUME, "emptyDir": {}}, {"name": STATE_VOLUME, "emptyDir": {}}] if path else []),
     ]
+    result_log = None
+    if kind != "StdOut":  # the sidecar sees the results: it writes them to the trial's folder, where there is one
+        result_log, log_volumes = _result_log(experiment, trial, settings, name, checkpoint is not None)
+        volumes += log_volumes
     aliases = []
     if kind == "Push" and collector.get("katibDBManager"):  # Katib's report_metrics() reaches the sidecar
         katib_env, katib_mounts, katib_volumes, aliases = katib_report_metrics(name_of_trial)
@@ -476,11 +485,42 @@ def _container_trial_pod(
                 token,
                 settings.trials.termination_grace_period_s,
                 checkpoint,
+                result_log,
             )
         )
     if init:
         pod["spec"]["initContainers"] = init
     return pod
+
+
+def _result_log(
+    experiment: Mapping, trial: Mapping, settings: Settings, pod: str, has_folder: bool
+) -> tuple[tuple[list, list, list] | None, list[dict]]:
+    """What the metrics sidecar of ``pod`` needs to write the trial's result history (``kubetune.env.RESULT_LOG``):
+    ``((env, envFrom, volumeMounts), volumes)``, the storage's variables, credentials and the writable state folder
+    left to the checkpoint folder's where ``has_folder`` (it gives them already); ``(None, [])`` without storage."""
+    spec = experiment["spec"]
+    try:
+        _, endpoint, region = _storage(spec, settings)
+    except ValueError:  # no storage: the results are the Trial's status alone
+        return None, []
+    log = {
+        "trialDir": experiment_trial_dir(experiment, settings, trial["metadata"]["name"]),
+        "state": STATE_DIR,
+        "configFile": CONFIG_PATH,
+    }
+    env = [{"name": RESULT_LOG, "value": json.dumps(log, sort_keys=True)}]
+    secret = (spec.get("storage") or {}).get("credentialsSecret")
+    env_from = [{"secretRef": {"name": secret}}] if secret and not has_folder else []
+    mounts = [{"name": ATTEMPT_VOLUME, "mountPath": ATTEMPT_DIR, "readOnly": True}]
+    secret_name = token_secret_name(pod, trial["metadata"]["uid"])
+    volumes = [{"name": ATTEMPT_VOLUME, "secret": {"secretName": secret_name, "defaultMode": 0o444}}]
+    if not has_folder:
+        env += [{"name": k, "value": v} for k, v in ((STORAGE_ENDPOINT, endpoint), (STORAGE_REGION, region)) if v]
+        env.append({"name": "HOME", "value": STATE_DIR})
+        mounts.append({"name": STATE_VOLUME, "mountPath": STATE_DIR})
+        volumes.append({"name": STATE_VOLUME, "emptyDir": {}})
+    return (env, env_from, mounts), volumes
 
 
 def _pod_manifest(

@@ -214,6 +214,7 @@ def metrics_sidecar(
     token: Mapping[str, Any],
     grace_period_s: int,
     checkpoint: tuple[list, list, str] | None = None,
+    result_log: tuple[list, list, list] | None = None,
 ) -> dict:
     """The metrics sidecar of a container trial whose ``metricsCollector`` (the spec's dict) is not ``StdOut``, or
     that keeps a checkpoint folder: a native sidecar (``restartPolicy: Always``) running :data:`SIDECAR_COMMAND` in
@@ -230,6 +231,9 @@ def metrics_sidecar(
         grace_period_s: the pod's grace period: the sidecar's last batch goes out within it.
         checkpoint: ``(env, envFrom, path)`` of the checkpoint folder (:func:`folder_env`, the storage credentials,
             the folder), or None.
+        result_log: ``(env, envFrom, volumeMounts)`` with which the sidecar writes the trial's result history to
+            its storage folder (``kubetune.env.RESULT_LOG``, the storage's variables and credentials where
+            ``checkpoint`` does not give them, the attempt's config and a writable folder), or None.
     """
     kind = collector.get("kind", "StdOut")
     source = {
@@ -252,6 +256,7 @@ def metrics_sidecar(
         {"name": METRICS_SOURCE, "value": json.dumps({k: v for k, v in source.items() if v is not None})},
         {"name": TOKEN, "valueFrom": dict(token)},
         *(checkpoint[0] if checkpoint else ()),
+        *(result_log[0] if result_log else ()),
     ]
     sidecar = {
         "name": METRICS_SIDECAR,
@@ -262,8 +267,9 @@ def metrics_sidecar(
         "resources": SIDECAR_RESOURCES,
         "securityContext": _kubetune_security(),
     }
-    if checkpoint and checkpoint[1]:
-        sidecar["envFrom"] = checkpoint[1]
+    env_from = [*(checkpoint[1] if checkpoint else ()), *(result_log[1] if result_log else ())]
+    if env_from:
+        sidecar["envFrom"] = env_from
     if kind == "Push":  # the trial's container starts once the endpoints listen (a native sidecar's startup probe)
         ports = [source["port"], *([KATIB_DB_PORT] if source["katibDBManager"] else [])]
         check = f"import socket; [socket.create_connection(('127.0.0.1', p), 1).close() for p in {ports}]"
@@ -276,6 +282,8 @@ def metrics_sidecar(
     mounts = [{"name": METRICS_VOLUME, "mountPath": folder, "readOnly": True}] if folder else []
     if checkpoint:
         mounts += _folder_mounts(checkpoint[2])
+    if result_log:
+        mounts += result_log[2]
     if mounts:
         sidecar["volumeMounts"] = mounts
     return sidecar

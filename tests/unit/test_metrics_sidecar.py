@@ -22,12 +22,14 @@ import pytest
 from aiohttp import web
 
 from devcluster.testkit import ConfigMaps, experiment_object, outside_a_pod
-from kubetune.env import METRICS_SOURCE
+from kubetune.env import CONFIG_PATH, METRICS_SOURCE, RESULT_LOG
 from kubetune.output_metrics import OutputParser
 from kubetune.runtime.sidecar import EventSource, FileSource, PushSource, make_parser, results, run
+from kubetune.sdk.analysis import ExperimentAnalysis
+from kubetune.storage import open_storage
 from kubetune_operator.builders import build_pod, trial_object
 from kubetune_operator.collector import make_app
-from kubetune_operator.container_trials import METRICS_SIDECAR, METRICS_VOLUME
+from kubetune_operator.container_trials import METRICS_SIDECAR, METRICS_VOLUME, STATE_DIR
 from kubetune_operator.experiment_spec import ExperimentSpec
 from kubetune_operator.podview import PodView, pod_view
 from kubetune_operator.registry import Registry
@@ -316,3 +318,90 @@ def test_katibs_report_metrics_is_served_beside_the_push_endpoint_for_this_trial
             PushSource(free_port(), "b", katib_port)
         finally:
             blocker.katib.stop(0)
+
+
+def test_with_storage_the_sidecar_alone_gets_the_credentials_the_config_and_a_folder_to_write_the_history():
+    exp = container_experiment(kind="File", path="/var/log/train/metrics.json", format="JSON")
+    exp["spec"]["storage"] = {"uri": "s3://b/kt", "endpoint": "http://s3:9000", "credentialsSecret": "s3-creds"}
+    pod = build_pod(exp, trial_object("ns", "boxes-00000", "u-1", 0, {"lr": 0.1}), 2, Settings())
+    trial = pod["spec"]["containers"][0]
+    assert trial["volumeMounts"] == [{"name": METRICS_VOLUME, "mountPath": "/var/log/train"}]
+    assert "env" not in trial and "envFrom" not in trial  # nothing of it reaches the trial's container
+    (sidecar,) = pod["spec"]["initContainers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in sidecar["env"]}
+    assert json.loads(env[RESULT_LOG]) == {
+        "trialDir": "s3://b/kt/ns/boxes/boxes-ui/boxes-00000",
+        "state": STATE_DIR,
+        "configFile": CONFIG_PATH,
+    }
+    assert env["KUBETUNE_STORAGE_ENDPOINT"] == "http://s3:9000" and env["HOME"] == STATE_DIR
+    assert sidecar["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    assert sidecar["volumeMounts"][1:] == [
+        {"name": "kubetune-attempt", "mountPath": "/var/run/kubetune", "readOnly": True},
+        {"name": "kubetune-state", "mountPath": STATE_DIR},
+    ]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["kubetune-attempt"]["secret"]["secretName"] == "boxes-00000-2-u-1"  # the attempt's config
+    exp["spec"]["checkpoint"] = {"path": "/ckpt"}  # the folder's sidecar has the storage and the state already
+    pod = build_pod(exp, trial_object("ns", "boxes-00000", "u-1", 0, {"lr": 0.1}), 2, Settings())
+    sidecar = pod["spec"]["initContainers"][-1]
+    names = [e["name"] for e in sidecar["env"]]
+    assert names.count("HOME") == 1 and names.count("KUBETUNE_STORAGE_ENDPOINT") == 1 and RESULT_LOG in names
+    assert sidecar["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    mounts = [m["name"] for m in sidecar["volumeMounts"]]
+    assert mounts.count("kubetune-state") == 1 and "kubetune-attempt" in mounts
+    assert [v["name"] for v in pod["spec"]["volumes"]].count("kubetune-state") == 1
+    stdout = container_experiment(kind="StdOut")
+    stdout["spec"]["storage"] = exp["spec"]["storage"]
+    assert (
+        "initContainers"
+        not in build_pod(stdout, trial_object("ns", "boxes-00000", "u", 0, {"lr": 1}), 0, Settings())["spec"]
+    )  # only the operator sees a StdOut trial's results: no sidecar, no history
+
+
+def test_the_sidecar_writes_the_results_it_reports_as_the_trials_history_the_analysis_reads(tmp_path):
+    """The sidecar process with storage: each result it reports is a line of the trial's result.json (with its id and
+    config), params.json holds the config, and ExperimentAnalysis reads the trial's curve as the collector got it;
+    a retry without a checkpoint starts its history over, as a runtime trial's does."""
+    metrics, store = tmp_path / "metrics.log", f"file://{tmp_path}/store"
+    (tmp_path / "attempt").mkdir()
+    (tmp_path / "attempt" / "config.json").write_text(json.dumps({"lr": 0.1}))
+
+    async def scenario(lines: list[str], attempt: int):
+        exp = container_experiment(kind="File", path=str(metrics))
+        exp["spec"]["storage"] = {"uri": store}
+        ctl, runner, env = await collector_with_a_running_trial(exp)
+        trial_dir = ctl.trial_dir("boxes-00000")
+        env[METRICS_SOURCE] = json.dumps({"kind": "File", "path": str(metrics), "objectives": ["loss"]})
+        env[RESULT_LOG] = json.dumps(
+            {
+                "trialDir": trial_dir,
+                "state": str(tmp_path / f"state-{attempt}"),
+                "configFile": str(tmp_path / "attempt" / "config.json"),
+            }
+        )
+        metrics.write_text("".join(lines))
+        process = subprocess.Popen([sys.executable, "-m", "kubetune.runtime.sidecar"], env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while ctl.trials["boxes-00000"].status.get("iteration") != len(lines) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            await stopped_by_the_kubelet(process, deadline)
+        finally:
+            process.kill()
+            await runner.cleanup()
+        return ctl, trial_dir
+
+    ctl, trial_dir = asyncio.run(scenario(["epoch=1 loss=0.5\n", "epoch=2 loss=0.25\n", "epoch=3 loss=0.375\n"], 0))
+    lines = [json.loads(line) for line in open_storage(trial_dir).get_bytes(f"{trial_dir}/result.json").splitlines()]
+    assert [(r["training_iteration"], r["loss"]) for r in lines] == [(1, 0.5), (2, 0.25), (3, 0.375)]
+    assert all(r["trial_id"] == "boxes-00000" and r["config"] == {"lr": 0.1} for r in lines)
+    assert json.loads(open_storage(trial_dir).get_bytes(f"{trial_dir}/params.json")) == {"lr": 0.1}
+    analysis = ExperimentAnalysis(trial_dir.rsplit("/", 1)[0], "loss", "min")
+    (trial,) = analysis.trials
+    assert trial.trial_id == "boxes-00000" and trial.config == {"lr": 0.1}
+    assert list(analysis.trial_dataframes[trial.path]["loss"]) == [0.5, 0.25, 0.375]
+
+    asyncio.run(scenario(["epoch=1 loss=0.75\n"], 1))  # a retry with no checkpoint: the history starts over
+    lines = open_storage(trial_dir).get_bytes(f"{trial_dir}/result.json").splitlines()
+    assert [json.loads(line)["loss"] for line in lines] == [0.75]

@@ -65,6 +65,10 @@ CHECKPOINT_DIR = "KUBETUNE_CHECKPOINT_DIR"
 #: (:mod:`kubetune.runtime.checkpoint_folder`), as JSON: ``path``, ``trialDir``, ``state``, ``restoreFrom``,
 #: ``atEnd``, ``keep``, ``scoreAttribute``.
 CHECKPOINT_FOLDER = "KUBETUNE_CHECKPOINT_FOLDER"
+#: Where a container trial's metrics sidecar writes the trial's result history (``result.json``, ``progress.csv``,
+#: ``params.json``, as a runtime trial's pod does), as JSON: ``trialDir`` (its storage folder), ``state`` (a
+#: writable folder for the working copies), ``configFile`` (the trial's config, the attempt's Secret mounted).
+RESULT_LOG = "KUBETUNE_RESULT_LOG"
 #: ``spec.resourcesPerTrial`` as JSON (``{"cpu": "1"}`` when unset): what ``tune.get_context()`` tells the trial.
 RESOURCES = "KUBETUNE_RESOURCES"
 #: A trial's gang (``spec.resourcesPerTrial.workers``): this pod's rank (0: the head, which runs the trainable,

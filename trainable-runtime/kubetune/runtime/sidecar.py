@@ -1,6 +1,9 @@
 """The metrics sidecar of a container trial: reads the metrics the trial's container writes to a file or to TensorFlow
 event files, or pushes over HTTP, and reports them to the operator's collector as they come; and saves the trial's
-checkpoint folder when the container asks and when it ends (:mod:`kubetune.runtime.checkpoint_folder`).
+checkpoint folder when the container asks and when it ends (:mod:`kubetune.runtime.checkpoint_folder`); where the trial
+has storage, writes the results it reads to the trial's folder as a runtime trial's pod does (``result.json``,
+``progress.csv``, ``params.json``: :class:`kubetune.runtime.results.ResultLog`), so that the SDK's analysis, the
+dashboard and ``kubetune plot`` show them (:data:`kubetune.env.RESULT_LOG`).
 
 Runs as ``python -m kubetune.runtime.sidecar`` in a native sidecar (an init container with ``restartPolicy: Always``,
 Kubernetes 1.29 and later) that the operator's pod builder adds to a container trial's pod for
@@ -11,8 +14,8 @@ then sends this process SIGTERM; it reads what is left, saves the folder, report
 ``done`` (the operator then knows the output was read to its end and the last checkpoint saved). Results are made
 by :class:`kubetune.output_metrics.OutputParser` and sent by :class:`kubetune.runtime.reporter.Reporter` (retried,
 de-duplicated by iteration at the operator); the collector's decisions need no answer here: the operator deletes a
-pod it stops. Configured by :data:`kubetune.env.METRICS_SOURCE`, :data:`kubetune.env.CHECKPOINT_FOLDER` and the
-trial's identity and storage variables of :mod:`kubetune.env`.
+pod it stops. Configured by :data:`kubetune.env.METRICS_SOURCE`, :data:`kubetune.env.CHECKPOINT_FOLDER`,
+:data:`kubetune.env.RESULT_LOG` and the trial's identity and storage variables of :mod:`kubetune.env`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from kubetune.env import (
     GRACE_PERIOD,
     METRICS_SOURCE,
     NAMESPACE,
+    RESULT_LOG,
     STORAGE_ENDPOINT,
     STORAGE_REGION,
     TOKEN,
@@ -43,8 +47,9 @@ from kubetune.env import (
 )
 from kubetune.output_metrics import LineBuffer, OutputParser
 from kubetune.runtime.checkpoint_folder import CheckpointFolder, FolderSpec, read_restored
-from kubetune.runtime.reporter import Reporter
-from kubetune.storage import open_storage
+from kubetune.runtime.reporter import Reporter, json_default
+from kubetune.runtime.results import ResultLog
+from kubetune.storage import join_uri, open_storage
 
 log = logging.getLogger("kubetune.sidecar")
 
@@ -54,6 +59,8 @@ POLL_S = 0.5
 PUSH_PATH = "/metrics"
 #: Largest body a push may send, in bytes.
 MAX_PUSH_BYTES = 1 << 20
+#: Seconds between uploads of the result history (as a runtime trial's default).
+RESULT_SYNC_S = 10.0
 
 
 class FileSource:
@@ -246,6 +253,45 @@ def run(
             return count
 
 
+class TrialResults:
+    """The trial's result history in its storage folder (:data:`kubetune.env.RESULT_LOG`), as the runtime writes it:
+    each result the sidecar reads with the trial's id and config, the lines of an earlier attempt above the restored
+    checkpoint dropped (:meth:`kubetune.runtime.results.ResultLog.resume`), ``params.json`` written at the start.
+
+    Args:
+        spec: the variable's JSON: ``trialDir``, ``state``, ``configFile``.
+        trial: the trial's name.
+        restored: the iteration of the checkpoint the attempt restored (0: none).
+        endpoint, region: the storage's.
+
+    Raises:
+        Exception: reading the config, or the storage, failed (the caller goes on without the history).
+    """
+
+    def __init__(self, spec: dict, trial: str, restored: int, endpoint: str | None, region: str | None):
+        with open(spec["configFile"], encoding="utf-8") as f:
+            self.config = json.load(f)
+        self.trial, self.uri = trial, spec["trialDir"]
+        storage = open_storage(self.uri, endpoint, region)
+        self.log = ResultLog(storage, self.uri, os.path.join(spec["state"], "results"), RESULT_SYNC_S)
+        self.log.resume(restored)
+        params = json.dumps(self.config, indent=2, sort_keys=True, default=json_default).encode()
+        storage.put_bytes(join_uri(self.uri, "params.json"), params)
+        self.log.start_background_sync()
+
+    def append(self, result: dict) -> None:
+        """Add ``result`` (as the sidecar reports it) to the history."""
+        self.log.append({**result, "trial_id": self.trial, "config": self.config})
+
+    def close(self) -> None:
+        """Upload what is left and stop; an upload that fails is logged (the results reached the operator)."""
+        try:
+            self.log.sync(final=True)
+        except Exception as exc:  # noqa: BLE001 - the trial's outcome does not depend on it
+            log.error("the result history could not be uploaded to %s: %s: %s", self.uri, type(exc).__name__, exc)
+        self.log.close()
+
+
 def main(environ=os.environ) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     spec = json.loads(environ[METRICS_SOURCE])
@@ -268,6 +314,18 @@ def main(environ=os.environ) -> int:
         folder = CheckpointFolder(storage, folder_spec, int(environ[ATTEMPT]), restored, reporter.set_checkpoint)
         start = int(restored.get("iteration") or 0)
     source, parser = make_source(spec, environ[TRIAL]), make_parser(spec, start)
+    history = None
+    if environ.get(RESULT_LOG) and source is not None:
+        try:
+            history = TrialResults(
+                json.loads(environ[RESULT_LOG]),
+                environ[TRIAL],
+                start,
+                environ.get(STORAGE_ENDPOINT),
+                environ.get(STORAGE_REGION),
+            )
+        except Exception as exc:  # noqa: BLE001 - the results still reach the operator
+            log.error("the trial's result history is not written: %s: %s", type(exc).__name__, exc)
     reporter.start()
     where = spec.get("path") or f"127.0.0.1:{spec.get('port')}"
     log.info(
@@ -276,9 +334,12 @@ def main(environ=os.environ) -> int:
         f"from {where}" if source is not None else "in the operator (the log)",
         f"; checkpoint folder {folder.spec.path} from iteration {start}" if folder is not None else "",
     )
-    count = run(source, parser, reporter.report, stopping, folder)
+    report = reporter.report if history is None else lambda result: (reporter.report(result), history.append(result))
+    count = run(source, parser, report, stopping, folder)
     grace = float(environ.get(GRACE_PERIOD) or 30)
     sent = reporter.close(max(1.0, grace - 2))
+    if history is not None:  # after the last batch, which ends the attempt's output for the operator
+        history.close()
     log.info("%d results read; the last batch %s", count, "acknowledged" if sent else "not acknowledged")
     return 0 if sent else 1
 
