@@ -405,3 +405,38 @@ def test_the_sidecar_writes_the_results_it_reports_as_the_trials_history_the_ana
     asyncio.run(scenario(["epoch=1 loss=0.75\n"], 1))  # a retry with no checkpoint: the history starts over
     lines = open_storage(trial_dir).get_bytes(f"{trial_dir}/result.json").splitlines()
     assert [json.loads(line)["loss"] for line in lines] == [0.75]
+
+
+def test_a_store_the_sidecar_cannot_reach_holds_neither_the_results_nor_the_end_of_the_attempt(tmp_path):
+    """Storage that refuses connections (retried, as every outage is): the results reach the operator as they come,
+    and SIGTERM ends the sidecar within its grace period with the last batch acknowledged."""
+    metrics = tmp_path / "metrics.log"
+    (tmp_path / "config.json").write_text(json.dumps({"lr": 0.1}))
+
+    async def scenario():
+        ctl, runner, env = await collector_with_a_running_trial(container_experiment(kind="File", path=str(metrics)))
+        env[METRICS_SOURCE] = json.dumps({"kind": "File", "path": str(metrics), "objectives": ["loss"]})
+        env[RESULT_LOG] = json.dumps(
+            {
+                "trialDir": "s3://nowhere/kt/ns/boxes/uid/boxes-00000",
+                "state": str(tmp_path),
+                "configFile": str(tmp_path / "config.json"),
+            }
+        )
+        env.update({"KUBETUNE_STORAGE_ENDPOINT": f"http://127.0.0.1:{free_port()}", "AWS_ACCESS_KEY_ID": "x"})
+        env["AWS_SECRET_ACCESS_KEY"] = "y"
+        metrics.write_text("epoch=1 loss=0.5\n")
+        started = time.monotonic()
+        process = subprocess.Popen([sys.executable, "-m", "kubetune.runtime.sidecar"], env=env)
+        try:
+            deadline = started + 30
+            while ctl.trials["boxes-00000"].status.get("iteration") != 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert time.monotonic() - started < 8, "the result waited for the storage"
+            await stopped_by_the_kubelet(process, time.monotonic() + 15)  # exits 0 within its 10 s grace
+        finally:
+            process.kill()
+            await runner.cleanup()
+        assert ctl.output_read("boxes-00000-0")
+
+    asyncio.run(scenario())

@@ -257,6 +257,8 @@ class TrialResults:
     """The trial's result history in its storage folder (:data:`kubetune.env.RESULT_LOG`), as the runtime writes it:
     each result the sidecar reads with the trial's id and config, the lines of an earlier attempt above the restored
     checkpoint dropped (:meth:`kubetune.runtime.results.ResultLog.resume`), ``params.json`` written at the start.
+    The storage is set up in a thread of its own, so that a store that is slow or unreachable never holds the
+    results on their way to the operator: what comes meanwhile waits in memory.
 
     Args:
         spec: the variable's JSON: ``trialDir``, ``state``, ``configFile``.
@@ -265,31 +267,60 @@ class TrialResults:
         endpoint, region: the storage's.
 
     Raises:
-        Exception: reading the config, or the storage, failed (the caller goes on without the history).
+        OSError, ValueError: the config cannot be read (the caller goes on without the history).
     """
 
     def __init__(self, spec: dict, trial: str, restored: int, endpoint: str | None, region: str | None):
         with open(spec["configFile"], encoding="utf-8") as f:
             self.config = json.load(f)
         self.trial, self.uri = trial, spec["trialDir"]
-        storage = open_storage(self.uri, endpoint, region)
-        self.log = ResultLog(storage, self.uri, os.path.join(spec["state"], "results"), RESULT_SYNC_S)
-        self.log.resume(restored)
-        params = json.dumps(self.config, indent=2, sort_keys=True, default=json_default).encode()
-        storage.put_bytes(join_uri(self.uri, "params.json"), params)
-        self.log.start_background_sync()
+        self._lock = threading.Lock()
+        self._waiting: list[dict] | None = []  # results before the log is ready; None once it is
+        self._log: ResultLog | None = None
+        args = (endpoint, region, os.path.join(spec["state"], "results"), restored)
+        self._ready = threading.Thread(target=self._start, args=args, name="result-history", daemon=True)
+        self._ready.start()
+
+    def _start(self, endpoint: str | None, region: str | None, local_dir: str, restored: int) -> None:
+        try:
+            storage = open_storage(self.uri, endpoint, region)
+            history = ResultLog(storage, self.uri, local_dir, RESULT_SYNC_S)
+            history.resume(restored)
+            params = json.dumps(self.config, indent=2, sort_keys=True, default=json_default).encode()
+            storage.put_bytes(join_uri(self.uri, "params.json"), params)
+        except Exception as exc:  # noqa: BLE001 - the results still reach the operator
+            log.error("the trial's result history is not written to %s: %s: %s", self.uri, type(exc).__name__, exc)
+            with self._lock:
+                self._waiting = None
+            return
+        with self._lock:
+            for result in self._waiting or ():
+                history.append(result)
+            self._waiting, self._log = None, history
+        history.start_background_sync()
 
     def append(self, result: dict) -> None:
         """Add ``result`` (as the sidecar reports it) to the history."""
-        self.log.append({**result, "trial_id": self.trial, "config": self.config})
+        line = {**result, "trial_id": self.trial, "config": self.config}
+        with self._lock:
+            if self._log is not None:
+                self._log.append(line)
+            elif self._waiting is not None:
+                self._waiting.append(line)
 
-    def close(self) -> None:
-        """Upload what is left and stop; an upload that fails is logged (the results reached the operator)."""
+    def close(self, wait_s: float) -> None:
+        """Upload what is left and stop, waiting at most ``wait_s`` seconds for a store still being set up; an
+        upload that fails is logged (the results reached the operator)."""
+        self._ready.join(wait_s)
+        with self._lock:
+            history, self._log, self._waiting = self._log, None, None
+        if history is None:
+            return
         try:
-            self.log.sync(final=True)
+            history.sync(final=True)
         except Exception as exc:  # noqa: BLE001 - the trial's outcome does not depend on it
             log.error("the result history could not be uploaded to %s: %s: %s", self.uri, type(exc).__name__, exc)
-        self.log.close()
+        history.close()
 
 
 def main(environ=os.environ) -> int:
@@ -324,7 +355,7 @@ def main(environ=os.environ) -> int:
                 environ.get(STORAGE_ENDPOINT),
                 environ.get(STORAGE_REGION),
             )
-        except Exception as exc:  # noqa: BLE001 - the results still reach the operator
+        except (OSError, ValueError) as exc:  # the results still reach the operator
             log.error("the trial's result history is not written: %s: %s", type(exc).__name__, exc)
     reporter.start()
     where = spec.get("path") or f"127.0.0.1:{spec.get('port')}"
@@ -339,7 +370,7 @@ def main(environ=os.environ) -> int:
     grace = float(environ.get(GRACE_PERIOD) or 30)
     sent = reporter.close(max(1.0, grace - 2))
     if history is not None:  # after the last batch, which ends the attempt's output for the operator
-        history.close()
+        history.close(max(1.0, grace - 4))
     log.info("%d results read; the last batch %s", count, "acknowledged" if sent else "not acknowledged")
     return 0 if sent else 1
 
