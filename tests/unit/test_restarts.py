@@ -346,6 +346,19 @@ def test_killed_at_any_instant_the_operator_decides_as_an_uninterrupted_run(sche
         assert {"stop", "pause"} & set(calm.decisions.values()), "the scheduler never decided anything"
 
 
+def killed_and_restored_from_snapshots(spec: dict) -> tuple[World, World, dict]:
+    """``(calm, stormy, outcome)``: ``spec`` run uninterrupted and killed at every kind of instant (with snapshots,
+    when the caller makes them small), the same outcome; at least 5 kills, and a snapshot among the stored state."""
+    calm = World(spec)
+    expected = calm.run()
+    stormy = World(spec, kill_at=range(2, 10_000, 3))
+    assert stormy.run() == expected
+    assert stormy.kills >= 5 and any(
+        cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
+    )
+    return calm, stormy, expected
+
+
 OPTUNA_SAMPLERS = {
     "cmaes": {"n_startup_trials": 3, "popsize": 4},
     "qmc": {"qmc_type": "sobol", "scramble": True},
@@ -368,13 +381,7 @@ def test_each_optuna_sampler_decides_as_an_uninterrupted_run_when_killed_and_res
             "params": {"sampler": sampler, "sampler_args": OPTUNA_SAMPLERS[sampler]},
         }
     }
-    calm = World(spec)
-    expected = calm.run()
-    stormy = World(spec, kill_at=range(2, 10_000, 3))
-    assert stormy.run() == expected
-    assert stormy.kills >= 5 and any(
-        cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
-    )
+    calm, stormy, expected = killed_and_restored_from_snapshots(spec)
     assert len({json.dumps(t["config"], sort_keys=True) for t in expected.values()}) >= 10
 
 
@@ -712,13 +719,7 @@ def test_best_trial_scope_all_ranks_each_trials_best_value_and_restarts_rebuild_
         "scheduler": SCHEDULERS["fifo"],
         "searchAlgorithm": SEARCHERS["basic"],
     }
-    calm = World(spec)
-    expected = calm.run()
-    stormy = World(spec, kill_at=range(2, 10_000, 3))
-    assert stormy.run() == expected
-    assert stormy.kills >= 5 and any(
-        cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()
-    )
+    calm, stormy, expected = killed_and_restored_from_snapshots(spec)
     for name, trial in stormy.trials.items():
         config, last = trial["status"].get("config", trial["spec"]["config"]), trial["status"]["iteration"]
         values = {f.__name__: [f(config, i) for i in range(1, last + 1)] for f in (loss, score, cost)}
