@@ -8,7 +8,8 @@ epoch, so ASHA's decisions on it are known in advance. Each test proves one prom
 user's command in Katib's and kubetune's forms with nothing of kubetune's added to the pod; results stream while
 the trial runs, so ASHA stops the trials it should by deleting their pods; a container that exits 0 without
 ever printing the objective ends ``MetricMissing``, never a silent success; metrics a file, a push or TensorFlow
-event files hold reach the scheduler through the native sidecar; and a trial whose pod is deleted goes on from
+event files hold reach the scheduler through the native sidecar, which writes them to the trial's storage folder
+too; and a trial whose pod is deleted goes on from
 its checkpoint folder as an uninterrupted one would.
 """
 
@@ -18,6 +19,7 @@ import json
 import time
 
 from devcluster.cluster import S3_BUCKET
+from kubetune.sdk.analysis import ExperimentAnalysis
 from tests.realnode.conftest import wait_finished
 from tests.realnode.test_realnode import GROUP, VERSION, trials_of
 from tests.unit.test_container_trial_images import metrics
@@ -205,10 +207,11 @@ PROXY = {"name": "proxy", "command": ["sleep", "3600"], "securityContext": RESTR
 
 
 def test_a_metrics_file_is_read_by_the_native_sidecar_and_a_proxy_beside_the_trial_never_holds_it(
-    node_cluster, core, custom, team
+    node_cluster, core, custom, team, monkeypatch
 ):
     """The shell trial writes its lines to a file (its own redirection), a second container sleeps for an hour as a
-    service-mesh proxy would: the trial ends when train.sh ends, its results read from the file by the sidecar."""
+    service-mesh proxy would: the trial ends when train.sh ends, its results read from the file by the sidecar,
+    which writes them to the trial's storage folder, where the SDK's analysis reads the trial's curve."""
     image = node_cluster.node.image("trial-shell")
     body = experiment(
         "file-metrics",
@@ -234,6 +237,17 @@ def test_a_metrics_file_is_read_by_the_native_sidecar_and_a_proxy_beside_the_tri
     assert (trial["phase"], trial["reason"], trial["iteration"]) == ("Succeeded", "Completed", 3), trial
     assert trial["lastResult"]["loss"] == shell_loss(0.3, 3)
     assert time.monotonic() - started < 180  # not the proxy's hour, nor the grace period of a stuck pod
+    env = node_cluster.env()
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, env[key])
+    analysis = ExperimentAnalysis(
+        f"s3://{S3_BUCKET}/containers/{team}/file-metrics", "loss", "min", storage_endpoint=node_cluster.s3_endpoint
+    )
+    (stored,) = analysis.trials
+    assert stored.config == {"lr": 0.3}
+    curve = analysis.trial_dataframes[stored.path]
+    assert list(curve["training_iteration"]) == [1, 2, 3]
+    assert list(curve["loss"]) == [shell_loss(0.3, epoch) for epoch in (1, 2, 3)]
 
 
 def test_pushed_metrics_and_tensorflow_event_files_reach_the_scheduler(node_cluster, core, custom, team):
