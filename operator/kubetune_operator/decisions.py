@@ -246,11 +246,8 @@ class JournaledDecisions:
                 self.book.show_result(trial, result)
         for name, ranges in (snapshot.get("metricRange") or {}).items():  # results a status write may not show
             trial = self.book.trials.get(name)
-            if trial is not None:
-                merged = st.merge_ranges(trial.status.get("metricRange"), ranges)
-                if merged != trial.status.get("metricRange"):
-                    trial.status["metricRange"], trial.dirty = merged, True
-                    self.unshown_ranges.add(name)
+            if trial is not None and self.book.merge_range(trial, ranges):
+                self.unshown_ranges.add(name)
 
     def do(self, entry: Entry) -> Any:
         """Apply ``entry`` and record it in the journal (recorded only once applied without error)."""

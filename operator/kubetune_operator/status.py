@@ -215,19 +215,27 @@ def widen_range(ranges: Mapping[str, Mapping[str, float]] | None, results: Itera
     """
     out = {key: dict(bounds) for key, bounds in (ranges or {}).items()}
     for result in results:
-        if metric not in out and len(out) < MAX_RANGE_KEYS:  # the metric first, wherever it is in the result
+        if metric not in out:  # the metric first, wherever it is in the result
             found = lookup(result, metric)
-            if type(found) in (int, float) and _finite(found):
-                out[metric] = {"min": float(found), "max": float(found)}
+            value = None if isinstance(found, bool) else finite_number(found)
+            if value is not None:
+                _widen(out, metric, value, value)
         _take_numbers(out, result, "")
     return out
 
 
-def _finite(value: int | float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int beyond a float's range
-        return False
+def _widen(out: dict, key: str, low: float, high: float) -> None:
+    """Widen ``out[key]`` to take ``low`` and ``high`` in; a new key only while ``out`` has fewer than
+    :data:`MAX_RANGE_KEYS`."""
+    bounds = out.get(key)
+    if bounds is None:
+        if len(out) < MAX_RANGE_KEYS:
+            out[key] = {"min": low, "max": high}
+        return
+    if low < bounds["min"]:
+        bounds["min"] = low
+    if high > bounds["max"]:
+        bounds["max"] = high
 
 
 def _take_numbers(out: dict, result: Mapping, prefix: str) -> None:
@@ -236,16 +244,9 @@ def _take_numbers(out: dict, result: Mapping, prefix: str) -> None:
         kind = type(item)
         if kind is float or kind is int:  # bools are not numbers here (type, not isinstance)
             name = f"{prefix}{key}" if prefix else key
-            if not prefix and name in _UNRANGED or not _finite(item):
-                continue
-            bounds = out.get(name)
-            if bounds is None:
-                if len(out) < MAX_RANGE_KEYS:
-                    out[name] = {"min": float(item), "max": float(item)}
-            elif item < bounds["min"]:
-                bounds["min"] = float(item)
-            elif item > bounds["max"]:
-                bounds["max"] = float(item)
+            # ints are within 64 bits (kubetune_operator.podinput checks every result at the collector)
+            if (prefix or name not in _UNRANGED) and math.isfinite(item):
+                _widen(out, name, float(item), float(item))
         elif isinstance(item, Mapping) and (prefix or key not in _UNRANGED):
             _take_numbers(out, item, f"{prefix}{key}/")
 
@@ -255,11 +256,7 @@ def merge_ranges(a: Mapping[str, Mapping[str, float]] | None, b: Mapping[str, Ma
     and a journal snapshot's. ``a``'s keys first, then ``b``'s, at most :data:`MAX_RANGE_KEYS`."""
     out = {key: dict(bounds) for key, bounds in (a or {}).items()}
     for key, bounds in (b or {}).items():
-        mine = out.get(key)
-        if mine is not None:
-            mine["min"], mine["max"] = min(mine["min"], bounds["min"]), max(mine["max"], bounds["max"])
-        elif len(out) < MAX_RANGE_KEYS:
-            out[key] = dict(bounds)
+        _widen(out, key, bounds["min"], bounds["max"])
     return out
 
 

@@ -203,10 +203,17 @@ class TrialBook:
         kept only for ``spec.bestTrialScope: all``; return whether it changed."""
         if self.intake.spec.best_trial_scope != "all" or not results:
             return False
-        ranges = st.widen_range(trial.status.get("metricRange"), results, self.intake.metric)
+        return self._show_range(trial, st.widen_range(trial.status.get("metricRange"), results, self.intake.metric))
+
+    def merge_range(self, trial: TrialState, ranges: dict) -> bool:
+        """Take a range of ``trial``'s results kept elsewhere (a journal snapshot's) into its ``status.metricRange``
+        (:func:`kubetune_operator.status.merge_ranges`); return whether it changed."""
+        return self._show_range(trial, st.merge_ranges(trial.status.get("metricRange"), ranges))
+
+    def _show_range(self, trial: TrialState, ranges: dict) -> bool:
         if ranges == trial.status.get("metricRange"):
             return False
-        trial.status["metricRange"] = ranges
+        trial.status["metricRange"] = ranges  # a new object: the status writer compares it with what it last wrote
         trial.dirty = True
         return True
 
