@@ -46,6 +46,7 @@ SCHEDULERS: dict[str, str] = {
     "fifo": "kubetune_operator.schedulers.fifo:FIFOScheduler",
     "asha": "kubetune_operator.schedulers.asha:AsyncHyperBandScheduler",
     "median_stopping_rule": "kubetune_operator.schedulers.median_stopping:MedianStoppingRule",
+    "katib-medianstop": "kubetune_operator.schedulers.katib_medianstop:KatibMedianStop",
     "hyperband": "kubetune_operator.schedulers.hyperband:HyperBandScheduler",
     "hyperband_bohb": "kubetune_operator.schedulers.hyperband_bohb:HyperBandForBOHB",
     "pbt": "kubetune_operator.schedulers.pbt:PopulationBasedTraining",

@@ -350,6 +350,61 @@ def test_katibs_hyperband_example_runs_its_brackets_through_katibs_sdk(cluster, 
     assert out["details"][order[2]["metadata"]["name"]]["assignments"]["num-epochs"] == "2"
 
 
+# Katib's median-stop.yaml trial, tiny: the flags of Katib's pytorch-mnist command and its training lines, one every
+# --log-interval batches (Katib's StdOut format); the loss falls within the epoch from a level set by lr and momentum
+MEDIAN_STOP_TRIAL = """
+import sys
+flags = dict(arg[2:].split("=", 1) for arg in sys.argv[1:])
+lr, momentum, batch = float(flags["lr"]), float(flags["momentum"]), int(flags["batch-size"])
+for batch_idx in range(0, 40, 10):
+    loss = abs(lr - 0.03) * 100 + momentum + 1 / (batch_idx / 10 + 1)
+    print(f"Train Epoch: 1 [{batch_idx * batch}/640 ({100.0 * batch_idx / 40:.0f}%)]\tloss={loss:.4f}", flush=True)
+"""
+
+
+def median_stop_losses(config: dict) -> list[float]:
+    """The losses :data:`MEDIAN_STOP_TRIAL` prints for ``config``, in order."""
+    return [round(abs(config["lr"] - 0.03) * 100 + config["momentum"] + 1 / (k + 1), 4) for k in range(4)]
+
+
+def test_katibs_median_stop_example_stops_trials_as_katibs_rule_does(cluster, operator, custom, namespace):
+    """Katib's median-stop.yaml (min_trials_required 1, start_step 2) with 8 trials one at a time (so each trial's rule
+    is known: the trials before it) and a seed: each trial created after one succeeded is judged at its second report
+    by its best loss so far against the mean of the succeeded trials' averages over their first two; the ones Katib's
+    rule stops are EarlyStopped in both APIs, the others succeed, and Katib's SDK lists only those as succeeded."""
+    katib = katib_example("early-stopping/median-stop.yaml", namespace)
+    katib["spec"].update(maxTrialCount=8, parallelTrialCount=1)
+    katib["spec"]["algorithm"]["algorithmSettings"] = [{"name": "random_state", "value": "11"}]
+    (container,) = katib["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:2] == ["python3", "/opt/pytorch-mnist/mnist.py"]
+    container["command"][1:2] = ["-c", MEDIAN_STOP_TRIAL]
+    out = katib_sdk(katib, namespace, cluster)
+    assert out.get("succeeded") is True, out
+    native = get(custom, namespace, "experiments", "median-stop")
+    assert native["spec"]["scheduler"] == {
+        "name": "katib-medianstop",
+        "params": {"min_trials_required": 1, "start_step": 2},
+    }
+    order = sorted(trials(custom, namespace).values(), key=lambda t: t["metadata"]["name"])
+    assert len(order) == 8
+    averages, expected = [], []  # Katib's rule, trial after trial
+    for trial in order:
+        losses = median_stop_losses(trial["spec"]["config"])
+        rule = sum(averages) / len(averages) if averages else None
+        stopped = rule is not None and min(losses[:2]) > rule
+        expected.append("EarlyStopped" if stopped else "Completed")
+        if not stopped:
+            averages.append(sum(losses[:2]) / 2)
+    assert [t["status"]["reason"] for t in order] == expected, [t["status"] for t in order]
+    assert {"EarlyStopped", "Completed"} <= set(expected[1:])  # the seed gives both outcomes under a rule
+    assert all(t["status"]["phase"] == "Succeeded" for t in order)
+    served = custom.get_namespaced_custom_object("kubeflow.org", "v1beta1", namespace, "experiments", "median-stop")
+    early = [t["metadata"]["name"] for t, e in zip(order, expected) if e == "EarlyStopped"]
+    assert served["status"]["trialsEarlyStopped"] == len(early)
+    assert sorted(served["status"]["earlyStoppedTrialList"]) == early
+    assert sorted(out["details"]) == sorted(t["metadata"]["name"] for t in order if t["metadata"]["name"] not in early)
+
+
 # A Katib trial with the Push collector: Katib's own report_metrics() each epoch, nothing of kubetune's inside
 PUSHING_TRIAL = """
 import sys

@@ -135,6 +135,7 @@ def test_enums():
         "fifo",
         "asha",
         "median_stopping_rule",
+        "katib-medianstop",
         "hyperband",
         "hyperband_bohb",
         "pbt",

@@ -154,7 +154,7 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
     # every registered search algorithm and scheduler imported in the operator image's environment
     assert (
         "imports: basic, bohb, katib-hyperband, optuna, random | "
-        "asha, fifo, hyperband, hyperband_bohb, median_stopping_rule" in outputs["operator"]
+        "asha, fifo, hyperband, hyperband_bohb, katib-medianstop, median_stopping_rule" in outputs["operator"]
     )
     assert "optuna" in operator and "optuna" not in runtime
     assert "optuna-dashboard" in operator and "optuna-dashboard" not in runtime  # the chart's dashboard, not trials'

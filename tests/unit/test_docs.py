@@ -146,7 +146,14 @@ def _api_examples() -> list[dict]:
 
 def test_the_api_page_has_examples_of_every_scheduler_and_search_algorithm():
     specs = [example["spec"] for example in _api_examples()]
-    assert {s.get("scheduler", {}).get("name", "fifo") for s in specs} == {"fifo", "asha", "pbt", "pb2", "hyperband"}
+    assert {s.get("scheduler", {}).get("name", "fifo") for s in specs} == {
+        "fifo",
+        "asha",
+        "pbt",
+        "pb2",
+        "hyperband",
+        "katib-medianstop",
+    }
     assert {s.get("searchAlgorithm", {}).get("name", "basic") for s in specs} == {"basic", "optuna", "katib-hyperband"}
 
 

@@ -231,16 +231,35 @@ def test_algorithms_map_to_the_searchers_and_samplers_docs_api_names():
     assert any("restart_strategy" in n.katib and "dropped" in n.text for n in notes)
 
 
-def test_median_stop_becomes_the_median_stopping_rule_and_says_katib_computes_a_mean():
+def test_median_stop_becomes_katibs_own_rule_with_its_settings():
     conversion = convert(_katib("early-stopping/median-stop.yaml"))
     assert conversion.experiment["spec"]["scheduler"] == {
-        "name": "median_stopping_rule",
-        "params": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 1},
+        "name": "katib-medianstop",
+        "params": {"min_trials_required": 1, "start_step": 2},
     }
-    (note,) = [n for n in conversion.notes if n.katib == "spec.earlyStopping"]
-    assert "arithmetic mean" in note.text and note.target == ("spec", "scheduler")
-    assert "arithmetic mean" in conversion.to_yaml()
+    assert not [n for n in conversion.notes if n.katib.startswith("spec.earlyStopping")]  # nothing changes meaning
     assert conversion.experiment["spec"]["podRetentionPolicy"] == {"whenSucceeded": "Retain", "whenFailed": "Retain"}
+    katib = _katib("early-stopping/median-stop.yaml")
+    katib["spec"]["earlyStopping"]["algorithmSettings"] = []
+    conversion = convert(katib)
+    assert conversion.experiment["spec"]["scheduler"]["params"] == {"min_trials_required": 3, "start_step": 4}
+    (note,) = [n for n in conversion.notes if n.katib == "spec.earlyStopping.algorithmSettings"]
+    assert "Katib's defaults (3 and 4)" in note.text
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("min_trials_required", "0", r"min_trials_required\]: must be greater than zero"),
+        ("start_step", "0", r"start_step\]: must be greater or equal than one"),
+        ("start_step", "two", r"start_step"),
+    ],
+)
+def test_median_stop_settings_katib_refuses_are_refused(setting, value, message):
+    katib = _katib("early-stopping/median-stop.yaml")
+    katib["spec"]["earlyStopping"]["algorithmSettings"] = [{"name": setting, "value": value}]
+    with pytest.raises(KatibConversionError, match=message):
+        convert(katib)
 
 
 def test_the_metrics_collectors_map_to_kubetunes():

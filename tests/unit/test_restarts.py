@@ -288,6 +288,7 @@ SCHEDULERS = {
         "name": "median_stopping_rule",
         "params": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
     },
+    "katib_medianstop": {"name": "katib-medianstop", "params": {"min_trials_required": 2, "start_step": 3}},
     "pbt": {
         "name": "pbt",
         "params": {

@@ -22,6 +22,7 @@ CONFIGS = {
     "fifo": {},
     "asha": {"max_t": MAX_T, "grace_period": 1, "reduction_factor": 3},
     "median_stopping_rule": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2},
+    "katib-medianstop": {"min_trials_required": 2, "start_step": 2},
     "hyperband": {"max_t": MAX_T, "reduction_factor": 3},
     "hyperband_bohb": {"max_t": MAX_T, "reduction_factor": 3},
     "pbt": {

@@ -13,6 +13,7 @@ from kubetune_operator.schedulers.asha import AsyncHyperBandScheduler
 from kubetune_operator.schedulers.fifo import FIFOScheduler
 from kubetune_operator.schedulers.hyperband import HyperBandScheduler
 from kubetune_operator.schedulers.hyperband_bohb import HyperBandForBOHB
+from kubetune_operator.schedulers.katib_medianstop import KatibMedianStop
 from kubetune_operator.schedulers.median_stopping import MedianStoppingRule
 from kubetune_operator.schedulers.pb2 import PB2
 from kubetune_operator.schedulers.pbt import PopulationBasedTraining, PopulationBasedTrainingReplay
@@ -23,6 +24,7 @@ def test_names_are_the_crd_enum_values():
         "fifo": FIFOScheduler,
         "asha": AsyncHyperBandScheduler,
         "median_stopping_rule": MedianStoppingRule,
+        "katib-medianstop": KatibMedianStop,
         "hyperband": HyperBandScheduler,
         "hyperband_bohb": HyperBandForBOHB,
         "pbt": PopulationBasedTraining,
@@ -55,8 +57,8 @@ def test_parameters_use_rays_names():
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(
         ValueError,
-        match="unknown scheduler 'pb3'; valid: asha, fifo, hyperband, hyperband_bohb, median_stopping_rule, pb2, pbt, "
-        "pbt_replay",
+        match="unknown scheduler 'pb3'; valid: asha, fifo, hyperband, hyperband_bohb, katib-medianstop, "
+        "median_stopping_rule, pb2, pbt, pbt_replay",
     ):
         create_scheduler("pb3")
 

@@ -605,23 +605,18 @@ class _Converter:
         where = "spec.earlyStopping.algorithmSettings"
         required = _number(settings.get("min_trials_required", 3), f"{where}[min_trials_required]", integer=True)
         start = _number(settings.get("start_step", 4), f"{where}[start_step]", integer=True)
+        if required < 1:  # Katib's own checks, with its words
+            raise KatibConversionError(f"{where}[min_trials_required]: must be greater than zero (>0)")
+        if start < 1:
+            raise KatibConversionError(f"{where}[start_step]: must be greater or equal than one (>=1)")
         self.out["scheduler"] = {
-            "name": "median_stopping_rule",
-            "params": {
-                "time_attr": "training_iteration",
-                "grace_period": start,
-                "min_samples_required": required,
-            },
+            "name": "katib-medianstop",
+            "params": {"min_trials_required": required, "start_step": start},
         }
-        self.note(
-            "spec.earlyStopping",
-            "medianstop: Katib stops a trial whose value at a step from start_step on is worse than the arithmetic "
-            "mean of the completed trials' averages over their first start_step values; kubetune's rule (Ray's) "
-            "compares a trial's best value with the median of its peers' running means, running peers included "
-            "(changes meaning)",
-            "spec",
-            "scheduler",
-        )
+        if "min_trials_required" not in settings or "start_step" not in settings:
+            self.note(
+                "spec.earlyStopping.algorithmSettings", "unset ones: Katib's defaults (3 and 4)", "spec", "scheduler"
+            )
 
     def counts(self) -> None:
         parallel = self.spec.get("parallelTrialCount")
