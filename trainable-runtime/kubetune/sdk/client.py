@@ -50,6 +50,11 @@ class ExperimentNotFound(LookupError):
     """The Experiment is not in the namespace (or was deleted while it was followed)."""
 
 
+class ExperimentExists(ValueError):
+    """A new run's Experiment name is taken in the namespace; the message names the ways on (Ray would run into the
+    experiment folder of that name: a kubetune Experiment is one object, and its name is the run's)."""
+
+
 def api_message(exc: Any) -> str:
     """The API server's own one-line message of an ``ApiException`` (its Status ``message``), else its status."""
     import json
@@ -141,10 +146,22 @@ class Cluster:
         """Create the Experiment ``body``; return it as stored (with its ``uid``).
 
         Raises:
-            kubernetes.client.ApiException: refused, e.g. 409 when the name is taken or 422 from the
-                CRD schema.
+            ExperimentExists: an Experiment of its name is in the namespace (409).
+            kubernetes.client.ApiException: refused otherwise, e.g. 422 from the CRD schema.
         """
-        return self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, EXPERIMENTS, body)
+        from kubernetes.client import ApiException
+
+        try:
+            return self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, EXPERIMENTS, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            name = body["metadata"]["name"]
+            raise ExperimentExists(
+                f"an Experiment named {name!r} is already in namespace {self.namespace}: follow it (resume=True in "
+                f"tune.run, Tuner.restore({name!r}), kubetune watch {name}), delete it first to run afresh (kubetune "
+                f"delete {name}), or give this run another name"
+            ) from None
 
     def get(self, name: str, timeout_s: Any = None) -> dict:
         """Return the Experiment ``name``; ``timeout_s``: seconds to connect, then to hear from the API server (a

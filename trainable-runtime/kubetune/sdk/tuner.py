@@ -551,12 +551,14 @@ def create_experiment(
         TypeError: a ``trial_name_creator`` that is not callable.
         kubetune.storage.StorageUnavailable: the storage could not be written within
             :data:`kubetune.storage.SDK_OUTAGE_TIMEOUT_S` (nothing is created).
-        kubernetes.client.ApiException: the API server refused the Experiment (after a 4xx, what this call
+        kubetune.sdk.client.ExperimentExists: the name is taken (what this call uploaded is deleted again).
+        kubernetes.client.ApiException: the API server refused the Experiment otherwise (after a 4xx, what this call
             uploaded is deleted again).
     """
     from kubernetes.client import ApiException
 
     from kubetune.limits import check_spec_sizes
+    from kubetune.sdk.client import ExperimentExists
     from kubetune.shipping import FunctionPickles, ship_trainable, with_stopper
     from kubetune.storage import SDK_OUTAGE_TIMEOUT_S, StorageUnavailable, open_storage, storage_errors
 
@@ -599,8 +601,9 @@ def create_experiment(
         ) from None
     try:
         return cluster.create(manifest)
-    except ApiException as exc:
-        if 400 <= exc.status < 500:  # refused, so nothing uses them (after a 5xx or a lost reply it may exist)
+    except (ApiException, ExperimentExists) as exc:
+        if isinstance(exc, ExperimentExists) or 400 <= exc.status < 500:
+            # refused, so nothing uses them (after a 5xx or a lost reply it may exist)
             for uri in set(store.list(base)) - before:
                 store.delete(uri)
         raise
@@ -856,7 +859,8 @@ def run(
             kubetune's CRDs not installed: checked before anything is uploaded.
         kubetune.sdk.client.ExperimentNotFound: ``restore`` names no Experiment, or the Experiment was deleted
             while the run followed it.
-        kubernetes.client.ApiException: the API refused the Experiment (e.g. 409, the name is taken).
+        kubetune.sdk.client.ExperimentExists: an Experiment of the run's name is in the namespace.
+        kubernetes.client.ApiException: the API refused the Experiment otherwise.
     """
     restore, storage, return_trials = legacy_run_args(
         ray_kwargs, name=name, restore=restore, storage=storage or storage_path
