@@ -44,6 +44,7 @@ from .container_trials import (
     checkpoint_path,
     folder_env,
     katib_report_metrics,
+    kubetune_security,
     metrics_sidecar,
     references,
     restore_container,
@@ -73,7 +74,9 @@ __all__ = [
     "owner_reference",
     "pod_name",
     "pod_resources",
+    "pod_security",
     "sample_pod",
+    "token_secret",
     "token_secret_name",
     "trial_dir_uri",
     "trial_name",
@@ -377,11 +380,7 @@ def build_pod(
         "command": list(RUNTIME_COMMAND),
         "env": env + user_env,
         "resources": pod_resources(spec.get("resourcesPerTrial")),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-        },
+        "securityContext": kubetune_security(),
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "File",
     }
@@ -552,12 +551,7 @@ def _pod_manifest(
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": settings.trials.termination_grace_period_s,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": settings.trials.run_as_user,
-            "seccompProfile": {"type": "RuntimeDefault"},
-            **(template.get("securityContext") or {}),
-        },
+        "securityContext": pod_security(settings, template),
         "containers": [container, *(template.get("containers") or [])],
     }
     pod_spec.update({k: template[k] for k in _POD_SPEC_FIELDS if template.get(k)})
@@ -565,6 +559,17 @@ def _pod_manifest(
     if all_volumes:
         pod_spec["volumes"] = all_volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def pod_security(settings: Settings, template: Mapping) -> dict:
+    """The pod ``securityContext`` of kubetune's pods: non-root (``settings.trials.run_as_user``), RuntimeDefault
+    seccomp, ``template.securityContext`` laid over it."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": settings.trials.run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        **(template.get("securityContext") or {}),
+    }
 
 
 def token_secret_name(pod: str, trial_uid: str) -> str:
@@ -587,21 +592,29 @@ def build_token_secret(pod: Mapping, trial: Mapping, token: str) -> dict:
     Raises:
         ValueError: a Trial without ``metadata.uid``.
     """
+    config = encode_trial_config(trial["spec"].get("config") or {})
+    return token_secret(pod, trial, {TOKEN_SECRET_KEY: token, CONFIG_KEY: config})
+
+
+def token_secret(pod: Mapping, owner: Mapping, data: Mapping[str, str]) -> dict:
+    """The Secret of ``pod`` (named by :func:`token_secret_name` after ``owner``'s uid, owned by ``owner``, the pod's
+    labels) holding ``data``.
+
+    Raises:
+        ValueError: an owner without ``metadata.uid``.
+    """
     meta = pod["metadata"]
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {
-            "name": token_secret_name(meta["name"], trial["metadata"]["uid"]),
+            "name": token_secret_name(meta["name"], owner["metadata"]["uid"]),
             "namespace": meta["namespace"],
             "labels": dict(meta["labels"]),
-            "ownerReferences": [owner_reference(trial)],
+            "ownerReferences": [owner_reference(owner)],
         },
-        "stringData": {
-            TOKEN_SECRET_KEY: token,
-            CONFIG_KEY: encode_trial_config(trial["spec"].get("config") or {}),
-        },
+        "stringData": dict(data),
     }
 
 

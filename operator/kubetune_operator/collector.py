@@ -1,6 +1,7 @@
 """The results collector: an aiohttp endpoint in the operator's own event loop
 where trial runtimes POST batches of results and get the scheduler's decision;
-the same server answers ``/healthz`` and ``/metrics`` (Prometheus).
+the same server answers ``/healthz``, ``/metrics`` (Prometheus) and an Experiment's driver pod, which reads the
+journal's entries there (``kubetune.env.DRIVER_EVENTS_PATH``, ``kubetune_operator.driver``).
 
 Started by the operator's startup handler (``handlers.py``); it hands each
 authenticated batch to the Experiment's
@@ -35,9 +36,10 @@ from pydantic import (
     field_validator,
 )
 
-from kubetune.env import COLLECTOR_RESULTS_PATH, MAX_STALL_MESSAGE, STALL_REASONS
+from kubetune.env import COLLECTOR_RESULTS_PATH, DRIVER_EVENTS_PATH, MAX_STALL_MESSAGE, STALL_REASONS
 
 from . import metrics
+from .driver import driver_subject
 from .labels import pod_name
 from .metricsauth import MetricsAuth
 from .params import describe
@@ -223,11 +225,37 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
         metrics.DECISIONS.labels(decision).inc()
         return web.json_response({"decision": decision})
 
+    async def driver(request: web.Request) -> web.Response:
+        """The driver pod's events (``kubetune.env.DRIVER_EVENTS_PATH``): 401 for a token that is not the
+        Experiment's driver's, 400 for a bad ``after``, 503 while the Experiment is not loaded, 409 when the
+        entries asked for are not kept."""
+        auth = request.headers.get("Authorization", "")
+        claims = token_claims(registry.key, auth[len("Bearer ") :]) if auth.startswith("Bearer ") else None
+        namespace, experiment = request.query.get("namespace", ""), request.query.get("experiment", "")
+        if claims is None or claims[:2] != (namespace, driver_subject(experiment)):
+            return _error(401, "invalid driver token")
+        try:
+            after = int(request.query.get("after", "-1"))
+        except ValueError:
+            return _error(400, "after must be an integer")
+        if after < -1:
+            return _error(400, "after must be -1 or more")
+        ctl = registry.get(namespace, experiment)
+        if ctl is None or not ctl.adopted:
+            return _error(503, "experiment not loaded yet; retry")
+        if claims[3] != ctl.experiment["metadata"].get("uid"):
+            return _error(401, "stale driver token: the Experiment was created again")
+        try:
+            return web.json_response(ctl.driver_events(after))
+        except LookupError as exc:
+            return _error(409, str(exc))
+
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[count])
     app.router.add_post(COLLECTOR_RESULTS_PATH, results)
+    app.router.add_get(DRIVER_EVENTS_PATH, driver)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics.handler(metrics_auth))
     return app

@@ -47,6 +47,7 @@ __all__ = [
     "folder_env",
     "metrics_sidecar",
     "references",
+    "kubetune_security",
     "restore_container",
     "shared_folder",
     "substitute",
@@ -265,7 +266,7 @@ def metrics_sidecar(
         "restartPolicy": "Always",
         "env": env,
         "resources": SIDECAR_RESOURCES,
-        "securityContext": _kubetune_security(),
+        "securityContext": kubetune_security(),
     }
     env_from = [*(checkpoint[1] if checkpoint else ()), *(result_log[1] if result_log else ())]
     if env_from:
@@ -315,8 +316,9 @@ def checkpoint_path(spec: Mapping[str, Any]) -> str | None:
     return posixpath.normpath(path) if isinstance(path, str) else path
 
 
-def _kubetune_security() -> dict:
-    """The *restricted* settings of kubetune's containers in a container trial's pod, root filesystem read-only."""
+def kubetune_security() -> dict:
+    """The *restricted* settings of kubetune's containers (a runtime trial's, a container trial's sidecar and restore,
+    the driver pod's), root filesystem read-only."""
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
 
 
@@ -372,7 +374,7 @@ def restore_container(image: str, attempt: int, checkpoint: tuple[list, list, st
         "command": list(RESTORE_COMMAND),
         "env": [{"name": ATTEMPT, "value": str(attempt)}, *checkpoint[0]],
         "resources": SIDECAR_RESOURCES,
-        "securityContext": _kubetune_security(),
+        "securityContext": kubetune_security(),
         "terminationMessagePolicy": "File",
         "volumeMounts": _folder_mounts(checkpoint[2]),
     }

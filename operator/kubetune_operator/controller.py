@@ -31,6 +31,7 @@ from typing import Iterator, Mapping
 from kubetune.shipping import holds_function
 
 from .decisions import JournaledDecisions
+from .driver import driver_events, split_driver_pods
 from .experiment_health import ExperimentHealth
 from .experiment_spec import ContainerTrial
 from .gang import fold
@@ -60,7 +61,7 @@ class ExperimentController:
     """
 
     def __init__(self, experiment: Mapping, settings: Settings, key: bytes):
-        self.settings = settings
+        self.settings, self.key = settings, key
         self.stop_reason: str | None = None  # as of the last plan(); the collector answers by it
         self.restored = False  # the Trials in the API and the journal have been read (the daemon does it first)
         self.adopted = False  # ... and the first plan() has run: the collector may take results
@@ -184,7 +185,10 @@ class ExperimentController:
             spec_changed=old != spec,
             pods_draw=holds_function(spec.config) or spec.trial_name_creator is not None,
             ranges=spec.best_trial_scope == "all",
+            driver=spec.driver is not None,
         )
+        if spec.driver is not None:
+            self.journal.keep_for_driver()
         if self.intake.accept(experiment, spec):  # another metric or mode: the trials are ranked anew
             self.book.reopen_all()
 
@@ -242,6 +246,7 @@ class ExperimentController:
     def pod_not_created(self, name: str) -> None:
         """The create of pod ``name`` failed: it is asked for again next pass."""
         self.lifecycle.pod_not_created(name)
+        self.projection.driver.not_created(name)
 
     def secrets_not_deleted(self, names: set[str]) -> None:
         """The token Secrets ``names`` were not deleted (or held back): asked for again next pass."""
@@ -264,7 +269,7 @@ class ExperimentController:
         for manifest in plan.create_trials:
             self.trial_created(manifest["metadata"]["name"], None)
         for manifest in plan.create_pods:
-            self.lifecycle.pod_not_created(manifest["metadata"]["name"])
+            self.pod_not_created(manifest["metadata"]["name"])
         self.lifecycle.secrets_not_deleted({name for name, _ in plan.collect_secrets})
         for name in plan.trial_status:
             self.projection.status_write_failed(name)
@@ -299,6 +304,22 @@ class ExperimentController:
     def trial_dir(self, trial: str) -> str:
         """The storage folder URI of ``trial`` (:func:`kubetune_operator.builders.experiment_trial_dir`)."""
         return self.intake.trial_dir(trial)
+
+    def driver_events(self, after: int) -> dict:
+        """The driver pod's events after journal entry ``after`` (:func:`kubetune_operator.driver.driver_events`).
+
+        Raises:
+            LookupError: they are not kept (no ``spec.driver``, or the driver asked from before what it saved).
+        """
+        if self.intake.spec.driver is None:
+            raise LookupError("the Experiment has no spec.driver")
+        ending = self.projection.phase_decision(time.time(), driver_pending=False).phase in ("Succeeded", "Failed")
+        return driver_events(self.journal, after, self._trial_info, ending)
+
+    def _trial_info(self, name: str) -> dict:
+        trial = self.book.trials.get(name)
+        config = (trial.spec_config if trial.spec_config is not None else trial.config) if trial else None
+        return {"config": config or {}, "path": self.trial_dir(name)}
 
     def token(self, trial: str, attempt: int) -> str:
         """The collector bearer token of ``trial``'s ``attempt`` (see :func:`kubetune_operator.tokens.mint_token`)."""
@@ -390,6 +411,7 @@ class ExperimentController:
             now: seconds since the epoch (default: the clock).
         """
         now = time.time() if now is None else now
+        pods, drivers = split_driver_pods(pods)
         observed, pods = pods, fold(pods)
         lingering = self.lifecycle.lingering(observed)
         plan = Plan(events=list(self.notices))
@@ -402,6 +424,9 @@ class ExperimentController:
                     self.lifecycle.set(trial, now, attempt=pod.attempt, podName=pod.name)
             self.adopted = True  # now the collector may take results: every trial's attempt is known
         self.projection.started(now)
+        if self.intake.spec.driver is not None:
+            self.projection.driver.observe(drivers)
+            self.projection.driver.plan(plan, self.experiment, self.settings, self.key)
         self.lifecycle.reconcile(plan, pods, lingering, self.projection.stopping_reason(now), now)
         stop_reason = self.stop_reason = self.projection.stopping_reason(now)  # outcomes of this pass count too
         suspended = self.intake.spec.suspend

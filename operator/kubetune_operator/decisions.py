@@ -123,6 +123,7 @@ class JournaledDecisions:
         spec_changed: bool,
         pods_draw: bool,
         ranges: bool = False,
+        driver: bool = False,
     ) -> None:
         """Use the searcher, scheduler and stoppers a new version of the spec makes (the controller's
         :meth:`~kubetune_operator.controller.ExperimentController.update` has checked they may replace the
@@ -130,7 +131,7 @@ class JournaledDecisions:
         in force stay unless the scheduler's kind changed, and the journal records what they keep (``pods_draw``:
         the spec's config has ``sample_from`` functions its trial pods draw, or a ``trialNameCreator`` its trial pods
         call, whose values the journal keeps; ``ranges``: each trial's ``status.metricRange`` is kept, made of every
-        result, which the journal then keeps too).
+        result, which the journal then keeps too; ``driver``: a driver pod reads every entry, so they are all kept).
         """
         old = self.searcher
         if self.stoppers is None:
@@ -140,7 +141,7 @@ class JournaledDecisions:
             self.scheduler, self.scheduler_params = scheduler, params
         self.journal.snapshot_due |= old is not None and not searcher.stateless
         stateless = searcher.stateless and self.scheduler.stateless and not self.stoppers.stoppers
-        stateless &= not ranges
+        stateless &= not ranges and not driver
         self.journal.enabled = not stateless or pods_draw
         self.journal.kinds = frozenset({"sampled", "named"}) if stateless else None  # what trial pods computed, alone
         self.searcher = searcher

@@ -134,6 +134,8 @@ class ExperimentSpec:
     """A container trial's command and metrics collector; None: the trial runs kubetune's runtime."""
     trial_name_creator: str | None = None
     """``spec.trialNameCreator.pickleURI``: the function each Trial's first pod calls for its display name."""
+    driver: str | None = None
+    """``spec.driver.callbacksPickleURI``: the callbacks its driver pod runs (``kubetune_operator.driver``)."""
 
     @property
     def multi_objective(self) -> bool:
@@ -228,6 +230,7 @@ class ExperimentSpec:
             storage_uri=obj("storage").get("uri") or None,
             stoppers=tuple(dict(item) for item in spec.get("stoppers") or ()),
             trial_name_creator=obj("trialNameCreator").get("pickleURI") or None,
+            driver=obj("driver").get("callbacksPickleURI") or None,
             workers_schedule_timeout_s=number(
                 "resourcesPerTrial.workers.scheduleTimeoutSeconds",
                 (obj("resourcesPerTrial").get("workers") or {}).get("scheduleTimeoutSeconds", 300),
@@ -274,6 +277,8 @@ def _container_trial(spec: Mapping[str, Any]) -> ContainerTrial | None:
         refused.append("Python functions in spec.config or the scheduler's params (they run in kubetune's runtime)")
     if spec.get("trialNameCreator"):
         refused.append("spec.trialNameCreator (a Python function: it runs in kubetune's runtime)")
+    if spec.get("driver"):
+        refused.append("spec.driver (Python callbacks: they run in kubetune's runtime)")
     if refused:
         raise ValueError("a container trial (spec.trainable.command) cannot use: " + "; ".join(refused))
     kind, format = collector.get("kind", "StdOut"), collector.get("format", "TEXT")

@@ -23,7 +23,8 @@ dash and the first 8 characters of its uid; every ConfigMap is labelled with the
 - ``<base>-snapshot-<seq>-<k>``: chunk ``k`` of a snapshot of the state after
   entries ``0 .. seq-1``; written only once those entries are committed, so any
   snapshot whose chunks are all present can be used. Entries and snapshots it
-  covers are deleted once it is complete.
+  covers are deleted once it is complete, but for entries an Experiment's driver pod has not saved yet
+  (:meth:`Journal.keep_for_driver`: the pod reads them through the collector, ``kubetune_operator.driver``).
 
 An entry is stored as a JSON list, its kind first (``["results", trial, attempt, [result, ...]]``); in memory
 it is one of the typed records of :data:`Entry` (:func:`entry_from_json`, :meth:`as_json` at the boundary).
@@ -252,6 +253,9 @@ class Journal:
         next_seq: number of the next entry recorded.
         durable_seq: every entry below it is committed.
         snapshot_due: take a snapshot at the next commit (set after a spec change rebuilt the searcher).
+        feed: with a driver pod (:meth:`keep_for_driver`), the committed entries from ``feed_start`` on, which the
+            driver has not said it saved: kept in memory and in their ConfigMaps (no snapshot deletes them) until
+            :meth:`delivered`; None without a driver.
     """
 
     def __init__(self, namespace: str, experiment: str, uid: str, enabled: bool = True):
@@ -271,6 +275,33 @@ class Journal:
         self.snapshot_due = False
         self.snapshotting = False  # a snapshot is being encoded and written (outside the lock)
         self.lock = asyncio.Lock()
+        self.feed: list[list] | None = None
+        self.feed_start = 0
+
+    def keep_for_driver(self) -> None:
+        """Keep every entry committed from now on for the Experiment's driver pod (``spec.driver``), until it has
+        them (:meth:`delivered`); :func:`load` then keeps what is stored."""
+        if self.feed is None:
+            self.feed, self.feed_start = [], self.durable_seq
+
+    def delivered(self, after: int) -> None:
+        """The driver has saved every entry up to ``after``: they need not be kept for it any more."""
+        if self.feed is not None and after + 1 > self.feed_start:
+            count = min(after + 1 - self.feed_start, len(self.feed))
+            del self.feed[:count]
+            self.feed_start += count
+
+    def feed_after(self, after: int, limit: int) -> list[tuple[int, list]]:
+        """``(seq, entry)`` of up to ``limit`` committed entries after ``after``, for the driver.
+
+        Raises:
+            LookupError: no driver is kept for, or entries after ``after`` were forgotten already.
+        """
+        if self.feed is None or after + 1 < self.feed_start:
+            kept = f"kept from {self.feed_start}" if self.feed is not None else "none kept: no spec.driver"
+            raise LookupError(f"journal entries from {after + 1} are not kept ({kept})")
+        first = after + 1 - self.feed_start
+        return [(self.feed_start + i, self.feed[i]) for i in range(first, min(len(self.feed), first + limit))]
 
     def record(self, entry: list) -> None:
         """Append ``entry`` (a JSON-able list) to the entries to commit; a no-op when not enabled or not of
@@ -339,7 +370,8 @@ class Journal:
     def _covered(self, seq: int) -> list[str]:
         """Names of ConfigMaps a complete snapshot at ``seq`` makes unnecessary."""
         old = [n for s, names in self.snapshots.items() if s != seq for n in names]
-        return old + [n for n, last in self.segments.items() if last < seq]
+        keep = seq if self.feed is None else min(seq, self.feed_start)  # the driver's entries stay
+        return old + [n for n, last in self.segments.items() if last < keep]
 
     async def _commit_locked(
         self, write: Callable[[Write], Awaitable[None]], snapshot: Callable[[], dict]
@@ -359,6 +391,8 @@ class Journal:
             self.segment, self.segment_bytes = segment
             self.segments.update(lasts)
             self.bytes_since_snapshot += size
+            if self.feed is not None:
+                self.feed.extend(entries)
         due = self.snapshot_due or self.bytes_since_snapshot >= max(
             MIN_SNAPSHOT_INTERVAL_BYTES, self.last_snapshot_bytes
         )
@@ -421,7 +455,9 @@ def load(journal: Journal, configmaps: Iterable[dict]) -> tuple[dict | None, lis
     """Read the stored journal of ``journal``'s Experiment: its newest complete snapshot and the entries after it.
 
     ConfigMaps not owned by the Experiment's uid (an earlier Experiment of the same name) are ignored.
-    Positions ``journal`` after the last stored entry.
+    Positions ``journal`` after the last stored entry; for a journal that keeps entries for a driver pod
+    (:meth:`Journal.keep_for_driver`), ``feed`` holds every stored entry, the snapshot's covered ones too, back to
+    the first gap.
 
     Args:
         journal: a new journal for the Experiment.
@@ -467,5 +503,10 @@ def load(journal: Journal, configmaps: Iterable[dict]) -> tuple[dict | None, lis
         raise JournalCorrupt(f"journal entry {missing} is missing (entries from {start} to {after[-1]} stored)")
     replay = [entries[seq] for seq in after]
     journal.next_seq = journal.durable_seq = start + len(after)
+    if journal.feed is not None:  # the driver's: every stored entry of the unbroken run that ends the journal
+        first = journal.durable_seq
+        while first - 1 in entries:
+            first -= 1
+        journal.feed, journal.feed_start = [entries[seq] for seq in range(first, journal.durable_seq)], first
     journal.bytes_since_snapshot = len(_dumps(replay))  # what the next snapshot will spare a restart
     return snapshot, replay

@@ -394,6 +394,8 @@ def experiment_phase(
     stoppers_stop_all: bool = False,
     metric_missing: str | None = None,
     exploring: str | None = None,
+    driver_failure: str | None = None,
+    driver_pending: bool = False,
 ) -> PhaseDecision:
     """Decide an Experiment's phase from its trial counts and the end criteria.
 
@@ -407,7 +409,9 @@ def experiment_phase(
     beyond ``maxFailedTrials``, or every trial failed). Succeeded and Failed
     are final: the caller stops reconciling the experiment. Otherwise it is
     Suspended while ``spec.suspend`` is true, Pending until some trial has left
-    Pending, and Running after.
+    Pending, and Running after. With a driver pod (``spec.driver``), its failure ends the experiment (Failed, as
+    Ray's run raises when a callback does), and an end stays Running until the pod has called
+    ``on_experiment_end`` (Ray's run returns after it).
 
     Args:
         counts: :func:`trial_counts` of the experiment's trials.
@@ -419,12 +423,16 @@ def experiment_phase(
         stoppers_stop_all: a stopper of ``spec.stoppers`` says the whole experiment should stop.
         metric_missing: why a trial's result did not count (it lacked the experiment's metric), or None.
         exploring: the trial whose PB2 explore step is being computed, or None.
+        driver_failure: why the driver pod failed for good (``kubetune_operator.driver.DriverPods``), or None.
+        driver_pending: the Experiment has a driver pod that has not exited 0 yet.
     """
     active = counts["pending"] + counts["running"] + counts["paused"]
     failed = counts["failed"]
     end = None
     if metric_missing:
         end = ("Failed", "MetricMissing", metric_missing)
+    elif driver_failure:
+        end = ("Failed", "DriverFailed", driver_failure)
     elif goal_reached:
         end = ("Succeeded", "GoalReached", "the best trial reached spec.goal")
     elif max_failed_trials is not None and failed > max_failed_trials:
@@ -454,6 +462,8 @@ def experiment_phase(
         phase, reason, message = end
         if active:
             return PhaseDecision("Running", reason, f"{message}; stopping {active} trials", True)
+        if driver_pending and not driver_failure:
+            return PhaseDecision("Running", reason, f"{message}; waiting for the driver pod's on_experiment_end", True)
         return PhaseDecision(phase, reason, message, True)
     summary = (
         f"{counts['running']} running, {counts['pending']} pending, {counts['paused']} paused, "

@@ -20,6 +20,7 @@ from kubetune.resultkeys import goal_reached
 
 from . import status as st
 from .decisions import JournaledDecisions
+from .driver import DriverPods
 from .experiment_health import STATUS_WRITE_ATTEMPTS, ExperimentHealth
 from .plan import Plan, now_iso
 from .settings import Settings
@@ -76,6 +77,7 @@ class StatusProjection:
         stalled = st.get_condition(self.exp_status.get("conditions"), "TrialsStalled") or {}
         self.stall_told = stalled.get("reason") if stalled.get("status") == "True" else None  # its event is posted
         self.refused: dict[str, RefusedBatches] = {}  # trial -> its batches the collector refused
+        self.driver = DriverPods()  # the driver pods of spec.driver, as the controller's pass last saw them
 
     def started(self, now: float) -> None:
         """The Experiment's first pass ran at ``now`` (its ``startTime``, unless it has one)."""
@@ -172,8 +174,12 @@ class StatusProjection:
         decision = self.phase_decision(now if now is not None else time.time())
         return decision.reason if decision.stop_remaining else None
 
-    def phase_decision(self, now: float) -> st.PhaseDecision:
-        """The Experiment's phase and whether to stop the remaining trials, as of ``now``."""
+    def phase_decision(self, now: float, driver_pending: bool | None = None) -> st.PhaseDecision:
+        """The Experiment's phase and whether to stop the remaining trials, as of ``now`` (``driver_pending``:
+        whether a driver pod holds the end, by default whether the Experiment's has not exited 0)."""
+        driver = self.driver if self.intake.spec.driver is not None else None
+        if driver_pending is None:
+            driver_pending = driver is not None and not driver.done
         counts = self.book.counts()
         goal = self.intake.spec.goal
         best = self.book.best() if goal is not None else None  # O(trials): only when a goal needs it
@@ -195,6 +201,8 @@ class StatusProjection:
             stoppers_stop_all=self.decisions.stoppers.stop_all(),
             metric_missing=self.decisions.metric_missing,
             exploring=self._exploring(counts),
+            driver_failure=driver.failure if driver is not None else None,
+            driver_pending=driver_pending,
         )
 
     def _exploring(self, counts: dict) -> str | None:

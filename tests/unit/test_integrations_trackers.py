@@ -360,7 +360,7 @@ def test_setup_wandb_asks_for_an_api_key_online_as_ray_does(tmp_path, monkeypatc
 )
 def test_rays_logger_callbacks_import_and_are_refused_by_name(callback):
     name = type(callback).__name__
-    message = rf"callbacks: {name} is not supported by kubetune: callbacks are user code that Ray runs in its driver"
+    message = rf"callbacks: {name} is not supported by kubetune: kubetune's {name} does not log from the driver pod yet"
     with pytest.raises(ValueError, match=message):
         legacy_run_args({"callbacks": [callback]}, name="exp", restore=None, storage=None)
     with pytest.raises(ValueError, match=message):

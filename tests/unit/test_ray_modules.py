@@ -149,25 +149,25 @@ class OwnCSV(logger.CSVLoggerCallback):
     """A subclass of a built-in one is user code too."""
 
 
-@pytest.mark.parametrize(
-    "key, value, name",
-    [
-        ("callbacks", [logger.JsonLoggerCallback(), MLflowLike()], "MLflowLike"),
-        ("callbacks", [OwnCSV()], "OwnCSV"),
-        ("loggers", logger.DEFAULT_LOGGERS + (CustomLogger,), "CustomLogger"),  # Ray 0.8's user guide, "Logging"
-    ],
-)
-def test_a_logger_of_your_own_is_refused_by_name_with_the_reason(key, value, name):
-    with pytest.raises(ValueError, match=rf"{key}: {name} is not supported by kubetune: .*driver pod per Experiment"):
-        legacy_run_args({key: value}, name="exp", restore=None, storage=None)
-    with pytest.raises(ValueError, match=rf"{key}: {name} is not supported by kubetune"):
-        tune.run("m:T", name="exp", storage="s3://b/p", **{key: value})  # before any cluster is asked
+def test_a_logger_callback_of_your_own_goes_to_the_driver_pod_and_a_logger_is_refused_by_name():
+    mine, own_csv = MLflowLike(), OwnCSV()
+    args = legacy_run_args(
+        {"callbacks": [logger.JsonLoggerCallback(), mine, own_csv]}, name="e", restore=None, storage=None
+    )
+    assert args.callbacks == [mine, own_csv]  # a subclass of a built-in one is user code too: it runs there
+    message = r"loggers: CustomLogger is not supported by kubetune: .*write it as a tune.logger.LoggerCallback"
+    with pytest.raises(ValueError, match=message):  # Ray 0.8's user guide, "Logging"
+        legacy_run_args({"loggers": logger.DEFAULT_LOGGERS + (CustomLogger,)}, name="e", restore=None, storage=None)
+    with pytest.raises(ValueError, match="loggers: CustomLogger is not supported by kubetune"):
+        tune.run("m:T", name="exp", storage="s3://b/p", loggers=(CustomLogger,))  # before any cluster is asked
+    with pytest.raises(ValueError, match="callbacks: CustomLogger is not supported by kubetune: a callback must be"):
+        tune.run("m:T", name="exp", storage="s3://b/p", callbacks=[CustomLogger({}, "/tmp")])
 
 
-def test_tuner_refuses_a_logger_callback_of_your_own_and_accepts_rays_built_in_ones(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="callbacks: MLflowLike is not supported by kubetune: callbacks are user"):
-        Tuner("m:T", run_config=RunConfig(callbacks=[MLflowLike()])).fit()
+def test_tuner_takes_a_logger_callback_of_your_own_for_the_driver_pod(tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
-    built_in = RunConfig(callbacks=[logger.JsonLoggerCallback(), logger.TBXLoggerCallback()], storage_path="s3://b/p")
-    with pytest.raises(ClusterUnavailable):  # past the arguments' checks: the next step asks the cluster
-        Tuner("m:T", run_config=built_in).fit()
+    for callbacks in ([MLflowLike()], [logger.JsonLoggerCallback(), logger.TBXLoggerCallback()]):
+        with pytest.raises(ClusterUnavailable):  # past the arguments' checks: the next step asks the cluster
+            Tuner("m:T", run_config=RunConfig(callbacks=callbacks, storage_path="s3://b/p")).fit()
+    with pytest.raises(ValueError, match="callbacks: int is not supported by kubetune"):
+        Tuner("m:T", run_config=RunConfig(callbacks=[1])).fit()

@@ -347,12 +347,14 @@ def test_killed_at_any_instant_the_operator_decides_as_an_uninterrupted_run(sche
         assert {"stop", "pause"} & set(calm.decisions.values()), "the scheduler never decided anything"
 
 
-def killed_and_restored_from_snapshots(spec: dict) -> tuple[World, World, dict]:
+def killed_and_restored_from_snapshots(spec: dict, world: type = None) -> tuple[World, World, dict]:
     """``(calm, stormy, outcome)``: ``spec`` run uninterrupted and killed at every kind of instant (with snapshots,
-    when the caller makes them small), the same outcome; at least 5 kills, and a snapshot among the stored state."""
-    calm = World(spec)
+    when the caller makes them small), the same outcome; at least 5 kills, and a snapshot among the stored state.
+    ``world``: the simulation (default :class:`World`)."""
+    world = world or World
+    calm = world(spec)
     expected = calm.run()
-    stormy = World(spec, kill_at=range(2, 10_000, 3))
+    stormy = world(spec, kill_at=range(2, 10_000, 3))
     assert stormy.run() == expected
     assert stormy.kills >= 5 and any(
         cm["metadata"]["labels"][journal.LABEL_STATE] == "snapshot" for cm in stormy.store.items.values()

@@ -50,12 +50,12 @@ def test_tune_namespace_has_what_a_ray_script_imports():
     assert missing == []
     assert tune.schedulers.AsyncHyperBandScheduler is tune.schedulers.ASHAScheduler
     assert {tune.search.OptunaSearch, tune.search.BasicVariantGenerator, tune.search.ConcurrencyLimiter}
+    assert tune.Callback is tune.callback.Callback  # run in the Experiment's driver pod
 
 
 @pytest.mark.parametrize(
     "module, name",
     [
-        (tune, "Callback"),
         (tune, "SyncConfig"),
         (tune.schedulers, "ResourceChangingScheduler"),
         (tune.search, "HyperOptSearch"),

@@ -59,6 +59,7 @@ from kubetune.search import (
 #: SDK names, imported when first used: name → module.
 _LAZY = {
     "run": "kubetune.sdk.tuner",
+    "Callback": "kubetune.callback",
     "run_experiments": "kubetune.sdk.tuner",
     "Tuner": "kubetune.sdk.tuner",
     "TuneConfig": "kubetune.sdk.tuner",
@@ -93,12 +94,12 @@ _SUBMODULES = {
     "progress": "kubetune.sdk.progress",
     "suggest": "kubetune.suggest",
     "logger": "kubetune.logger",
+    "callback": "kubetune.callback",
     "result": "kubetune.result",
     "utils": "kubetune.utils",
 }
 #: Ray names kubetune cannot honour: name → (why, what to use).
 _UNSUPPORTED = {
-    "Callback": ("callbacks are user code run by Ray's driver", "the returned ExperimentAnalysis"),
     "Experiment": ("experiments are Kubernetes objects", "tune.run(...) with its arguments"),
     "register_trainable": ("trials import or unpickle the trainable itself", "pass the trainable to tune.run"),
     "register_env": ("there is no Ray registry", "create the environment in the trainable"),

@@ -7,15 +7,17 @@ What Ray's built-in loggers write, kubetune's trial pods write for every trial u
 the experiment's storage: ``result.json`` (the JSON logger's file), ``progress.csv`` (the CSV logger's) and
 TensorBoard events (the TBX logger's, when ``tensorboardX`` is in the trial image). So ``tune.run`` and ``Tuner``
 accept them (:data:`WRITTEN_BY_THE_PODS`: ``loggers=DEFAULT_LOGGERS``, ``callbacks=[JsonLoggerCallback()]``) as
-what happens anyway; their methods are not called. A logger or logger callback of your own (a subclass of any of
-these, MLflow's or W&B's) is user code that Ray runs in its driver; kubetune has no driver process to run it in yet
-(a driver pod per Experiment is planned, issue 33), so ``tune.run`` and ``Tuner`` refuse it by name, before
-anything is created.
+what happens anyway; their methods are not called. A logger callback of your own (a subclass of
+:class:`LoggerCallback`) is user code that Ray runs in its driver: it runs in the Experiment's driver pod, as every
+:class:`kubetune.callback.Callback` does (:mod:`kubetune.runtime.driver`). A ``Logger`` class of your own (Ray 0.8's
+``loggers=``), which Ray runs beside each trial, is refused by name before anything is created.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from kubetune.callback import Callback
 
 __all__ = [
     "CSVLogger",
@@ -154,10 +156,29 @@ class UnifiedLogger(Logger):
             logger.flush()
 
 
-class LoggerCallback:
+class LoggerCallback(Callback):
     """Ray 2.x's base class of a logger callback, which Ray's driver calls for every trial: ``log_trial_start``,
-    ``log_trial_result``, ``log_trial_save``, ``log_trial_restore``, ``log_trial_end``. Subclass it as in Ray;
-    ``tune.run`` and ``Tuner`` refuse a subclass of your own (module docstring)."""
+    ``log_trial_result``, ``log_trial_save``, ``log_trial_restore``, ``log_trial_end``. Subclass it as in Ray: a
+    subclass of your own runs in the Experiment's driver pod, its hooks called from the :class:`Callback` hooks as
+    Ray's ``LoggerCallback`` calls them (``on_trial_error`` is ``log_trial_end(trial, failed=True)``)."""
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info) -> None:
+        self.log_trial_start(trial)
+
+    def on_trial_restore(self, iteration: int, trials: list, trial: Any, **info) -> None:
+        self.log_trial_restore(trial)
+
+    def on_trial_save(self, iteration: int, trials: list, trial: Any, **info) -> None:
+        self.log_trial_save(trial)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info) -> None:
+        self.log_trial_result(iteration, trial, result)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info) -> None:
+        self.log_trial_end(trial, failed=False)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info) -> None:
+        self.log_trial_end(trial, failed=True)
 
     def log_trial_start(self, trial: Any) -> None:
         """A trial started; nothing by default."""

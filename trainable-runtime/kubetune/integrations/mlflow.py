@@ -187,8 +187,9 @@ class MLflowLoggerCallback(LoggerCallback):
     """Ray's ``MLflowLoggerCallback``: a logger callback that Ray's driver calls for every trial.
 
     Kept with Ray's signature so that scripts import it; ``tune.run`` and ``Tuner`` refuse it (``ValueError`` naming
-    it) before anything is created, as every logger callback of user code: kubetune has no driver process to run it
-    in yet. In the trainable, :func:`setup_mlflow` tracks each trial from its own pod.
+    it, :attr:`REFUSED_IN_DRIVER`) before anything is created: its hooks are not written for the Experiment's
+    driver pod yet, where a logger callback of the user's own runs. In the trainable, :func:`setup_mlflow` tracks each
+    trial from its own pod.
 
     Args:
         tracking_uri: MLflow's tracking URI.
@@ -199,6 +200,12 @@ class MLflowLoggerCallback(LoggerCallback):
         save_artifact: upload each trial's directory as the run's artifacts.
         log_params_on_trial_end: log the config when the trial ends instead of when it starts.
     """
+
+    #: Why the SDK refuses it (:func:`kubetune.sdk.tuner.driver_callbacks`).
+    REFUSED_IN_DRIVER = (
+        "kubetune's MLflowLoggerCallback does not log from the driver pod yet; call setup_mlflow() in the trainable, "
+        "which tracks each trial in MLflow from its own pod"
+    )
 
     def __init__(
         self,

@@ -193,8 +193,9 @@ class WandbLoggerCallback(LoggerCallback):
     """Ray's ``WandbLoggerCallback``: a logger callback that Ray's driver calls for every trial.
 
     Kept with Ray's signature so that scripts import it; ``tune.run`` and ``Tuner`` refuse it (``ValueError`` naming
-    it) before anything is created, as every logger callback of user code: kubetune has no driver process to run it
-    in yet. In the trainable, :func:`setup_wandb` tracks each trial from its own pod.
+    it, :attr:`REFUSED_IN_DRIVER`) before anything is created: its hooks are not written for the Experiment's
+    driver pod yet, where a logger callback of the user's own runs. In the trainable, :func:`setup_wandb` tracks each
+    trial from its own pod.
 
     Args:
         project: the W&B project.
@@ -208,6 +209,12 @@ class WandbLoggerCallback(LoggerCallback):
         upload_timeout: seconds to wait for the uploads at the end.
         **kwargs: passed to ``wandb.init``.
     """
+
+    #: Why the SDK refuses it (:func:`kubetune.sdk.tuner.driver_callbacks`).
+    REFUSED_IN_DRIVER = (
+        "kubetune's WandbLoggerCallback does not log from the driver pod yet; call setup_wandb() in the trainable, "
+        "which tracks each trial in W&B from its own pod"
+    )
 
     def __init__(
         self,

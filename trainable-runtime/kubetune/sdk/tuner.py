@@ -67,12 +67,13 @@ IGNORED = {
 #: Ray arguments kubetune cannot honour: name → why, and what to do instead. A value of None or False (Ray's
 #: defaults) is accepted.
 REFUSED = {
-    "callbacks": "callbacks are user code that Ray runs in its driver, and kubetune has no driver process to run "
-    "them in yet (a driver pod per Experiment is planned); read results with the returned analysis. Ray's "
-    "JsonLoggerCallback, CSVLoggerCallback and TBXLoggerCallback are accepted: the trial pods write their files",
-    "loggers": "a Logger of your own is user code that Ray runs in its driver, and kubetune has no driver process "
-    "to run it in yet (a driver pod per Experiment is planned); the trial pods write result.json, progress.csv and "
-    "TensorBoard events themselves, so Ray's JsonLogger, CSVLogger and TBXLogger (DEFAULT_LOGGERS) are accepted",
+    "callbacks": "a callback must be a tune.Callback (ray.tune.Callback), which runs in the Experiment's driver "
+    "pod; Ray's JsonLoggerCallback, CSVLoggerCallback and TBXLoggerCallback are accepted: the trial pods write "
+    "their files",
+    "loggers": "a Logger class of your own is not run: Ray 0.8 runs it beside each trial, and kubetune's trial pods "
+    "write result.json, progress.csv and TensorBoard events themselves, so Ray's JsonLogger, CSVLogger and "
+    "TBXLogger (DEFAULT_LOGGERS) are accepted; write it as a tune.logger.LoggerCallback, which runs in the "
+    "Experiment's driver pod",
     "trial_dirname_creator": "a trial's folder in the experiment's storage is named after its Trial object, "
     "<experiment>-<index>, by which the operator, the trial pods and the analysis find it; give trials display "
     "names with trial_name_creator",
@@ -88,7 +89,8 @@ RESUME_ATTACH = ("LOCAL", "REMOTE")
 
 
 class TuneError(Exception):
-    """A run ended with failed trials (Ray's ``TuneError``, raised when ``raise_on_failed_trial``)."""
+    """A run ended with failed trials (Ray's ``TuneError``, raised when ``raise_on_failed_trial``), or a callback
+    raised in the Experiment's driver pod (raised always, as Ray's run raises the callback's error)."""
 
     __module__ = "kubetune.tuner"  # the public path a traceback's last line names (kubetune.tuner re-exports it)
 
@@ -541,9 +543,11 @@ def create_experiment(
         resources_per_trial: Ray's resources; None takes those of ``with_resources`` or
             ``default_resource_request``.
         config: the parameter space.
-        experiment: the other keyword arguments of :func:`build_experiment`, and ``trial_name_creator`` (Ray's:
+        experiment: the other keyword arguments of :func:`build_experiment`, ``trial_name_creator`` (Ray's:
             a function of the trial returning its display name), pickled beside the ``sample_from`` functions as
-            ``spec.trialNameCreator``; each Trial's first pod calls it (:mod:`kubetune.runtime.trial_name`).
+            ``spec.trialNameCreator``; each Trial's first pod calls it (:mod:`kubetune.runtime.trial_name`); and
+            ``callbacks`` (:func:`driver_callbacks`), pickled there too as ``spec.driver``: the Experiment's driver
+            pod runs them (:mod:`kubetune.runtime.driver`).
 
     Raises:
         ValueError: an argument kubetune cannot honour (before anything is uploaded or created), such as a
@@ -564,6 +568,7 @@ def create_experiment(
 
     resources = trial_resources(trainable, resources_per_trial, config)
     name_creator = experiment.pop("trial_name_creator", None)
+    callbacks = experiment.pop("callbacks", None)
     if name_creator is not None and not callable(name_creator):
         raise TypeError(f"trial_name_creator must be a function of the trial returning its name, got {name_creator!r}")
     experiment["stop"], user_stop = split_stop(experiment.get("stop"))
@@ -586,6 +591,8 @@ def create_experiment(
     )  # every check before any upload
     if name_creator is not None:
         manifest["spec"]["trialNameCreator"] = {"pickleURI": functions.pickle(name_creator)}
+    if callbacks:
+        manifest["spec"]["driver"] = {"callbacksPickleURI": functions.pickle(list(callbacks))}
     check_spec_sizes(manifest["spec"])  # the CRD's limits, before anything is uploaded
     if user_stop is not None:
         trainable = with_stopper(trainable, user_stop)
@@ -662,6 +669,11 @@ def _launch(
         extra = f", namespace={ns!r}" if namespace else ""
         reattach = f"Tuner.restore({name!r}{extra})" if entry == "Tuner" else f"tune.run(..., restore={name!r}{extra})"
         raise Detached(name, ns, reattach) from None
+    failed = next(
+        (c for c in (final.get("status") or {}).get("conditions") or () if c.get("reason") == "DriverFailed"), None
+    )
+    if failed is not None:
+        raise TuneError(f"the driver pod of {name} failed: {failed.get('message')}")
     searcher = experiment.get("search_alg")
     searcher = getattr(searcher, "searcher", searcher)  # inside a ConcurrencyLimiter
     if isinstance(searcher, Searcher):
@@ -713,11 +725,13 @@ class LegacyRunArgs(NamedTuple):
         restore: the Experiment to attach to (``restore=``, or the run's name with ``resume=``), or None.
         storage: the storage (``storage=``/``storage_path=``, or ``upload_dir=``).
         return_trials: return the trials instead of the analysis (Ray 0.8's ``return_trials=True``).
+        callbacks: the ``callbacks`` the Experiment's driver pod runs (:func:`driver_callbacks`).
     """
 
     restore: str | None
     storage: str | dict | None
     return_trials: bool
+    callbacks: list
 
 
 def legacy_run_args(
@@ -726,16 +740,18 @@ def legacy_run_args(
     """Honour or refuse Ray's ``tune.run`` keywords that :func:`run` does not name (``docs/sdk.md``).
 
     ``upload_dir`` is the storage URI; ``resume=True`` (or ``"LOCAL"``, ``"REMOTE"``) re-attaches to the
-    Experiment named ``name``, as ``restore=`` does; ``return_trials`` returns the trials; ``loggers`` and
-    ``callbacks`` may hold only what the trial pods write anyway (:data:`kubetune.logger.WRITTEN_BY_THE_PODS`);
-    each of :data:`IGNORED` is accepted with a warning that says why it means nothing here.
+    Experiment named ``name``, as ``restore=`` does; ``return_trials`` returns the trials; ``loggers`` may hold
+    only what the trial pods write anyway (:data:`kubetune.logger.WRITTEN_BY_THE_PODS`), and ``callbacks`` those
+    or ``tune.Callback`` instances (:func:`driver_callbacks`); each of :data:`IGNORED` is accepted with a warning
+    that says why it means nothing here.
 
     Args:
         kwargs: the keywords.
         name, restore, storage: the run's own arguments (``storage`` or ``storage_path``).
 
     Raises:
-        ValueError: a keyword of :data:`REFUSED` set, a logger or callback of the user's own, a ``resume`` that
+        ValueError: a keyword of :data:`REFUSED` set, a logger of the user's own, a callback that is not a
+            ``tune.Callback``, a ``resume`` that
             cannot be honoured, or ``upload_dir`` and another storage, or ``resume`` and ``restore``, that disagree;
             the message says why and what to use.
         TypeError: a keyword Ray's ``tune.run`` does not have either.
@@ -748,8 +764,8 @@ def legacy_run_args(
         storage = upload_dir
     restore = _resume(kwargs.pop("resume", None), name, restore)
     return_trials = bool(kwargs.pop("return_trials", False))
-    for key in ("loggers", "callbacks"):
-        _check_logging(key, kwargs.pop(key, None))
+    _check_logging("loggers", kwargs.pop("loggers", None))
+    callbacks = driver_callbacks(kwargs.pop("callbacks", None))
     for key, value in kwargs.items():
         if key in IGNORED:
             warnings.warn(f"{key} is ignored by kubetune: {IGNORED[key]}", stacklevel=3)
@@ -758,7 +774,7 @@ def legacy_run_args(
                 raise ValueError(f"{key} is not supported by kubetune: {REFUSED[key]}")
         else:
             raise TypeError(f"run() got an unexpected keyword argument {key!r}")
-    return LegacyRunArgs(restore, storage, return_trials)
+    return LegacyRunArgs(restore, storage, return_trials, callbacks)
 
 
 def _resume(resume: Any, name: str | None, restore: str | None) -> str | None:
@@ -782,14 +798,36 @@ def _resume(resume: Any, name: str | None, restore: str | None) -> str | None:
 
 
 def _check_logging(key: str, given: Any) -> None:
-    """Refuse a ``loggers`` or ``callbacks`` entry that is not one of :data:`kubetune.logger.WRITTEN_BY_THE_PODS`
-    (``loggers`` holds classes, ``callbacks`` instances), naming it."""
+    """Refuse a ``loggers`` entry (a class) not of :data:`kubetune.logger.WRITTEN_BY_THE_PODS`, naming it."""
     from kubetune.logger import WRITTEN_BY_THE_PODS
 
-    for item in given or ():
-        cls = item if key == "loggers" else type(item)
+    for cls in given or ():
         if cls not in WRITTEN_BY_THE_PODS:
             raise ValueError(f"{key}: {getattr(cls, '__name__', cls)!s} is not supported by kubetune: {REFUSED[key]}")
+
+
+def driver_callbacks(given: Any) -> list:
+    """The ``callbacks`` the Experiment's driver pod runs: every ``tune.Callback`` of ``given`` but those the trial
+    pods do anyway (:data:`kubetune.logger.WRITTEN_BY_THE_PODS`: their hooks are not called).
+
+    Raises:
+        ValueError: an entry that is not a ``tune.Callback``, or one kubetune's driver cannot run yet
+            (``MLflowLoggerCallback``, ``WandbLoggerCallback``), named.
+    """
+    from kubetune.callback import Callback
+    from kubetune.logger import WRITTEN_BY_THE_PODS
+
+    callbacks = []
+    for item in given or ():
+        if type(item) in WRITTEN_BY_THE_PODS:
+            continue
+        if not isinstance(item, Callback):
+            raise ValueError(f"callbacks: {type(item).__name__} is not supported by kubetune: {REFUSED['callbacks']}")
+        refusal = getattr(type(item), "REFUSED_IN_DRIVER", None)
+        if refusal:
+            raise ValueError(f"callbacks: {type(item).__name__} is not supported by kubetune: {refusal}")
+        callbacks.append(item)
+    return callbacks
 
 
 def run(
@@ -852,7 +890,7 @@ def run(
     Raises:
         ValueError: an argument kubetune cannot honour, or the operator refused the spec
             (:class:`kubetune.sdk.client.InvalidExperiment`); nothing is left running.
-        TuneError: trials failed and ``raise_on_failed_trial`` is set.
+        TuneError: trials failed and ``raise_on_failed_trial`` is set, or a callback raised in the driver pod.
         Detached: Ctrl-C (a ``KeyboardInterrupt``): detached, the Experiment keeps running; the message
             says how to re-attach and how to stop it.
         kubetune.sdk.client.ClusterUnavailable: no kubeconfig, an unknown context, the API server unreachable, or
@@ -862,7 +900,7 @@ def run(
         kubetune.sdk.client.ExperimentExists: an Experiment of the run's name is in the namespace.
         kubernetes.client.ApiException: the API refused the Experiment otherwise.
     """
-    restore, storage, return_trials = legacy_run_args(
+    restore, storage, return_trials, callbacks = legacy_run_args(
         ray_kwargs, name=name, restore=restore, storage=storage or storage_path
     )
     if checkpoint_config is not None:
@@ -904,6 +942,7 @@ def run(
         template=template,
         queue_name=queue_name,
         trial_name_creator=trial_name_creator,
+        callbacks=callbacks,
     )
     failed = failed_trials(trials)
     if failed and raise_on_failed_trial:
@@ -1004,12 +1043,12 @@ class Tuner:
         Failed trials do not raise (Ray's behaviour): they are in ``ResultGrid.errors``.
 
         Raises:
-            As :func:`run`, but never :class:`TuneError`.
+            As :func:`run`, but :class:`TuneError` only when a callback raised in the driver pod.
         """
         tc, rc = self.tune_config, self.run_config
         if tc.trial_dirname_creator is not None:
             raise ValueError(f"trial_dirname_creator is not supported by kubetune: {REFUSED['trial_dirname_creator']}")
-        _check_logging("callbacks", rc.callbacks)
+        callbacks = driver_callbacks(rc.callbacks)
         cc = rc.checkpoint_config or CheckpointConfig()
         fc = rc.failure_config or FailureConfig()
         checkpoint_freq, checkpoint_at_end, keep, score = _checkpoint_args(cc)
@@ -1045,6 +1084,7 @@ class Tuner:
             template=self.template,
             queue_name=self.queue_name,
             trial_name_creator=tc.trial_name_creator,
+            callbacks=callbacks,
             entry="Tuner",
         )
         self._result_grid = ResultGrid(analysis)

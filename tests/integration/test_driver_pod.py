@@ -1,0 +1,174 @@
+"""Ray's driver-side callbacks in the Experiment's driver pod, on the local cluster: ``tune.run(callbacks=[...])``
+with a ``tune.Callback`` defined here (so shipped by value), whose hooks write one object per call to the
+experiment's storage from the driver pod; the calls are Ray's, in the journal's order, for every trial and result,
+and ``on_experiment_end`` comes once, before ``tune.run`` returns. With the operator SIGKILLed every few seconds
+and the driver pod deleted mid-run, every call is made (at least once) and the trials end as without the kills.
+A callback that raises fails the Experiment (``DriverFailed``) and ``tune.run`` raises."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+import kubetune as tune
+from devcluster.cluster import S3_BUCKET
+from devcluster.testkit import wait_for
+from kubetune.sdk.client import Cluster
+from tests.integration.test_faults import Killer
+
+PREFIX = "driver-pod"
+ITERATIONS = 4
+
+
+def climb(config):
+    for i in range(1, ITERATIONS + 1):
+        time.sleep(config["sleep"])
+        tune.report({"score": config["x"] * i})
+
+
+class Recorder(tune.Callback):
+    """Writes each call it gets to ``<where>/<run>/<hook>-<trial>-<iteration>.json`` (a call made twice writes the
+    same object), ``on_experiment_end`` under a name of its own each time."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def setup(self, **info):
+        from kubetune.storage import open_storage
+
+        self.storage = open_storage(self.where)
+        self.run = os.environ["HOSTNAME"] if "HOSTNAME" in os.environ else str(os.getpid())
+
+    def write(self, name: str, body: dict) -> None:
+        self.storage.put_bytes(f"{self.where}/{name}.json", json.dumps(body).encode())
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.write(f"start-{trial.trial_id}", {"config": trial.config, "iteration": iteration})
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        step = result["training_iteration"]
+        self.write(f"result-{trial.trial_id}-{step}", {"score": result["score"], "config": result["config"]})
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.write(f"complete-{trial.trial_id}", {"last": trial.last_result["training_iteration"], "seen": len(trials)})
+
+    def on_experiment_end(self, trials, **info):
+        import uuid
+
+        self.write(f"end-{uuid.uuid4().hex}", {"trials": sorted(t.trial_id for t in trials)})
+
+
+class Raising(tune.Callback):
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        raise ValueError(f"no callback likes {trial.trial_id}")
+
+
+@pytest.fixture
+def sdk_env(cluster, monkeypatch):
+    for key, value in cluster.env().items():
+        monkeypatch.setenv(key, value)
+
+
+def calls(s3, prefix: str) -> dict[str, dict]:
+    listed = s3.list_objects_v2(Bucket=S3_BUCKET, Prefix=prefix + "/").get("Contents", [])
+    return {
+        o["Key"].rsplit("/", 1)[1][: -len(".json")]: json.loads(
+            s3.get_object(Bucket=S3_BUCKET, Key=o["Key"])["Body"].read()
+        )
+        for o in listed
+    }
+
+
+def run(name, namespace, secret, callbacks, samples=3, sleep=0.0):
+    return tune.run(
+        climb,
+        name=name,
+        namespace=namespace,
+        storage={"uri": f"s3://{S3_BUCKET}/{PREFIX}", "credentialsSecret": secret},
+        config={"x": tune.grid_search([1, 2, 3][:samples]), "sleep": sleep},
+        metric="score",
+        mode="max",
+        callbacks=callbacks,
+        verbose=0,
+        poll_interval_s=0.5,
+    )
+
+
+def check_calls(made: dict[str, dict], analysis) -> None:
+    """Ray's calls for every trial: started with its config, each result with its config, completed after its last
+    result; ``on_experiment_end`` once, with every trial."""
+    trials = sorted(t.trial_id for t in analysis.trials)
+    ends = [body for key, body in made.items() if key.startswith("end-")]
+    assert ends == [{"trials": trials}], ends
+    for trial in analysis.trials:
+        tid = trial.trial_id
+        assert made[f"start-{tid}"]["config"] == trial.config
+        for step in range(1, ITERATIONS + 1):
+            assert made[f"result-{tid}-{step}"] == {"score": trial.config["x"] * step, "config": trial.config}
+        assert made[f"complete-{tid}"]["last"] == ITERATIONS
+    assert len(made) == len(trials) * (ITERATIONS + 2) + 1, sorted(made)
+
+
+def test_callbacks_run_in_the_driver_pod_as_ray_calls_them(
+    operator, core, custom, s3, namespace, storage_secret, sdk_env
+):
+    where = f"s3://{S3_BUCKET}/{PREFIX}-calls/{namespace}"
+    analysis = run("called", namespace, storage_secret, [Recorder(where), tune.logger.JsonLoggerCallback()])
+    check_calls(calls(s3, f"{PREFIX}-calls/{namespace}"), analysis)  # all made before tune.run returned
+    experiment = custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "experiments", "called")
+    assert experiment["status"]["phase"] == "Succeeded"
+    (pod,) = core.list_namespaced_pod(namespace, label_selector="kubetune.io/trial=").items
+    assert pod.metadata.name == "called-driver-0" and pod.status.phase == "Succeeded"
+    assert pod.spec.automount_service_account_token is False and pod.metadata.owner_references[0].kind == "Experiment"
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=called").items
+    assert any(e.reason == "DriverPodCreated" for e in events)
+
+
+def test_every_call_is_made_with_the_operator_killed_and_the_driver_pod_deleted(
+    operator, core, custom, s3, namespace, storage_secret, sdk_env
+):
+    where = f"s3://{S3_BUCKET}/{PREFIX}-calls/{namespace}"
+    cluster = Cluster.connect(namespace=namespace)
+
+    def delete_the_driver_once():
+        pods = core.list_namespaced_pod(namespace, label_selector="kubetune.io/trial=").items
+        running = [p for p in pods if p.status.phase == "Running" and p.metadata.name.endswith("-0")]
+        if running and calls(s3, f"{PREFIX}-calls/{namespace}"):
+            core.delete_namespaced_pod(running[0].metadata.name, namespace, grace_period_seconds=0)
+            return True
+        return False
+
+    deleted = threading.Event()
+
+    def deleter():
+        wait_for(delete_the_driver_once, timeout=240, what="a running driver pod that made calls")
+        deleted.set()
+
+    thread = threading.Thread(target=deleter, daemon=True)
+    thread.start()
+    with Killer(operator, every_s=3.0) as killer:  # each trial's results come over 10 s, the operator dies thrice
+        analysis = run("stormy", namespace, storage_secret, [Recorder(where)], sleep=2.5)
+    thread.join(timeout=10)
+    assert killer.kills >= 2 and deleted.is_set()
+    check_calls(calls(s3, f"{PREFIX}-calls/{namespace}"), analysis)
+    assert sorted(t.last_result["score"] for t in analysis.trials) == [4, 8, 12]  # as without the kills
+    drivers = [p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector="kubetune.io/trial=").items]
+    assert "stormy-driver-1" in drivers, drivers  # the deleted one's place was taken
+    assert cluster.get("stormy")["status"]["phase"] == "Succeeded"
+
+
+def test_a_callback_that_raises_fails_the_experiment_and_the_run(
+    operator, core, custom, namespace, storage_secret, sdk_env
+):
+    with pytest.raises(tune.TuneError, match="no callback likes raising-0000"):
+        run("raising", namespace, storage_secret, [Raising()], samples=1)
+    status = custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "experiments", "raising")[
+        "status"
+    ]
+    assert status["phase"] == "Failed"
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "DriverFailed" and "Raising.on_trial_result raised ValueError" in failed["message"]
