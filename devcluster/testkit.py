@@ -1,6 +1,6 @@
 """Fixtures shared by the tests and the benchmarks: an Experiment object as the API server hands it to the
-operator, ConfigMaps in memory with the API server's rules, polling until a condition holds, and PB2's
-population data.
+operator, ConfigMaps in memory with the API server's rules, polling until a condition holds, PB2's
+population data, and a real MLflow tracking server (:func:`tracking_server`).
 
 Imported by ``tests/unit`` (the controller, journal, restart and scheduler tests), ``tests/integration`` and
 ``tests/realnode`` (:func:`wait_for`), and ``bench/`` (which imports nothing from ``tests/``). Nothing here
@@ -9,10 +9,19 @@ starts a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ctypes
 import os
 import random
+import signal
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
 
 
 def experiment_object(
@@ -119,3 +128,68 @@ def outside_a_pod(argv: list[str]) -> list[str]:
     if os.geteuid() != 0:
         unshare[1:1] = ["--user", "--map-root-user"]
     return [*unshare, "sh", "-c", 'mount -t tmpfs tmpfs /var/run/secrets && exec "$@"', "sh", *argv]
+
+
+#: Runs the command of its arguments and, on SIGTERM, kills its whole process group: with
+#: :func:`_terminated_with_this_process`, a test run that is killed leaves no server behind.
+GROUP_LEADER = (
+    "import os, signal, subprocess, sys; "
+    "signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL)); "
+    "sys.exit(subprocess.call(sys.argv[1:]))"
+)
+
+
+def _terminated_with_this_process() -> None:  # in the child, between fork and exec
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def tracking_server(folder: Path) -> Iterator[str]:
+    """``mlflow server`` (the package index's ``mlflow``) on a free port of 127.0.0.1, its SQLite store and its
+    artifacts in ``folder``, until the block ends; yields its URL.
+
+    Raises:
+        AssertionError: it did not answer ``/health`` within 60 s (with its log's tail).
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = open(folder / "server.log", "w")
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-c", GROUP_LEADER),
+            *(sys.executable, "-m", "mlflow", "server"),
+            *("--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"),
+            *("--artifacts-destination", str(folder / "artifacts")),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+        ],
+        cwd=folder,
+        # no job runner (its huey consumers, 15 worker threads in two processes, serve MLflow's GenAI jobs)
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # the server and its uvicorn worker are in the leader's process group, ended with it
+        preexec_fn=_terminated_with_this_process,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"mlflow server did not start: {(folder / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=15)
+        log.close()

@@ -197,6 +197,8 @@ class DriverPods:
         failure: why the driver failed for good (a callback raised, or :data:`MAX_FAILURES` pods failed), or None.
         next_attempt: the attempt of the pod to create next, or None while one is pending or running.
         running: a driver pod is running.
+        waiting: why the current driver pod cannot start (``"<reason>: <message>"``: an image that cannot be pulled,
+            no node that fits), or None.
         pending: the attempt of the pod asked for and not seen yet (it is not asked for twice), or None.
     """
 
@@ -206,6 +208,7 @@ class DriverPods:
         self.failure_told = False
         self.next_attempt: int | None = None
         self.running = False
+        self.waiting: str | None = None
         self.pending: int | None = None
         self.pending_name: str | None = None
 
@@ -235,6 +238,7 @@ class DriverPods:
         """Take the driver pods of the Experiment (:func:`split_driver_pods`), deleted ones' last state included."""
         latest = max(pods.values(), key=lambda p: p.attempt, default=None)
         self.running, self.next_attempt = False, None
+        self.waiting = f"{latest.name}: {': '.join(latest.waiting)}" if latest is not None and latest.waiting else None
         if self.pending is not None and latest is not None and latest.attempt >= self.pending:
             self.pending = None  # the pod asked for is seen
         if self.done or self.failure is not None:

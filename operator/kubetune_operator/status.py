@@ -396,6 +396,7 @@ def experiment_phase(
     exploring: str | None = None,
     driver_failure: str | None = None,
     driver_pending: bool = False,
+    driver_waiting: str | None = None,
 ) -> PhaseDecision:
     """Decide an Experiment's phase from its trial counts and the end criteria.
 
@@ -425,6 +426,7 @@ def experiment_phase(
         exploring: the trial whose PB2 explore step is being computed, or None.
         driver_failure: why the driver pod failed for good (``kubetune_operator.driver.DriverPods``), or None.
         driver_pending: the Experiment has a driver pod that has not exited 0 yet.
+        driver_waiting: why that pod cannot start (``ImagePullBackOff: ...``), or None.
     """
     active = counts["pending"] + counts["running"] + counts["paused"]
     failed = counts["failed"]
@@ -463,7 +465,10 @@ def experiment_phase(
         if active:
             return PhaseDecision("Running", reason, f"{message}; stopping {active} trials", True)
         if driver_pending and not driver_failure:
-            return PhaseDecision("Running", reason, f"{message}; waiting for the driver pod's on_experiment_end", True)
+            waiting = f" (it cannot start: {driver_waiting})" if driver_waiting else ""
+            return PhaseDecision(
+                "Running", reason, f"{message}; waiting for the driver pod's on_experiment_end{waiting}", True
+            )
         return PhaseDecision(phase, reason, message, True)
     summary = (
         f"{counts['running']} running, {counts['pending']} pending, {counts['paused']} paused, "

@@ -203,6 +203,7 @@ class StatusProjection:
             exploring=self._exploring(counts),
             driver_failure=driver.failure if driver is not None else None,
             driver_pending=driver_pending,
+            driver_waiting=driver.waiting if driver is not None else None,
         )
 
     def _exploring(self, counts: dict) -> str | None:

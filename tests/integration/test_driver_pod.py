@@ -3,7 +3,8 @@ with a ``tune.Callback`` defined here (so shipped by value), whose hooks write o
 experiment's storage from the driver pod; the calls are Ray's, in the journal's order, for every trial and result,
 and ``on_experiment_end`` comes once, before ``tune.run`` returns. With the operator SIGKILLed every few seconds
 and the driver pod deleted mid-run, every call is made (at least once) and the trials end as without the kills.
-A callback that raises fails the Experiment (``DriverFailed``) and ``tune.run`` raises."""
+A callback that raises fails the Experiment (``DriverFailed``) and ``tune.run`` raises. Ray's
+``MLflowLoggerCallback`` logs every trial, from the driver pod, to a real ``mlflow server``."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import threading
 import time
 
 import pytest
+from mlflow import MlflowClient
 
 import kubetune as tune
 from devcluster.cluster import S3_BUCKET
-from devcluster.testkit import wait_for
+from devcluster.testkit import tracking_server, wait_for
+from kubetune.integrations.mlflow import MLflowLoggerCallback
 from kubetune.sdk.client import Cluster
 from tests.integration.test_faults import Killer
 
@@ -172,3 +175,21 @@ def test_a_callback_that_raises_fails_the_experiment_and_the_run(
     assert status["phase"] == "Failed"
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "DriverFailed" and "Raising.on_trial_result raised ValueError" in failed["message"]
+
+
+def test_mlflows_logger_callback_logs_every_trial_from_the_driver_pod(
+    operator, namespace, storage_secret, sdk_env, tmp_path
+):
+    with tracking_server(tmp_path) as url:
+        callback = MLflowLoggerCallback(url, experiment_name=f"kubetune-{namespace}", tags={"by": "driver"})
+        analysis = run("tracked", namespace, storage_secret, [callback])
+        client = MlflowClient(tracking_uri=url)
+        experiment = client.get_experiment_by_name(f"kubetune-{namespace}")
+        runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+        assert sorted(runs) == sorted(t.trial_id for t in analysis.trials)
+        for trial in analysis.trials:
+            logged = runs[trial.trial_id]
+            assert logged.info.status == "FINISHED" and logged.data.tags["by"] == "driver"
+            assert logged.data.params == {"x": str(trial.config["x"]), "sleep": str(trial.config["sleep"])}
+            history = [(m.step, m.value) for m in client.get_metric_history(logged.info.run_id, "score")]
+            assert history == [(step, trial.config["x"] * step) for step in range(1, ITERATIONS + 1)]

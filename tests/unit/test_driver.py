@@ -199,6 +199,9 @@ def observed(*pods):
 def test_a_driver_pod_is_replaced_when_it_fails_or_goes_and_the_experiment_fails_when_a_callback_raised():
     assert observed().next_attempt == 0
     assert observed(pod(0, "Running")).next_attempt is None
+    pulling = pod(0, "Pending")
+    pulling.waiting = ("ImagePullBackOff", "Back-off pulling image my/img")
+    assert observed(pulling).waiting == "exp-driver-0: ImagePullBackOff: Back-off pulling image my/img"
     assert observed(pod(0, "Failed", exit_code=1)).next_attempt == 1
     assert observed(pod(0, "Running", gone=True)).next_attempt == 1
     assert observed(pod(0, "Succeeded", exit_code=0)).done
@@ -245,6 +248,12 @@ def test_a_driver_holds_the_end_and_its_failure_fails_the_experiment():
     ended = experiment_phase(counts, search_finished=True)
     held = experiment_phase(counts, search_finished=True, driver_pending=True)
     assert ended.phase == "Succeeded" and held.phase == "Running" and held.reason == ended.reason
+    waiting = experiment_phase(
+        counts, search_finished=True, driver_pending=True, driver_waiting="d-0: ErrImagePull: no"
+    )
+    assert waiting.message.endswith(
+        "waiting for the driver pod's on_experiment_end (it cannot start: d-0: ErrImagePull: no)"
+    )
     failed = experiment_phase(counts, search_finished=True, driver_failure="a callback raised", driver_pending=True)
     assert (failed.phase, failed.reason, failed.message) == ("Failed", "DriverFailed", "a callback raised")
     running = dict(counts, running=1)

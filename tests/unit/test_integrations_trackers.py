@@ -5,33 +5,31 @@ MLflow: a real ``mlflow server`` (SQLite store and artifacts in the module's tem
 127.0.0.1) and function trainables run by the trial pod's process (``python -m kubetune.runtime``, as the pod runs
 them): the run is read back with ``MlflowClient`` (Ray's names, the config as parameters, the metrics logged, the run
 ended with the attempt). W&B: offline (``WANDB_MODE=offline``, ``WANDB_DIR`` in the test's folder), the run's
-records read back from the ``.wandb`` file W&B wrote. Both: a gang's rank 1 gets a no-op, and Ray's driver-side
-logger callbacks are importable and refused by ``tune.run`` and ``Tuner``.
+records read back from the ``.wandb`` file W&B wrote. Both: a gang's rank 1 gets a no-op. Ray's driver-side
+``MLflowLoggerCallback`` logs to the same server from the driver pod's loop; ``WandbLoggerCallback`` is importable and
+refused by ``tune.run`` and ``Tuner``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
-import signal
 import struct
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest_runtime import free_port, run_runtime, runtime_env
+from conftest_runtime import run_runtime, runtime_env
 
 import kubetune as tune
+from devcluster.testkit import tracking_server
 from kubetune import wrap_function
 from kubetune.env import EXPERIMENT, HOSTS, RANK, WORLD_SIZE, CheckpointPolicy
 from kubetune.integrations import mlflow as tune_mlflow
 from kubetune.integrations import wandb as tune_wandb
 from kubetune.runtime.attempt_end import at_attempt_end, attempt_ended
+from kubetune.runtime.driver import DriverState, deliver
 from kubetune.runtime.trainable import RESULT_DUPLICATE
 from kubetune.sdk.tuner import Tuner, legacy_run_args
 from kubetune.tuner import RunConfig
@@ -72,19 +70,6 @@ class Tracked(kubetune.Trainable):
 """
 
 
-#: Runs the command of its arguments and, on SIGTERM, kills its whole process group: with
-#: :func:`_terminated_with_this_process`, a test run that is killed leaves no server behind.
-GROUP_LEADER = (
-    "import os, signal, subprocess, sys; "
-    "signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL)); "
-    "sys.exit(subprocess.call(sys.argv[1:]))"
-)
-
-
-def _terminated_with_this_process() -> None:  # in the child, between fork and exec
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 #: A W&B-tracked trainable for the runtime subprocess (``tracked_wandb:train``): two results, then it fails.
 TRACKED_WANDB = """
 import kubetune
@@ -103,47 +88,8 @@ def train(config):
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """``mlflow server`` on a free port of 127.0.0.1, its store and artifacts in a temporary folder; its URL."""
-    folder = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    log = open(folder / "server.log", "w")
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-c", GROUP_LEADER),
-            *(sys.executable, "-m", "mlflow", "server"),
-            *("--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"),
-            *("--artifacts-destination", str(folder / "artifacts")),
-            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
-        ],
-        cwd=folder,
-        # no job runner (its huey consumers, 15 worker threads in two processes, serve MLflow's GenAI jobs)
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # the server and its uvicorn worker are in the leader's process group, ended with it
-        preexec_fn=_terminated_with_this_process,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"mlflow server did not start: {(folder / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.2)
+    with tracking_server(tmp_path_factory.mktemp("mlflow")) as url:
         yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=15)
-        log.close()
 
 
 def run_tracked_trial(tmp_path, server: str, config: dict, entrypoint="tracked:train", **fields) -> tuple[int, str]:
@@ -353,20 +299,89 @@ def test_setup_wandb_asks_for_an_api_key_online_as_ray_does(tmp_path, monkeypatc
         tune_wandb.setup_wandb({}, api_key="k", api_key_file=str(key_file))
 
 
-@pytest.mark.parametrize(
-    "callback",
-    [tune_mlflow.MLflowLoggerCallback(experiment_name="e", save_artifact=True), tune_wandb.WandbLoggerCallback("p")],
-    ids=["mlflow", "wandb"],
-)
-def test_rays_logger_callbacks_import_and_are_refused_by_name(callback):
-    name = type(callback).__name__
-    message = rf"callbacks: {name} is not supported by kubetune: kubetune's {name} does not log from the driver pod yet"
+def test_wandbs_logger_callback_imports_and_is_refused_by_name():
+    message = r"callbacks: WandbLoggerCallback is not supported by kubetune: kubetune's WandbLoggerCallback does not"
+    callback = tune_wandb.WandbLoggerCallback("p")
     with pytest.raises(ValueError, match=message):
         legacy_run_args({"callbacks": [callback]}, name="exp", restore=None, storage=None)
     with pytest.raises(ValueError, match=message):
         tune.run("m:T", name="exp", storage="s3://b/p", callbacks=[callback])  # before any cluster is asked
     with pytest.raises(ValueError, match=message):
         Tuner("m:T", run_config=RunConfig(callbacks=[callback])).fit()
+    with pytest.raises(ValueError, match="save_artifact=True is not supported by kubetune: each trial's folder"):
+        tune_mlflow.MLflowLoggerCallback(experiment_name="e", save_artifact=True)
+
+
+DRIVER_EVENTS = [  # what the operator serves a driver pod (kubetune.env.DRIVER_EVENTS_PATH)
+    {"seq": 0, "kind": "add", "trial": "exp-00000", "config": {"lr": 0.1, "net": {"width": 8}}, "path": "s3://b/0"},
+    {"seq": 1, "kind": "add", "trial": "exp-00001", "config": {"lr": 0.2, "net": {"width": 4}}, "path": "s3://b/1"},
+    {
+        "seq": 2,
+        "kind": "results",
+        "trial": "exp-00000",
+        "attempt": 0,
+        "results": [
+            {"training_iteration": 1, "loss": 0.5, "info": {"lr_now": 0.1}, "done": False, "hostname": "pod-a"},
+            {"training_iteration": 2, "loss": 0.25, "info": {"lr_now": 0.05}, "done": True, "hostname": "pod-a"},
+        ],
+    },
+    {
+        "seq": 3,
+        "kind": "results",
+        "trial": "exp-00001",
+        "attempt": 0,
+        "results": [{"training_iteration": 1, "loss": 2}],
+    },
+    {"seq": 4, "kind": "end", "trial": "exp-00000", "how": "complete", "result": None},
+]
+
+
+def test_mlflows_logger_callback_logs_each_trial_as_a_run_from_the_driver_and_finds_it_again(mlflow_server):
+    """Ray's MLflowLoggerCallback, called by the driver pod's loop (``kubetune.runtime.driver.deliver``) against a real
+    tracking server: a run per trial with Ray's name, tags, parameters and metrics at each step; a driver that took
+    over (a new callback object, as a new driver pod unpickles) logs into the same runs and ends them."""
+    callback = tune_mlflow.MLflowLoggerCallback(mlflow_server, experiment_name="driven", tags={"team": "t"})
+    state = DriverState()
+    callback.setup(stop=None, num_samples=2, total_num_samples=2)
+    deliver([callback], state, DRIVER_EVENTS)
+    successor = tune_mlflow.MLflowLoggerCallback(mlflow_server, experiment_name="driven", tags={"team": "t"})
+    successor.setup()
+    later = [
+        {
+            "seq": 5,
+            "kind": "results",
+            "trial": "exp-00001",
+            "attempt": 1,
+            "results": [{"training_iteration": 2, "loss": 1}],
+        },
+        {"seq": 6, "kind": "end", "trial": "exp-00001", "how": "error", "result": None},
+    ]
+    deliver([successor], state, later)
+    client = MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("driven")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert sorted(runs) == ["exp-00000", "exp-00001"]  # one run per trial, the successor's found again
+    first, second = runs["exp-00000"], runs["exp-00001"]
+    assert first.data.tags["trial_name"] == "exp-00000" and first.data.tags["team"] == "t"
+    assert first.data.params == {"lr": "0.1", "net/width": "8"}
+    steps = [(m.step, m.value) for m in client.get_metric_history(first.info.run_id, "loss")]
+    assert steps == [(1, 0.5), (2, 0.25)]
+    assert [m.value for m in client.get_metric_history(first.info.run_id, "info/lr_now")] == [0.1, 0.05]
+    assert "hostname" not in first.data.metrics and first.data.metrics["done"] == 1.0  # what float() takes, as Ray
+    assert [(m.step, m.value) for m in client.get_metric_history(second.info.run_id, "loss")] == [(1, 2.0), (2, 1.0)]
+    assert (first.info.status, second.info.status) == ("FINISHED", "FAILED")
+
+
+def test_mlflows_logger_callback_logs_the_config_at_the_end_when_asked(mlflow_server):
+    callback = tune_mlflow.MLflowLoggerCallback(mlflow_server, experiment_name="late", log_params_on_trial_end=True)
+    callback.setup()
+    state = DriverState()
+    deliver([callback], state, DRIVER_EVENTS[:1])
+    client = MlflowClient(tracking_uri=mlflow_server)
+    (run,) = client.search_runs([client.get_experiment_by_name("late").experiment_id])
+    assert run.data.params == {}
+    deliver([callback], state, DRIVER_EVENTS[4:])
+    assert client.get_run(run.info.run_id).data.params == {"lr": "0.1", "net/width": "8"}
 
 
 def test_the_modules_import_without_their_libraries():

@@ -73,7 +73,7 @@ def test_return_trials_asks_for_the_trials():
 )
 def test_keywords_that_mean_nothing_for_pods_are_accepted_with_why(key, value, why):
     with pytest.warns(UserWarning, match=rf"{key} is ignored by kubetune: .*{why}"):
-        assert args(**{key: value}) == (None, None, False, [])
+        assert args(**{key: value}) == (None, None, False, [], ())
     assert why in IGNORED[key]
 
 
@@ -94,7 +94,7 @@ def test_keywords_kubetune_cannot_honour_are_refused_by_name_with_the_alternativ
 def test_rays_defaults_of_refused_keywords_are_accepted(key, default):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert args(**{key: default}) == (None, None, False, [])
+        assert args(**{key: default}) == (None, None, False, [], ())
 
 
 def test_a_keyword_ray_has_not_is_still_a_type_error():

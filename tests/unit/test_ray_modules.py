@@ -132,7 +132,7 @@ def test_the_loggers_the_pods_stand_in_for_are_accepted():
         restore=None,
         storage="s3://b/p",
     )
-    assert args == (None, "s3://b/p", False)
+    assert args == (None, "s3://b/p", False, [], ())  # the pods write their files: nothing for the driver or trials
 
 
 class MLflowLike(logger.LoggerCallback):
@@ -149,17 +149,17 @@ class OwnCSV(logger.CSVLoggerCallback):
     """A subclass of a built-in one is user code too."""
 
 
-def test_a_logger_callback_of_your_own_goes_to_the_driver_pod_and_a_logger_is_refused_by_name():
+def test_a_logger_callback_of_your_own_goes_to_the_driver_pod_and_a_logger_of_your_own_to_the_trial_pods():
     mine, own_csv = MLflowLike(), OwnCSV()
     args = legacy_run_args(
         {"callbacks": [logger.JsonLoggerCallback(), mine, own_csv]}, name="e", restore=None, storage=None
     )
     assert args.callbacks == [mine, own_csv]  # a subclass of a built-in one is user code too: it runs there
-    message = r"loggers: CustomLogger is not supported by kubetune: .*write it as a tune.logger.LoggerCallback"
-    with pytest.raises(ValueError, match=message):  # Ray 0.8's user guide, "Logging"
-        legacy_run_args({"loggers": logger.DEFAULT_LOGGERS + (CustomLogger,)}, name="e", restore=None, storage=None)
-    with pytest.raises(ValueError, match="loggers: CustomLogger is not supported by kubetune"):
-        tune.run("m:T", name="exp", storage="s3://b/p", loggers=(CustomLogger,))  # before any cluster is asked
+    given = {"loggers": logger.DEFAULT_LOGGERS + (CustomLogger,)}  # Ray 0.8's user guide, "Logging"
+    assert legacy_run_args(given, name="e", restore=None, storage=None).loggers == (CustomLogger,)  # the trial pods'
+    message = r"loggers: str is not supported by kubetune: an entry of loggers must be a tune.logger.Logger class"
+    with pytest.raises(ValueError, match=message):
+        tune.run("m:T", name="exp", storage="s3://b/p", loggers=("json",))  # before any cluster is asked
     with pytest.raises(ValueError, match="callbacks: CustomLogger is not supported by kubetune: a callback must be"):
         tune.run("m:T", name="exp", storage="s3://b/p", callbacks=[CustomLogger({}, "/tmp")])
 

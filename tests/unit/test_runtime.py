@@ -6,6 +6,7 @@ Storage is file:// here (the S3 path of the same code runs in test_runtime_s3.py
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -14,6 +15,8 @@ import cloudpickle
 import pytest
 from conftest_runtime import Collector, free_port, run_runtime, runtime_env, start_runtime, wait_for
 
+import kubetune
+from kubetune import shipping
 from kubetune.checkpoint_store import latest_committed, list_checkpoints
 from kubetune.env import CheckpointPolicy
 from kubetune.shipping import FUNCTION_KEY, dumps
@@ -183,6 +186,49 @@ def test_cloudpickled_function_trainable(tmp_path):
     lines = _lines(storage, trial_dir)
     assert [(r["training_iteration"], r["value"]) for r in lines] == [(1, 7), (2, 14), (3, 21)]
     assert lines[-1]["done"] is False  # the function's return ends the trial without a duplicate line
+
+
+def test_a_logger_of_ray_08s_loggers_runs_beside_the_trial_in_its_pod(tmp_path):
+    """``tune.run(loggers=[MyLogger])``: the SDK ships the trainable wrapped (``with_loggers``) and the trial pod's
+    process makes the logger and hands it every result, then flushes and closes it, as Ray's UnifiedLogger."""
+    storage, trial_dir = _storage(tmp_path)
+    record = tmp_path / "logged.jsonl"
+
+    class Appending(kubetune.logger.Logger):  # a local class: shipped by value with the trainable
+        def _init(self):
+            self.out = open(self.config["record"], "a")
+            self.out.write(json.dumps({"init": os.path.basename(self.logdir)}) + "\n")
+
+        def on_result(self, result):
+            self.out.write(json.dumps({"iteration": result["training_iteration"], "value": result["value"]}) + "\n")
+
+        def close(self):
+            self.out.write(json.dumps({"closed": True}) + "\n")
+            self.out.close()
+
+    def train_fn(config):
+        import kubetune
+
+        for i in range(1, 4):
+            kubetune.report({"value": i * config["inc"]})
+
+    shipped = shipping.with_loggers(train_fn, (Appending,))
+    storage.put_bytes(f"file://{tmp_path / 'store'}/ns/exp/trainable.pkl", cloudpickle.dumps(shipped))
+    config = {"inc": 7, "record": str(record)}
+    env = runtime_env(
+        tmp_path, trial_dir, config=config, pickle_uri=f"file://{tmp_path / 'store'}/ns/exp/trainable.pkl"
+    )
+    code, output = run_runtime(env)
+    assert code == 0, output
+    logged = [json.loads(line) for line in record.read_text().splitlines()]
+    assert logged == [
+        {"init": "logdir"},
+        {"iteration": 1, "value": 7},
+        {"iteration": 2, "value": 14},
+        {"iteration": 3, "value": 21},
+        {"closed": True},
+    ]
+    assert [r["value"] for r in _lines(storage, trial_dir)] == [7, 14, 21]  # the pod's result.json as ever
 
 
 def test_failure_exits_nonzero_and_a_retry_does_not_duplicate_results(tmp_path):

@@ -10,7 +10,8 @@ accept them (:data:`WRITTEN_BY_THE_PODS`: ``loggers=DEFAULT_LOGGERS``, ``callbac
 what happens anyway; their methods are not called. A logger callback of your own (a subclass of
 :class:`LoggerCallback`) is user code that Ray runs in its driver: it runs in the Experiment's driver pod, as every
 :class:`kubetune.callback.Callback` does (:mod:`kubetune.runtime.driver`). A ``Logger`` class of your own (Ray 0.8's
-``loggers=``), which Ray runs beside each trial, is refused by name before anything is created.
+``loggers=``) runs where Ray runs it, beside each trial in its own process: in the trial pod, handed every result
+(:func:`kubetune.shipping.with_loggers`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Owns the format of the pickles the SDK writes to object storage (:func:`dumps`/:func:`loads`: a
 header naming the Python version, then cloudpickle's bytes), the choice between an import path and
-a pickle (:func:`ship_trainable`), Ray's :func:`with_parameters` and :func:`with_resources`, and
+a pickle (:func:`ship_trainable`), Ray's :func:`with_parameters` and :func:`with_resources`, Ray 0.8's ``loggers``
+(:func:`with_loggers`), and
 ``sample_from`` functions, which run in the trial pod (:class:`FunctionPickles` on the client,
 :func:`resolve_config` in the pod). Called by :mod:`kubetune.sdk.tuner` on the client and by
 :mod:`kubetune.runtime` in the pod.
@@ -30,6 +31,7 @@ import inspect
 import math
 import os
 import sys
+import tempfile
 from typing import Any, Callable
 
 from kubetune.storage import Storage, join_uri
@@ -343,6 +345,41 @@ def with_stopper(trainable: Any, stopper: Callable[[str, dict], bool]) -> type:
     StoppedByUser.__name__ = StoppedByUser.__qualname__ = base.__name__
     StoppedByUser._kubetune_code = [stopper if inspect.isfunction(stopper) else type(stopper)]
     return _wraps(StoppedByUser, trainable)
+
+
+def with_loggers(trainable: Any, loggers: tuple) -> type:
+    """Return ``trainable`` as a class that hands each of its results to a logger of each class of ``loggers``.
+
+    Ray 0.8's ``tune.run(loggers=...)``: Ray makes a ``UnifiedLogger`` of them beside each trial, in the trial's own
+    process, and calls its ``on_result`` with every result, ``flush`` and ``close`` when the trial stops; here that
+    process is the trial pod (``kubetune.logger.UnifiedLogger`` over the trainable's ``logdir``, the pod's local
+    folder: a file a logger writes there stays in the pod). Each attempt makes its own loggers.
+
+    Raises:
+        TypeError: ``trainable`` is an import path (the wrapper needs the class itself).
+    """
+    if isinstance(trainable, str):
+        raise TypeError("a Logger class of your own needs the trainable itself, not an import path")
+    from kubetune.logger import UnifiedLogger
+    from kubetune.runtime.function_trainable import as_trainable_class
+
+    base = as_trainable_class(trainable)
+    classes = tuple(loggers)
+
+    class LoggedByUser(base):
+        def __init__(self, config=None, logger_creator=None, *args, **kwargs):
+            if logger_creator is None:
+                logdir = kwargs.get("logdir") or tempfile.mkdtemp(prefix="kubetune-loggers-")
+                os.makedirs(logdir, exist_ok=True)
+
+                def logger_creator(config):
+                    return UnifiedLogger(config, logdir, loggers=classes)
+
+            super().__init__(config, logger_creator, *args, **kwargs)
+
+    LoggedByUser.__name__ = LoggedByUser.__qualname__ = base.__name__
+    LoggedByUser._kubetune_code = list(classes)
+    return _wraps(LoggedByUser, trainable)
 
 
 def with_resources(trainable: Any, resources: Any) -> Any:

@@ -1,6 +1,6 @@
 """Ray's path ``ray.air.integrations.mlflow`` (Ray 2.x): :func:`setup_mlflow`, which the user's trainable calls in
-the trial pod to track the trial in MLflow, and :class:`MLflowLoggerCallback`, Ray's driver-side logger, which
-``tune.run`` and ``Tuner`` refuse.
+the trial pod to track the trial in MLflow, and :class:`MLflowLoggerCallback`, Ray's driver-side logger, which runs
+in the Experiment's driver pod (``kubetune.runtime.driver``).
 
 ``from kubetune.integrations.mlflow import setup_mlflow`` is ``from ray.air.integrations.mlflow import setup_mlflow``
 under kubetune's import rule (``ray.air.X`` is ``kubetune.X``). ``setup_mlflow`` keeps Ray's signature, defaults and
@@ -15,6 +15,7 @@ run. What differs (``docs/ray-tune.md``, "Trackers"): the run it starts is ended
 from __future__ import annotations
 
 import os
+import time
 from types import ModuleType
 from typing import Any
 
@@ -184,28 +185,33 @@ class _RunCloser:
 
 
 class MLflowLoggerCallback(LoggerCallback):
-    """Ray's ``MLflowLoggerCallback``: a logger callback that Ray's driver calls for every trial.
+    """Ray's ``MLflowLoggerCallback``: one MLflow run per trial, logged from the Experiment's driver pod.
 
-    Kept with Ray's signature so that scripts import it; ``tune.run`` and ``Tuner`` refuse it (``ValueError`` naming
-    it, :attr:`REFUSED_IN_DRIVER`) before anything is created: its hooks are not written for the Experiment's
-    driver pod yet, where a logger callback of the user's own runs. In the trainable, :func:`setup_mlflow` tracks each
-    trial from its own pod.
+    As Ray's (``ray/air/integrations/mlflow.py``): ``setup`` points MLflow's client at ``tracking_uri`` and picks the
+    experiment ``experiment_name`` (else ``MLFLOW_EXPERIMENT_ID``/``MLFLOW_EXPERIMENT_NAME``), created when missing;
+    ``log_trial_start`` starts the trial's run, named ``str(trial)`` with the tag ``trial_name`` and ``tags``, and logs
+    the config, flattened with ``/``, as its parameters (at the trial's end instead with ``log_params_on_trial_end``);
+    ``log_trial_result`` logs every value of the result that ``float()`` takes, flattened, at step
+    ``timesteps_total`` or else ``training_iteration``; ``log_trial_end`` ends the run FINISHED, or FAILED for a trial
+    that failed. It runs in the driver pod (``kubetune.runtime.driver``), whose image needs MLflow's client
+    (``kubetune[mlflow]``). A driver pod that replaces another finds each trial's run again by its ``trial_name`` tag
+    instead of starting a second one; a result it is given twice (``kubetune.runtime.driver``'s at-least-once) is
+    logged twice at the same step.
 
     Args:
-        tracking_uri: MLflow's tracking URI.
+        tracking_uri: MLflow's tracking URI (a server the driver pod reaches: ``http://mlflow.mlflow.svc:5000``);
+            None: ``MLFLOW_TRACKING_URI`` in the pod (``spec.template.env``).
         registry_uri: MLflow's model registry URI.
         experiment_name: the MLflow experiment of every trial.
         tags: tags of every trial's run.
-        tracking_token: MLflow's tracking token.
-        save_artifact: upload each trial's directory as the run's artifacts.
+        tracking_token: MLflow's tracking token (``MLFLOW_TRACKING_TOKEN`` in the driver pod).
+        save_artifact: Ray uploads each trial's directory as the run's artifacts; refused: a trial's folder is in the
+            experiment's storage, not on the driver's disk.
         log_params_on_trial_end: log the config when the trial ends instead of when it starts.
-    """
 
-    #: Why the SDK refuses it (:func:`kubetune.sdk.tuner.driver_callbacks`).
-    REFUSED_IN_DRIVER = (
-        "kubetune's MLflowLoggerCallback does not log from the driver pod yet; call setup_mlflow() in the trainable, "
-        "which tracks each trial in MLflow from its own pod"
-    )
+    Raises:
+        ValueError: ``save_artifact=True``.
+    """
 
     def __init__(
         self,
@@ -218,6 +224,12 @@ class MLflowLoggerCallback(LoggerCallback):
         save_artifact: bool = False,
         log_params_on_trial_end: bool = False,
     ):
+        if save_artifact:
+            raise ValueError(
+                "save_artifact=True is not supported by kubetune: each trial's folder is in the experiment's storage "
+                "(its result.json, progress.csv and checkpoints), not on the driver pod's disk; log files from the "
+                "trainable with setup_mlflow() and mlflow.log_artifact"
+            )
         self.tracking_uri = tracking_uri
         self.registry_uri = registry_uri
         self.experiment_name = experiment_name
@@ -225,3 +237,77 @@ class MLflowLoggerCallback(LoggerCallback):
         self.tracking_token = tracking_token
         self.should_save_artifact = save_artifact
         self.log_params_on_trial_end = log_params_on_trial_end
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Connect to the tracking server and pick (or create) the experiment, as Ray's ``setup``.
+
+        Raises:
+            RuntimeError: MLflow's client is not installed in the driver pod's image.
+            ValueError: no experiment is named, Ray's error.
+        """
+        try:
+            import mlflow
+            from mlflow.exceptions import MlflowException
+        except ImportError as exc:
+            raise RuntimeError(
+                "mlflow was not found: the driver pod's image (the trial image) needs MLflow's client, "
+                "pip install 'kubetune[mlflow]'"
+            ) from exc
+        if self.tracking_token:
+            os.environ["MLFLOW_TRACKING_TOKEN"] = self.tracking_token
+        mlflow.set_tracking_uri(self.tracking_uri)
+        mlflow.set_registry_uri(self.registry_uri)
+        self._client = mlflow.MlflowClient(tracking_uri=mlflow.get_tracking_uri(), registry_uri=self.registry_uri)
+        self._experiment_id = _experiment(mlflow, MlflowException, None, self.experiment_name, None, create=True)
+        self.tags = dict(self.tags or {})
+        self._trial_runs: dict[str, str] = {}
+
+    def _run_id(self, trial: Any) -> str:
+        """The run of ``trial``: known, else the one a driver before this one started (tag ``trial_name``), else new."""
+        name = str(trial)
+        if name not in self._trial_runs:
+            quoted = name.replace("'", "\\'")
+            found = self._client.search_runs(
+                [self._experiment_id], filter_string=f"tags.trial_name = '{quoted}'", max_results=1
+            )
+            if found:
+                self._trial_runs[name] = found[0].info.run_id
+            else:
+                run = self._client.create_run(
+                    self._experiment_id, run_name=name, tags={**self.tags, "trial_name": name}
+                )
+                self._trial_runs[name] = run.info.run_id
+        return self._trial_runs[name]
+
+    def _log_params(self, run_id: str, config: dict) -> None:
+        from mlflow.entities import Param
+
+        params = [Param(key, str(value)) for key, value in flatten(dict(config or {})).items()]
+        for start in range(0, len(params), 100):  # MLflow's limit per batch
+            self._client.log_batch(run_id, params=params[start : start + 100])
+
+    def log_trial_start(self, trial: Any) -> None:
+        run_id = self._run_id(trial)
+        if not self.log_params_on_trial_end:
+            self._log_params(run_id, trial.config)
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        from mlflow.entities import Metric
+
+        step = result.get("timesteps_total") or result["training_iteration"]
+        now = int(time.time() * 1000)
+        metrics = []
+        for key, value in flatten(result).items():
+            try:
+                metrics.append(Metric(key, float(value), now, step))
+            except (TypeError, ValueError):
+                continue  # Ray logs what float() takes, and leaves the rest out
+        run_id = self._run_id(trial)
+        for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
+            self._client.log_batch(run_id, metrics=metrics[start : start + 1000])
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        run_id = self._run_id(trial)
+        if self.log_params_on_trial_end:
+            self._log_params(run_id, trial.config)
+        self._client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")

@@ -70,10 +70,9 @@ REFUSED = {
     "callbacks": "a callback must be a tune.Callback (ray.tune.Callback), which runs in the Experiment's driver "
     "pod; Ray's JsonLoggerCallback, CSVLoggerCallback and TBXLoggerCallback are accepted: the trial pods write "
     "their files",
-    "loggers": "a Logger class of your own is not run: Ray 0.8 runs it beside each trial, and kubetune's trial pods "
-    "write result.json, progress.csv and TensorBoard events themselves, so Ray's JsonLogger, CSVLogger and "
-    "TBXLogger (DEFAULT_LOGGERS) are accepted; write it as a tune.logger.LoggerCallback, which runs in the "
-    "Experiment's driver pod",
+    "loggers": "an entry of loggers must be a tune.logger.Logger class (Ray 0.8's), which runs beside each trial in "
+    "its pod; Ray's JsonLogger, CSVLogger and TBXLogger (DEFAULT_LOGGERS) are accepted: the trial pods write "
+    "result.json, progress.csv and TensorBoard events themselves",
     "trial_dirname_creator": "a trial's folder in the experiment's storage is named after its Trial object, "
     "<experiment>-<index>, by which the operator, the trial pods and the analysis find it; give trials display "
     "names with trial_name_creator",
@@ -547,7 +546,8 @@ def create_experiment(
             a function of the trial returning its display name), pickled beside the ``sample_from`` functions as
             ``spec.trialNameCreator``; each Trial's first pod calls it (:mod:`kubetune.runtime.trial_name`); and
             ``callbacks`` (:func:`driver_callbacks`), pickled there too as ``spec.driver``: the Experiment's driver
-            pod runs them (:mod:`kubetune.runtime.driver`).
+            pod runs them (:mod:`kubetune.runtime.driver`); and ``loggers`` (:func:`trial_loggers`), shipped with
+            the trainable (:func:`kubetune.shipping.with_loggers`).
 
     Raises:
         ValueError: an argument kubetune cannot honour (before anything is uploaded or created), such as a
@@ -563,12 +563,13 @@ def create_experiment(
 
     from kubetune.limits import check_spec_sizes
     from kubetune.sdk.client import ExperimentExists
-    from kubetune.shipping import FunctionPickles, ship_trainable, with_stopper
+    from kubetune.shipping import FunctionPickles, ship_trainable, with_loggers, with_stopper
     from kubetune.storage import SDK_OUTAGE_TIMEOUT_S, StorageUnavailable, open_storage, storage_errors
 
     resources = trial_resources(trainable, resources_per_trial, config)
     name_creator = experiment.pop("trial_name_creator", None)
     callbacks = experiment.pop("callbacks", None)
+    loggers = experiment.pop("loggers", None)
     if name_creator is not None and not callable(name_creator):
         raise TypeError(f"trial_name_creator must be a function of the trial returning its name, got {name_creator!r}")
     experiment["stop"], user_stop = split_stop(experiment.get("stop"))
@@ -596,6 +597,8 @@ def create_experiment(
     check_spec_sizes(manifest["spec"])  # the CRD's limits, before anything is uploaded
     if user_stop is not None:
         trainable = with_stopper(trainable, user_stop)
+    if loggers:
+        trainable = with_loggers(trainable, loggers)
     try:
         before = set(store.list(base))  # what an Experiment of this name uploaded already stays
         functions.upload(store)
@@ -726,12 +729,14 @@ class LegacyRunArgs(NamedTuple):
         storage: the storage (``storage=``/``storage_path=``, or ``upload_dir=``).
         return_trials: return the trials instead of the analysis (Ray 0.8's ``return_trials=True``).
         callbacks: the ``callbacks`` the Experiment's driver pod runs (:func:`driver_callbacks`).
+        loggers: the ``loggers`` that run beside each trial in its pod (:func:`trial_loggers`).
     """
 
     restore: str | None
     storage: str | dict | None
     return_trials: bool
     callbacks: list
+    loggers: tuple
 
 
 def legacy_run_args(
@@ -740,9 +745,10 @@ def legacy_run_args(
     """Honour or refuse Ray's ``tune.run`` keywords that :func:`run` does not name (``docs/sdk.md``).
 
     ``upload_dir`` is the storage URI; ``resume=True`` (or ``"LOCAL"``, ``"REMOTE"``) re-attaches to the
-    Experiment named ``name``, as ``restore=`` does; ``return_trials`` returns the trials; ``loggers`` may hold
-    only what the trial pods write anyway (:data:`kubetune.logger.WRITTEN_BY_THE_PODS`), and ``callbacks`` those
-    or ``tune.Callback`` instances (:func:`driver_callbacks`); each of :data:`IGNORED` is accepted with a warning
+    Experiment named ``name``, as ``restore=`` does; ``return_trials`` returns the trials; ``loggers`` holds what
+    the trial pods write anyway (:data:`kubetune.logger.WRITTEN_BY_THE_PODS`) or ``Logger`` classes, which run in
+    the trial pods (:func:`trial_loggers`), and ``callbacks`` those or ``tune.Callback`` instances
+    (:func:`driver_callbacks`); each of :data:`IGNORED` is accepted with a warning
     that says why it means nothing here.
 
     Args:
@@ -750,8 +756,8 @@ def legacy_run_args(
         name, restore, storage: the run's own arguments (``storage`` or ``storage_path``).
 
     Raises:
-        ValueError: a keyword of :data:`REFUSED` set, a logger of the user's own, a callback that is not a
-            ``tune.Callback``, a ``resume`` that
+        ValueError: a keyword of :data:`REFUSED` set, a logger that is not a ``Logger`` class, a callback that is
+            not a ``tune.Callback``, a ``resume`` that
             cannot be honoured, or ``upload_dir`` and another storage, or ``resume`` and ``restore``, that disagree;
             the message says why and what to use.
         TypeError: a keyword Ray's ``tune.run`` does not have either.
@@ -764,7 +770,7 @@ def legacy_run_args(
         storage = upload_dir
     restore = _resume(kwargs.pop("resume", None), name, restore)
     return_trials = bool(kwargs.pop("return_trials", False))
-    _check_logging("loggers", kwargs.pop("loggers", None))
+    loggers = trial_loggers(kwargs.pop("loggers", None))
     callbacks = driver_callbacks(kwargs.pop("callbacks", None))
     for key, value in kwargs.items():
         if key in IGNORED:
@@ -774,7 +780,7 @@ def legacy_run_args(
                 raise ValueError(f"{key} is not supported by kubetune: {REFUSED[key]}")
         else:
             raise TypeError(f"run() got an unexpected keyword argument {key!r}")
-    return LegacyRunArgs(restore, storage, return_trials, callbacks)
+    return LegacyRunArgs(restore, storage, return_trials, callbacks, loggers)
 
 
 def _resume(resume: Any, name: str | None, restore: str | None) -> str | None:
@@ -797,13 +803,25 @@ def _resume(resume: Any, name: str | None, restore: str | None) -> str | None:
     return target
 
 
-def _check_logging(key: str, given: Any) -> None:
-    """Refuse a ``loggers`` entry (a class) not of :data:`kubetune.logger.WRITTEN_BY_THE_PODS`, naming it."""
-    from kubetune.logger import WRITTEN_BY_THE_PODS
+def trial_loggers(given: Any) -> tuple:
+    """The ``loggers`` (Ray 0.8's, classes) that run beside each trial in its pod
+    (:func:`kubetune.shipping.with_loggers`): every ``kubetune.logger.Logger`` subclass of ``given`` but those the
+    trial pods stand in for (:data:`kubetune.logger.WRITTEN_BY_THE_PODS`).
 
+    Raises:
+        ValueError: an entry that is not a ``Logger`` class, named.
+    """
+    from kubetune.logger import WRITTEN_BY_THE_PODS, Logger
+
+    loggers = []
     for cls in given or ():
-        if cls not in WRITTEN_BY_THE_PODS:
-            raise ValueError(f"{key}: {getattr(cls, '__name__', cls)!s} is not supported by kubetune: {REFUSED[key]}")
+        if cls in WRITTEN_BY_THE_PODS:
+            continue
+        if not (isinstance(cls, type) and issubclass(cls, Logger)):
+            name = getattr(cls, "__name__", type(cls).__name__)
+            raise ValueError(f"loggers: {name} is not supported by kubetune: {REFUSED['loggers']}")
+        loggers.append(cls)
+    return tuple(loggers)
 
 
 def driver_callbacks(given: Any) -> list:
@@ -812,7 +830,7 @@ def driver_callbacks(given: Any) -> list:
 
     Raises:
         ValueError: an entry that is not a ``tune.Callback``, or one kubetune's driver cannot run yet
-            (``MLflowLoggerCallback``, ``WandbLoggerCallback``), named.
+            (``WandbLoggerCallback``), named.
     """
     from kubetune.callback import Callback
     from kubetune.logger import WRITTEN_BY_THE_PODS
@@ -900,7 +918,7 @@ def run(
         kubetune.sdk.client.ExperimentExists: an Experiment of the run's name is in the namespace.
         kubernetes.client.ApiException: the API refused the Experiment otherwise.
     """
-    restore, storage, return_trials, callbacks = legacy_run_args(
+    restore, storage, return_trials, callbacks, loggers = legacy_run_args(
         ray_kwargs, name=name, restore=restore, storage=storage or storage_path
     )
     if checkpoint_config is not None:
@@ -943,6 +961,7 @@ def run(
         queue_name=queue_name,
         trial_name_creator=trial_name_creator,
         callbacks=callbacks,
+        loggers=loggers,
     )
     failed = failed_trials(trials)
     if failed and raise_on_failed_trial:
