@@ -318,8 +318,7 @@ class ExperimentController:
 
     def _trial_info(self, name: str) -> dict:
         trial = self.book.trials.get(name)
-        config = (trial.spec_config if trial.spec_config is not None else trial.config) if trial else None
-        return {"config": config or {}, "path": self.trial_dir(name)}
+        return {"config": (trial.created_config if trial else None) or {}, "path": self.trial_dir(name)}
 
     def token(self, trial: str, attempt: int) -> str:
         """The collector bearer token of ``trial``'s ``attempt`` (see :func:`kubetune_operator.tokens.mint_token`)."""

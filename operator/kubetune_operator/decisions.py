@@ -275,9 +275,7 @@ class JournaledDecisions:
         if isinstance(entry, Add):
             self.scheduler.on_trial_add(entry.trial)
             if entry.trial in self.book.trials:
-                trial = self.book.trials[entry.trial]
-                config = trial.spec_config if trial.spec_config is not None else trial.config
-                self.scheduler.set_trial_config(entry.trial, config)
+                self.scheduler.set_trial_config(entry.trial, self.book.trials[entry.trial].created_config)
         elif isinstance(entry, Suggest):
             suggestion = self.searcher.suggest(entry.trial)
             if suggestion is not None and not isinstance(suggestion, dict):

@@ -1,7 +1,7 @@
 """The Experiment's driver pod (``spec.driver``): where the callbacks Ray runs in its driver run, in the user's image.
 
 Owns the driver pod's manifest and its token Secret (:func:`build_driver_pod`, :func:`build_driver_secret`), what
-the driver's pods say (:class:`DriverPods`: running, done, failed for good), what a pass does about them
+the driver's pods say (:class:`DriverPods`: done, failed for good, the next to create), what a pass does about them
 (:meth:`DriverPods.plan`: the next pod, or nothing) and the events the collector serves the pod
 (:func:`driver_events`, the protocol of ``kubetune.env.DRIVER_EVENTS_PATH``). Called by the controller's pass and
 by the collector. Pure.
@@ -196,7 +196,6 @@ class DriverPods:
         done: a driver pod exited 0: it called ``on_experiment_end`` (the Experiment may end).
         failure: why the driver failed for good (a callback raised, or :data:`MAX_FAILURES` pods failed), or None.
         next_attempt: the attempt of the pod to create next, or None while one is pending or running.
-        running: a driver pod is running.
         waiting: why the current driver pod cannot start (``"<reason>: <message>"``: an image that cannot be pulled,
             no node that fits), or None.
         pending: the attempt of the pod asked for and not seen yet (it is not asked for twice), or None.
@@ -207,7 +206,6 @@ class DriverPods:
         self.failure: str | None = None
         self.failure_told = False
         self.next_attempt: int | None = None
-        self.running = False
         self.waiting: str | None = None
         self.pending: int | None = None
         self.pending_name: str | None = None
@@ -237,7 +235,7 @@ class DriverPods:
     def observe(self, pods: Mapping[str, PodView]) -> None:
         """Take the driver pods of the Experiment (:func:`split_driver_pods`), deleted ones' last state included."""
         latest = max(pods.values(), key=lambda p: p.attempt, default=None)
-        self.running, self.next_attempt = False, None
+        self.next_attempt = None
         self.waiting = f"{latest.name}: {': '.join(latest.waiting)}" if latest is not None and latest.waiting else None
         if self.pending is not None and latest is not None and latest.attempt >= self.pending:
             self.pending = None  # the pod asked for is seen
@@ -263,7 +261,6 @@ class DriverPods:
             return
         if latest.phase == "Failed" or latest.gone or latest.deleting:
             self.next_attempt = latest.attempt + 1
-        self.running = latest.phase == "Running"
 
 
 def _line(message: str | None, index: int) -> str:

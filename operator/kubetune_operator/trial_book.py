@@ -50,6 +50,11 @@ class TrialState:
     def attempt(self) -> int:
         return int(self.status.get("attempt") or 0)
 
+    @property
+    def created_config(self) -> dict:
+        """The config the Trial was created with: the spec's, also once a PBT exploit replaced ``config``."""
+        return self.spec_config if self.spec_config is not None else self.config
+
     def as_object(self) -> dict:
         return {
             "metadata": {"name": self.name},
