@@ -184,10 +184,13 @@ class JournaledDecisions:
 
     def config_shown(self, trial: TrialState) -> None:
         """A status write of ``trial`` went through: a config its pod computed (:meth:`show_pod_config`), a
-        display name its pod gave (:meth:`_apply_named`), or a ``metricRange`` (:meth:`_widen_range`), that the write
-        showed need not be kept in the journal's snapshots."""
+        display name its pod gave (:meth:`_apply_named`), a ``metricRange`` (:meth:`_widen_range`), or the decision
+        an ended trial's attempt ended on (:meth:`_apply_end`: a container trial's pod, deleted on it, leaves nothing
+        else to say how), that the write showed need not be kept in the journal's snapshots."""
         if trial.name in self.pod_configs and trial.written.get("config") == trial.config:
             del self.pod_configs[trial.name]
+        if trial.name in self.ended and trial.written.get("phase") in TERMINAL:
+            self.applied.pop(trial.name, None)
         if trial.name in self.pod_names and trial.written.get("displayName") == self.pod_names[trial.name]:
             del self.pod_names[trial.name]
         if trial.name in self.unshown_ranges and trial.written.get("metricRange") == trial.status.get("metricRange"):
@@ -459,7 +462,9 @@ class JournaledDecisions:
 
     def _apply_end(self, trial: str, result: dict | None, how: str) -> None:
         self.ended.add(trial)
-        self.applied.pop(trial, None)
+        state = self.book.trials.get(trial)
+        if state is None or state.written.get("phase") in TERMINAL:
+            self.applied.pop(trial, None)  # else kept until a status write shows the end (config_shown)
         if result:  # its last result may have come in its pod's termination message alone (the operator was down)
             self._widen_range(trial, [result])
         if how == "complete":
@@ -558,6 +563,8 @@ class JournaledDecisions:
         :meth:`kubetune_operator.controller.ExperimentController.record_results`, which says what the arguments
         are); return the decision for the runtime: ``continue``, ``checkpoint``, ``pause`` or ``stop``."""
         trial = state.name
+        if trial in self.ended:  # its end is journaled, its status not written yet (the operator restarted between)
+            return "stop"
         if display_name is not None and self.intake.spec.trial_name_creator and not state.status.get("displayName"):
             self.do(Named(trial, display_name))
         if explored is not None and trial in self.pod_explores:  # before any result of the attempt

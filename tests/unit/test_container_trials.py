@@ -4,15 +4,19 @@ deletes the pod; the outcome waits for the output; MetricMissing when no line ha
 
 from __future__ import annotations
 
+import asyncio
+import copy
+
 import pytest
 
-from devcluster.testkit import experiment_object
+from devcluster.testkit import ConfigMaps, experiment_object
 from kubetune.output_metrics import KATIB_METRICS_FORMAT, OutputParser
 from kubetune_operator.builders import build_pod, sample_pod, trial_object
 from kubetune_operator.container_trials import substitute
 from kubetune_operator.controller import ExperimentController
 from kubetune_operator.experiment_spec import ExperimentSpec
 from kubetune_operator.podview import PodView
+from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
 from kubetune_operator.spec_intake import InvalidSpec
 from kubetune_operator.trial_lifecycle import OUTPUT_WAIT_S
@@ -229,6 +233,60 @@ def test_a_container_trial_whose_stopped_pod_went_while_the_operator_was_down_en
     assert plan.trial_status["exp-00001"]["phase"] == "Succeeded"
     assert plan.trial_status["exp-00001"]["reason"] == "EarlyStopped"
     assert not [p for p in plan.create_pods if p["metadata"]["name"].startswith("exp-00001")]
+
+
+def test_a_container_trial_ended_on_its_stop_whose_status_a_kill_lost_ends_early_stopped_and_never_runs_again():
+    """The operator ended a stopped trial (its end journaled), then was killed before the Trial's status said so: the
+    next operator finds the Trial Running and its pod gone. The journal says how the attempt ended, so the trial ends
+    EarlyStopped; a retry would run it again and feed the scheduler results of a trial it had stopped and removed
+    (a flaky ASHA test on the local cluster)."""
+    stoppers = [{"name": "maximum_iteration", "params": {"max_iter": 1}}]
+    exp = container_experiment(stoppers=stoppers)
+    store, trials = ConfigMaps(), {}
+
+    def boot():
+        ctl = ExperimentController(exp, Settings(), KEY)
+        for trial in copy.deepcopy(list(trials.values())):
+            ctl.observe_trial(trial)
+        ctl.restore(store.list())
+        return ctl
+
+    def carry_out(ctl, pods, now, write_status=True):
+        plan = ctl.plan(pods, now)
+        asyncio.run(Registry(Settings(), KEY, store.write).commit(ctl))
+        for m in plan.create_trials:
+            name = m["metadata"]["name"]
+            owner = [{"uid": exp["metadata"]["uid"]}]
+            trials[name] = {**m, "metadata": {**m["metadata"], "uid": "uid-" + name, "ownerReferences": owner}}
+            ctl.trial_created(name, "uid-" + name)
+        for name, patch in plan.trial_status.items() if write_status else ():
+            trials[name].setdefault("status", {}).update(patch)
+            ctl.status_written(name)
+        return plan
+
+    ctl = boot()
+    pods = {}
+    for now in (T0, T0 + 1):
+        carry_out(ctl, pods, now)
+    pods = {f"exp-0000{i}-0": PodView(f"exp-0000{i}-0", f"exp-0000{i}", 0, "Running") for i in range(2)}
+    carry_out(ctl, pods, T0 + 2)
+    assert trials["exp-00001"]["status"]["phase"] == "Running"
+    assert ctl.record_results("exp-00001", 0, [{"loss": 2.0, "training_iteration": 1}], None) == "stop"
+    asyncio.run(Registry(Settings(), KEY, store.write).commit(ctl))
+    assert [name for name, _ in carry_out(ctl, pods, T0 + 3).delete_pods] == ["exp-00001-0"]
+    del pods["exp-00001-0"]  # deleted on the stop
+    ended = carry_out(ctl, pods, T0 + 4, write_status=False)  # the end journaled; killed before the status write
+    assert ended.trial_status["exp-00001"]["reason"] == "EarlyStopped"
+    assert trials["exp-00001"]["status"]["phase"] == "Running"
+
+    ctl = boot()
+    plan = carry_out(ctl, pods, T0 + 5)
+    assert (plan.trial_status["exp-00001"]["phase"], plan.trial_status["exp-00001"]["reason"]) == (
+        "Succeeded",
+        "EarlyStopped",
+    )
+    assert not [p for p in plan.create_pods if p["metadata"]["name"].startswith("exp-00001")]
+    assert ctl.record_results("exp-00001", 0, [{"loss": 1.0, "training_iteration": 2}], None) == "stop"
 
 
 def test_a_container_that_exits_0_completes_and_one_that_printed_no_metric_fails_metric_missing():
