@@ -29,9 +29,8 @@ from bench_vs_ray import ray_python  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from devcluster import Cluster, ClusterConfig  # noqa: E402
-from devcluster.cluster import S3_BUCKET  # noqa: E402
 from devcluster.operator import OperatorProcess  # noqa: E402
-from devcluster.ray_gallery import EXAMPLES, gallery_folder, port_gallery, run_example  # noqa: E402
+from devcluster.ray_gallery import EXAMPLES, gallery_folder, port_gallery, run_example, script_env  # noqa: E402
 
 #: The examples' own libraries Ray's side needs (package and module names alike).
 EXAMPLE_LIBRARIES = ["optuna", "xgboost", "lightgbm", "hpbandster", "ConfigSpace"]
@@ -78,14 +77,8 @@ def main() -> int:
     crds = [str(p) for p in sorted((ROOT / "crds").glob("*.yaml"))]
     totals = {"kubetune": 0.0, "ray": 0.0}
     with Cluster(ClusterConfig(nodes=1, gpus_per_node=0, node_pods=24, crds=crds)) as cluster:
-        env = {
-            **os.environ,
-            **cluster.env(),
-            "HOME": str(workdir),
-            "KUBETUNE_STORAGE_URI": f"s3://{S3_BUCKET}/gallery",
-            "KUBETUNE_STORAGE_CREDENTIALS_SECRET": "s3-creds",
-        }
-        secret = {k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+        env, secret = script_env(cluster, workdir, "gallery")
+        env = {**os.environ, **env}
         core = client.CoreV1Api(cluster.api_client())
         operator = OperatorProcess(cluster, workdir / "operator.log")
         operator.start()

@@ -15,6 +15,8 @@ import uuid
 import zipfile
 from pathlib import Path
 
+from devcluster.cluster import S3_BUCKET
+
 RAY = "2.60.0"
 CACHE = Path.home() / ".cache" / "kubetune" / "ray-gallery" / RAY
 #: The examples that run here (docs/ray-tune.md lists the others, with why).
@@ -80,6 +82,20 @@ def ported(source: str) -> str:
         line = re.sub(r"\bfrom ray\.(?:tune|train|air) import", "from kubetune import", line)
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def script_env(cluster, home: Path, prefix: str) -> tuple[dict, dict]:
+    """``(environment, Secret data)`` for a user's script against ``cluster``: its kubeconfig and S3 variables,
+    ``HOME`` at ``home``, and the SDK's default storage ``s3://<bucket>/<prefix>`` with the credentials Secret
+    ``s3-creds`` (the Secret's data, which :func:`run_example` creates in each namespace)."""
+    keys = cluster.env()
+    env = {
+        **keys,
+        "HOME": str(home),
+        "KUBETUNE_STORAGE_URI": f"s3://{S3_BUCKET}/{prefix}",
+        "KUBETUNE_STORAGE_CREDENTIALS_SECRET": "s3-creds",
+    }
+    return env, {k: keys[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
 
 
 def run_example(name: str, folder: Path, env: dict, core, secret: dict) -> tuple[str, str, float]:

@@ -1,6 +1,7 @@
 """Fixtures shared by the tests and the benchmarks: an Experiment object as the API server hands it to the
 operator, ConfigMaps in memory with the API server's rules, polling until a condition holds, PB2's
-population data, and a real MLflow tracking server (:func:`tracking_server`).
+population data, a real MLflow tracking server (:func:`tracking_server`) and the records of W&B's offline runs
+(:func:`wandb_records`).
 
 Imported by ``tests/unit`` (the controller, journal, restart and scheduler tests), ``tests/integration`` and
 ``tests/realnode`` (:func:`wait_for`), and ``bench/`` (which imports nothing from ``tests/``). Nothing here
@@ -12,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import json
 import os
 import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -193,3 +196,63 @@ def tracking_server(folder: Path) -> Iterator[str]:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=15)
         log.close()
+
+
+def leveldb_log_records(path: Path) -> list[bytes]:
+    """The records of a W&B transaction log (``run-<id>.wandb``): LevelDB's log format (32 KiB blocks of chunks, each
+    ``crc32c:u32 length:u16 type:u8`` then the bytes; types full 1, first 2, middle 3, last 4) after W&B's 7-byte
+    header (``:W&B``, magic ``0xBEE1``, version)."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B" and struct.unpack("<H", data[4:6])[0] == 0xBEE1
+    records, parts, offset, block = [], [], 7, 32768
+    while offset + 7 <= len(data):
+        if block - offset % block < 7:  # a block's tail too short for a header is padding
+            offset += block - offset % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[offset : offset + 7])
+        chunk = data[offset + 7 : offset + 7 + length]
+        offset += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        parts.append(chunk)
+        if kind in (1, 4):
+            records.append(b"".join(parts))
+            parts = []
+    return records
+
+
+def key_of(item) -> str:
+    """The key of a W&B config, history or summary item: ``key``, or its ``nested_key`` parts joined with ``/``."""
+    return item.key or "/".join(item.nested_key)
+
+
+def wandb_records(wandb_dir: Path, run_id: str) -> dict[str, list]:
+    """The records W&B wrote offline for run ``run_id`` under ``wandb_dir`` (one run folder), by their type (``run``,
+    ``history``, ``summary``, ``exit``, ...), parsed with W&B's own protocol buffers."""
+    from wandb.proto import wandb_internal_pb2
+
+    (log,) = (wandb_dir / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
+    by_type: dict[str, list] = {}
+    for data in leveldb_log_records(log):
+        record = wandb_internal_pb2.Record.FromString(data)
+        by_type.setdefault(record.WhichOneof("record_type"), []).append(record)
+    assert "run" in by_type, f"{log} ({log.stat().st_size} bytes) holds {sorted(by_type)}"
+    return by_type
+
+
+def run_of(records: dict[str, list]) -> tuple[str, str, str, str]:
+    """``(id, name, group, project)`` of the one run record of a run's records (:func:`wandb_records`)."""
+    (run,) = [r.run for r in records["run"]]
+    return run.run_id, run.display_name, run.run_group, run.project
+
+
+def config_of(records: dict[str, list]) -> dict:
+    """The config of a run's records: its run record's, updated by each config record."""
+    items = [item for r in records["run"] for item in r.run.config.update]
+    items += [item for r in records.get("config", []) for item in r.config.update]
+    return {key_of(item): json.loads(item.value_json) for item in items}
+
+
+def history_of(records: dict[str, list]) -> list[dict]:
+    """Each history row of a run's records, ``{key: value}``."""
+    return [{key_of(item): json.loads(item.value_json) for item in r.history.item} for r in records.get("history", [])]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Annotated, Any, Literal
 
 from aiohttp import web
@@ -49,6 +50,11 @@ from .tokens import token_claims
 
 #: Results handed to the scheduler at a time; the event loop (probes, other requests) runs between steps.
 RESULTS_PER_STEP = 10
+#: Longest a driver pod's request for events waits for one (its ``wait``, in seconds).
+MAX_DRIVER_WAIT_S = 20.0
+#: While a driver pod's request waits, how often it looks again whether the Experiment would end (no journal entry
+#: says so), in seconds.
+DRIVER_WAIT_SLICE_S = 0.5
 
 log = logging.getLogger("kubetune.collector")
 
@@ -227,8 +233,9 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
 
     async def driver(request: web.Request) -> web.Response:
         """The driver pod's events (``kubetune.env.DRIVER_EVENTS_PATH``): 401 for a token that is not the
-        Experiment's driver's, 400 for a bad ``after``, 503 while the Experiment is not loaded, 409 when the
-        entries asked for are not kept."""
+        Experiment's driver's, 400 for a bad ``after`` or ``wait``, 503 while the Experiment is not loaded, 409 when
+        the entries asked for are not kept. With ``wait`` (seconds, at most :data:`MAX_DRIVER_WAIT_S`), an answer
+        with no event waits until an entry is committed, the Experiment would end, or ``wait`` has passed."""
         auth = request.headers.get("Authorization", "")
         claims = token_claims(registry.key, auth[len("Bearer ") :]) if auth.startswith("Bearer ") else None
         namespace, experiment = request.query.get("namespace", ""), request.query.get("experiment", "")
@@ -246,7 +253,18 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
         if claims[3] != ctl.experiment["metadata"].get("uid"):
             return _error(401, "stale driver token: the Experiment was created again")
         try:
-            return web.json_response(ctl.driver_events(after))
+            wait_s = min(max(float(request.query.get("wait", "0")), 0.0), MAX_DRIVER_WAIT_S)
+        except ValueError:
+            return _error(400, "wait must be a number of seconds")
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                reply = ctl.driver_events(after)
+                left = deadline - time.monotonic()
+                if reply["events"] or reply["finished"] or left <= 0 or registry.get(namespace, experiment) is not ctl:
+                    return web.json_response(reply)
+                # the Experiment's end is no journal entry: looked at again at least every DRIVER_WAIT_SLICE_S
+                await ctl.journal.wait_for_feed(reply["next"], min(left, DRIVER_WAIT_SLICE_S))
         except LookupError as exc:
             return _error(409, str(exc))
 

@@ -5,8 +5,8 @@ Owns :class:`JournaledDecisions`: the searcher, the scheduler and the stoppers, 
 (:mod:`kubetune_operator.journal`) and what the journal rebuilds beside their own state: each trial's applied
 decision (:class:`Applied`), the trials told ended, the PBT exploits decided and not carried out yet
 (:class:`~kubetune_operator.schedulers.base.Exploit`), the user functions an exploited trial's pods call, the
-configs pods computed, the display names pods' ``trial_name_creator`` gave, and why the Experiment fails for a
-missing metric. Called by the controller
+configs pods computed, the display names pods' ``trial_name_creator`` gave, the checkpoints trials committed
+(journaled for a driver pod only), and why the Experiment fails for a missing metric. Called by the controller
 (:class:`kubetune_operator.controller.ExperimentController`: spec intake, results from the collector, journal
 restore and snapshots, PB2's explore steps), the trial lifecycle (a trial ended), the admission of new and
 paused trials (suggest, add, choose) and the PBT perturbation (exploits carried out). Pure: no API calls.
@@ -25,6 +25,7 @@ from . import status as st
 from .builtin_stoppers import Stoppers
 from .journal import (
     Add,
+    Checkpointed,
     Choose,
     End,
     Entry,
@@ -300,6 +301,8 @@ class JournaledDecisions:
             self._apply_sampled(entry.trial, entry.config, entry.attempt)
         elif isinstance(entry, Named):
             self._apply_named(entry.trial, entry.name)
+        elif isinstance(entry, Checkpointed):
+            pass  # the driver pod's alone (its callbacks' on_checkpoint): nothing decides on it
         else:  # MetricMissing
             self.metric_missing = self.metric_missing or entry.message
         return None
@@ -590,6 +593,10 @@ class JournaledDecisions:
         elif decided_by != attempt and not stopped:
             decision = "continue"
         if checkpoint and checkpoint.get("uri"):
+            if self.intake.spec.driver is not None and checkpoint["uri"] != (state.status.get("checkpoint") or {}).get(
+                "uri"
+            ):
+                self.do(Checkpointed(trial, attempt, checkpoint["uri"], checkpoint.get("iteration")))
             state.status["checkpoint"] = {"uri": checkpoint["uri"], "iteration": checkpoint.get("iteration")}
             state.dirty = True
         return decision

@@ -77,7 +77,7 @@ DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 #: its volumes and scheduling gates, which are the trials').
 _TEMPLATE_FIELDS = tuple(f for f in _POD_SPEC_FIELDS if f not in ("volumes", "schedulingGates"))
 #: Journal entry kinds the driver turns into callback calls.
-_EVENT_KINDS = ("add", "results", "end")
+_EVENT_KINDS = ("add", "results", "checkpoint", "end")
 #: Events served per request at most.
 MAX_EVENTS = 1000
 
@@ -293,6 +293,8 @@ def driver_events(journal, after: int, trial_info, finished: bool) -> dict:
             event.update(trial_info(stored[1]))
         elif kind == "results":
             event.update(attempt=stored[2], results=stored[3])
+        elif kind == "checkpoint":
+            event.update(attempt=stored[2], uri=stored[3], iteration=stored[4])
         else:
             event.update(result=stored[2], how=stored[3])
         events.append(event)

@@ -42,6 +42,7 @@ from .labels import LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, label_value
 
 __all__ = [
     "Add",
+    "Checkpointed",
     "Choose",
     "End",
     "Entry",
@@ -160,6 +161,18 @@ class Named(NamedTuple):
     as_json = Add.as_json
 
 
+class Checkpointed(NamedTuple):
+    """``trial``'s ``attempt`` committed the checkpoint ``uri`` at ``iteration`` (journaled for the driver pod only:
+    its callbacks' ``on_checkpoint``; the searcher and scheduler are not told)."""
+
+    trial: str
+    attempt: int
+    uri: str
+    iteration: int | None
+    kind = "checkpoint"
+    as_json = Add.as_json
+
+
 class MetricMissing(NamedTuple):
     """A result lacked the experiment's metric: ``message`` says which (the Experiment fails)."""
 
@@ -169,9 +182,9 @@ class MetricMissing(NamedTuple):
 
 
 #: One journal entry, as the controller records and replays it.
-Entry = Union[Add, Suggest, Results, End, Choose, Explored, Sampled, Named, MetricMissing]
+Entry = Union[Add, Suggest, Results, End, Choose, Explored, Sampled, Named, Checkpointed, MetricMissing]
 _KINDS: dict[str, type] = {
-    t.kind: t for t in (Add, Suggest, Results, End, Choose, Explored, Sampled, Named, MetricMissing)
+    t.kind: t for t in (Add, Suggest, Results, End, Choose, Explored, Sampled, Named, Checkpointed, MetricMissing)
 }
 
 
@@ -277,6 +290,7 @@ class Journal:
         self.lock = asyncio.Lock()
         self.feed: list[list] | None = None
         self.feed_start = 0
+        self._feed_waiters: list[asyncio.Future] = []
 
     def keep_for_driver(self) -> None:
         """Keep every entry committed from now on for the Experiment's driver pod (``spec.driver``), until it has
@@ -290,6 +304,27 @@ class Journal:
             count = min(after + 1 - self.feed_start, len(self.feed))
             del self.feed[:count]
             self.feed_start += count
+
+    async def wait_for_feed(self, after: int, timeout_s: float) -> None:
+        """Return once an entry after ``after`` is committed for the driver, or after ``timeout_s`` seconds (the
+        driver's long poll: its request waits here instead of the driver asking again and again)."""
+        if self.feed is None or self.durable_seq - 1 > after or timeout_s <= 0:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._feed_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if waiter in self._feed_waiters:
+                self._feed_waiters.remove(waiter)
+
+    def _wake_feed_waiters(self) -> None:
+        waiters, self._feed_waiters = self._feed_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def feed_after(self, after: int, limit: int) -> list[tuple[int, list]]:
         """``(seq, entry)`` of up to ``limit`` committed entries after ``after``, for the driver.
@@ -393,6 +428,7 @@ class Journal:
             self.bytes_since_snapshot += size
             if self.feed is not None:
                 self.feed.extend(entries)
+                self._wake_feed_waiters()
         due = self.snapshot_due or self.bytes_since_snapshot >= max(
             MIN_SNAPSHOT_INTERVAL_BYTES, self.last_snapshot_bytes
         )

@@ -4,22 +4,27 @@ experiment's storage from the driver pod; the calls are Ray's, in the journal's 
 and ``on_experiment_end`` comes once, before ``tune.run`` returns. With the operator SIGKILLed every few seconds
 and the driver pod deleted mid-run, every call is made (at least once) and the trials end as without the kills.
 A callback that raises fails the Experiment (``DriverFailed``) and ``tune.run`` raises. Ray's
-``MLflowLoggerCallback`` logs every trial, from the driver pod, to a real ``mlflow server``."""
+``MLflowLoggerCallback`` logs every trial, from the driver pod, to a real ``mlflow server``, and Ray's
+``WandbLoggerCallback`` to W&B offline (the run files read back). Each checkpoint a trial commits reaches
+``on_checkpoint`` (read back from storage in the driver pod), then ``on_trial_save``."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
 import kubetune as tune
 from devcluster.cluster import S3_BUCKET
-from devcluster.testkit import tracking_server, wait_for
+from devcluster.testkit import history_of, run_of, tracking_server, wait_for, wandb_records
 from kubetune.integrations.mlflow import MLflowLoggerCallback
+from kubetune.integrations.wandb import WandbLoggerCallback
 from kubetune.sdk.client import Cluster
 from tests.integration.test_faults import Killer
 
@@ -193,3 +198,74 @@ def test_mlflows_logger_callback_logs_every_trial_from_the_driver_pod(
             assert logged.data.params == {"x": str(trial.config["x"]), "sleep": str(trial.config["sleep"])}
             history = [(m.step, m.value) for m in client.get_metric_history(logged.info.run_id, "score")]
             assert history == [(step, trial.config["x"] * step) for step in range(1, ITERATIONS + 1)]
+
+
+@pytest.fixture
+def host_folder(namespace):
+    """A folder of this machine outside ``/tmp``, which the driver pod (a process of the process node, whose own
+    ``/tmp`` is its emptyDir) sees as this test does; removed after the test."""
+    folder = Path.home() / ".cache" / "kubetune" / "test-driver-pod" / namespace
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_wandbs_logger_callback_logs_every_trial_from_the_driver_pod_offline(
+    operator, namespace, storage_secret, sdk_env, host_folder
+):
+    callback = WandbLoggerCallback("kubetune-tests", mode="offline", dir=str(host_folder))
+    analysis = run("weighed", namespace, storage_secret, [callback])
+    for trial in analysis.trials:
+        records = wandb_records(host_folder, trial.trial_id)  # one run of the trial's id, written by the driver pod
+        assert run_of(records) == (trial.trial_id, trial.trial_id, "weighed", "kubetune-tests")
+        scores = [(h["training_iteration"], h["score"]) for h in history_of(records)]
+        assert scores == [(step, trial.config["x"] * step) for step in range(1, ITERATIONS + 1)]
+        assert "exit" in records  # finished when the trial ended
+
+
+def saving(config):
+    for step in (1, 2):
+        tune.report({"score": config["x"] * step}, checkpoint=tune.Checkpoint.from_dict({"step": step}))
+
+
+class Saves(tune.Callback):
+    """Writes what each checkpoint it is handed holds (downloaded from storage in the driver pod), and each save."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def setup(self, **info):
+        from kubetune.storage import open_storage
+
+        self.storage = open_storage(self.where)
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        self.held = checkpoint.to_dict()
+        name = f"checkpoint-{trial.trial_id}-{self.held['step']}"
+        self.storage.put_bytes(f"{self.where}/{name}.json", json.dumps(self.held).encode())
+
+    def on_trial_save(self, iteration, trials, trial, **info):  # after on_checkpoint, for the same checkpoint
+        self.storage.put_bytes(f"{self.where}/save-{trial.trial_id}-{self.held['step']}.json", b"{}")
+
+
+def test_each_committed_checkpoint_reaches_on_checkpoint_in_the_driver_pod(
+    operator, s3, namespace, storage_secret, sdk_env
+):
+    where = f"s3://{S3_BUCKET}/{PREFIX}-saves/{namespace}"
+    analysis = tune.run(
+        saving,
+        name="saving",
+        namespace=namespace,
+        storage={"uri": f"s3://{S3_BUCKET}/{PREFIX}", "credentialsSecret": storage_secret},
+        config={"x": tune.grid_search([1, 2])},
+        metric="score",
+        mode="max",
+        callbacks=[Saves(where)],
+        verbose=0,
+        poll_interval_s=0.5,
+    )
+    made = calls(s3, f"{PREFIX}-saves/{namespace}")
+    trials = sorted(t.trial_id for t in analysis.trials)
+    expected = {f"{kind}-{t}-{step}" for t in trials for step in (1, 2) for kind in ("checkpoint", "save")}
+    assert set(made) == expected
+    assert all(made[f"checkpoint-{t}-{step}"] == {"step": step} for t in trials for step in (1, 2))

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from devcluster.cluster import S3_BUCKET
-from devcluster.ray_gallery import EXAMPLES, best_lines, gallery_folder, port_gallery, ported, run_example
+from devcluster.ray_gallery import EXAMPLES, best_lines, gallery_folder, port_gallery, ported, run_example, script_env
 from tests.integration.test_operator import GROUP, VERSION
 
 
@@ -43,14 +42,7 @@ def test_the_import_rule_rewrites_only_rays_names():
 def test_rays_examples_run_as_under_ray_with_the_import_changed(cluster, operator, core, custom, gallery, tmp_path):
     folder = tmp_path / "examples"
     port_gallery(gallery, folder)
-    env = {
-        **cluster.env(),
-        "HOME": str(tmp_path),
-        "KUBETUNE_STORAGE_URI": f"s3://{S3_BUCKET}/gallery",
-        "KUBETUNE_STORAGE_CREDENTIALS_SECRET": "s3-creds",
-    }
-    keys = cluster.env()
-    secret = {k: keys[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    env, secret = script_env(cluster, tmp_path, "gallery")
     with ThreadPoolExecutor(2) as pool:  # two at a time: most of an example's time is its pods starting
         runs = dict(zip(EXAMPLES, pool.map(lambda n: run_example(n, folder, env, core, secret), EXAMPLES)))
     print()

@@ -22,6 +22,7 @@ import yaml
 from devcluster.cluster import S3_BUCKET
 from devcluster.realnode import NODE_NAME
 from devcluster.testkit import wait_for
+from kubetune.callback import Callback
 from tests.integration.support import trial_prefix
 from tests.integration.trainables import Counter
 from tests.realnode.conftest import SYSTEM, experiment_status, wait_finished
@@ -186,6 +187,63 @@ def _run_in_background(fn, namespace: str, name: str, cluster, **kwargs):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, outcome
+
+
+def _climb(config):
+    import kubetune
+
+    for step in range(1, 4):
+        kubetune.report({"score": config["x"] * step})
+
+
+class _Calls(Callback):
+    """Writes one object per ``on_trial_result`` call, and one at ``on_experiment_end``, under ``where``."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def setup(self, **info):
+        from kubetune.storage import open_storage
+
+        self.storage = open_storage(self.where)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        body = json.dumps({"score": result["score"], "uid": os.getuid()}).encode()
+        self.storage.put_bytes(f"{self.where}/{trial.trial_id}-{result['training_iteration']}.json", body)
+
+    def on_experiment_end(self, trials, **info):
+        self.storage.put_bytes(f"{self.where}/end.json", json.dumps(sorted(t.trial_id for t in trials)).encode())
+
+
+def test_callbacks_run_in_the_driver_pod_in_the_image_under_restricted_settings(
+    node_cluster, core, custom, s3, team, sdk_env
+):
+    """The driver pod from the runtime image on containerd: admitted where ``restricted`` is enforced, its root
+    read-only and no service-account token, it reaches the operator's collector through the Service and the
+    storage from its network, and its callback's calls are all made before ``tune.run`` returns."""
+    prefix = f"driver-calls/{team}"
+    analysis = _run(
+        _climb,
+        team,
+        "called",
+        node_cluster,
+        config={"x": {"grid_search": [1, 2]}},
+        metric="score",
+        mode="max",
+        callbacks=[_Calls(f"s3://{S3_BUCKET}/{prefix}")],
+    )
+    trials = sorted(t.trial_id for t in analysis.trials)
+    expected = sorted([f"{prefix}/{t}-{step}.json" for t in trials for step in (1, 2, 3)] + [f"{prefix}/end.json"])
+    assert sorted(keys(s3, prefix + "/")) == expected
+    ended = json.loads(s3.get_object(Bucket=S3_BUCKET, Key=f"{prefix}/end.json")["Body"].read())
+    assert ended == trials
+    first = json.loads(s3.get_object(Bucket=S3_BUCKET, Key=f"{prefix}/{trials[0]}-1.json")["Body"].read())
+    assert first["uid"] == 1000  # the chart's trials.runAsUser, as a trial pod's
+    pod = core.read_namespaced_pod("called-driver-0", team)
+    assert pod.status.phase == "Succeeded" and pod.spec.automount_service_account_token is False
+    assert pod.spec.security_context.run_as_non_root
+    assert pod.spec.containers[0].security_context.read_only_root_filesystem
+    assert experiment_status(custom, team, "called")["phase"] == "Succeeded"
 
 
 def test_a_trial_over_its_memory_limit_is_oomkilled_and_retried(node_cluster, custom, team, sdk_env):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from pathlib import Path
 
 import pytest
 from aiohttp import ClientSession
@@ -15,6 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from devcluster.testkit import ConfigMaps
 from kubetune.callback import Callback
+from kubetune.checkpoint_store import commit_checkpoint
 from kubetune.env import DRIVER, DRIVER_CALLBACK_FAILED_EXIT, DRIVER_EVENTS_PATH
 from kubetune.logger import JsonLoggerCallback, LoggerCallback
 from kubetune.runtime.driver import CallbackFailed, DriverState, DriverTrial, deliver
@@ -296,13 +299,21 @@ def get(registry, token, after="-1", experiment="exp"):
     return asyncio.run(go())
 
 
-def test_the_collector_serves_the_driver_its_events_with_its_own_token_only(registry_and_controller):
+@pytest.fixture
+def trials_added(registry_and_controller):
+    """The registry and controller once the first pass has added the Experiment's two trials (committed), and the
+    driver's token."""
     registry, ctl = registry_and_controller
     plan = ctl.plan({}, 0.0)
     for manifest in plan.create_trials:
         ctl.trial_created(manifest["metadata"]["name"], "uid-" + manifest["metadata"]["name"])
     asyncio.run(registry.commit(ctl))
     driver = mint_token(KEY, "ns", driver_subject("exp"), 0, "0123456789-uid")
+    return registry, ctl, driver
+
+
+def test_the_collector_serves_the_driver_its_events_with_its_own_token_only(trials_added):
+    registry, _, driver = trials_added
     status, reply = get(registry, driver)
     assert status == 200 and [e["kind"] for e in reply["events"]] == ["add", "add"]
     assert reply["events"][0]["config"] == {"x": 1} and reply["events"][0]["path"].endswith("/exp-00000")
@@ -312,6 +323,45 @@ def test_the_collector_serves_the_driver_its_events_with_its_own_token_only(regi
     assert get(registry, mint_token(KEY, "ns", driver_subject("exp"), 0, "another-uid"))[0] == 401
     assert get(registry, driver, after="x")[0] == 400
     assert get(registry, mint_token(KEY, "ns", driver_subject("other"), 0, "u"), experiment="other")[0] == 503
+
+
+def test_a_driver_request_with_wait_is_answered_when_an_entry_is_committed_or_when_the_wait_is_over(trials_added):
+    """The long poll: a driver that has every entry asks with ``wait``; its request is answered once a new entry is
+    committed (the trials' results reach its callbacks at once, not at its next request), else after ``wait`` with no
+    event; a ``wait`` that is not a number is refused."""
+    registry, ctl, driver = trials_added
+    headers = {"Authorization": f"Bearer {driver}"}
+
+    async def go():
+        server = TestServer(make_app(registry))
+        await server.start_server()
+        try:
+            async with ClientSession() as session:
+
+                async def ask(after, wait):
+                    query = {"namespace": "ns", "experiment": "exp", "after": str(after), "wait": wait}
+                    started = time.monotonic()
+                    async with session.get(server.make_url(DRIVER_EVENTS_PATH), params=query, headers=headers) as r:
+                        return r.status, await r.json(), time.monotonic() - started
+
+                _, first, _ = await ask(-1, "0")
+                last = first["next"]
+                _, idle, idle_s = await ask(last, "0.6")
+                waiting = asyncio.ensure_future(ask(last, "10"))
+                await asyncio.sleep(0.3)
+                ctl.record_results("exp-00000", 0, [{"acc": 0.5, "training_iteration": 1}], None)
+                committed = time.monotonic()
+                await registry.commit(ctl)
+                _, woken, _ = await waiting
+                bad = await ask(last, "soon")
+                return idle, idle_s, woken, time.monotonic() - committed, bad[0]
+        finally:
+            await server.close()
+
+    idle, idle_s, woken, woken_s, bad = asyncio.run(go())
+    assert idle["events"] == [] and 0.5 <= idle_s < 5
+    assert [(e["kind"], e["trial"]) for e in woken["events"]] == [("results", "exp-00000")] and woken_s < 5
+    assert bad == 400
 
 
 class Recorder(LoggerCallback):
@@ -353,6 +403,45 @@ def test_the_driver_calls_rays_hooks_in_the_journals_order_and_saves_its_place(t
     again = DriverState.load(FileStorage(), uri)
     assert again.cursor == 5 and again.trials["exp-00001"].status == "ERROR" and not again.ended
     assert again.trials["exp-00000"].last_result == {"training_iteration": 1, "config": {"x": 1}}
+
+
+def test_a_committed_checkpoint_reaches_on_checkpoint_then_on_trial_save_once_as_a_stored_checkpoint(
+    trials_added, tmp_path
+):
+    """A checkpoint a trial's batch carries is journaled once for the driver (a batch sent again carries it again);
+    the driver calls ``on_checkpoint`` with a handle that downloads it, then ``on_trial_save`` (a LoggerCallback's
+    ``log_trial_save``), as Ray's controller does after a trial's save."""
+    registry, ctl, _ = trials_added
+    local = tmp_path / "checkpoint_000001"
+    local.mkdir()
+    (local / "weights.txt").write_text("w=1")
+    uri = commit_checkpoint(FileStorage(), local, f"file://{tmp_path}/exp-00000/checkpoint_000001", {"iteration": 1})
+    batch = [{"acc": 0.5, "training_iteration": 1}]
+    for _ in range(2):  # the same batch twice: a runtime that did not hear the first answer
+        ctl.record_results("exp-00000", 0, batch, {"uri": uri, "iteration": 1})
+    asyncio.run(registry.commit(ctl))
+    events = ctl.driver_events(-1)["events"]
+    assert [(e["kind"], e.get("uri")) for e in events] == [
+        ("add", None),
+        ("add", None),
+        ("results", None),
+        ("checkpoint", uri),
+    ]
+    assert events[-1]["iteration"] == 1 and events[-1]["attempt"] == 0
+
+    class Saves(LoggerCallback):
+        def __init__(self):
+            self.calls = []
+
+        def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+            self.calls.append(("checkpoint", trial.trial_id, (Path(checkpoint.path) / "weights.txt").read_text()))
+
+        def log_trial_save(self, trial):
+            self.calls.append(("save", trial.trial_id))
+
+    saves = Saves()
+    deliver([saves], DriverState(), events, FileStorage())
+    assert saves.calls == [("checkpoint", "exp-00000", "w=1"), ("save", "exp-00000")]
 
 
 def test_a_callback_that_raises_is_named_and_stops_the_calls():

@@ -6,14 +6,10 @@ MLflow: a real ``mlflow server`` (SQLite store and artifacts in the module's tem
 them): the run is read back with ``MlflowClient`` (Ray's names, the config as parameters, the metrics logged, the run
 ended with the attempt). W&B: offline (``WANDB_MODE=offline``, ``WANDB_DIR`` in the test's folder), the run's
 records read back from the ``.wandb`` file W&B wrote. Both: a gang's rank 1 gets a no-op. Ray's driver-side
-``MLflowLoggerCallback`` logs to the same server from the driver pod's loop; ``WandbLoggerCallback`` is importable and
-refused by ``tune.run`` and ``Tuner``.
-"""
+``MLflowLoggerCallback`` logs to the same server, and ``WandbLoggerCallback`` offline, from the driver pod's loop."""
 
 from __future__ import annotations
 
-import json
-import struct
 import subprocess
 import sys
 import textwrap
@@ -23,7 +19,7 @@ import pytest
 from conftest_runtime import run_runtime, runtime_env
 
 import kubetune as tune
-from devcluster.testkit import tracking_server
+from devcluster.testkit import config_of, history_of, key_of, run_of, tracking_server, wandb_records
 from kubetune import wrap_function
 from kubetune.env import EXPERIMENT, HOSTS, RANK, WORLD_SIZE, CheckpointPolicy
 from kubetune.integrations import mlflow as tune_mlflow
@@ -31,8 +27,7 @@ from kubetune.integrations import wandb as tune_wandb
 from kubetune.runtime.attempt_end import at_attempt_end, attempt_ended
 from kubetune.runtime.driver import DriverState, deliver
 from kubetune.runtime.trainable import RESULT_DUPLICATE
-from kubetune.sdk.tuner import Tuner, legacy_run_args
-from kubetune.tuner import RunConfig
+from kubetune.sdk.tuner import legacy_run_args
 
 mlflow = pytest.importorskip("mlflow")
 wandb = pytest.importorskip("wandb")
@@ -172,48 +167,6 @@ def fresh_wandb():
     wandb.teardown()
 
 
-def leveldb_log_records(path: Path) -> list[bytes]:
-    """The records of a W&B transaction log (``run-<id>.wandb``): LevelDB's log format (32 KiB blocks of chunks, each
-    ``crc32c:u32 length:u16 type:u8`` then the bytes; types full 1, first 2, middle 3, last 4) after W&B's 7-byte
-    header (``:W&B``, magic ``0xBEE1``, version)."""
-    data = path.read_bytes()
-    assert data[:4] == b":W&B" and struct.unpack("<H", data[4:6])[0] == 0xBEE1
-    records, parts, offset, block = [], [], 7, 32768
-    while offset + 7 <= len(data):
-        if block - offset % block < 7:  # a block's tail too short for a header is padding
-            offset += block - offset % block
-            continue
-        _, length, kind = struct.unpack("<IHB", data[offset : offset + 7])
-        chunk = data[offset + 7 : offset + 7 + length]
-        offset += 7 + length
-        if kind == 0 and length == 0:
-            continue
-        parts.append(chunk)
-        if kind in (1, 4):
-            records.append(b"".join(parts))
-            parts = []
-    return records
-
-
-def key_of(item) -> str:
-    """The key of a W&B config, history or summary item: ``key``, or its ``nested_key`` parts joined with ``/``."""
-    return item.key or "/".join(item.nested_key)
-
-
-def wandb_records(wandb_dir: Path, run_id: str) -> dict[str, list]:
-    """The records W&B wrote offline for run ``run_id`` under ``wandb_dir``, by their type (``run``, ``history``,
-    ``summary``, ``exit``, ...), parsed with W&B's own protocol buffers."""
-    from wandb.proto import wandb_internal_pb2
-
-    (log,) = (wandb_dir / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
-    by_type: dict[str, list] = {}
-    for data in leveldb_log_records(log):
-        record = wandb_internal_pb2.Record.FromString(data)
-        by_type.setdefault(record.WhichOneof("record_type"), []).append(record)
-    assert "run" in by_type, f"{log} ({log.stat().st_size} bytes) holds {sorted(by_type)}"
-    return by_type
-
-
 def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_config(
     tmp_path, monkeypatch, fresh_wandb
 ):
@@ -244,15 +197,8 @@ def test_setup_wandb_offline_writes_the_trials_run_with_rays_id_name_group_and_c
     attempt_ended(failed=False)  # what the pod's process does when the attempt ends: the run is finished
 
     by_type = wandb_records(tmp_path, "digits-00001")
-    (run_record,) = [r.run for r in by_type["run"]]
-    assert (run_record.run_id, run_record.display_name, run_record.run_group, run_record.project) == (
-        "digits-00001",
-        "digits-00001",
-        "digits",
-        "kubetune-tests",
-    )
-    items = [*run_record.config.update, *(item for r in by_type.get("config", []) for item in r.config.update)]
-    config = {key_of(item): json.loads(item.value_json) for item in items}
+    assert run_of(by_type) == ("digits-00001", "digits-00001", "digits", "kubetune-tests")
+    config = config_of(by_type)
     assert config["lr"] == 0.5 and config["model"] == {"depth": 3}
     assert config["data"] == "/data/digits"  # not JSON: its str, as Ray's _clean_log
     losses = [float(item.value_json) for r in by_type["history"] for item in r.history.item if key_of(item) == "loss"]
@@ -299,22 +245,31 @@ def test_setup_wandb_asks_for_an_api_key_online_as_ray_does(tmp_path, monkeypatc
         tune_wandb.setup_wandb({}, api_key="k", api_key_file=str(key_file))
 
 
-def test_wandbs_logger_callback_imports_and_is_refused_by_name():
-    message = r"callbacks: WandbLoggerCallback is not supported by kubetune: kubetune's WandbLoggerCallback does not"
+def test_wandbs_logger_callback_passes_the_sdk_and_refuses_uploading_checkpoints():
     callback = tune_wandb.WandbLoggerCallback("p")
-    with pytest.raises(ValueError, match=message):
-        legacy_run_args({"callbacks": [callback]}, name="exp", restore=None, storage=None)
-    with pytest.raises(ValueError, match=message):
-        tune.run("m:T", name="exp", storage="s3://b/p", callbacks=[callback])  # before any cluster is asked
-    with pytest.raises(ValueError, match=message):
-        Tuner("m:T", run_config=RunConfig(callbacks=[callback])).fit()
+    assert legacy_run_args({"callbacks": [callback]}, name="exp", restore=None, storage=None).callbacks == [callback]
+    with pytest.raises(ValueError, match="upload_checkpoints=True is not supported by kubetune: each trial's"):
+        tune_wandb.WandbLoggerCallback("p", upload_checkpoints=True)
     with pytest.raises(ValueError, match="save_artifact=True is not supported by kubetune: each trial's folder"):
         tune_mlflow.MLflowLoggerCallback(experiment_name="e", save_artifact=True)
 
 
+TRIAL_DIR = "s3://b/p/ns/exp/0123abcd/exp-0000"  # docs/architecture.md's layout, the index to add
 DRIVER_EVENTS = [  # what the operator serves a driver pod (kubetune.env.DRIVER_EVENTS_PATH)
-    {"seq": 0, "kind": "add", "trial": "exp-00000", "config": {"lr": 0.1, "net": {"width": 8}}, "path": "s3://b/0"},
-    {"seq": 1, "kind": "add", "trial": "exp-00001", "config": {"lr": 0.2, "net": {"width": 4}}, "path": "s3://b/1"},
+    {
+        "seq": 0,
+        "kind": "add",
+        "trial": "exp-00000",
+        "config": {"lr": 0.1, "net": {"width": 8}},
+        "path": TRIAL_DIR + "0",
+    },
+    {
+        "seq": 1,
+        "kind": "add",
+        "trial": "exp-00001",
+        "config": {"lr": 0.2, "net": {"width": 4}},
+        "path": TRIAL_DIR + "1",
+    },
     {
         "seq": 2,
         "kind": "results",
@@ -336,6 +291,19 @@ DRIVER_EVENTS = [  # what the operator serves a driver pod (kubetune.env.DRIVER_
 ]
 
 
+#: What a driver pod that took over is handed next: exp-00001's second result, then its end with an error.
+SUCCESSOR_EVENTS = [
+    {
+        "seq": 5,
+        "kind": "results",
+        "trial": "exp-00001",
+        "attempt": 1,
+        "results": [{"training_iteration": 2, "loss": 1}],
+    },
+    {"seq": 6, "kind": "end", "trial": "exp-00001", "how": "error", "result": None},
+]
+
+
 def test_mlflows_logger_callback_logs_each_trial_as_a_run_from_the_driver_and_finds_it_again(mlflow_server):
     """Ray's MLflowLoggerCallback, called by the driver pod's loop (``kubetune.runtime.driver.deliver``) against a real
     tracking server: a run per trial with Ray's name, tags, parameters and metrics at each step; a driver that took
@@ -344,19 +312,10 @@ def test_mlflows_logger_callback_logs_each_trial_as_a_run_from_the_driver_and_fi
     state = DriverState()
     callback.setup(stop=None, num_samples=2, total_num_samples=2)
     deliver([callback], state, DRIVER_EVENTS)
+    callback.on_step_end(iteration=state.cursor, trials=list(state.trials.values()))  # the loop's, before it saves
     successor = tune_mlflow.MLflowLoggerCallback(mlflow_server, experiment_name="driven", tags={"team": "t"})
     successor.setup()
-    later = [
-        {
-            "seq": 5,
-            "kind": "results",
-            "trial": "exp-00001",
-            "attempt": 1,
-            "results": [{"training_iteration": 2, "loss": 1}],
-        },
-        {"seq": 6, "kind": "end", "trial": "exp-00001", "how": "error", "result": None},
-    ]
-    deliver([successor], state, later)
+    deliver([successor], state, SUCCESSOR_EVENTS)
     client = MlflowClient(tracking_uri=mlflow_server)
     experiment = client.get_experiment_by_name("driven")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
@@ -382,6 +341,49 @@ def test_mlflows_logger_callback_logs_the_config_at_the_end_when_asked(mlflow_se
     assert run.data.params == {}
     deliver([callback], state, DRIVER_EVENTS[4:])
     assert client.get_run(run.info.run_id).data.params == {"lr": "0.1", "net/width": "8"}
+
+
+def test_wandbs_logger_callback_logs_each_trial_as_a_run_from_the_driver_and_a_successor_logs_on(
+    tmp_path, monkeypatch, fresh_wandb
+):
+    """Ray's WandbLoggerCallback, called by the driver pod's loop (``kubetune.runtime.driver.deliver``), offline: a
+    run per trial with Ray's id, name, group (the experiment's name), project and config; each result's numbers at its
+    ``training_iteration`` (``done`` left out, ``hostname`` in the config, as Ray's). A successor (a new callback in a
+    new process, as a new driver pod unpickles, after the first died holding an open run) starts the run of the same
+    id again, logs what it is handed (an event the first handled but had not saved its place after, again) and ends
+    it: offline, in a run folder of its own."""
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)  # offline needs none
+    callback = tune_wandb.WandbLoggerCallback("kubetune-tests", mode="offline", dir=str(tmp_path), excludes=["info"])
+    state = DriverState()
+    callback.setup(stop=None, num_samples=2, total_num_samples=2)
+    deliver([callback], state, DRIVER_EVENTS)
+    wandb.teardown()  # the first driver pod dies: W&B's service goes with it, exp-00001's run never finished
+    successor_dir = tmp_path / "successor"  # the new pod's own folder (two offline runs started in one second
+    successor_dir.mkdir()  # would share one folder name)
+    successor = tune_wandb.WandbLoggerCallback(
+        "kubetune-tests", mode="offline", dir=str(successor_dir), excludes=["info"]
+    )
+    successor.setup()
+    again = {**DRIVER_EVENTS[3], "seq": 5, "attempt": 1}  # the first handled it, but had not saved its place after
+    deliver([successor], state, [again, *({**event, "seq": event["seq"] + 1} for event in SUCCESSOR_EVENTS)])
+    successor.on_experiment_end(trials=list(state.trials.values()))
+    wandb.teardown()  # W&B's service writes what it holds
+
+    first = wandb_records(tmp_path, "exp-00000")
+    assert run_of(first) == ("exp-00000", "exp-00000", "exp", "kubetune-tests")
+    config = config_of(first)
+    assert config["lr"] == 0.1 and config["net"] == {"width": 8} and config["hostname"] == "pod-a"
+    history = history_of(first)
+    assert [(h["training_iteration"], h["loss"]) for h in history] == [(1, 0.5), (2, 0.25)]
+    assert not any(key in h for h in history for key in ("done", "hostname", "config/lr", "info/lr_now"))
+    assert "exit" in first
+
+    before, after = wandb_records(tmp_path, "exp-00001"), wandb_records(successor_dir, "exp-00001")
+    assert [(h["training_iteration"], h["loss"]) for h in history_of(before)] == [(1, 2)]
+    assert [(h["training_iteration"], h["loss"]) for h in history_of(after)] == [(1, 2), (2, 1)] and "exit" in after
+    assert [r.run.run_id for r in after["run"]] == ["exp-00001"]
 
 
 def test_the_modules_import_without_their_libraries():

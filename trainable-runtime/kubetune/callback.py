@@ -38,10 +38,10 @@ class Callback:
         """Never called by kubetune's driver: a trial's pod restores its checkpoint itself (docs/sdk.md)."""
 
     def on_trial_save(self, iteration: int, trials: list, trial: Any, **info) -> None:
-        """Never called by kubetune's driver: a trial's pod commits its checkpoints itself (docs/sdk.md)."""
+        """``trial`` committed a checkpoint (called after :meth:`on_checkpoint`, as Ray's controller does)."""
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info) -> None:
-        """``trial`` reported ``result`` (its ``config`` left out, as the pods send it)."""
+        """``trial`` reported ``result`` (with the trial's ``config``, as Ray's results carry it)."""
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info) -> None:
         """``trial`` ended without an error: it finished, or a scheduler or stopper stopped it (Ray's rule)."""
@@ -50,7 +50,9 @@ class Callback:
         """``trial`` ended with an error, its retries spent."""
 
     def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info) -> None:
-        """Never called by kubetune's driver: checkpoints are not journaled events (docs/sdk.md)."""
+        """``trial`` committed ``checkpoint`` to the experiment's storage: a
+        :class:`kubetune.checkpoint_store.StoredCheckpoint` (its ``uri``; ``path``, ``to_directory`` and
+        ``as_directory`` download it), after the result it was reported with."""
 
     def on_experiment_end(self, trials: list, **info) -> None:
         """Every trial ended and the search is over; the Experiment ends once this returns."""

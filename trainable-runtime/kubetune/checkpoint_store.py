@@ -18,7 +18,8 @@ runtime's loop and for a container trial's checkpoint folder alike.
 
 Callers: the in-pod runtime (``kubetune.runtime``) commits, restores and applies retention; the
 operator and SDK read :func:`latest_committed` and :func:`read_commit`; ``kubetune.Trainable`` commits
-when it has a ``remote_checkpoint_dir``.
+when it has a ``remote_checkpoint_dir``; the SDK's analysis and the driver pod's callbacks get
+:class:`StoredCheckpoint` handles on committed checkpoints.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ import json
 import logging
 import math
 import re
+import shutil
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kubetune.checkpoint_layout import Checkpoint
 from kubetune.storage import Storage, join_uri
 
 log = logging.getLogger(__name__)
@@ -325,3 +330,48 @@ def nearest_checkpoint(storage: Storage, uri: str, wait_s: float = RESTORE_FROM_
         return uri
     log.warning("%s is not committed; restoring %s, the nearest checkpoint of that trial", uri, nearest.uri)
     return nearest.uri
+
+
+class StoredCheckpoint(Checkpoint):
+    """A committed checkpoint in storage, downloaded to a new temporary directory when ``path`` is first read.
+
+    ``to_directory``, ``as_directory`` and ``path`` behave as :class:`kubetune.Checkpoint`'s (they read
+    ``path``), so nothing is downloaded for checkpoints that are only listed.
+
+    Attributes:
+        uri: the checkpoint directory in storage (``.../checkpoint_000010`` or a newer generation).
+    """
+
+    def __init__(self, storage: Storage, uri: str):  # noqa: D107 - no call to Checkpoint.__init__: path is lazy
+        self.uri = uri
+        self._storage = storage
+        self._path: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> str:
+        """The local directory holding the checkpoint's files (downloaded on first access).
+
+        Raises:
+            FileNotFoundError: the checkpoint is no longer committed (retention deleted it).
+            ValueError: a file the commit lists is missing in storage.
+        """
+        with self._lock:
+            if self._path is None:
+                local = tempfile.mkdtemp(prefix="checkpoint_")
+                try:
+                    restore_checkpoint(self._storage, self.uri, local)
+                except BaseException:
+                    shutil.rmtree(local, ignore_errors=True)
+                    raise
+                self._path = local
+            return self._path
+
+    def __repr__(self) -> str:
+        return f"StoredCheckpoint(uri={self.uri!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoredCheckpoint) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)

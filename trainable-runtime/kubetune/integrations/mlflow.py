@@ -196,7 +196,9 @@ class MLflowLoggerCallback(LoggerCallback):
     that failed. It runs in the driver pod (``kubetune.runtime.driver``), whose image needs MLflow's client
     (``kubetune[mlflow]``). A driver pod that replaces another finds each trial's run again by its ``trial_name`` tag
     instead of starting a second one; a result it is given twice (``kubetune.runtime.driver``'s at-least-once) is
-    logged twice at the same step.
+    logged twice at the same step. Where Ray sends each result's metrics as it comes, the metrics of the results the
+    driver handles in one step (one answer of the operator's, up to 1,000 events) go in ``log_batch`` calls of up to
+    1,000 at the step's end (``on_step_end``), before the driver saves its place, and a trial's before its run ends.
 
     Args:
         tracking_uri: MLflow's tracking URI (a server the driver pod reaches: ``http://mlflow.mlflow.svc:5000``);
@@ -261,6 +263,7 @@ class MLflowLoggerCallback(LoggerCallback):
         self._experiment_id = _experiment(mlflow, MlflowException, None, self.experiment_name, None, create=True)
         self.tags = dict(self.tags or {})
         self._trial_runs: dict[str, str] = {}
+        self._pending: dict[str, list] = {}  # run id -> metrics of this step's results, logged at its end
 
     def _run_id(self, trial: Any) -> str:
         """The run of ``trial``: known, else the one a driver before this one started (tag ``trial_name``), else new."""
@@ -302,12 +305,21 @@ class MLflowLoggerCallback(LoggerCallback):
                 metrics.append(Metric(key, float(value), now, step))
             except (TypeError, ValueError):
                 continue  # Ray logs what float() takes, and leaves the rest out
-        run_id = self._run_id(trial)
+        self._pending.setdefault(self._run_id(trial), []).extend(metrics)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        """Log the metrics of the step's results, in batches (the driver saves its place after this returns)."""
+        for run_id in list(self._pending):
+            self._flush(run_id)
+
+    def _flush(self, run_id: str) -> None:
+        metrics = self._pending.pop(run_id, [])
         for start in range(0, len(metrics), 1000):  # MLflow's limit per batch
             self._client.log_batch(run_id, metrics=metrics[start : start + 1000])
 
     def log_trial_end(self, trial: Any, failed: bool = False) -> None:
         run_id = self._run_id(trial)
+        self._flush(run_id)
         if self.log_params_on_trial_end:
             self._log_params(run_id, trial.config)
         self._client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")

@@ -1,6 +1,6 @@
 """Ray's path ``ray.air.integrations.wandb`` (Ray 2.x): :func:`setup_wandb`, which the user's trainable calls in the
 trial pod to track the trial in Weights & Biases, and :class:`WandbLoggerCallback`, Ray's driver-side logger, which
-``tune.run`` and ``Tuner`` refuse.
+the Experiment's driver pod calls (``kubetune.runtime.driver``) for every trial.
 
 ``from kubetune.integrations.wandb import setup_wandb`` is ``from ray.air.integrations.wandb import setup_wandb``
 under kubetune's import rule (``ray.air.X`` is ``kubetune.X``). ``setup_wandb`` keeps Ray's signature, defaults and
@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from numbers import Number
 from typing import Any
 
 from kubetune.logger import LoggerCallback
+from kubetune.resultkeys import flatten
 from kubetune.runtime.attempt_end import at_attempt_end
 from kubetune.runtime.context import get_context
 
@@ -190,31 +192,51 @@ class _RunFinisher:
 
 
 class WandbLoggerCallback(LoggerCallback):
-    """Ray's ``WandbLoggerCallback``: a logger callback that Ray's driver calls for every trial.
+    """Ray's ``WandbLoggerCallback``: one W&B run per trial, logged from the Experiment's driver pod.
 
-    Kept with Ray's signature so that scripts import it; ``tune.run`` and ``Tuner`` refuse it (``ValueError`` naming
-    it, :attr:`REFUSED_IN_DRIVER`) before anything is created: its hooks are not written for the Experiment's
-    driver pod yet, where a logger callback of the user's own runs. In the trainable, :func:`setup_wandb` tracks each
-    trial from its own pod.
+    As Ray's (``ray/air/integrations/wandb.py``): ``setup`` sets the API key (``api_key`` or ``api_key_file``, else
+    ``WANDB_API_KEY`` or W&B's stored login; none asked for offline), takes the project from ``WANDB_PROJECT_NAME``
+    when not given (``ValueError`` without one) and the group from ``WANDB_GROUP_NAME``; ``log_trial_start`` starts the
+    trial's run with ``id`` the trial's id, ``name`` ``str(trial)``, ``group`` the experiment's name when none is
+    given, ``config`` the trial's config (without ``callbacks``, ``excludes``, and what W&B cannot store as JSON made a
+    number or a string); ``log_trial_result`` logs the flattened result at ``step=training_iteration``, leaving out
+    ``done``, ``should_checkpoint``, ``excludes``, ``config`` (unless ``log_config``) and what is not a number or a W&B
+    media value, and puts Ray's ``AUTO_CONFIG_KEYS`` (``trial_id``, ``hostname``, ``pid``, ...) in the run's config;
+    ``log_trial_end`` finishes the run. ``kwargs`` go to ``wandb.init`` over those arguments.
+
+    What differs (docs/ray-tune.md, the ``WandbLoggerCallback`` row): Ray starts one logging process per trial, as
+    W&B expects; the driver pod holds every trial's run in its one process (``reinit="create_new"``, W&B's way since
+    0.19.10). Ray passes ``resume=False``; here ``resume="allow"``, so a driver pod that took over from one that died
+    starts the runs its predecessor left open again under their ids (online, W&B resumes each; offline, each pod
+    writes a folder of its own for ``wandb sync``), and logs again the results of an event the predecessor handled but
+    had not saved its place after (at least once, as every driver-pod callback). ``upload_checkpoints`` is refused
+    (``ValueError``): a checkpoint lives in the experiment's storage, not in a folder of the driver pod. W&B writes
+    under ``dir=`` or ``WANDB_DIR``, else the driver pod's working directory, which goes with the pod: offline, give a
+    ``dir`` on a volume to ``wandb sync`` from. The driver pod's image (the trial image) needs ``wandb``:
+    ``pip install 'kubetune[wandb]'``.
 
     Args:
         project: the W&B project.
-        group: the W&B group; None: the trainable's name.
+        group: the W&B group; None: ``WANDB_GROUP_NAME``, else the experiment's name.
         api_key_file: a file holding the API key.
         api_key: the API key.
-        excludes: result keys not to log.
+        excludes: result keys (and config keys) not to log.
         log_config: log the result's ``config`` with each result.
-        upload_checkpoints: upload each checkpoint as an artifact (Ray 2.x; ``save_checkpoints`` before).
+        upload_checkpoints: refused when True (see above).
         save_checkpoints: Ray's older name of ``upload_checkpoints``.
-        upload_timeout: seconds to wait for the uploads at the end.
+        upload_timeout: Ray's seconds to wait for uploads at the end (each run's ``finish`` waits for its own here).
+        video_kwargs: passed to ``wandb.Video`` by Ray for arrays it turns into videos; kept for the signature.
+        image_kwargs: passed to ``wandb.Image`` by Ray for arrays it turns into images; kept for the signature.
         **kwargs: passed to ``wandb.init``.
+
+    Raises:
+        ValueError: ``upload_checkpoints`` (or ``save_checkpoints``) is True.
     """
 
-    #: Why the SDK refuses it (:func:`kubetune.sdk.tuner.driver_callbacks`).
-    REFUSED_IN_DRIVER = (
-        "kubetune's WandbLoggerCallback does not log from the driver pod yet; call setup_wandb() in the trainable, "
-        "which tracks each trial in W&B from its own pod"
-    )
+    #: Result keys never logged (Ray's).
+    _exclude_results = ["done", "should_checkpoint"]
+    #: Result keys put in the run's config instead of its history (Ray's).
+    AUTO_CONFIG_KEYS = ["trial_id", "experiment_tag", "node_ip", "experiment_id", "hostname", "pid", "date"]
 
     def __init__(
         self,
@@ -227,14 +249,118 @@ class WandbLoggerCallback(LoggerCallback):
         upload_checkpoints: bool = False,
         save_checkpoints: bool = False,
         upload_timeout: int = 1800,
+        video_kwargs: dict | None = None,
+        image_kwargs: dict | None = None,
         **kwargs: Any,
     ):
+        if save_checkpoints:
+            warnings.warn(
+                "`save_checkpoints` is deprecated. Use `upload_checkpoints` instead.", DeprecationWarning, stacklevel=2
+            )
+            upload_checkpoints = True
+        if upload_checkpoints:
+            raise ValueError(
+                "upload_checkpoints=True is not supported by kubetune: each trial's checkpoints are in the "
+                "experiment's storage, not in a folder of the driver pod; log them from the trainable "
+                "(setup_wandb, then run.log_artifact)"
+            )
         self.project = project
         self.group = group
         self.api_key_file = api_key_file
         self.api_key = api_key
         self.excludes = excludes or []
         self.log_config = log_config
-        self.upload_checkpoints = upload_checkpoints or save_checkpoints
+        self.upload_checkpoints = False
         self.upload_timeout = upload_timeout
+        self.video_kwargs = video_kwargs or {}
+        self.image_kwargs = image_kwargs or {}
         self.kwargs = kwargs
+        self._runs: dict[str, tuple[Any, list[str]]] = {}
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Set the API key and pick the project and group, as Ray's ``setup``.
+
+        Raises:
+            RuntimeError: W&B is not installed in the driver pod's image.
+            ValueError: no project is named; both ``api_key`` and ``api_key_file``; online without a key.
+        """
+        try:
+            import wandb
+        except ImportError as exc:
+            raise RuntimeError(
+                "wandb was not found: the driver pod's image (the trial image) needs it, pip install 'kubetune[wandb]'"
+            ) from exc
+        mode = self.kwargs.get("mode") or os.environ.get("WANDB_MODE")
+        _set_api_key(wandb, self.api_key_file and os.path.expanduser(self.api_key_file), self.api_key, mode)
+        self.project = self.project or os.environ.get(WANDB_PROJECT_ENV_VAR)
+        if not self.project:
+            raise ValueError(
+                f"Please pass the project name as argument or through the {WANDB_PROJECT_ENV_VAR} environment variable."
+            )
+        self.group = self.group or os.environ.get(WANDB_GROUP_ENV_VAR)
+        self._runs = {}
+
+    def log_trial_start(self, trial: Any) -> None:
+        import wandb
+
+        if trial.trial_id in self._runs:  # Ray keeps a trial's logger when the trial is restarted
+            return
+        config = {key: value for key, value in trial.config.items() if key != "callbacks" and key not in self.excludes}
+        exclude = self._exclude_results + self.excludes + ([] if self.log_config else ["config"])
+        arguments: dict[str, Any] = {
+            "id": trial.trial_id,
+            "name": str(trial),
+            "resume": "allow",
+            "reinit": "create_new",
+            "allow_val_change": True,
+            "group": self.group or trial.experiment_dir_name,
+            "project": self.project,
+            "config": _loggable(config),
+            **self.kwargs,
+        }
+        self._runs[trial.trial_id] = (wandb.init(**arguments), exclude)
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        if trial.trial_id not in self._runs:
+            self.log_trial_start(trial)
+        run, exclude = self._runs[trial.trial_id]
+        log, config_update = _split_result(result, exclude, self.AUTO_CONFIG_KEYS)
+        run.config.update(config_update, allow_val_change=True)
+        run.log(log, step=log.get("training_iteration"))
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        run, _ = self._runs.pop(trial.trial_id, (None, None))
+        if run is not None:
+            run.finish()  # Ray's logging process calls wandb.finish(), with no exit code, errors or not
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        """Finish the runs of trials that never ended (Ray waits for its logging processes here)."""
+        for trial_id in list(self._runs):
+            self._runs.pop(trial_id)[0].finish()
+
+
+def _split_result(result: dict, exclude: list[str], to_config: list[str]) -> tuple[dict, dict]:
+    """Ray's ``_handle_result``: ``(what to log, what to put in the run's config)`` of a result, flattened with
+    ``/``; a key is left out (or put in the config) when it or a key it is nested under is listed; what is logged is a
+    number (a one-element array's), a W&B media value or a list of images or videos."""
+    import wandb
+
+    def listed(key: str, keys: list[str]) -> bool:
+        return any(key == item or key.startswith(item + "/") for item in keys)
+
+    config_update = _loggable(dict(result.get("config") or {}))
+    log = {}
+    for key, value in flatten(result).items():
+        if listed(key, exclude):
+            continue
+        if listed(key, to_config):
+            config_update[key] = _loggable(value)
+            continue
+        if getattr(value, "size", None) == 1 and callable(getattr(value, "item", None)):
+            value = value.item()  # a one-element numpy array
+        if isinstance(value, (Number, wandb.sdk.data_types.base_types.wb_value.WBValue)):
+            log[key] = value
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], (wandb.Image, wandb.Video)):
+            log[key] = value
+    config_update.pop("callbacks", None)
+    return log, config_update

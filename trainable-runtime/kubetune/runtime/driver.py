@@ -6,15 +6,16 @@ Owns the driver's loop (:func:`main`), the trials as its callbacks see them (:cl
 nothing else calls it.
 
 The loop: read the saved state (``stateURI`` in the experiment's storage) and the callbacks the SDK pickled there
-(``callbacksURI``, :mod:`kubetune.shipping`), call each callback's ``setup``, then ask the operator's collector for
-the journal's events after the saved place (``kubetune.env.DRIVER_EVENTS_PATH``), make the calls of each in order,
-save the state, and ask again (only a saved place is ever named to the operator, which may then forget what came
-before it). When the operator says no event will follow, call ``on_experiment_end``, save the state as ended and
-exit 0: the Experiment ends then. A driver started again goes on from its saved place: an event handled after the
-last save is handled again (at least once), none is skipped, and ``on_experiment_end`` is not called twice. A
-callback that raises ends the driver with ``kubetune.env.DRIVER_CALLBACK_FAILED_EXIT`` and the traceback's tail as
-the termination message (the Experiment fails, as Ray's run raises); a collector that does not answer, or answers
-503 (the operator restarting), is asked again with back-off.
+(``callbacksURI``, :mod:`kubetune.shipping`), call each callback's ``setup``, then ask the operator's collector for the
+journal's events after the saved place (``kubetune.env.DRIVER_EVENTS_PATH``; a request with nothing new waits there for
+an entry, up to :data:`WAIT_S`), make the calls of each in order, save the state, and ask again (only a saved place is
+ever named to the operator, which may then forget what came before it). When the operator says no event will follow,
+call ``on_experiment_end``, save the state as ended and exit 0: the Experiment ends then. A driver started again goes on
+from its saved place: an event handled after the last save is handled again (at least once), none is skipped, and
+``on_experiment_end`` is not called twice. A callback that raises ends the driver with
+``kubetune.env.DRIVER_CALLBACK_FAILED_EXIT`` and the traceback's tail as the termination message (the Experiment fails,
+as Ray's run raises); a collector that does not answer, or answers 503 (the operator restarting), is asked again with
+back-off.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import traceback
 
 import urllib3
 
+from kubetune.checkpoint_store import StoredCheckpoint
 from kubetune.env import DRIVER, DRIVER_CALLBACK_FAILED_EXIT, DRIVER_EVENTS_PATH, TOKEN
 from kubetune.runtime.main import write_termination_message
 from kubetune.shipping import loads
@@ -35,7 +37,9 @@ from kubetune.storage import Storage, open_storage
 
 log = logging.getLogger("kubetune.driver")
 
-#: Seconds between requests while nothing new has come.
+#: Seconds a request for events may wait at the collector for one (the long poll), then asked again.
+WAIT_S = 10.0
+#: Seconds between requests answered at once with nothing new (an operator that does not wait).
 POLL_S = 0.5
 #: Longest back-off between requests the collector did not answer, in seconds.
 MAX_BACKOFF_S = 10.0
@@ -69,6 +73,13 @@ class DriverTrial:
     @property
     def local_path(self) -> str:
         return self.path
+
+    @property
+    def experiment_dir_name(self) -> str:
+        """The Experiment's name, as Ray names the experiment's folder: read off ``path``, which is
+        ``<storage>/<namespace>/<experiment>/<uid[:8]>/<trial>`` (docs/architecture.md, "Object storage layout")."""
+        parts = self.path.rstrip("/").split("/")
+        return parts[-3] if len(parts) >= 3 else ""
 
     def __str__(self) -> str:
         return self.trial_id
@@ -110,11 +121,13 @@ def _call(callbacks: list, hook: str, *args, **kwargs) -> None:
             ) from exc
 
 
-def deliver(callbacks: list, state: DriverState, events: list[dict]) -> None:
+def deliver(callbacks: list, state: DriverState, events: list[dict], storage: Storage | None = None) -> None:
     """Make the callback calls of ``events`` (``kubetune.env.DRIVER_EVENTS_PATH``'s), in order, as Ray's driver
     makes them: ``on_trial_start`` when a trial is first added, ``on_trial_result`` for each of its results (with its
-    ``config``, as Ray's results carry it), ``on_trial_complete`` when it ends without an error (finished, or
-    stopped by a scheduler or stopper) and ``on_trial_error`` when with one; ``iteration`` is the event's journal
+    ``config``, as Ray's results carry it), ``on_checkpoint`` (with a
+    :class:`kubetune.checkpoint_store.StoredCheckpoint` of ``storage``, downloaded when its ``path`` is read) then
+    ``on_trial_save`` when it committed a checkpoint, ``on_trial_complete`` when it ends without an error (finished,
+    or stopped by a scheduler or stopper) and ``on_trial_error`` when with one; ``iteration`` is the event's journal
     position. ``state`` follows (its trials, its cursor).
 
     Raises:
@@ -140,6 +153,11 @@ def deliver(callbacks: list, state: DriverState, events: list[dict]) -> None:
                     trial=trial,
                     result=trial.last_result,
                 )
+        elif event["kind"] == "checkpoint":
+            checkpoint = StoredCheckpoint(storage, event["uri"]) if storage is not None else None
+            trials = list(state.trials.values())
+            _call(callbacks, "on_checkpoint", iteration=seq, trials=trials, trial=trial, checkpoint=checkpoint)
+            _call(callbacks, "on_trial_save", iteration=seq, trials=trials, trial=trial)
         elif event["kind"] == "end":
             if event.get("result"):
                 trial.last_result = {**event["result"], "config": trial.config}
@@ -160,13 +178,14 @@ class EventsClient:
     """
 
     def __init__(self, url: str, token: str | None, namespace: str, experiment: str):
-        self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(total=30.0), retries=False)
+        self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(total=WAIT_S + 20.0), retries=False)
         self._url = url.rstrip("/") + DRIVER_EVENTS_PATH
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._query = {"namespace": namespace, "experiment": experiment}
 
     def events(self, after: int) -> dict:
-        """The events after ``after``; asks again, with back-off, until the collector answers 200.
+        """The events after ``after``, waiting up to :data:`WAIT_S` at the collector for one; asks again, with
+        back-off, until the collector answers 200.
 
         Raises:
             RuntimeError: the collector refused the driver for good (401, 400, 409): the message says why.
@@ -175,7 +194,10 @@ class EventsClient:
         while True:
             try:
                 reply = self._pool.request(
-                    "GET", self._url, fields={**self._query, "after": str(after)}, headers=self._headers
+                    "GET",
+                    self._url,
+                    fields={**self._query, "after": str(after), "wait": str(WAIT_S)},
+                    headers=self._headers,
                 )
             except urllib3.exceptions.HTTPError as exc:
                 log.warning("collector unreachable (%s); asking again in %.1f s", exc, delay)
@@ -212,11 +234,12 @@ def run(described: dict, token: str | None, storage: Storage | None = None) -> i
             state.cursor + 1,
         )
         while True:
+            asked = time.monotonic()
             reply = client.events(state.cursor)
             if reply["events"]:
                 trials = list(state.trials.values())
                 _call(callbacks, "on_step_begin", iteration=reply["events"][0]["seq"], trials=trials)
-                deliver(callbacks, state, reply["events"])
+                deliver(callbacks, state, reply["events"], storage)
                 _call(callbacks, "on_step_end", iteration=state.cursor, trials=list(state.trials.values()))
             moved = reply["next"] != state.cursor or reply["events"]
             state.cursor = reply["next"]
@@ -228,7 +251,7 @@ def run(described: dict, token: str | None, storage: Storage | None = None) -> i
                 return 0
             if moved:
                 state.save(storage, state_uri)  # before a request names it: the operator may forget what came before
-            else:
+            elif time.monotonic() - asked < POLL_S:  # answered at once with nothing: not a long poll
                 time.sleep(POLL_S)
     except CallbackFailed as exc:
         log.error("%s", exc)

@@ -36,16 +36,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
-import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from kubetune.checkpoint_layout import Checkpoint
-from kubetune.checkpoint_store import list_checkpoints, restore_checkpoint
+from kubetune.checkpoint_store import StoredCheckpoint, list_checkpoints
 from kubetune.resultkeys import finite_number, flatten, is_multi_objective, is_number, non_dominated, objectives
 from kubetune.runtime.results import PROGRESS_FILE, RESULT_FILE
 from kubetune.search.sample import parse_space
@@ -191,51 +187,6 @@ class TrialRecord:
 
     def __repr__(self) -> str:
         return f"TrialRecord({self.trial_id!r}, status={self.status})"
-
-
-class StoredCheckpoint(Checkpoint):
-    """A committed checkpoint in storage, downloaded to a new temporary directory when ``path`` is first read.
-
-    ``to_directory``, ``as_directory`` and ``path`` behave as :class:`kubetune.Checkpoint`'s (they read
-    ``path``), so nothing is downloaded for checkpoints that are only listed.
-
-    Attributes:
-        uri: the checkpoint directory in storage (``.../checkpoint_000010`` or a newer generation).
-    """
-
-    def __init__(self, storage: Storage, uri: str):  # noqa: D107 - no call to Checkpoint.__init__: path is lazy
-        self.uri = uri
-        self._storage = storage
-        self._path: str | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def path(self) -> str:
-        """The local directory holding the checkpoint's files (downloaded on first access).
-
-        Raises:
-            FileNotFoundError: the checkpoint is no longer committed (retention deleted it).
-            ValueError: a file the commit lists is missing in storage.
-        """
-        with self._lock:
-            if self._path is None:
-                local = tempfile.mkdtemp(prefix="checkpoint_")
-                try:
-                    restore_checkpoint(self._storage, self.uri, local)
-                except BaseException:
-                    shutil.rmtree(local, ignore_errors=True)
-                    raise
-                self._path = local
-            return self._path
-
-    def __repr__(self) -> str:
-        return f"StoredCheckpoint(uri={self.uri!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, StoredCheckpoint) and other.uri == self.uri
-
-    def __hash__(self) -> int:
-        return hash(self.uri)
 
 
 def _in_trial_folder(uri: str, path: str) -> tuple[str, str] | None:

@@ -829,8 +829,7 @@ def driver_callbacks(given: Any) -> list:
     pods do anyway (:data:`kubetune.logger.WRITTEN_BY_THE_PODS`: their hooks are not called).
 
     Raises:
-        ValueError: an entry that is not a ``tune.Callback``, or one kubetune's driver cannot run yet
-            (``WandbLoggerCallback``), named.
+        ValueError: an entry that is not a ``tune.Callback``, named.
     """
     from kubetune.callback import Callback
     from kubetune.logger import WRITTEN_BY_THE_PODS
@@ -841,9 +840,6 @@ def driver_callbacks(given: Any) -> list:
             continue
         if not isinstance(item, Callback):
             raise ValueError(f"callbacks: {type(item).__name__} is not supported by kubetune: {REFUSED['callbacks']}")
-        refusal = getattr(type(item), "REFUSED_IN_DRIVER", None)
-        if refusal:
-            raise ValueError(f"callbacks: {type(item).__name__} is not supported by kubetune: {refusal}")
         callbacks.append(item)
     return callbacks
 
