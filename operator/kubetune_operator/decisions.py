@@ -547,6 +547,10 @@ class JournaledDecisions:
             if i and i % entries_per_step == 0:
                 yield
             self.replay(entry)
+        for name in [name for name in self.ended if name in self.applied]:
+            state = self.book.trials.get(name)
+            if state is None or state.written.get("phase") in TERMINAL:
+                del self.applied[name]  # kept by a snapshot taken before the status write that showed its end
         if snapshot is None and not entries:  # a new Experiment, or one from before the journal
             for trial in sorted(self.book.trials.values(), key=lambda t: t.index):
                 if trial.phase not in TERMINAL:

@@ -424,6 +424,8 @@ def test_a_snapshot_replaces_the_entries_it_covers(monkeypatch):
     expected = World(spec).run()
     world = World(spec, kill_at=range(7, 10_000, 9))
     assert world.run() == expected
+    decisions = world.ctl.decisions  # an ended trial's decision is kept only until a status write shows its end
+    assert not set(decisions.applied) & decisions.ended, sorted(set(decisions.applied) & decisions.ended)
     kinds = [cm["metadata"]["labels"][journal.LABEL_STATE] for cm in world.store.items.values()]
     assert kinds.count("snapshot") == 1, kinds  # older snapshots and covered segments were deleted
     assert world.store.size() < 40_000
