@@ -190,8 +190,7 @@ class JournaledDecisions:
         else to say how), that the write showed need not be kept in the journal's snapshots."""
         if trial.name in self.pod_configs and trial.written.get("config") == trial.config:
             del self.pod_configs[trial.name]
-        if trial.name in self.ended and trial.written.get("phase") in TERMINAL:
-            self.applied.pop(trial.name, None)
+        self._forget_shown_end(trial.name)
         if trial.name in self.pod_names and trial.written.get("displayName") == self.pod_names[trial.name]:
             del self.pod_names[trial.name]
         if trial.name in self.unshown_ranges and trial.written.get("metricRange") == trial.status.get("metricRange"):
@@ -463,11 +462,17 @@ class JournaledDecisions:
             return 0
         return applied.restart_at if applied.restart_at is not None and attempt > applied.attempt else applied.seen
 
+    def _forget_shown_end(self, trial: str) -> None:
+        """Drop the decision ``trial``'s attempt ended on once its end is shown (its Trial's written status is
+        terminal, or there is no Trial): kept until then, it is how a restarted operator knows a container trial's
+        deleted pod ended on a stop or pause."""
+        state = self.book.trials.get(trial)
+        if trial in self.ended and (state is None or state.written.get("phase") in TERMINAL):
+            self.applied.pop(trial, None)
+
     def _apply_end(self, trial: str, result: dict | None, how: str) -> None:
         self.ended.add(trial)
-        state = self.book.trials.get(trial)
-        if state is None or state.written.get("phase") in TERMINAL:
-            self.applied.pop(trial, None)  # else kept until a status write shows the end (config_shown)
+        self._forget_shown_end(trial)  # else kept until a status write shows the end (config_shown)
         if result:  # its last result may have come in its pod's termination message alone (the operator was down)
             self._widen_range(trial, [result])
         if how == "complete":
@@ -548,9 +553,7 @@ class JournaledDecisions:
                 yield
             self.replay(entry)
         for name in [name for name in self.ended if name in self.applied]:
-            state = self.book.trials.get(name)
-            if state is None or state.written.get("phase") in TERMINAL:
-                del self.applied[name]  # kept by a snapshot taken before the status write that showed its end
+            self._forget_shown_end(name)  # kept by a snapshot taken before the status write that showed its end
         if snapshot is None and not entries:  # a new Experiment, or one from before the journal
             for trial in sorted(self.book.trials.values(), key=lambda t: t.index):
                 if trial.phase not in TERMINAL:
@@ -597,9 +600,8 @@ class JournaledDecisions:
         elif decided_by != attempt and not stopped:
             decision = "continue"
         if checkpoint and checkpoint.get("uri"):
-            if self.intake.spec.driver is not None and checkpoint["uri"] != (state.status.get("checkpoint") or {}).get(
-                "uri"
-            ):
+            known = (state.status.get("checkpoint") or {}).get("uri")
+            if self.intake.spec.driver is not None and checkpoint["uri"] != known:
                 self.do(Checkpointed(trial, attempt, checkpoint["uri"], checkpoint.get("iteration")))
             state.status["checkpoint"] = {"uri": checkpoint["uri"], "iteration": checkpoint.get("iteration")}
             state.dirty = True
