@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Annotated, Any, Literal
 
@@ -253,9 +254,12 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
         if claims[3] != ctl.experiment["metadata"].get("uid"):
             return _error(401, "stale driver token: the Experiment was created again")
         try:
-            wait_s = min(max(float(request.query.get("wait", "0")), 0.0), MAX_DRIVER_WAIT_S)
+            wait_s = float(request.query.get("wait", "0"))
         except ValueError:
+            wait_s = math.nan
+        if math.isnan(wait_s):  # NaN passes no comparison: it would be clamped to nothing and wait forever
             return _error(400, "wait must be a number of seconds")
+        wait_s = min(max(wait_s, 0.0), MAX_DRIVER_WAIT_S)
         deadline = time.monotonic() + wait_s
         try:
             while True:

@@ -328,7 +328,7 @@ def test_the_collector_serves_the_driver_its_events_with_its_own_token_only(tria
 def test_a_driver_request_with_wait_is_answered_when_an_entry_is_committed_or_when_the_wait_is_over(trials_added):
     """The long poll: a driver that has every entry asks with ``wait``; its request is answered once a new entry is
     committed (the trials' results reach its callbacks at once, not at its next request), else after ``wait`` with no
-    event; a ``wait`` that is not a number is refused."""
+    event; a ``wait`` that is not a number (NaN too) is refused."""
     registry, ctl, driver = trials_added
     headers = {"Authorization": f"Bearer {driver}"}
 
@@ -353,15 +353,15 @@ def test_a_driver_request_with_wait_is_answered_when_an_entry_is_committed_or_wh
                 committed = time.monotonic()
                 await registry.commit(ctl)
                 _, woken, _ = await waiting
-                bad = await ask(last, "soon")
-                return idle, idle_s, woken, time.monotonic() - committed, bad[0]
+                bad = [(await ask(last, wait))[0] for wait in ("soon", "nan")]
+                return idle, idle_s, woken, time.monotonic() - committed, bad
         finally:
             await server.close()
 
     idle, idle_s, woken, woken_s, bad = asyncio.run(go())
     assert idle["events"] == [] and 0.5 <= idle_s < 5
     assert [(e["kind"], e["trial"]) for e in woken["events"]] == [("results", "exp-00000")] and woken_s < 5
-    assert bad == 400
+    assert bad == [400, 400]
 
 
 class Recorder(LoggerCallback):
