@@ -28,6 +28,7 @@ EXAMPLES = [
     "hyperband_example",
     "hyperband_function_example",
     "lightgbm_example",
+    "optuna_define_by_run_example",
     "optuna_example",
     "optuna_multiobjective_example",
     "pb2_example",

@@ -38,6 +38,7 @@ SEARCH_ALGORITHMS: dict[str, str] = {
     "optuna": "kubetune_operator.searchers.optuna_search:OptunaSearch",
     "bohb": "kubetune_operator.searchers.bohb:TuneBOHB",
     "katib-hyperband": "kubetune_operator.searchers.katib_hyperband:KatibHyperBand",
+    "driver": "kubetune_operator.searchers.driver:DriverSearcher",
 }
 
 #: Scheduler name → ``"module:Class"``. Parameters use Ray Tune's snake_case names (``grace_period``,

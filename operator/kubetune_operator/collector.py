@@ -38,7 +38,13 @@ from pydantic import (
     field_validator,
 )
 
-from kubetune.env import COLLECTOR_RESULTS_PATH, DRIVER_EVENTS_PATH, MAX_STALL_MESSAGE, STALL_REASONS
+from kubetune.env import (
+    COLLECTOR_RESULTS_PATH,
+    DRIVER_EVENTS_PATH,
+    DRIVER_SUGGESTIONS_PATH,
+    MAX_STALL_MESSAGE,
+    STALL_REASONS,
+)
 
 from . import metrics
 from .driver import driver_subject
@@ -232,27 +238,61 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
         metrics.DECISIONS.labels(decision).inc()
         return web.json_response({"decision": decision})
 
-    async def driver(request: web.Request) -> web.Response:
-        """The driver pod's events (``kubetune.env.DRIVER_EVENTS_PATH``): 401 for a token that is not the
-        Experiment's driver's, 400 for a bad ``after`` or ``wait``, 503 while the Experiment is not loaded, 409 when
-        the entries asked for are not kept. With ``wait`` (seconds, at most :data:`MAX_DRIVER_WAIT_S`), an answer
-        with no event waits until an entry is committed, the Experiment would end, or ``wait`` has passed."""
+    def driver_controller(request: web.Request):
+        """The controller of the Experiment whose driver pod's token the request carries (``namespace`` and
+        ``experiment`` in its query), or the error to answer: 401 for a token that is not that driver's or is
+        stale, 503 while the Experiment is not loaded."""
         auth = request.headers.get("Authorization", "")
         claims = token_claims(registry.key, auth[len("Bearer ") :]) if auth.startswith("Bearer ") else None
         namespace, experiment = request.query.get("namespace", ""), request.query.get("experiment", "")
         if claims is None or claims[:2] != (namespace, driver_subject(experiment)):
             return _error(401, "invalid driver token")
+        ctl = registry.get(namespace, experiment)
+        if ctl is None or not ctl.adopted:
+            return _error(503, "experiment not loaded yet; retry")
+        if claims[3] != ctl.experiment["metadata"].get("uid"):
+            return _error(401, "stale driver token: the Experiment was created again")
+        return ctl
+
+    async def driver_suggestions(request: web.Request) -> web.Response:
+        """The driver pod's searcher's answers (``kubetune.env.DRIVER_SUGGESTIONS_PATH``, a JSON body
+        ``{"suggestions": {trial: config or "FINISHED"}}``): each the operator asks for is journaled, committed and
+        then answered ``{"taken": [trial, ...]}``; 400 for a malformed body or suggestion, 401 and 503 as for the
+        events, 503 when the journal could not be committed (the pod sends them again)."""
+        ctl = driver_controller(request)
+        if isinstance(ctl, web.Response):
+            return ctl
+        try:
+            suggestions = (await request.json())["suggestions"]
+            if not isinstance(suggestions, dict):
+                raise TypeError("suggestions must be an object")
+            taken = [trial for trial, suggestion in suggestions.items() if ctl.driver_suggested(trial, suggestion)]
+        except (ValueError, TypeError, KeyError) as exc:
+            return _error(400, f"bad suggestions: {exc}")
+        if taken:
+            try:
+                await registry.commit(ctl)
+            except Exception as exc:  # noqa: BLE001 - the pod sends its answers again; taken ones are ignored then
+                log.warning("experiment %s/%s: journal not committed: %s", ctl.namespace, ctl.name, exc)
+                return _error(503, "the operator could not persist the suggestions; retry")
+            registry.wake(ctl.namespace, ctl.name)
+        return web.json_response({"taken": taken})
+
+    async def driver(request: web.Request) -> web.Response:
+        """The driver pod's events (``kubetune.env.DRIVER_EVENTS_PATH``): 401 for a token that is not the
+        Experiment's driver's, 400 for a bad ``after`` or ``wait``, 503 while the Experiment is not loaded, 409 when
+        the entries asked for are not kept. With ``wait`` (seconds, at most :data:`MAX_DRIVER_WAIT_S`), an answer
+        with no event waits until an entry is committed, the Experiment would end, or ``wait`` has passed."""
         try:
             after = int(request.query.get("after", "-1"))
         except ValueError:
             return _error(400, "after must be an integer")
         if after < -1:
             return _error(400, "after must be -1 or more")
-        ctl = registry.get(namespace, experiment)
-        if ctl is None or not ctl.adopted:
-            return _error(503, "experiment not loaded yet; retry")
-        if claims[3] != ctl.experiment["metadata"].get("uid"):
-            return _error(401, "stale driver token: the Experiment was created again")
+        ctl = driver_controller(request)
+        if isinstance(ctl, web.Response):
+            return ctl
+        namespace, experiment = ctl.namespace, ctl.name
         try:
             wait_s = float(request.query.get("wait", "0"))
         except ValueError:
@@ -260,12 +300,20 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
         if math.isnan(wait_s):  # NaN passes no comparison: it would be clamped to nothing and wait forever
             return _error(400, "wait must be a number of seconds")
         wait_s = min(max(wait_s, 0.0), MAX_DRIVER_WAIT_S)
+        declined = request.query.get("declined")  # the trial its searcher said "not now" for: no reason to answer
         deadline = time.monotonic() + wait_s
         try:
             while True:
                 reply = ctl.driver_events(after)
                 left = deadline - time.monotonic()
-                if reply["events"] or reply["finished"] or left <= 0 or registry.get(namespace, experiment) is not ctl:
+                asked = reply["suggest"] is not None and reply["suggest"] != declined
+                if (
+                    reply["events"]
+                    or reply["finished"]
+                    or asked
+                    or left <= 0
+                    or registry.get(namespace, experiment) is not ctl
+                ):
                     return web.json_response(reply)
                 # the Experiment's end is no journal entry: looked at again at least every DRIVER_WAIT_SLICE_S
                 await ctl.journal.wait_for_feed(reply["next"], min(left, DRIVER_WAIT_SLICE_S))
@@ -278,6 +326,7 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[count])
     app.router.add_post(COLLECTOR_RESULTS_PATH, results)
     app.router.add_get(DRIVER_EVENTS_PATH, driver)
+    app.router.add_post(DRIVER_SUGGESTIONS_PATH, driver_suggestions)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics.handler(metrics_auth))
     return app

@@ -24,10 +24,12 @@ checkpoint) until ``failure.maxFailures``, then the Trial is Failed.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
+from kubetune.limits import MAX_FIELD_BYTES
 from kubetune.shipping import holds_function
 
 from .decisions import JournaledDecisions
@@ -39,6 +41,8 @@ from .journal import Explored, Journal
 from .pbt_perturbation import Perturbation
 from .plan import Plan
 from .podview import PodView
+from .searchers.base import FINISHED
+from .searchers.driver import DriverSearcher
 from .settings import Settings
 from .spec_intake import SpecIntake
 from .status_projection import StatusProjection
@@ -314,7 +318,31 @@ class ExperimentController:
         if self.intake.spec.driver is None:
             raise LookupError("the Experiment has no spec.driver")
         ending = self.projection.phase_decision(time.time(), driver_pending=False).phase in ("Succeeded", "Failed")
-        return driver_events(self.journal, after, self._trial_info, ending)
+        searcher = self.decisions.searcher
+        asked = searcher.asked if isinstance(searcher, DriverSearcher) else None
+        return driver_events(self.journal, after, self._trial_info, ending, asked)
+
+    def driver_suggested(self, trial: str, suggestion: Any) -> bool:
+        """Journal the driver pod's searcher's answer for ``trial`` when it is the trial the operator asks a config
+        for (:attr:`kubetune_operator.searchers.driver.DriverSearcher.asked`; another, or one taken already, is
+        ignored: the pod sends it again); True when journaled (commit it, then wake the daemon).
+
+        Raises:
+            ValueError: the searcher does not run in the driver pod, or ``suggestion`` is neither a config (a JSON
+                object of at most ``kubetune.limits.MAX_FIELD_BYTES``) nor ``"FINISHED"``.
+        """
+        searcher = self.decisions.searcher
+        if not isinstance(searcher, DriverSearcher):
+            raise ValueError("the Experiment's searcher does not run in its driver pod (searchAlgorithm driver)")
+        if suggestion != FINISHED:
+            if not isinstance(suggestion, dict):
+                raise ValueError(
+                    f"a suggestion is a config (a JSON object) or FINISHED, got {type(suggestion).__name__}"
+                )
+            size = len(json.dumps(suggestion))
+            if size > MAX_FIELD_BYTES:
+                raise ValueError(f"the suggested config has {size} bytes of JSON, more than {MAX_FIELD_BYTES}")
+        return trial == searcher.asked and self.decisions.driver_suggested(trial, suggestion)
 
     def _trial_info(self, name: str) -> dict:
         trial = self.book.trials.get(name)

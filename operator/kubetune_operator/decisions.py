@@ -37,12 +37,14 @@ from .journal import (
     Results,
     Sampled,
     Suggest,
+    Suggested,
     entry_from_json,
     load,
 )
 from .podview import DECISION_RANK
 from .schedulers.base import Exploit, ExploreInPod, TrialScheduler
 from .searchers.base import Searcher
+from .searchers.driver import DriverSearcher
 from .spec_intake import InvalidSpec, SpecIntake
 from .trial_book import TERMINAL, TrialBook, TrialState
 
@@ -264,10 +266,25 @@ class JournaledDecisions:
         whose waiting changes nothing (:attr:`~kubetune_operator.searchers.base.Searcher.quiet_wait`) is not: its
         replay would change nothing, and a rung that runs for hours would add an entry at every pass."""
         entry = Suggest(trial)
+        driver = self.searcher if isinstance(self.searcher, DriverSearcher) else None
+        asked = driver and driver.asked
         suggestion = self.apply(entry)
         if suggestion is not None or not self.searcher.quiet_wait:
             self.journal.record(entry.as_json())
+        if driver is not None and driver.asked != asked:
+            self.journal.wake_feed_waiters()  # the driver pod's searcher is asked for another trial's config
         return suggestion
+
+    def driver_suggested(self, trial: str, suggestion: dict | str) -> bool:
+        """Journal the driver pod's searcher's answer for the new trial ``trial`` (a config or ``"FINISHED"``,
+        :class:`~kubetune_operator.journal.Suggested`); False, journaling nothing, when it is not one to take: the
+        trial exists, its answer was taken already, or the search is over. The searcher is a
+        :class:`~kubetune_operator.searchers.driver.DriverSearcher` (``spec.searchAlgorithm.name: driver``)."""
+        known = self.searcher.answers.keys() | self.searcher.given.keys()
+        if trial in self.book.trials or trial in known or self.searcher_finished or self.searcher.finished:
+            return False
+        self.do(Suggested(trial, suggestion))
+        return True
 
     def replay(self, stored: list) -> None:
         """Carry out one stored journal entry (a JSON list) after a restart, as :meth:`apply` did it live."""
@@ -284,6 +301,8 @@ class JournaledDecisions:
             if suggestion is not None and not isinstance(suggestion, dict):
                 self.searcher_finished = True  # replayed after a restart too
             return suggestion
+        elif isinstance(entry, Suggested):
+            self.searcher.answer(entry.trial, entry.suggestion)
         elif isinstance(entry, Results):
             return self._apply_results(entry.trial, entry.attempt, entry.results)
         elif isinstance(entry, End):

@@ -1,4 +1,5 @@
-"""The Experiment's driver pod (``spec.driver``): where the callbacks Ray runs in its driver run, in the user's image.
+"""The Experiment's driver pod (``spec.driver``): where the callbacks and the searcher Ray runs in its driver run,
+in the user's image.
 
 Owns the driver pod's manifest and its token Secret (:func:`build_driver_pod`, :func:`build_driver_secret`), what
 the driver's pods say (:class:`DriverPods`: done, failed for good, the next to create), what a pass does about them
@@ -77,7 +78,7 @@ DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 #: its volumes and scheduling gates, which are the trials').
 _TEMPLATE_FIELDS = tuple(f for f in _POD_SPEC_FIELDS if f not in ("volumes", "schedulingGates"))
 #: Journal entry kinds the driver turns into callback calls.
-_EVENT_KINDS = ("add", "results", "checkpoint", "end")
+_EVENT_KINDS = ("add", "suggested", "results", "checkpoint", "end")
 #: Events served per request at most.
 MAX_EVENTS = 1000
 
@@ -127,7 +128,8 @@ def build_driver_pod(experiment: Mapping, attempt: int, settings: Settings) -> d
         "namespace": meta["namespace"],
         "experiment": meta["name"],
         "collectorURL": settings.collector.base_url(),
-        "callbacksURI": spec["driver"]["callbacksPickleURI"],
+        "callbacksURI": spec["driver"].get("callbacksPickleURI"),
+        "searcherURI": spec["driver"].get("searcherPickleURI"),
         "stateURI": state_uri(experiment, settings),
         "storageEndpoint": endpoint,
         "storageRegion": region,
@@ -223,7 +225,12 @@ class DriverPods:
         token = mint_token(key, meta["namespace"], driver_subject(meta["name"]), self.next_attempt, meta["uid"])
         plan.create_pods.append(pod)
         plan.token_secrets[pod["metadata"]["name"]] = build_driver_secret(pod, experiment, token)
-        created = f"created driver pod {pod['metadata']['name']} (spec.driver's callbacks)"
+        runs = " and ".join(
+            what
+            for key, what in (("callbacksPickleURI", "callbacks"), ("searcherPickleURI", "searcher"))
+            if experiment["spec"]["driver"].get(key)
+        )
+        created = f"created driver pod {pod['metadata']['name']} (spec.driver's {runs})"
         plan.events.append((None, "Normal", "DriverPodCreated", created))
         self.pending, self.pending_name = self.next_attempt, pod["metadata"]["name"]
 
@@ -269,14 +276,16 @@ def _line(message: str | None, index: int) -> str:
     return lines[index].strip()[:500] if lines else "no message"
 
 
-def driver_events(journal, after: int, trial_info, finished: bool) -> dict:
-    """The answer to the driver's request for the entries after ``after`` (``kubetune.env.DRIVER_EVENTS_PATH``).
+def driver_events(journal, after: int, trial_info, finished: bool, asked: str | None = None) -> dict:
+    """The answer to the driver's request for the entries after ``after`` (``kubetune.env.DRIVER_EVENTS_PATH``):
+    ``{"events", "next", "finished", "suggest"}``.
 
     Args:
         journal: the Experiment's :class:`kubetune_operator.journal.Journal`, keeping the driver's entries.
         after: the last entry the driver has saved (-1 at first).
         trial_info: ``trial name -> {"config", "path"}`` for an ``add`` event.
         finished: the Experiment would end now but for its driver (every trial ended, the search is over).
+        asked: the new trial the operator asks the driver's searcher a config for (its ``suggest``), or None.
 
     Raises:
         LookupError: entries after ``after`` were forgotten (the driver asked from before what it said it saved).
@@ -293,9 +302,12 @@ def driver_events(journal, after: int, trial_info, finished: bool) -> dict:
             event.update(trial_info(stored[1]))
         elif kind == "results":
             event.update(attempt=stored[2], results=stored[3])
+        elif kind == "suggested":
+            event.update(suggestion=stored[2])
         elif kind == "checkpoint":
             event.update(attempt=stored[2], uri=stored[3], iteration=stored[4])
         else:
             event.update(result=stored[2], how=stored[3])
         events.append(event)
-    return {"events": events, "next": last, "finished": finished and journal.clean and last == journal.durable_seq - 1}
+    finished = finished and journal.clean and last == journal.durable_seq - 1
+    return {"events": events, "next": last, "finished": finished, "suggest": None if finished else asked}

@@ -134,8 +134,9 @@ class ExperimentSpec:
     """A container trial's command and metrics collector; None: the trial runs kubetune's runtime."""
     trial_name_creator: str | None = None
     """``spec.trialNameCreator.pickleURI``: the function each Trial's first pod calls for its display name."""
-    driver: str | None = None
-    """``spec.driver.callbacksPickleURI``: the callbacks its driver pod runs (``kubetune_operator.driver``)."""
+    driver: dict | None = None
+    """``spec.driver``: what its driver pod runs (``callbacksPickleURI``, ``searcherPickleURI``;
+    ``kubetune_operator.driver``), None without one."""
 
     @property
     def multi_objective(self) -> bool:
@@ -189,6 +190,10 @@ class ExperimentSpec:
             raise ValueError(
                 "searchAlgorithm bohb learns from the rungs of scheduler hyperband_bohb: set that scheduler"
             )
+        if (algorithm("searchAlgorithm", "basic").name == "driver") != bool(obj("driver").get("searcherPickleURI")):
+            raise ValueError(
+                "searchAlgorithm driver and driver.searcherPickleURI go together: the searcher runs in the driver pod"
+            )
         failure, retention = obj("failure"), obj("podRetentionPolicy")
         for key in ("whenSucceeded", "whenFailed"):
             if retention.get(key, "Retain") not in RETENTION:
@@ -230,7 +235,7 @@ class ExperimentSpec:
             storage_uri=obj("storage").get("uri") or None,
             stoppers=tuple(dict(item) for item in spec.get("stoppers") or ()),
             trial_name_creator=obj("trialNameCreator").get("pickleURI") or None,
-            driver=obj("driver").get("callbacksPickleURI") or None,
+            driver=dict(obj("driver")) or None,
             workers_schedule_timeout_s=number(
                 "resourcesPerTrial.workers.scheduleTimeoutSeconds",
                 (obj("resourcesPerTrial").get("workers") or {}).get("scheduleTimeoutSeconds", 300),

@@ -55,6 +55,7 @@ __all__ = [
     "Results",
     "Sampled",
     "Suggest",
+    "Suggested",
     "Write",
     "commit",
     "entry_from_json",
@@ -100,6 +101,16 @@ class Suggest(NamedTuple):
 
     trial: str
     kind = "suggest"
+    as_json = Add.as_json
+
+
+class Suggested(NamedTuple):
+    """The driver pod's searcher (``spec.searchAlgorithm.name: driver``) answered ``suggestion`` for the new trial
+    ``trial``: a config, or ``"FINISHED"``."""
+
+    trial: str
+    suggestion: dict | str
+    kind = "suggested"
     as_json = Add.as_json
 
 
@@ -182,9 +193,10 @@ class MetricMissing(NamedTuple):
 
 
 #: One journal entry, as the controller records and replays it.
-Entry = Union[Add, Suggest, Results, End, Choose, Explored, Sampled, Named, Checkpointed, MetricMissing]
+Entry = Union[Add, Suggest, Suggested, Results, End, Choose, Explored, Sampled, Named, Checkpointed, MetricMissing]
 _KINDS: dict[str, type] = {
-    t.kind: t for t in (Add, Suggest, Results, End, Choose, Explored, Sampled, Named, Checkpointed, MetricMissing)
+    t.kind: t
+    for t in (Add, Suggest, Suggested, Results, End, Choose, Explored, Sampled, Named, Checkpointed, MetricMissing)
 }
 
 
@@ -320,7 +332,9 @@ class Journal:
             if waiter in self._feed_waiters:
                 self._feed_waiters.remove(waiter)
 
-    def _wake_feed_waiters(self) -> None:
+    def wake_feed_waiters(self) -> None:
+        """Answer the driver's waiting requests now (:meth:`wait_for_feed`): something it is served beside the
+        entries changed (the trial the operator asks its searcher a config for), or an entry was committed."""
         waiters, self._feed_waiters = self._feed_waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -428,7 +442,7 @@ class Journal:
             self.bytes_since_snapshot += size
             if self.feed is not None:
                 self.feed.extend(entries)
-                self._wake_feed_waiters()
+                self.wake_feed_waiters()
         due = self.snapshot_due or self.bytes_since_snapshot >= max(
             MIN_SNAPSHOT_INTERVAL_BYTES, self.last_snapshot_bytes
         )

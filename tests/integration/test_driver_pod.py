@@ -6,7 +6,9 @@ and the driver pod deleted mid-run, every call is made (at least once) and the t
 A callback that raises fails the Experiment (``DriverFailed``) and ``tune.run`` raises. Ray's
 ``MLflowLoggerCallback`` logs every trial, from the driver pod, to a real ``mlflow server``, and Ray's
 ``WandbLoggerCallback`` to W&B offline (the run files read back). Each checkpoint a trial commits reaches
-``on_checkpoint`` (read back from storage in the driver pod), then ``on_trial_save``."""
+``on_checkpoint`` (read back from storage in the driver pod), then ``on_trial_save``. A ``Searcher`` of the user's
+suggests every trial's config from the driver pod, once per trial, with the operator SIGKILLed and the driver pod
+deleted mid-run as without."""
 
 from __future__ import annotations
 
@@ -106,6 +108,32 @@ def run(name, namespace, secret, callbacks, samples=3, sleep=0.0):
     )
 
 
+class DriverDeleter:
+    """Deletes the Experiment's first driver pod once it runs and ``ready()`` is true, from a thread of its own;
+    :meth:`wait` says whether it did."""
+
+    def __init__(self, core, namespace: str, ready, what: str):
+        self.core, self.namespace, self.ready, self.deleted = core, namespace, ready, threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(what,), daemon=True)
+        self.thread.start()
+
+    def _delete_once(self) -> bool:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector="kubetune.io/trial=").items
+        running = [p for p in pods if p.status.phase == "Running" and p.metadata.name.endswith("-0")]
+        if running and self.ready():
+            self.core.delete_namespaced_pod(running[0].metadata.name, self.namespace, grace_period_seconds=0)
+            return True
+        return False
+
+    def _run(self, what: str) -> None:
+        wait_for(self._delete_once, timeout=240, what=f"a running driver pod that {what}")
+        self.deleted.set()
+
+    def wait(self) -> bool:
+        self.thread.join(timeout=10)
+        return self.deleted.is_set()
+
+
 def check_calls(made: dict[str, dict], analysis) -> None:
     """Ray's calls for every trial: started with its config, each result with its config, completed after its last
     result; ``on_experiment_end`` once, with every trial."""
@@ -141,27 +169,10 @@ def test_every_call_is_made_with_the_operator_killed_and_the_driver_pod_deleted(
 ):
     where = f"s3://{S3_BUCKET}/{PREFIX}-calls/{namespace}"
     cluster = Cluster.connect(namespace=namespace)
-
-    def delete_the_driver_once():
-        pods = core.list_namespaced_pod(namespace, label_selector="kubetune.io/trial=").items
-        running = [p for p in pods if p.status.phase == "Running" and p.metadata.name.endswith("-0")]
-        if running and calls(s3, f"{PREFIX}-calls/{namespace}"):
-            core.delete_namespaced_pod(running[0].metadata.name, namespace, grace_period_seconds=0)
-            return True
-        return False
-
-    deleted = threading.Event()
-
-    def deleter():
-        wait_for(delete_the_driver_once, timeout=240, what="a running driver pod that made calls")
-        deleted.set()
-
-    thread = threading.Thread(target=deleter, daemon=True)
-    thread.start()
+    deleted = DriverDeleter(core, namespace, lambda: calls(s3, f"{PREFIX}-calls/{namespace}"), "made calls")
     with Killer(operator, every_s=3.0) as killer:  # each trial's results come over 10 s, the operator dies thrice
         analysis = run("stormy", namespace, storage_secret, [Recorder(where)], sleep=2.5)
-    thread.join(timeout=10)
-    assert killer.kills >= 2 and deleted.is_set()
+    assert killer.kills >= 2 and deleted.wait()
     check_calls(calls(s3, f"{PREFIX}-calls/{namespace}"), analysis)
     assert sorted(t.last_result["score"] for t in analysis.trials) == [4, 8, 12]  # as without the kills
     drivers = [p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector="kubetune.io/trial=").items]
@@ -269,3 +280,97 @@ def test_each_committed_checkpoint_reaches_on_checkpoint_in_the_driver_pod(
     expected = {f"{kind}-{t}-{step}" for t in trials for step in (1, 2) for kind in ("checkpoint", "save")}
     assert set(made) == expected
     assert all(made[f"checkpoint-{t}-{step}"] == {"step": step} for t in trials for step in (1, 2))
+
+
+class Stepper(tune.search.Searcher):
+    """A searcher of the user's (Ray's ``Searcher`` API): configs ``x = 1, 2, 3``, "not now" while 2 of its trials
+    run, then FINISHED; writes each call it gets to the experiment's storage from the driver pod (a call made twice
+    writes the same object; ``suggest-...`` objects are named by the count, so a second config for a trial would
+    show)."""
+
+    def __init__(self, where: str):
+        super().__init__(metric="score", mode="max")
+        self.where, self.count, self.live = where, 0, set()
+
+    def write(self, name: str, body: dict) -> None:
+        from kubetune.storage import open_storage
+
+        open_storage(self.where).put_bytes(f"{self.where}/{name}.json", json.dumps(body).encode())
+
+    def suggest(self, trial_id):
+        if self.count >= 3:
+            return self.FINISHED
+        if len(self.live) >= 2:
+            return None
+        self.count += 1
+        self.live.add(trial_id)
+        self.write(f"suggest-{self.count}", {"trial": trial_id})
+        return {"x": self.count}
+
+    def on_trial_result(self, trial_id, result):
+        step = result["training_iteration"]
+        self.write(f"result-{trial_id}-{step}", {"score": result["score"], "x": result["config/x"]})
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self.live.discard(trial_id)
+        self.write(f"complete-{trial_id}", {"last": result and result["training_iteration"], "error": error})
+
+
+def check_searcher_calls(made: dict[str, dict], analysis, sleep: float) -> None:
+    """The searcher's configs are the trials', one per trial, in the order of their names, merged into the run's
+    constants (``sleep``); it heard every result with the merged config and each end once."""
+    trials = sorted(analysis.trials, key=lambda t: t.trial_id)
+    assert [made[f"suggest-{n}"]["trial"] for n in (1, 2, 3)] == [t.trial_id for t in trials]
+    assert [t.config for t in trials] == [{"x": x, "sleep": sleep} for x in (1, 2, 3)]
+    for trial in trials:
+        tid = trial.trial_id
+        for step in range(1, ITERATIONS + 1):
+            assert made[f"result-{tid}-{step}"] == {"score": trial.config["x"] * step, "x": trial.config["x"]}
+        assert made[f"complete-{tid}"] == {"last": ITERATIONS, "error": False}
+    assert len(made) == 3 * (ITERATIONS + 2), sorted(made)
+
+
+def searched(name, namespace, secret, where, sleep=0.0):
+    return tune.run(
+        climb,
+        name=name,
+        namespace=namespace,
+        storage={"uri": f"s3://{S3_BUCKET}/{PREFIX}", "credentialsSecret": secret},
+        config={"sleep": sleep},
+        num_samples=5,  # the searcher's FINISHED ends the search at 3
+        metric="score",
+        mode="max",
+        search_alg=Stepper(where),
+        verbose=0,
+        poll_interval_s=0.5,
+    )
+
+
+def test_a_searcher_of_the_users_suggests_every_config_from_the_driver_pod(
+    operator, core, custom, s3, namespace, storage_secret, sdk_env
+):
+    where = f"s3://{S3_BUCKET}/{PREFIX}-searched/{namespace}"
+    analysis = searched("searched", namespace, storage_secret, where)
+    check_searcher_calls(calls(s3, f"{PREFIX}-searched/{namespace}"), analysis, 0.0)
+    experiment = custom.get_namespaced_custom_object("kubetune.io", "v1alpha1", namespace, "experiments", "searched")
+    assert experiment["spec"]["searchAlgorithm"] == {"name": "driver"}
+    assert experiment["status"]["phase"] == "Succeeded" and len(analysis.trials) == 3
+    assert analysis.best_config["x"] == 3
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=searched").items
+    assert any(e.reason == "DriverPodCreated" and "searcher" in e.message for e in events)
+
+
+def test_a_searcher_of_the_users_gives_each_trial_one_config_with_the_operator_killed_and_the_driver_pod_deleted(
+    operator, core, s3, namespace, storage_secret, sdk_env
+):
+    where = f"s3://{S3_BUCKET}/{PREFIX}-searched/{namespace}"
+
+    def suggested_twice():
+        return "suggest-2" in calls(s3, f"{PREFIX}-searched/{namespace}")
+
+    deleted = DriverDeleter(core, namespace, suggested_twice, "suggested twice")
+    with Killer(operator, every_s=3.0) as killer:
+        analysis = searched("stepped", namespace, storage_secret, where, sleep=2.5)
+    assert killer.kills >= 2 and deleted.wait()
+    check_searcher_calls(calls(s3, f"{PREFIX}-searched/{namespace}"), analysis, 2.5)  # as the uninterrupted run's
+    assert sorted(t.last_result["score"] for t in analysis.trials) == [4, 8, 12]

@@ -130,6 +130,7 @@ def test_enums():
         "optuna",
         "bohb",
         "katib-hyperband",
+        "driver",
     ]
     assert spec["scheduler"]["properties"]["name"]["enum"] == [
         "fifo",

@@ -486,15 +486,14 @@ def test_optuna_prune_early_stopped_is_checked():
 
 
 def test_registry_names_and_classes():
-    assert set(SEARCH_ALGORITHMS) == {"basic", "random", "optuna", "bohb", "katib-hyperband"}
+    assert set(SEARCH_ALGORITHMS) == {"basic", "random", "optuna", "bohb", "katib-hyperband", "driver"}
     assert searcher_class("basic") is searcher_class("random") is BasicVariantSearcher
     assert searcher_class("optuna") is OptunaSearch
 
 
 def test_unknown_algorithm_lists_the_valid_ones():
-    with pytest.raises(
-        ValueError, match=r"unknown search algorithm 'hyperopt'; valid: basic, bohb, katib-hyperband, optuna, random"
-    ):
+    valid = "basic, bohb, driver, katib-hyperband, optuna, random"
+    with pytest.raises(ValueError, match=rf"unknown search algorithm 'hyperopt'; valid: {valid}"):
         create_searcher("hyperopt", {}, num_samples=1)
 
 

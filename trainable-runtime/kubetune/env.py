@@ -129,18 +129,26 @@ OUTCOME_FENCED = "fenced"
 #: Decisions the collector may reply with.
 DECISIONS = ("continue", "stop", "pause", "checkpoint")
 #: The driver pod's description (``spec.driver``, ``kubetune_operator.driver``), JSON: ``{"namespace", "experiment",
-#: "collectorURL", "callbacksURI", "stateURI", "storageEndpoint", "storageRegion"}``; its token is ``KUBETUNE_TOKEN``.
+#: "collectorURL", "callbacksURI", "searcherURI", "stateURI", "storageEndpoint", "storageRegion", "stop",
+#: "numSamples"}`` (``callbacksURI`` or ``searcherURI`` may be null); its token is ``KUBETUNE_TOKEN``.
 DRIVER = "KUBETUNE_DRIVER"
-#: Path of the driver pod's events on the collector: ``GET ?namespace=&experiment=&after=SEQ&wait=S`` with the driver's
-#: bearer token (``wait``: seconds an answer with no event may wait for one, at most 20) answers ``{"events": [event,
-#: ...], "next": SEQ, "finished": bool}``: the journal's entries after ``after`` that Ray's driver turns into callback
-#: calls, in the journal's order, each ``{"seq", "kind": "add", "trial", "config"}``, ``{"seq", "kind": "results",
-#: "trial", "attempt", "results"}``, ``{"seq", "kind": "checkpoint", "trial", "attempt", "uri", "iteration"}`` (a
-#: checkpoint committed) or ``{"seq", "kind": "end", "trial", "how": "complete" | "remove" | "error", "result"}``;
-#: ``next`` the last entry read (ask with it next); ``finished`` that no entry will follow (every trial ended, the
-#: search is over). Asking with ``after`` tells the operator that the driver has kept every entry up to it (its state is
-#: saved): it may forget them.
+#: Path of the driver pod's events on the collector: ``GET ?namespace=&experiment=&after=SEQ&wait=S&declined=TRIAL``
+#: with the driver's bearer token (``wait``: seconds an answer with no event may wait for one, at most 20; ``declined``:
+#: the trial its searcher answered "not now" for, which alone does not end the wait) answers ``{"events": [event, ...],
+#: "next": SEQ, "finished": bool, "suggest": TRIAL | null}``: the journal's entries after ``after`` that Ray's driver
+#: turns into callback and searcher calls, in the journal's order, each ``{"seq", "kind": "add", "trial", "config"}``,
+#: ``{"seq", "kind": "suggested", "trial", "suggestion"}`` (a suggestion of the driver's searcher, journaled),
+#: ``{"seq", "kind": "results", "trial", "attempt", "results"}``, ``{"seq", "kind": "checkpoint", "trial", "attempt",
+#: "uri", "iteration"}`` (a checkpoint committed) or ``{"seq", "kind": "end", "trial", "how": "complete" | "remove" |
+#: "error", "result"}``; ``next`` the last entry read (ask with it next); ``finished`` that no entry will follow (every
+#: trial ended, the search is over); ``suggest`` the new trial the operator asks the driver's searcher a config for.
+#: Asking with ``after`` tells the operator that the driver has kept every entry up to it (its state is saved): it may
+#: forget them.
 DRIVER_EVENTS_PATH = "/v1alpha1/driver/events"
+#: Path where the driver pod posts its searcher's answers: ``POST ?namespace=&experiment=`` with the driver's bearer
+#: token and ``{"suggestions": {TRIAL: config | "FINISHED"}}``; answered ``{"taken": [TRIAL, ...]}`` once the answers
+#: the operator asked for are journaled (others are ignored; each taken one comes back as a ``suggested`` event).
+DRIVER_SUGGESTIONS_PATH = "/v1alpha1/driver/suggestions"
 #: The driver pod's exit code when a callback raised: the Experiment fails (Ray's run raises), it is not retried.
 DRIVER_CALLBACK_FAILED_EXIT = 3
 #: Largest request body the collector accepts, in bytes.

@@ -123,8 +123,9 @@ class FunctionPickles:
         """Pickle ``function`` (a :class:`kubetune.search.sample.Function`); return its ``spec.config`` form."""
         return {FUNCTION_KEY: self.pickle(function.func)}
 
-    def pickle(self, func: Callable | list) -> str:
-        """Pickle ``func`` (or a list of objects: the run's callbacks) by value, its own modules' code included, for
+    def pickle(self, func: Callable | list | dict) -> str:
+        """Pickle ``func`` (or a list of objects: the run's callbacks; or a dict's values: a searcher and its space) by
+        value, its own modules' code included, for
         :meth:`upload`; return its URI."""
         data = _dumps_by_value(func)
         uri = join_uri(self.base_uri, "functions", hashlib.sha256(data).hexdigest()[:32] + ".pkl")
@@ -475,7 +476,8 @@ def _dumps_by_value(obj: Any) -> bytes:
     """:func:`dumps` with the code of ``obj``'s own (not installed) modules pickled by value."""
     import cloudpickle
 
-    modules = list(dict.fromkeys(m for item in (obj if isinstance(obj, list) else [obj]) for m in _own_modules(item)))
+    items = obj if isinstance(obj, list) else list(obj.values()) if isinstance(obj, dict) else [obj]
+    modules = list(dict.fromkeys(m for item in items for m in _own_modules(item)))
     for module in modules:
         cloudpickle.register_pickle_by_value(module)
     try:

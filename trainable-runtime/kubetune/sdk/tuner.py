@@ -26,6 +26,7 @@ from kubetune.sdk.schedulers import PopulationBasedTraining, PopulationBasedTrai
 from kubetune.sdk.stopper import CombinedStopper, Stopper, TimeoutStopper
 from kubetune.search.algorithms import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 from kubetune.search.sample import space_spec
+from kubetune.search.variants import find_domains
 from kubetune.stop_criteria import is_threshold
 from kubetune.storage import join_uri
 
@@ -417,10 +418,10 @@ def build_experiment(
     else:
         limit = None
     search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
-    if not isinstance(search_alg, Searcher) or not search_alg.name:
+    if not isinstance(search_alg, Searcher):
         raise ValueError(
-            f"search_alg={search_alg!r}: kubetune runs BasicVariantGenerator and OptunaSearch from "
-            "kubetune.search; a searcher of your own would be user code in the operator"
+            f"search_alg={search_alg!r}: use a searcher from kubetune.search, or a subclass of "
+            "kubetune.search.Searcher (Ray's Searcher) of your own, which runs in the Experiment's driver pod"
         )
     if scheduler is not None and (not isinstance(scheduler, TrialScheduler) or not scheduler.name):
         raise ValueError(
@@ -442,7 +443,7 @@ def build_experiment(
         "trainable": trainable_spec,
         "config": space_spec(config or {}, on_function=sample_from),
         "numSamples": num_samples,
-        "searchAlgorithm": search_alg.to_spec(),
+        "searchAlgorithm": search_alg.to_spec() if search_alg.name else {"name": "driver"},  # the user's: driver pod
         "checkpoint": {"frequency": checkpoint_freq, "atEnd": bool(checkpoint_at_end)},
         "failure": {"maxFailures": max_failures},
         "storage": storage_spec(storage),
@@ -592,8 +593,16 @@ def create_experiment(
     )  # every check before any upload
     if name_creator is not None:
         manifest["spec"]["trialNameCreator"] = {"pickleURI": functions.pickle(name_creator)}
+    driver = {}
     if callbacks:
-        manifest["spec"]["driver"] = {"callbacksPickleURI": functions.pickle(list(callbacks))}
+        driver["callbacksPickleURI"] = functions.pickle(list(callbacks))
+    searcher = getattr(experiment.get("search_alg"), "searcher", experiment.get("search_alg"))  # a limiter's
+    if isinstance(searcher, Searcher) and not searcher.name:
+        driver["searcherPickleURI"] = functions.pickle(
+            {"searcher": driver_searcher(searcher, manifest["spec"], config), "paramSpace": config}
+        )
+    if driver:
+        manifest["spec"]["driver"] = driver
     check_spec_sizes(manifest["spec"])  # the CRD's limits, before anything is uploaded
     if user_stop is not None:
         trainable = with_stopper(trainable, user_stop)
@@ -682,6 +691,24 @@ def _launch(
     if isinstance(searcher, Searcher):
         searcher.total_samples = len(trials)  # Ray's BasicVariantGenerator.total_samples after a run
     return experiment_analysis(final, trials), final, trials
+
+
+def driver_searcher(searcher: Searcher, spec: dict, config: Any) -> Searcher:
+    """A searcher of the user's (a :class:`kubetune.search.Searcher` subclass), given the run's metric, mode and
+    ``config`` as Ray's ``tune.run`` gives them (``set_search_properties``) before it is shipped to the driver pod.
+
+    Raises:
+        ValueError: ``set_search_properties`` returned False (the searcher has a space of its own) while ``config``
+            has domains, Ray's error.
+    """
+    metric, mode = spec_objectives(spec)
+    if config and not searcher.set_search_properties(metric, mode, config) and find_domains(config):
+        raise ValueError(
+            "You passed a `param_space` parameter to `Tuner()` with unresolved parameters, but the search algorithm "
+            "was already instantiated with a search space. Make sure that `config` does not contain any more "
+            "parameter definitions - include them in the search algorithm's search space if necessary."
+        )
+    return searcher
 
 
 def failed_trials(trials: list[dict]) -> dict[str, str]:

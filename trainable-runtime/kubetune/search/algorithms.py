@@ -16,12 +16,20 @@ from kubetune.search.optuna_space import convert_search_space
 from kubetune.search.sample import space_spec
 from kubetune.search.variants import find_domains
 
-__all__ = ["Searcher", "BasicVariantGenerator", "OptunaSearch", "ConcurrencyLimiter"]
+__all__ = ["FINISHED", "Searcher", "BasicVariantGenerator", "OptunaSearch", "ConcurrencyLimiter"]
+
+#: What :meth:`Searcher.suggest` returns once it will suggest no more (Ray's ``Searcher.FINISHED``).
+FINISHED = "FINISHED"
 
 
 class Searcher(AlgorithmSpec):
-    """Base of the searcher specifications. Subclassing it to write a searcher is not supported:
-    searchers run in the operator, which never runs user code.
+    """Base of the searcher specifications, and Ray's ``Searcher`` for a searcher of the user's.
+
+    kubetune's own searchers (:class:`OptunaSearch`, ...) run in the operator. A subclass of the user's, with
+    Ray's methods (``suggest``, ``on_trial_result``, ``on_trial_complete``, ``set_search_properties``, ...),
+    runs in the Experiment's driver pod, as Ray runs it in its driver: the SDK calls its
+    ``set_search_properties(metric, mode, config)`` and ships it there (docs/sdk.md, "A searcher of your own").
+    ``metric`` and ``mode`` are Ray's properties (``self._metric``, ``self._mode``).
 
     Attributes:
         seed: the searcher's random seed, or None (the operator derives one from the
@@ -29,8 +37,58 @@ class Searcher(AlgorithmSpec):
         max_concurrent: most trials at once (Ray's ``max_concurrent``), 0 for no limit.
     """
 
+    FINISHED = FINISHED
+    CKPT_FILE_TMPL = "searcher-state-{}.pkl"
     seed: int | None = None
     max_concurrent = 0
+    _metric: str | None = None
+    _mode: str | None = None
+
+    @property
+    def metric(self) -> str | None:
+        """The result key the searcher optimizes (Ray's ``Searcher.metric``)."""
+        return self._metric
+
+    @metric.setter
+    def metric(self, value: str | None) -> None:
+        self._metric = value
+
+    @property
+    def mode(self) -> str | None:
+        """``"min"`` or ``"max"`` (Ray's ``Searcher.mode``)."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str | None) -> None:
+        self._mode = value
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec) -> bool:
+        """Ray's: take the run's metric, mode and config; True if taken (default: False, the searcher keeps its own).
+        Called on a searcher of the user's by the SDK before it ships it."""
+        return False
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """Ray's: True when the searcher limits its trials in flight itself (default: False)."""
+        return False
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        """Ray's: the config of the new trial ``trial_id``, None for "not now", or :data:`FINISHED`.
+
+        Raises:
+            NotImplementedError: a searcher of the user's must define it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no suggest()")
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """Ray's: an intermediate result of ``trial_id`` (flattened: ``config/x`` keys; default: ignored)."""
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """Ray's: ``trial_id`` ended with its last ``result`` (flattened), or ``error``.
+
+        Raises:
+            NotImplementedError: a searcher of the user's must define it, as Ray's must.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no on_trial_complete()")
 
     def to_spec(self) -> dict:
         """Return ``spec.searchAlgorithm``: ``{"name": ..., "params": {...}}`` plus ``seed`` when set."""
@@ -90,8 +148,11 @@ class OptunaSearch(Searcher):
     """Optuna's samplers over ``spec.config`` (Ray's ``OptunaSearch``), run by the operator.
 
     Args:
-        space: must be None: the space is the run's ``config``/``param_space`` (Optuna's own
-            space format and define-by-run functions would be user code in the operator).
+        space: None: the space is the run's ``config``/``param_space``, searched by the operator. A
+            define-by-run function (``space(trial)`` calls Optuna's ``trial.suggest_*``) or a dict of
+            Optuna distributions gives a :class:`~kubetune.search.optuna_define_by_run.DefineByRunOptunaSearch`
+            instead, which runs in the Experiment's driver pod (it is user code, or objects only Optuna
+            reads), with Ray's arguments (a sampler object allowed) and Optuna in the trial image.
         metric: result key to optimize; None uses the experiment's. A list of 2 to 8 keys makes a
             multi-objective search, as in Ray (the Experiment's ``status.paretoFront`` then shows the
             non-dominated trials; only the FIFO scheduler runs it).
@@ -114,12 +175,20 @@ class OptunaSearch(Searcher):
             ``ASHAScheduler`` or ``HyperBandScheduler``; one metric only).
 
     Raises:
-        ValueError: ``space`` given, a sampler object passed, metric and mode that are not both
+        ValueError: ``space`` a Ray Tune space (pass it as the run's config), a sampler object passed, metric and
+            mode that are not both
             lists of the same length (or both not lists), or ``evaluated_rewards`` without
             ``points_to_evaluate`` of the same length.
     """
 
     name = "optuna"
+
+    def __new__(cls, space: Any = None, *args: Any, **kwargs: Any):
+        if callable(space) or _optuna_distributions(space):
+            from kubetune.search.optuna_define_by_run import DefineByRunOptunaSearch
+
+            return DefineByRunOptunaSearch(space, *args, **kwargs)  # not an OptunaSearch: __init__ is not called
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -161,6 +230,15 @@ class OptunaSearch(Searcher):
 
 
 OptunaSearch.convert_search_space = staticmethod(convert_search_space)  # Ray 2.x's static method
+
+
+def _optuna_distributions(space: Any) -> bool:
+    """Whether ``space`` is Optuna's own space format: a dict of ``optuna.distributions`` objects."""
+    return (
+        isinstance(space, dict)
+        and bool(space)
+        and all(type(v).__module__.startswith("optuna.distributions") for v in space.values())
+    )
 
 
 class ConcurrencyLimiter:
