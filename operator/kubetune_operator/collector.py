@@ -40,8 +40,8 @@ from pydantic import (
 
 from kubetune.env import (
     COLLECTOR_RESULTS_PATH,
+    DRIVER_ANSWERS_PATH,
     DRIVER_EVENTS_PATH,
-    DRIVER_SUGGESTIONS_PATH,
     MAX_STALL_MESSAGE,
     STALL_REASONS,
 )
@@ -254,27 +254,30 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
             return _error(401, "stale driver token: the Experiment was created again")
         return ctl
 
-    async def driver_suggestions(request: web.Request) -> web.Response:
-        """The driver pod's searcher's answers (``kubetune.env.DRIVER_SUGGESTIONS_PATH``, a JSON body
-        ``{"suggestions": {trial: config or "FINISHED"}}``): each the operator asks for is journaled, committed and
-        then answered ``{"taken": [trial, ...]}``; 400 for a malformed body or suggestion, 401 and 503 as for the
-        events, 503 when the journal could not be committed (the pod sends them again)."""
+    async def driver_answers(request: web.Request) -> web.Response:
+        """The driver pod's answers (``kubetune.env.DRIVER_ANSWERS_PATH``, a JSON body ``{"suggestions": {trial:
+        config or "FINISHED"}, "checkpoints": {trial: [attempt, iteration]}}``, either part optional): its searcher's
+        suggestions the operator asks for and its callbacks' checkpoint requests are journaled, committed and then
+        answered ``{"taken": [trial, ...]}`` (the suggestions taken); 400 for a malformed body, suggestion or request,
+        401 and 503 as for the events, 503 when the journal could not be committed (the pod sends them again)."""
         ctl = driver_controller(request)
         if isinstance(ctl, web.Response):
             return ctl
         try:
-            suggestions = (await request.json())["suggestions"]
-            if not isinstance(suggestions, dict):
-                raise TypeError("suggestions must be an object")
+            body = await request.json()
+            suggestions, checkpoints = body.get("suggestions") or {}, body.get("checkpoints") or {}
+            if not isinstance(suggestions, dict) or not isinstance(checkpoints, dict):
+                raise TypeError("suggestions and checkpoints must be objects")
             taken = [trial for trial, suggestion in suggestions.items() if ctl.driver_suggested(trial, suggestion)]
-        except (ValueError, TypeError, KeyError) as exc:
-            return _error(400, f"bad suggestions: {exc}")
-        if taken:
+            asked = [trial for trial, ask in checkpoints.items() if ctl.driver_checkpoint(trial, ask)]
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return _error(400, f"bad answers: {exc}")
+        if taken or asked:
             try:
                 await registry.commit(ctl)
             except Exception as exc:  # noqa: BLE001 - the pod sends its answers again; taken ones are ignored then
                 log.warning("experiment %s/%s: journal not committed: %s", ctl.namespace, ctl.name, exc)
-                return _error(503, "the operator could not persist the suggestions; retry")
+                return _error(503, "the operator could not persist the driver's answers; retry")
             registry.wake(ctl.namespace, ctl.name)
         return web.json_response({"taken": taken})
 
@@ -326,7 +329,7 @@ def make_app(registry, metrics_auth: MetricsAuth | None = None) -> web.Applicati
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[count])
     app.router.add_post(COLLECTOR_RESULTS_PATH, results)
     app.router.add_get(DRIVER_EVENTS_PATH, driver)
-    app.router.add_post(DRIVER_SUGGESTIONS_PATH, driver_suggestions)
+    app.router.add_post(DRIVER_ANSWERS_PATH, driver_answers)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics.handler(metrics_auth))
     return app

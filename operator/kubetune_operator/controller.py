@@ -344,6 +344,19 @@ class ExperimentController:
                 raise ValueError(f"the suggested config has {size} bytes of JSON, more than {MAX_FIELD_BYTES}")
         return trial == searcher.asked and self.decisions.driver_suggested(trial, suggestion)
 
+    def driver_checkpoint(self, trial: str, ask: Any) -> bool:
+        """Journal a driver pod's callback asking ``trial`` for a checkpoint (Ray's ``result[SHOULD_CHECKPOINT]``):
+        ``ask`` is ``[attempt, iteration]`` of the result it was set on; True when journaled (commit it). Ignored for a
+        trial that is not open on that attempt, or an ask not newer than the trial's last
+        (:meth:`kubetune_operator.decisions.JournaledDecisions.driver_checkpoint`).
+
+        Raises:
+            ValueError: ``ask`` is not two whole numbers.
+        """
+        if not (isinstance(ask, list) and len(ask) == 2 and all(type(n) is int for n in ask)):
+            raise ValueError(f"a checkpoint request is [attempt, iteration], got {ask!r:.100}")
+        return self.decisions.driver_checkpoint(trial, ask[0], ask[1])
+
     def _trial_info(self, name: str) -> dict:
         trial = self.book.trials.get(name)
         return {"config": (trial.created_config if trial else None) or {}, "path": self.trial_dir(name)}

@@ -25,6 +25,7 @@ from . import status as st
 from .builtin_stoppers import Stoppers
 from .journal import (
     Add,
+    CheckpointAsked,
     Checkpointed,
     Choose,
     End,
@@ -116,6 +117,9 @@ class JournaledDecisions:
         # their ranges, made of results whose entries it replaces
         self.unshown_ranges: set[str] = set()
         self.metric_missing = metric_missing  # why the experiment fails: a result lacked its metric
+        # trial -> [attempt, iteration, pending] of the last checkpoint a driver pod's callback asked for (Ray's
+        # result[SHOULD_CHECKPOINT]); pending until the attempt's next new batch is answered checkpoint
+        self.checkpoint_asks: dict[str, list] = {}
 
     def take_spec(
         self,
@@ -226,6 +230,7 @@ class JournaledDecisions:
                 if name in self.book.trials and self.book.trials[name].status.get("metricRange")
             },
             "metricMissing": self.metric_missing,
+            "checkpointAsks": {name: list(ask) for name, ask in self.checkpoint_asks.items()},
         }
 
     def load_snapshot(self, snapshot: dict) -> None:
@@ -242,6 +247,7 @@ class JournaledDecisions:
         self.exploits = {name: dict(value) for name, value in (snapshot.get("exploits") or {}).items()}
         self.pod_explores = {name: dict(value) for name, value in (snapshot.get("podExplores") or {}).items()}
         self.metric_missing = self.metric_missing or snapshot.get("metricMissing")
+        self.checkpoint_asks = {name: list(ask) for name, ask in (snapshot.get("checkpointAsks") or {}).items()}
         for name, (attempt, config) in (snapshot.get("podConfigs") or {}).items():
             self.show_pod_config(name, config, attempt)  # the scheduler's state has them; the Trial may not
         for name, display_name in (snapshot.get("podNames") or {}).items():
@@ -274,6 +280,19 @@ class JournaledDecisions:
         if driver is not None and driver.asked != asked:
             self.journal.wake_feed_waiters()  # the driver pod's searcher is asked for another trial's config
         return suggestion
+
+    def driver_checkpoint(self, trial: str, attempt: int, iteration: int) -> bool:
+        """Journal a driver pod's callback asking ``trial``'s ``attempt`` for a checkpoint after its result at
+        ``iteration`` (:class:`~kubetune_operator.journal.CheckpointAsked`): the attempt's next new batch is answered
+        ``checkpoint``. False, journaling nothing, for a trial not open or an ask not newer than the last one."""
+        state = self.book.trials.get(trial)
+        last = self.checkpoint_asks.get(trial)
+        if state is None or trial in self.ended or attempt != state.attempt:
+            return False
+        if last is not None and (attempt, iteration) <= (last[0], last[1]):
+            return False
+        self.do(CheckpointAsked(trial, attempt, iteration))
+        return True
 
     def driver_suggested(self, trial: str, suggestion: dict | str) -> bool:
         """Journal the driver pod's searcher's answer for the new trial ``trial`` (a config or ``"FINISHED"``,
@@ -321,6 +340,8 @@ class JournaledDecisions:
             self._apply_named(entry.trial, entry.name)
         elif isinstance(entry, Checkpointed):
             pass  # the driver pod's alone (its callbacks' on_checkpoint): nothing decides on it
+        elif isinstance(entry, CheckpointAsked):
+            self.checkpoint_asks[entry.trial] = [entry.attempt, entry.iteration, True]
         else:  # MetricMissing
             self.metric_missing = self.metric_missing or entry.message
         return None
@@ -373,6 +394,11 @@ class JournaledDecisions:
                 and DECISION_RANK[before.decision] > DECISION_RANK[decision]
             ):
                 decision = before.decision  # an attempt told to pause or stop is told so until it ends
+            ask = self.checkpoint_asks.get(trial)
+            if ask is not None and ask[2] and ask[0] <= attempt:  # a callback's result[SHOULD_CHECKPOINT]
+                ask[2] = False
+                if decision == "continue" and ask[0] == attempt:
+                    decision = "checkpoint"
             stopped_at = st.compact_result(fed[-1], self.intake.metric) if decision == "stop" else None
             # with an exploit, the next attempt reports again from the donor's checkpoint
             self.applied[trial] = Applied(
@@ -491,6 +517,7 @@ class JournaledDecisions:
 
     def _apply_end(self, trial: str, result: dict | None, how: str) -> None:
         self.ended.add(trial)
+        self.checkpoint_asks.pop(trial, None)
         self._forget_shown_end(trial)  # else kept until a status write shows the end (config_shown)
         if result:  # its last result may have come in its pod's termination message alone (the operator was down)
             self._widen_range(trial, [result])

@@ -42,6 +42,7 @@ from .labels import LABEL_EXPERIMENT, LABEL_MANAGED_BY, MANAGED_BY, label_value
 
 __all__ = [
     "Add",
+    "CheckpointAsked",
     "Checkpointed",
     "Choose",
     "End",
@@ -184,6 +185,17 @@ class Checkpointed(NamedTuple):
     as_json = Add.as_json
 
 
+class CheckpointAsked(NamedTuple):
+    """A callback in the driver pod set ``should_checkpoint`` on ``trial``'s result at ``iteration`` of ``attempt``
+    (Ray's ``result[SHOULD_CHECKPOINT] = True``): the attempt's next batch is answered ``checkpoint``."""
+
+    trial: str
+    attempt: int
+    iteration: int
+    kind = "checkpoint_asked"
+    as_json = Add.as_json
+
+
 class MetricMissing(NamedTuple):
     """A result lacked the experiment's metric: ``message`` says which (the Experiment fails)."""
 
@@ -192,12 +204,23 @@ class MetricMissing(NamedTuple):
     as_json = Add.as_json
 
 
+_ENTRY_TYPES = (
+    Add,
+    Suggest,
+    Suggested,
+    Results,
+    End,
+    Choose,
+    Explored,
+    Sampled,
+    Named,
+    Checkpointed,
+    CheckpointAsked,
+    MetricMissing,
+)
 #: One journal entry, as the controller records and replays it.
-Entry = Union[Add, Suggest, Suggested, Results, End, Choose, Explored, Sampled, Named, Checkpointed, MetricMissing]
-_KINDS: dict[str, type] = {
-    t.kind: t
-    for t in (Add, Suggest, Suggested, Results, End, Choose, Explored, Sampled, Named, Checkpointed, MetricMissing)
-}
+Entry = Union[_ENTRY_TYPES]
+_KINDS: dict[str, type] = {t.kind: t for t in _ENTRY_TYPES}
 
 
 def entry_from_json(stored: list) -> Entry:

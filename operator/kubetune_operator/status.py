@@ -397,6 +397,7 @@ def experiment_phase(
     driver_failure: str | None = None,
     driver_pending: bool = False,
     driver_waiting: str | None = None,
+    driver_asked: str | None = None,
 ) -> PhaseDecision:
     """Decide an Experiment's phase from its trial counts and the end criteria.
 
@@ -427,6 +428,7 @@ def experiment_phase(
         driver_failure: why the driver pod failed for good (``kubetune_operator.driver.DriverPods``), or None.
         driver_pending: the Experiment has a driver pod that has not exited 0 yet.
         driver_waiting: why that pod cannot start (``ImagePullBackOff: ...``), or None.
+        driver_asked: the trial whose config the driver pod's searcher has not suggested yet, or None.
     """
     active = counts["pending"] + counts["running"] + counts["paused"]
     failed = counts["failed"]
@@ -474,6 +476,9 @@ def experiment_phase(
         f"{counts['running']} running, {counts['pending']} pending, {counts['paused']} paused, "
         f"{counts['succeeded']} succeeded, {failed} failed"
     )
+    if driver_asked and not suspended:
+        waiting = f" (it cannot start: {driver_waiting})" if driver_waiting else ""
+        summary += f"; waiting for the driver pod's searcher to suggest the config of {driver_asked}{waiting}"
     if suspended:
         return PhaseDecision("Suspended", "ExperimentSuspended", f"spec.suspend is true; {summary}")
     if counts["total"] == counts["pending"]:

@@ -23,6 +23,7 @@ from .decisions import JournaledDecisions
 from .driver import DriverPods
 from .experiment_health import STATUS_WRITE_ATTEMPTS, ExperimentHealth
 from .plan import Plan, now_iso
+from .searchers.driver import DriverSearcher
 from .settings import Settings
 from .spec_intake import SpecIntake
 from .trial_book import TERMINAL, TrialBook
@@ -191,6 +192,7 @@ class StatusProjection:
             and now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() >= budget
         )
         max_failed = self.intake.spec.failure.max_failed_trials
+        searcher = self.decisions.searcher
         return st.experiment_phase(
             counts,
             suspended=self.intake.spec.suspend,
@@ -204,6 +206,7 @@ class StatusProjection:
             driver_failure=driver.failure if driver is not None else None,
             driver_pending=driver_pending,
             driver_waiting=driver.waiting if driver is not None else None,
+            driver_asked=searcher.asked if isinstance(searcher, DriverSearcher) else None,
         )
 
     def _exploring(self, counts: dict) -> str | None:

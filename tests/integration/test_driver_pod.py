@@ -374,3 +374,50 @@ def test_a_searcher_of_the_users_gives_each_trial_one_config_with_the_operator_k
     assert killer.kills >= 2 and deleted.wait()
     check_searcher_calls(calls(s3, f"{PREFIX}-searched/{namespace}"), analysis, 2.5)  # as the uninterrupted run's
     assert sorted(t.last_result["score"] for t in analysis.trials) == [4, 8, 12]
+
+
+class Counter(tune.Trainable):
+    """Counts to 8, a step every 0.4 s, saving the count when asked."""
+
+    def setup(self, config):
+        self.count = 0
+
+    def step(self):
+        time.sleep(0.4)
+        self.count += 1
+        return {"score": self.count, "done": self.count >= 8}
+
+    def save_checkpoint(self, checkpoint_dir):
+        Path(checkpoint_dir, "count.json").write_text(json.dumps(self.count))
+
+    def load_checkpoint(self, checkpoint_dir):
+        self.count = json.loads(Path(checkpoint_dir, "count.json").read_text())
+
+
+class AsksForACheckpoint(tune.Callback):
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["training_iteration"] == 2:
+            result[tune.result.SHOULD_CHECKPOINT] = True  # Ray's driver then saves the trial
+
+
+def test_a_callbacks_should_checkpoint_makes_the_trial_save_a_checkpoint(
+    operator, s3, namespace, storage_secret, sdk_env
+):
+    analysis = tune.run(
+        Counter,
+        name="asked",
+        namespace=namespace,
+        storage={"uri": f"s3://{S3_BUCKET}/{PREFIX}", "credentialsSecret": storage_secret},
+        metric="score",
+        mode="max",
+        callbacks=[AsksForACheckpoint()],
+        verbose=0,
+        poll_interval_s=0.5,
+    )
+    (trial,) = analysis.trials
+    listed = s3.list_objects_v2(Bucket=S3_BUCKET, Prefix=f"{PREFIX}/{namespace}/asked/").get("Contents", [])
+    saved = sorted({int(k["Key"].split("checkpoint_")[1][:6]) for k in listed if "/checkpoint_" in k["Key"]})
+    # the trial's next report after the callback's ask is answered "checkpoint" (Ray saves at once, at iteration 2);
+    # no checkpoint frequency and no checkpoint at the end were asked for, so this is the callback's
+    assert len(saved) == 1 and 2 < saved[0] < 8, saved
+    assert trial.last_result["score"] == 8

@@ -20,6 +20,7 @@ from kubetune.callback import Callback
 from kubetune.checkpoint_store import commit_checkpoint
 from kubetune.env import DRIVER, DRIVER_CALLBACK_FAILED_EXIT, DRIVER_EVENTS_PATH
 from kubetune.logger import JsonLoggerCallback, LoggerCallback
+from kubetune.result import SHOULD_CHECKPOINT
 from kubetune.runtime.driver import CallbackFailed, DriverState, DriverTrial, deliver
 from kubetune.sdk.tuner import driver_callbacks
 from kubetune.storage import FileStorage
@@ -32,7 +33,7 @@ from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
 from kubetune_operator.status import experiment_phase
 from kubetune_operator.tokens import mint_token
-from tests.unit.test_restarts import KEY, SCHEDULERS, World, killed_and_restored_from_snapshots
+from tests.unit.test_restarts import KEY, SCHEDULERS, Killed, World, killed_and_restored_from_snapshots
 
 DRIVER_SPEC = {"callbacksPickleURI": "s3://b/p/ns/exp/sdk/functions/callbacks.pkl"}
 
@@ -42,8 +43,9 @@ class DriverWorld(World):
     whichever operator is up for its events, as ``kubetune.runtime.driver`` does (its saved place is the only state
     it keeps; ``forget_every``: every so many requests it dies before saving, and goes on from its saved place)."""
 
-    def __init__(self, spec: dict, kill_at=(), forget_every: int = 0):
+    def __init__(self, spec: dict, kill_at=(), forget_every: int = 0, checkpoint_at: int | None = None):
         self.calls: list[tuple] = []  # (seq, hook, trial, what): each call the driver made, in order
+        self.checkpoint_at = checkpoint_at  # its callback sets result[SHOULD_CHECKPOINT] at this training_iteration
         self.saved = json.dumps({"cursor": -1, "trials": {}})  # the driver's state in storage
         self.requests, self.forget_every, self.driver_pods = 0, forget_every, 0
         super().__init__({**spec, "driver": DRIVER_SPEC}, kill_at)
@@ -74,29 +76,48 @@ class DriverWorld(World):
         state.trials = {name: DriverTrial(**t) for name, t in state.trials.items()}
         reply = self.ctl.driver_events(state.cursor)
         self.requests += 1
-        calls = Calls()
+        calls = Calls(self.checkpoint_at)
         deliver([calls], state, reply["events"])
         if self.forget_every and self.requests % self.forget_every == 0 and calls.calls:
             return  # the driver died before it saved: the next one asks from its saved place again
         self.calls += calls.calls
         state.cursor = reply["next"]
-        self.saved = json.dumps({"cursor": state.cursor, "trials": {n: t.as_json() for n, t in state.trials.items()}})
+        trials = {n: t.as_json() for n, t in state.trials.items()}
+        self.saved = json.dumps({"cursor": state.cursor, "trials": trials, "checkpoints": state.checkpoints})
+        for trial, ask in state.checkpoints.items():  # sent once saved, as the pod does
+            self.answer(lambda: self.ctl.driver_checkpoint(trial, ask))
         if reply["finished"]:
             self.calls.append(("on_experiment_end",))
             driver.phase = "Succeeded"
 
+    def answer(self, send) -> None:
+        """``send()`` the driver's answer to whichever operator is up, committing what it journaled (True), until an
+        operator answered; the operator may die before the commit."""
+        while True:
+            try:
+                if send():
+                    self.maybe_kill(0)
+                    self.commit()
+                return
+            except Killed:
+                self.kills += 1
+                self.boot()
+
 
 class Calls(Callback):
-    """Records the hooks the driver calls: ``(seq, hook, trial, what)``."""
+    """Records the hooks the driver calls: ``(seq, hook, trial, what)``; with ``checkpoint_at``, sets Ray's
+    ``result[SHOULD_CHECKPOINT]`` on each trial's result at that ``training_iteration``."""
 
-    def __init__(self):
-        self.calls = []
+    def __init__(self, checkpoint_at: int | None = None):
+        self.calls, self.checkpoint_at = [], checkpoint_at
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.calls.append((iteration, "start", trial.trial_id, json.dumps(trial.config, sort_keys=True)))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.calls.append((iteration, "result", trial.trial_id, json.dumps(result, sort_keys=True)))
+        if result.get("training_iteration") == self.checkpoint_at:
+            result[SHOULD_CHECKPOINT] = True
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.calls.append((iteration, "complete", trial.trial_id, trial.last_result.get("training_iteration")))
@@ -128,6 +149,24 @@ def test_the_driver_makes_the_same_calls_with_the_operator_killed_at_any_instant
     ends = {call[2]: call[3] for call in calm.calls[:-1] if call[1] == "complete"}
     assert ends == {name: trial["iteration"] for name, trial in expected.items()}
     assert calm.driver_pods == 1 and stormy.driver_pods >= 1
+
+
+def test_a_callbacks_should_checkpoint_is_the_trials_next_answer_with_the_operator_killed_at_any_instant(monkeypatch):
+    """Ray's ``result[SHOULD_CHECKPOINT] = True`` in a driver pod's callback: the trial's attempt gets ``checkpoint``
+    for its next batch (its pod saves a checkpoint then), once per ask, killed or not."""
+    monkeypatch.setattr(journal, "MIN_SNAPSHOT_INTERVAL_BYTES", 2000)
+    spec = {"scheduler": SCHEDULERS["fifo"]}
+    calm = DriverWorld(spec, checkpoint_at=3)
+    expected = calm.run()
+    stormy = DriverWorld(spec, kill_at=range(2, 10_000, 3), checkpoint_at=3)
+    assert stormy.run() == expected and stormy.kills >= 5
+    assert stormy.decisions == calm.decisions
+    asked = {key: d for key, d in calm.decisions.items() if d == "checkpoint"}
+    assert {trial for trial, _, _ in asked} == set(expected)  # each trial was told once, after its third result
+    assert len(asked) == len(expected) and all(iteration > 3 for _, _, iteration in asked)
+    plain = DriverWorld(spec)
+    plain.run()
+    assert "checkpoint" not in plain.decisions.values()
 
 
 def test_a_driver_that_dies_before_saving_gets_the_events_again_and_misses_none():

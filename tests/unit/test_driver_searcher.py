@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 
 import kubetune as tune
 from devcluster.testkit import ConfigMaps, experiment_object
-from kubetune.env import DRIVER, DRIVER_EVENTS_PATH, DRIVER_SUGGESTIONS_PATH
+from kubetune.env import DRIVER, DRIVER_ANSWERS_PATH, DRIVER_EVENTS_PATH
 from kubetune.runtime.driver import CallbackFailed, DriverState, deliver, suggest
 from kubetune.sdk.tuner import build_experiment, driver_searcher
 from kubetune.search import Searcher
@@ -28,11 +28,12 @@ from kubetune_operator import journal
 from kubetune_operator.collector import make_app
 from kubetune_operator.driver import DriverPods, driver_subject
 from kubetune_operator.plan import Plan
+from kubetune_operator.podview import PodView
 from kubetune_operator.registry import Registry
 from kubetune_operator.settings import Settings
 from kubetune_operator.tokens import mint_token
 from tests.unit.test_driver import DriverWorld
-from tests.unit.test_restarts import KEY, SCHEDULERS, Killed, World
+from tests.unit.test_restarts import KEY, SCHEDULERS, World
 
 SEARCHER_SPEC = {"searcherPickleURI": "s3://b/p/ns/exp/sdk/functions/searcher.pkl"}
 #: The run's param_space: the searcher draws x; y is a constant Ray merges into each suggested config.
@@ -109,15 +110,7 @@ class SearcherWorld(DriverWorld):
         if self.die_every and self.requests % self.die_every == 0:
             return  # died after saving: the next one sends the saved answers
         for trial, answer in list(state.unacked.items()):
-            while True:
-                try:
-                    self.ctl.driver_suggested(trial, answer)
-                    self.maybe_kill(0)
-                    self.commit()
-                    break
-                except Killed:
-                    self.kills += 1
-                    self.boot()
+            self.answer(lambda: self.ctl.driver_suggested(trial, answer))
 
     def searcher(self) -> Climber:
         return DriverState.load(self.storage, self.uri).searcher
@@ -220,20 +213,28 @@ def test_the_collector_tells_the_driver_the_trial_it_wants_and_journals_only_tha
     token = mint_token(KEY, "ns", driver_subject("exp"), 0, "0123456789-uid")
     plan = ctl.plan({}, 0.0)
     assert plan.create_trials == []  # no config until the driver pod's searcher answers
+    pulling = PodView("exp-driver-0", "", 0, "Pending")
+    pulling.waiting = ("ImagePullBackOff", "Back-off pulling image my/img")
+    shown = ctl.plan({"exp-driver-0": pulling}, 20.0).experiment_status  # the next status write
+    running = next(c for c in shown["conditions"] if c["type"] == "Running")
+    assert running["message"].endswith(
+        "waiting for the driver pod's searcher to suggest the config of exp-00000 (it cannot start: "
+        "exp-driver-0: ImagePullBackOff: Back-off pulling image my/img)"
+    )
     query = {"namespace": "ns", "experiment": "exp", "after": "-1", "wait": "0"}
     status, reply = call(registry, "GET", DRIVER_EVENTS_PATH, query, token=token)
     assert status == 200 and reply["suggest"] == "exp-00000" and not reply["finished"]
     where = {"namespace": "ns", "experiment": "exp"}
     answers = {"suggestions": {"exp-00001": {"x": 0.9}, "exp-00000": {"x": 0.25}}}
-    status, taken = call(registry, "POST", DRIVER_SUGGESTIONS_PATH, where, answers, token=token)
+    status, taken = call(registry, "POST", DRIVER_ANSWERS_PATH, where, answers, token=token)
     assert status == 200 and taken == {"taken": ["exp-00000"]}  # only the trial asked for
-    again = call(registry, "POST", DRIVER_SUGGESTIONS_PATH, where, answers, token=token)
+    again = call(registry, "POST", DRIVER_ANSWERS_PATH, where, answers, token=token)
     assert again == (200, {"taken": []})  # sent again: journaled once
     bad = {"suggestions": {"exp-00000": [1, 2]}}
-    assert call(registry, "POST", DRIVER_SUGGESTIONS_PATH, where, bad, token=token)[0] == 400
+    assert call(registry, "POST", DRIVER_ANSWERS_PATH, where, bad, token=token)[0] == 400
     trial_token = mint_token(KEY, "ns", "exp-00000", 0, "uid")
-    assert call(registry, "POST", DRIVER_SUGGESTIONS_PATH, where, answers, token=trial_token)[0] == 401
-    plan = ctl.plan({}, 1.0)
+    assert call(registry, "POST", DRIVER_ANSWERS_PATH, where, answers, token=trial_token)[0] == 401
+    plan = ctl.plan({}, 21.0)
     (created,) = plan.create_trials
     assert created["metadata"]["name"] == "exp-00000" and created["spec"]["config"] == {"x": 0.25}
     status, reply = call(registry, "GET", DRIVER_EVENTS_PATH, query, token=token)
@@ -241,9 +242,18 @@ def test_the_collector_tells_the_driver_the_trial_it_wants_and_journals_only_tha
     assert kinds == [("suggested", "exp-00000")] and reply["events"][0]["suggestion"] == {"x": 0.25}
     assert reply["suggest"] == "exp-00001"
     assert ctl.driver_suggested("exp-00001", "FINISHED") is True
-    assert ctl.plan({}, 2.0).create_trials == [] and ctl.decisions.searcher_finished
+    assert ctl.plan({}, 22.0).create_trials == [] and ctl.decisions.searcher_finished
     with pytest.raises(ValueError, match="a config"):
         ctl.driver_suggested("exp-00002", "later")
+    ctl.trial_created("exp-00000", "uid-exp-00000")
+    asks = {"checkpoints": {"exp-00000": [0, 1]}}  # a callback's result[SHOULD_CHECKPOINT] on the trial's result 1
+    assert call(registry, "POST", DRIVER_ANSWERS_PATH, where, asks, token=token) == (200, {"taken": []})
+    assert ctl.decisions.checkpoint_asks == {"exp-00000": [0, 1, True]}
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.1, "training_iteration": 1}], None) == "checkpoint"
+    assert ctl.record_results("exp-00000", 0, [{"acc": 0.2, "training_iteration": 2}], None) == "continue"
+    assert ctl.driver_checkpoint("exp-00000", [0, 1]) is False  # sent again: taken once
+    bad = {"checkpoints": {"exp-00000": "soon"}}
+    assert call(registry, "POST", DRIVER_ANSWERS_PATH, where, bad, token=token)[0] == 400
 
 
 def test_the_driver_pod_is_told_where_the_searcher_is():

@@ -145,10 +145,12 @@ DRIVER = "KUBETUNE_DRIVER"
 #: Asking with ``after`` tells the operator that the driver has kept every entry up to it (its state is saved): it may
 #: forget them.
 DRIVER_EVENTS_PATH = "/v1alpha1/driver/events"
-#: Path where the driver pod posts its searcher's answers: ``POST ?namespace=&experiment=`` with the driver's bearer
-#: token and ``{"suggestions": {TRIAL: config | "FINISHED"}}``; answered ``{"taken": [TRIAL, ...]}`` once the answers
-#: the operator asked for are journaled (others are ignored; each taken one comes back as a ``suggested`` event).
-DRIVER_SUGGESTIONS_PATH = "/v1alpha1/driver/suggestions"
+#: Path where the driver pod posts its answers: ``POST ?namespace=&experiment=`` with the driver's bearer token and
+#: ``{"suggestions": {TRIAL: config | "FINISHED"}, "checkpoints": {TRIAL: [attempt, iteration]}}`` (its searcher's
+#: configs; its callbacks' ``result[SHOULD_CHECKPOINT]``); answered ``{"taken": [TRIAL, ...]}`` once what the operator
+#: takes is journaled (suggestions it did not ask for and stale checkpoint requests are ignored; each suggestion taken
+#: comes back as a ``suggested`` event).
+DRIVER_ANSWERS_PATH = "/v1alpha1/driver/answers"
 #: The driver pod's exit code when a callback raised: the Experiment fails (Ray's run raises), it is not retried.
 DRIVER_CALLBACK_FAILED_EXIT = 3
 #: Largest request body the collector accepts, in bytes.

@@ -3,9 +3,8 @@ its driver run.
 
 Owns the driver's loop (:func:`main`), the trials as its callbacks see them (:class:`DriverTrial`), its saved place
 (:class:`DriverState`), the calls it makes for each event (:func:`deliver`) and its searcher's answers
-(:func:`suggest`). The operator starts it
-(``kubetune_operator.driver``) in the Experiment's image with ``kubetune.env.DRIVER`` and ``KUBETUNE_TOKEN``;
-nothing else calls it.
+(:func:`suggest`). The operator starts it (``kubetune_operator.driver``) in the Experiment's image with
+``kubetune.env.DRIVER`` and ``KUBETUNE_TOKEN``; nothing else calls it.
 
 The loop: read the saved state (``stateURI`` in the experiment's storage) and the callbacks the SDK pickled there
 (``callbacksURI``, :mod:`kubetune.shipping`), call each callback's ``setup``, then ask the operator's collector for the
@@ -14,11 +13,11 @@ an entry, up to :data:`WAIT_S`), make the calls of each in order, save the state
 ever named to the operator, which may then forget what came before it). When the operator says no event will follow,
 call ``on_experiment_end``, save the state as ended and exit 0: the Experiment ends then. A driver started again goes on
 from its saved place: an event handled after the last save is handled again (at least once), none is skipped, and
-``on_experiment_end`` is not called twice. With a searcher of the user's (``searcherURI``), the operator's answer
-names the new trial it wants a config for: the driver asks the searcher (``suggest``), saves its state with the answer,
-then sends the answer (``kubetune.env.DRIVER_SUGGESTIONS_PATH``) until the operator has journaled it, so a driver
-started again asks the searcher once per trial and loses no answer. A callback or searcher that raises ends the driver
-with
+``on_experiment_end`` is not called twice. With a searcher of the user's (``searcherURI``), the operator's answer names
+the new trial it wants a config for: the driver asks the searcher (``suggest``), saves its state with the answer, then
+sends the answer (``kubetune.env.DRIVER_ANSWERS_PATH``) until the operator has journaled it, so a driver started again
+asks the searcher once per trial and loses no answer. A callback that sets Ray's ``result[SHOULD_CHECKPOINT]`` has its
+request sent the same way, once its place is saved. A callback or searcher that raises ends the driver with
 ``kubetune.env.DRIVER_CALLBACK_FAILED_EXIT`` and the traceback's tail as the termination message (the Experiment fails,
 as Ray's run raises); a collector that does not answer, or answers 503 (the operator restarting), is asked again with
 back-off.
@@ -39,7 +38,8 @@ from urllib.parse import urlencode
 import urllib3
 
 from kubetune.checkpoint_store import StoredCheckpoint
-from kubetune.env import DRIVER, DRIVER_CALLBACK_FAILED_EXIT, DRIVER_EVENTS_PATH, DRIVER_SUGGESTIONS_PATH, TOKEN
+from kubetune.env import DRIVER, DRIVER_ANSWERS_PATH, DRIVER_CALLBACK_FAILED_EXIT, DRIVER_EVENTS_PATH, TOKEN
+from kubetune.result import SHOULD_CHECKPOINT
 from kubetune.resultkeys import flatten
 from kubetune.runtime.main import write_termination_message
 from kubetune.search.algorithms import FINISHED
@@ -118,9 +118,11 @@ class DriverState:
         searcher: Any = None,
         unacked: dict | None = None,
         answered: set | None = None,
+        checkpoints: dict | None = None,
     ):
         self.cursor, self.trials, self.ended = cursor, trials or {}, ended
         self.searcher, self.unacked, self.answered = searcher, unacked or {}, answered or set()
+        self.checkpoints = checkpoints or {}  # trial -> [attempt, iteration]: a callback's SHOULD_CHECKPOINT, unsent
 
     @classmethod
     def load(cls, storage: Storage, uri: str) -> "DriverState":
@@ -132,10 +134,12 @@ class DriverState:
         searcher = saved.get("searcher")
         searcher = loads(base64.b64decode(searcher)) if searcher else None
         unacked, answered = saved.get("unacked") or {}, set(saved.get("answered") or ())
-        return cls(saved["cursor"], trials, saved["ended"], searcher, unacked, answered)
+        return cls(saved["cursor"], trials, saved["ended"], searcher, unacked, answered, saved.get("checkpoints"))
 
     def save(self, storage: Storage, uri: str) -> None:
         body = {"cursor": self.cursor, "ended": self.ended, "trials": [t.as_json() for t in self.trials.values()]}
+        if self.checkpoints:
+            body["checkpoints"] = self.checkpoints
         if self.searcher is not None:
             body.update(
                 searcher=base64.b64encode(dumps(self.searcher)).decode(),
@@ -204,6 +208,8 @@ def deliver(callbacks: list, state: DriverState, events: list[dict], storage: St
                     trial=trial,
                     result=trial.last_result,
                 )
+                if trial.last_result.get(SHOULD_CHECKPOINT):  # a callback asks for a checkpoint, as in Ray's driver
+                    state.checkpoints[name] = [event["attempt"], result.get("training_iteration")]
         elif event["kind"] == "checkpoint":
             checkpoint = StoredCheckpoint(storage, event["uri"]) if storage is not None else None
             trials = list(state.trials.values())
@@ -284,7 +290,7 @@ class EventsClient:
     def __init__(self, url: str, token: str | None, namespace: str, experiment: str):
         self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(total=WAIT_S + 20.0), retries=False)
         self._url = url.rstrip("/") + DRIVER_EVENTS_PATH
-        self._suggestions_url = url.rstrip("/") + DRIVER_SUGGESTIONS_PATH
+        self._answers_url = url.rstrip("/") + DRIVER_ANSWERS_PATH
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._query = {"namespace": namespace, "experiment": experiment}
 
@@ -301,15 +307,18 @@ class EventsClient:
             query["declined"] = declined
         return self._request("GET", self._url + "?" + urlencode(query))
 
-    def suggestions(self, answers: dict) -> list[str]:
-        """Send the searcher's ``answers`` (trial -> config or ``FINISHED``); returns the trials the operator took
-        (journaled), asking again with back-off until the collector answers 200.
+    def answers(self, suggestions: dict, checkpoints: dict) -> list[str]:
+        """Send the searcher's ``suggestions`` (trial -> config or ``FINISHED``) and the callbacks' ``checkpoints``
+        requests (trial -> ``[attempt, iteration]``); returns the trials whose suggestion the operator took
+        (journaled), asking again with back-off until the collector answers 200 (every request then journaled or
+        stale).
 
         Raises:
             RuntimeError: as :meth:`events`.
         """
-        url = self._suggestions_url + "?" + urlencode(self._query)
-        return self._request("POST", url, json.dumps({"suggestions": answers}).encode())["taken"]
+        url = self._answers_url + "?" + urlencode(self._query)
+        body = {"suggestions": suggestions, "checkpoints": checkpoints}
+        return self._request("POST", url, json.dumps(body).encode())["taken"]
 
     def _request(self, method: str, url: str, body: bytes | None = None) -> dict:
         delay = POLL_S
@@ -386,9 +395,10 @@ def run(described: dict, token: str | None, storage: Storage | None = None) -> i
                 state.save(storage, state_uri)
             elif time.monotonic() - asked < POLL_S and not state.unacked:  # answered at once with nothing
                 time.sleep(POLL_S)
-            if state.unacked:
-                for trial in client.suggestions(state.unacked):
+            if state.unacked or state.checkpoints:
+                for trial in client.answers(state.unacked, state.checkpoints):
                     state.unacked.pop(trial, None)
+                state.checkpoints = {}  # journaled, or stale (that attempt ended): a new pod would not send them
     except CallbackFailed as exc:
         log.error("%s", exc)
         summary, _, trace = str(exc).partition("\n")  # the operator shows the first line: keep it whole
