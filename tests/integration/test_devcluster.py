@@ -119,8 +119,17 @@ def test_rbac_denies_a_service_account_without_a_role(cluster, core, namespace):
     assert f"system:serviceaccount:{namespace}:nobody" in exc.value.body
 
 
-def test_one_gpu_node_runs_one_gpu_pod_at_a_time(cluster, core, namespace):
-    script = "import os, time; print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(3)"
+def test_one_gpu_node_runs_one_gpu_pod_at_a_time(cluster, core, namespace, tmp_path):
+    # each pod holds its GPU until the test lets it go (a file it waits for, up to 120 s): the second pod is seen
+    # unschedulable while the first runs however slow the machine is (a fixed sleep raced the scheduler under load)
+    release = tmp_path / "release"
+    script = f"""
+        import os, time
+        print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'], flush=True)
+        deadline = time.monotonic() + 120
+        while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    """
     core.create_namespaced_pod(namespace, pod_manifest("first", script, node="devcluster-node-1", gpus=1))
     wait_for(lambda: phase(core, namespace, "first") == "Running", what="first pod Running")
     core.create_namespaced_pod(namespace, pod_manifest("second", script, node="devcluster-node-1", gpus=1))
@@ -133,6 +142,7 @@ def test_one_gpu_node_runs_one_gpu_pod_at_a_time(cluster, core, namespace):
     wait_for(unschedulable, what="second pod Unschedulable")
     assert phase(core, namespace, "second") == "Pending"
     assert phase(core, namespace, "first") == "Running"
+    release.touch()
     wait_for(lambda: phase(core, namespace, "first") == "Succeeded", what="first pod to finish")
     wait_for(
         lambda: phase(core, namespace, "second") in ("Running", "Succeeded"),

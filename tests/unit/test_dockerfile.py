@@ -153,7 +153,7 @@ def test_install_script_installs_each_target_with_locked_versions(tmp_path):
     assert operator.get("kubetune-operator") == "local"
     # every registered search algorithm and scheduler imported in the operator image's environment
     assert (
-        "imports: basic, bohb, katib-hyperband, optuna, random | "
+        "imports: basic, bohb, driver, katib-hyperband, optuna, random | "
         "asha, fifo, hyperband, hyperband_bohb, katib-medianstop, median_stopping_rule" in outputs["operator"]
     )
     assert "optuna" in operator and "optuna" not in runtime
