@@ -65,8 +65,11 @@ unit: venv katib-sdk
 demo: binaries
 	$(PYTHON) -m examples.digits.demo
 
-# docs/api-reference.md from the CRDs (after a CRD change; tests/unit/test_docs.py fails while it is stale)
+# After a CRD change: the chart's copies of the CRDs (tests/unit/test_helm_chart.py fails while they differ) and
+# docs/api-reference.md from them (tests/unit/test_docs.py fails while it is stale)
 docs: venv
+	cp crds/*.yaml helm/kubetune/crds/
+	cp crds/kubeflow.org/*.yaml helm/kubetune/files/katib/
 	$(PYTHON) docs/api_reference.py
 
 clean:
